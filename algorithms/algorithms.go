@@ -1,0 +1,211 @@
+// Package algorithms is Throttle's rate-limit engine: the limit and decision
+// types, the Store contract, and its two implementations — RedisStore (each
+// algorithm one atomic Lua script) and MemoryStore (one process, sharded locks).
+//
+// Three algorithms decide a request of cost hits against a limit:
+//
+//   - FixedWindow: time is cut into windows of length Window aligned to the
+//     Unix epoch. A window admits at most Limit hits; the count starts from zero
+//     when the next window begins. A burst at a boundary can admit up to 2×Limit
+//     within a short span (the known weakness of the algorithm).
+//
+//   - SlidingWindow: like FixedWindow, but a request also sees the previous
+//     window's count weighted by how much of it still overlaps the sliding
+//     window ending now: used = previous × (1 − elapsed/Window) + current.
+//     A request is admitted when used + hits ≤ Limit. This is an approximation
+//     of an exact sliding log; MaxSlidingOverAdmission states its bound.
+//
+//   - TokenBucket: a bucket of capacity Limit holds tokens, refilled
+//     continuously at RefillRate tokens per second (default Limit/Window, or
+//     Limit/60 when no window is given). A request takes hits tokens; it is
+//     admitted when that many tokens are there.
+//
+// In all three a rejected request consumes nothing, and hits = 0 reads the
+// state without changing it (a peek).
+package algorithms
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+)
+
+// Algorithm names a rate-limit algorithm. The string values are the ones the
+// REST API and the descriptor YAML use.
+type Algorithm string
+
+// The algorithms Throttle implements.
+const (
+	FixedWindow   Algorithm = "fixed_window"
+	SlidingWindow Algorithm = "sliding_window"
+	TokenBucket   Algorithm = "token_bucket"
+)
+
+// Algorithms lists every algorithm, in documentation order.
+var Algorithms = []Algorithm{FixedWindow, SlidingWindow, TokenBucket}
+
+// ParseAlgorithm returns the algorithm named s, or an error wrapping ErrInvalid.
+func ParseAlgorithm(s string) (Algorithm, error) {
+	switch a := Algorithm(s); a {
+	case FixedWindow, SlidingWindow, TokenBucket:
+		return a, nil
+	}
+	return "", fmt.Errorf("%w: algorithm %q is not one of fixed_window, sliding_window, token_bucket", ErrInvalid, s)
+}
+
+// ErrInvalid marks a request the engine refuses: a bad limit, window, refill
+// rate, hits or key. Callers map it to a client error (HTTP 400, gRPC
+// INVALID_ARGUMENT).
+var ErrInvalid = errors.New("invalid rate limit")
+
+// Bounds on a limit. They keep every number the engine computes exact in a
+// float64 (and so in Redis Lua) and refuse values no real policy needs.
+const (
+	MaxLimit      = 1_000_000_000_000 // requests per window / bucket capacity
+	MaxWindow     = 366 * 24 * time.Hour
+	MinWindow     = time.Millisecond
+	MaxRefillRate = 1_000_000_000 // tokens per second
+)
+
+// DefaultTokenBucketWindow is the window used to derive a token bucket's
+// refill rate when neither a refill rate nor a window is given: Limit/60 per
+// second, as the product description says.
+const DefaultTokenBucketWindow = time.Minute
+
+// Limit says how much traffic one identifier may send.
+type Limit struct {
+	// Algorithm is required.
+	Algorithm Algorithm
+	// Limit is required: requests per window, or the bucket's capacity; 1..MaxLimit.
+	Limit int64
+	// Window is the window length, MinWindow..MaxWindow. Required for the
+	// window algorithms; optional for TokenBucket, where it only derives the
+	// default refill rate.
+	Window time.Duration
+	// RefillRate is TokenBucket's refill in tokens per second. Optional:
+	// 0 means Limit/Window (Limit/60 without a window). Ignored by the window
+	// algorithms.
+	RefillRate float64
+}
+
+// Validate reports why l cannot be enforced, as an error wrapping ErrInvalid.
+func (l Limit) Validate() error {
+	if _, err := ParseAlgorithm(string(l.Algorithm)); err != nil {
+		return err
+	}
+	if l.Limit <= 0 || l.Limit > MaxLimit {
+		return fmt.Errorf("%w: limit %d must be between 1 and %d", ErrInvalid, l.Limit, int64(MaxLimit))
+	}
+	needWindow := l.Algorithm != TokenBucket
+	if l.Window != 0 || needWindow {
+		if l.Window < MinWindow || l.Window > MaxWindow {
+			return fmt.Errorf("%w: window %s must be between %s and %s", ErrInvalid, l.Window, MinWindow, MaxWindow)
+		}
+	}
+	if l.Algorithm == TokenBucket {
+		r := l.RefillRate
+		if math.IsNaN(r) || math.IsInf(r, 0) || r < 0 || r > MaxRefillRate {
+			return fmt.Errorf("%w: refill_rate %v must be a number between 0 and %d tokens per second", ErrInvalid, r, int64(MaxRefillRate))
+		}
+		if rate := l.Refill(); rate < 1e-9 {
+			return fmt.Errorf("%w: refill rate %v tokens per second is too small", ErrInvalid, rate)
+		}
+	}
+	return nil
+}
+
+// Refill returns the token bucket's refill rate in tokens per second with the
+// defaults applied.
+func (l Limit) Refill() float64 {
+	if l.RefillRate > 0 {
+		return l.RefillRate
+	}
+	w := l.Window
+	if w <= 0 {
+		w = DefaultTokenBucketWindow
+	}
+	return float64(l.Limit) / w.Seconds()
+}
+
+// Key names the state of one limit on one identifier. Two requests share
+// state exactly when their keys (and algorithms) are equal.
+type Key struct {
+	// Scope is the tenant: a client id, or an Envoy domain. Required.
+	Scope string
+	// Identifier is who is limited: a user id, an IP, a descriptor value. Required.
+	Identifier string
+	// Name tells apart the limits applied to one identifier, such as a rule
+	// name or a descriptor path. Empty means the limit itself (algorithm,
+	// limit, window, refill rate) names it, so different inline limits never
+	// share a counter.
+	Name string
+}
+
+// Request asks whether Hits more units of traffic are allowed under Limit.
+type Request struct {
+	Key   Key
+	Limit Limit
+	// Hits is the cost, ≥ 0. 0 reads the state without changing it.
+	Hits int64
+}
+
+// Validate reports why r cannot be decided, as an error wrapping ErrInvalid.
+func (r Request) Validate() error {
+	if r.Key.Scope == "" {
+		return fmt.Errorf("%w: empty scope", ErrInvalid)
+	}
+	if r.Key.Identifier == "" {
+		return fmt.Errorf("%w: empty identifier", ErrInvalid)
+	}
+	if r.Hits < 0 || r.Hits > MaxLimit {
+		return fmt.Errorf("%w: hits %d must be between 0 and %d", ErrInvalid, r.Hits, int64(MaxLimit))
+	}
+	return r.Limit.Validate()
+}
+
+// Decision is the engine's answer to one Request.
+type Decision struct {
+	// Allowed is true when the hits were admitted (and counted).
+	Allowed bool
+	// Limit is the limit that applied (Request.Limit.Limit).
+	Limit int64
+	// Remaining is how many more hits would be admitted now, ≥ 0.
+	Remaining int64
+	// ResetAfter is how long until the state is fresh again: the end of the
+	// current window, or until the bucket is full.
+	ResetAfter time.Duration
+	// RetryAfter is, for a rejected request, how long until the same request
+	// could be admitted; 0 when allowed. A request of more hits than the limit
+	// can never be admitted; its RetryAfter is ResetAfter.
+	RetryAfter time.Duration
+	// Now is the store's clock when it decided (Redis TIME for RedisStore).
+	Now time.Time
+}
+
+// ResetAt returns the moment the state is fresh again.
+func (d Decision) ResetAt() time.Time { return d.Now.Add(d.ResetAfter) }
+
+// Store decides requests and forgets identifiers. RedisStore and MemoryStore
+// implement it with the same results.
+type Store interface {
+	// Check decides every request of the batch, in order: len(result) ==
+	// len(reqs). A request that fails validation fails the whole batch with
+	// an error wrapping ErrInvalid, before anything is counted.
+	Check(ctx context.Context, reqs []Request) ([]Decision, error)
+	// Reset deletes the state of every limit on (scope, identifier), or only
+	// those of algorithm alg when alg is not empty, and returns how many
+	// limits' states it deleted. Other identifiers are untouched.
+	Reset(ctx context.Context, scope, identifier string, alg Algorithm) (int, error)
+}
+
+// validateBatch checks every request before anything is counted.
+func validateBatch(reqs []Request) error {
+	for i, r := range reqs {
+		if err := r.Validate(); err != nil {
+			return fmt.Errorf("request %d: %w", i, err)
+		}
+	}
+	return nil
+}
