@@ -1,0 +1,136 @@
+// Package store keeps Throttle's clients, rules, exemptions and usage counts in
+// SQLite (the embedded default, pure Go) or PostgreSQL (pgx), and caches them
+// in memory so the hot path never reads the database.
+//
+// CONTRACT FILE: the types and method signatures below are the API the rest of
+// Throttle codes against. Implementations live beside this file.
+package store
+
+import (
+	"errors"
+	"time"
+)
+
+// Errors callers branch on. Returned errors wrap them (errors.Is).
+var (
+	// ErrNotFound: no such client, rule or exemption (for this client).
+	ErrNotFound = errors.New("not found")
+	// ErrConflict: a unique value is taken (client email or domain, rule name
+	// within a client, exemption identifier within a client).
+	ErrConflict = errors.New("already exists")
+	// ErrInvalid: a field is missing or malformed (empty name, bad email, bad
+	// domain, bad algorithm, limit ≤ 0 …). The message says which field.
+	ErrInvalid = errors.New("invalid")
+)
+
+// Client is a registered application. It owns rules, exemptions and counters,
+// and the Envoy domain Domain.
+type Client struct {
+	ID               string // UUID v4, set by CreateClient
+	Name             string // required, 1..100 chars
+	Email            string // required, unique (case-insensitive), must contain one '@'
+	Domain           string // unique; defaults to a slug of Name ("My App!" → "my-app"); [a-z0-9][a-z0-9._-]{0,99}
+	DefaultAlgorithm string // fixed_window | sliding_window | token_bucket; default sliding_window
+	CreatedAt        time.Time
+}
+
+// DescriptorEntry is one (key, value) of an Envoy descriptor match. An empty
+// Value matches any value of Key; a Value with '*' is a wildcard.
+type DescriptorEntry struct {
+	Key   string `json:"key"`
+	Value string `json:"value,omitempty"`
+}
+
+// Rule is a named, reusable limit owned by a client.
+type Rule struct {
+	ClientID   string
+	Name       string        // required, unique per client; [A-Za-z0-9_.:-]{1,100}
+	Algorithm  string        // fixed_window | sliding_window | token_bucket
+	Limit      int64         // > 0
+	Window     time.Duration // whole seconds; required (> 0) for window algorithms
+	RefillRate float64       // token bucket tokens/second; 0 = default
+	// Descriptors, when not empty, makes the rule apply to Envoy requests on
+	// the client's domain whose descriptor matches these entries in order.
+	Descriptors []DescriptorEntry
+	CreatedAt   time.Time
+}
+
+// Exemption takes an identifier of a client out of rate limiting.
+type Exemption struct {
+	ClientID   string
+	Identifier string // required, 1..256 chars
+	Reason     string // optional, ≤ 1000 chars
+	CreatedAt  time.Time
+}
+
+// Usage counts a client's /check decisions. ByAlgorithm counts every decision
+// (allowed + rejected) per algorithm name.
+type Usage struct {
+	ClientID    string
+	TotalChecks int64
+	Allowed     int64
+	Rejected    int64
+	ByAlgorithm map[string]int64
+}
+
+// Snapshot is everything the hot path needs, read in one go by Cache.
+type Snapshot struct {
+	Revision   int64
+	Clients    []ClientKey
+	Rules      []Rule
+	Exemptions []Exemption
+}
+
+// ClientKey pairs a client with the SHA-256 hash of its API key.
+type ClientKey struct {
+	Client  Client
+	KeyHash [32]byte
+}
+
+/*
+The *DB type (implemented beside this file) offers:
+
+	Open(ctx, databaseURL string, log *slog.Logger) (*DB, error)
+	    databaseURL: "sqlite://PATH" (":memory:" not allowed), "sqlite:PATH",
+	    "postgres://…", "postgresql://…". Applies pending migrations.
+	(*DB).Close() error
+	(*DB).Dialect() string                              // "sqlite" | "postgres"
+	(*DB).Ping(ctx) error
+	(*DB).RegisterPoolMetrics(reg prometheus.Registerer) error
+
+	(*DB).CreateClient(ctx, c Client, keyHash [32]byte) (Client, error)
+	(*DB).ClientByKeyHash(ctx, keyHash [32]byte) (Client, error)
+	(*DB).ClientByID(ctx, id string) (Client, error)
+
+	(*DB).CreateRule(ctx, r Rule) (Rule, error)         // ErrConflict on duplicate name
+	(*DB).Rules(ctx, clientID string) ([]Rule, error)   // ordered by name
+	(*DB).Rule(ctx, clientID, name string) (Rule, error)
+	(*DB).DeleteRule(ctx, clientID, name string) error  // ErrNotFound
+
+	(*DB).CreateExemption(ctx, e Exemption) (Exemption, error) // ErrConflict on duplicate
+	(*DB).Exemptions(ctx, clientID string) ([]Exemption, error) // ordered by identifier
+	(*DB).DeleteExemption(ctx, clientID, identifier string) error
+
+	(*DB).AddUsage(ctx, deltas []Usage) error           // atomic increments, one transaction
+	(*DB).Usage(ctx, clientID string) (Usage, error)
+
+	(*DB).Revision(ctx) (int64, error)                  // bumped by every write above except AddUsage
+	(*DB).Snapshot(ctx) (Snapshot, error)
+
+Migrations: Migrate(ctx, databaseURL string, cmd string) (version uint, dirty bool, err error)
+with cmd "up" | "down" (one step) | "version".
+
+Cache (NewCache(db *DB, every time.Duration, log *slog.Logger) *Cache):
+	(*Cache).Run(ctx) error            // polls Revision every `every`, reloads Snapshot on change; returns when ctx ends
+	(*Cache).Refresh(ctx) error        // reload now (called after a local write so it is seen at once)
+	(*Cache).ClientByKeyHash(h) (Client, bool)
+	(*Cache).ClientByDomain(domain) (Client, bool)
+	(*Cache).Rule(clientID, name) (Rule, bool)
+	(*Cache).DescriptorRules(clientID) []Rule   // rules with Descriptors, in creation order
+	(*Cache).Exempt(clientID, identifier) bool
+
+Usage recorder (NewUsageRecorder(db *DB, every time.Duration, log *slog.Logger) *UsageRecorder):
+	(*UsageRecorder).Record(clientID, algorithm string, allowed bool)   // lock-cheap, never blocks on the DB
+	(*UsageRecorder).Run(ctx) error      // flushes every `every`; on ctx end flushes once more (with its own short deadline) and returns
+	(*UsageRecorder).Usage(ctx, clientID) (Usage, error)   // DB + not yet flushed; failed flushes are kept and retried, never dropped
+*/
