@@ -1,0 +1,136 @@
+package algorithms
+
+import (
+	"math"
+	"time"
+)
+
+// The decision arithmetic, in integer microseconds. The Lua scripts compute
+// exactly the same (same operations in the same order, IEEE doubles), so the
+// memory and Redis stores give identical decisions; the conformance suite
+// checks that they do.
+
+// windowState is the state of a fixed or sliding window: the start of the
+// window it counts (µs), its count, and (sliding only) the previous window's.
+type windowState struct {
+	start, count, prev int64
+}
+
+// tokenState is a token bucket: tokens at the moment ts (µs).
+type tokenState struct {
+	tokens float64
+	ts     int64
+}
+
+// outcome is a decision in microseconds, plus how long the state must be kept.
+type outcome struct {
+	allowed          bool
+	remaining        int64
+	resetUS, retryUS int64
+	ttlUS            int64 // > 0 when the state was written
+	wrote            bool
+}
+
+func (o outcome) decision(limit, nowUS int64) Decision {
+	return Decision{
+		Allowed:    o.allowed,
+		Limit:      limit,
+		Remaining:  o.remaining,
+		ResetAfter: time.Duration(o.resetUS) * time.Microsecond,
+		RetryAfter: time.Duration(o.retryUS) * time.Microsecond,
+		Now:        time.UnixMicro(nowUS),
+	}
+}
+
+// decideFixed applies fixed_window.lua's rule to st (nil = no state).
+func decideFixed(st *windowState, nowUS, windowUS, limit, hits int64) (windowState, outcome) {
+	start := nowUS - nowUS%windowUS
+	var count int64
+	if st != nil && st.start == start {
+		count = st.count
+	}
+	o := outcome{resetUS: start + windowUS - nowUS}
+	o.allowed = count+hits <= limit
+	if o.allowed && hits > 0 {
+		count += hits
+		o.wrote = true
+		o.ttlUS = o.resetUS
+	}
+	if !o.allowed {
+		o.retryUS = o.resetUS
+	}
+	o.remaining = max(0, limit-count)
+	return windowState{start: start, count: count}, o
+}
+
+// decideSliding applies sliding_window.lua's rule to st (nil = no state).
+func decideSliding(st *windowState, nowUS, windowUS, limit, hits int64) (windowState, outcome) {
+	start := nowUS - nowUS%windowUS
+	var count, prev int64
+	if st != nil {
+		switch st.start {
+		case start:
+			count, prev = st.count, st.prev
+		case start - windowUS:
+			prev = st.count
+		}
+	}
+	elapsed := nowUS - start
+	used := float64(prev)*float64(windowUS-elapsed)/float64(windowUS) + float64(count)
+	o := outcome{resetUS: windowUS - elapsed}
+	o.allowed = used+float64(hits) <= float64(limit)
+	if o.allowed && hits > 0 {
+		count += hits
+		used += float64(hits)
+		o.wrote = true
+		o.ttlUS = start + 2*windowUS - nowUS
+	}
+	if !o.allowed {
+		switch {
+		case hits > limit:
+			o.retryUS = o.resetUS
+		case count+hits <= limit:
+			// Admitted later in this window, once enough of the previous
+			// window's weight has slid out.
+			o.retryUS = int64(math.Ceil(float64(windowUS-elapsed) - float64(limit-hits-count)*float64(windowUS)/float64(prev)))
+		default:
+			// Admitted in the next window, once enough of this window's
+			// count has slid out.
+			o.retryUS = (windowUS - elapsed) + int64(math.Ceil(float64(windowUS)-float64(limit-hits)*float64(windowUS)/float64(count)))
+		}
+	}
+	o.remaining = max(0, int64(math.Floor(float64(limit)-used)))
+	return windowState{start: start, count: count, prev: prev}, o
+}
+
+// decideToken applies token_bucket.lua's rule to st (nil = a full bucket).
+// rate is in tokens per second.
+func decideToken(st *tokenState, nowUS, limit int64, rate float64, hits int64) (tokenState, outcome) {
+	tokens := float64(limit)
+	if st != nil {
+		elapsed := nowUS - st.ts
+		if elapsed < 0 {
+			elapsed = 0
+		}
+		tokens = math.Min(float64(limit), st.tokens+float64(elapsed)*rate/1e6)
+	}
+	var o outcome
+	o.allowed = tokens >= float64(hits)
+	if o.allowed && hits > 0 {
+		tokens -= float64(hits)
+		o.wrote = true
+	}
+	o.resetUS = int64(math.Ceil((float64(limit) - tokens) / rate * 1e6))
+	if o.wrote {
+		o.ttlUS = max(o.resetUS, 1000)
+	}
+	if !o.allowed {
+		if hits > limit {
+			o.retryUS = o.resetUS
+		} else {
+			o.retryUS = int64(math.Ceil((float64(hits) - tokens) / rate * 1e6))
+		}
+	}
+	o.remaining = int64(math.Floor(tokens))
+	return tokenState{tokens: tokens, ts: nowUS}, o
+}
