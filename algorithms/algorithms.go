@@ -12,8 +12,12 @@
 //   - SlidingWindow: like FixedWindow, but a request also sees the previous
 //     window's count weighted by how much of it still overlaps the sliding
 //     window ending now: used = previous × (1 − elapsed/Window) + current.
-//     A request is admitted when used + hits ≤ Limit. This is an approximation
-//     of an exact sliding log; MaxSlidingOverAdmission states its bound.
+//     A request is admitted when used + hits ≤ Limit. This approximates an
+//     exact sliding log: it assumes the previous window's traffic was spread
+//     evenly. In the worst case (all of the previous window's hits at its very
+//     end) a span of length Window can hold up to 2×Limit−1 admitted hits; for
+//     traffic spread over the window it stays within a few percent of Limit.
+//     docs/algorithms.md has the measured figures.
 //
 //   - TokenBucket: a bucket of capacity Limit holds tokens, refilled
 //     continuously at RefillRate tokens per second (default Limit/Window, or

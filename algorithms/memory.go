@@ -3,6 +3,7 @@ package algorithms
 import (
 	"context"
 	"hash/maphash"
+	"strings"
 	"sync"
 	"time"
 )
@@ -133,6 +134,11 @@ func (s *MemoryStore) Reset(ctx context.Context, scope, identifier string, alg A
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
+	if alg != "" {
+		if _, err := ParseAlgorithm(string(alg)); err != nil {
+			return 0, err
+		}
+	}
 	id := identity{scope, identifier}
 	code := algCode(alg)
 	sh := s.shard(id)
@@ -141,7 +147,7 @@ func (s *MemoryStore) Reset(ctx context.Context, scope, identifier string, alg A
 	nowUS := s.now().UnixMicro()
 	n := 0
 	for member, st := range sh.idents[id] {
-		if code != "" && member[:len(code)] != code {
+		if code != "" && !strings.HasPrefix(member, code+":") {
 			continue
 		}
 		if st.expiresUS > nowUS {

@@ -1,0 +1,397 @@
+package algorithms
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"testing"
+	"time"
+)
+
+// t0 is aligned to every window the suite uses (1 s, 60 s, 3600 s).
+var t0 = time.Unix(1_700_002_800, 0)
+
+type step struct {
+	advance time.Duration
+	hits    int64
+	want    want
+}
+
+type want struct {
+	allowed   bool
+	remaining int64
+	reset     time.Duration
+	retry     time.Duration
+}
+
+func ok(remaining int64, reset time.Duration) want {
+	return want{allowed: true, remaining: remaining, reset: reset}
+}
+
+func deny(remaining int64, reset, retry time.Duration) want {
+	return want{remaining: remaining, reset: reset, retry: retry}
+}
+
+func repeat(n int, f func(i int) step) []step {
+	s := make([]step, n)
+	for i := range s {
+		s[i] = f(i)
+	}
+	return s
+}
+
+func join(parts ...[]step) []step {
+	var s []step
+	for _, p := range parts {
+		s = append(s, p...)
+	}
+	return s
+}
+
+var conformanceCases = []struct {
+	name  string
+	limit Limit
+	steps []step
+}{
+	{
+		name:  "fixed window allows the limit, then denies until the next window",
+		limit: Limit{Algorithm: FixedWindow, Limit: 3, Window: time.Minute},
+		steps: []step{
+			{0, 1, ok(2, time.Minute)},
+			{time.Second, 1, ok(1, 59 * time.Second)},
+			{0, 1, ok(0, 59 * time.Second)},
+			{0, 1, deny(0, 59*time.Second, 59*time.Second)},
+			{58500 * time.Millisecond, 1, deny(0, 500*time.Millisecond, 500*time.Millisecond)},
+			{500 * time.Millisecond, 1, ok(2, time.Minute)},
+		},
+	},
+	{
+		name:  "fixed window hits above one, rejected requests consume nothing",
+		limit: Limit{Algorithm: FixedWindow, Limit: 5, Window: time.Minute},
+		steps: []step{
+			{0, 3, ok(2, time.Minute)},
+			{0, 3, deny(2, time.Minute, time.Minute)},
+			{0, 2, ok(0, time.Minute)},
+			{0, 0, ok(0, time.Minute)}, // peek
+			{0, 1, deny(0, time.Minute, time.Minute)},
+		},
+	},
+	{
+		name:  "fixed window request larger than the limit is never admitted",
+		limit: Limit{Algorithm: FixedWindow, Limit: 5, Window: time.Minute},
+		steps: []step{
+			{0, 6, deny(5, time.Minute, time.Minute)},
+			{0, 5, ok(0, time.Minute)},
+		},
+	},
+	{
+		name:  "fixed window peek changes nothing",
+		limit: Limit{Algorithm: FixedWindow, Limit: 2, Window: time.Second},
+		steps: []step{
+			{0, 0, ok(2, time.Second)},
+			{0, 0, ok(2, time.Second)},
+			{0, 1, ok(1, time.Second)},
+			{0, 0, ok(1, time.Second)},
+		},
+	},
+	{
+		name:  "fixed window skips empty windows",
+		limit: Limit{Algorithm: FixedWindow, Limit: 2, Window: time.Second},
+		steps: []step{
+			{0, 2, ok(0, time.Second)},
+			{3*time.Second + 250*time.Millisecond, 1, ok(1, 750 * time.Millisecond)},
+		},
+	},
+	{
+		name:  "sliding window counts the weighted previous window",
+		limit: Limit{Algorithm: SlidingWindow, Limit: 10, Window: time.Minute},
+		steps: join(
+			repeat(10, func(i int) step { return step{0, 1, ok(int64(9-i), time.Minute)} }),
+			// Full: admitted again 6 s into the next window, when 10×0.9+1 ≤ 10.
+			[]step{{0, 1, deny(0, time.Minute, 66*time.Second)}},
+			// 30 s into the next window the previous 10 weigh 5.
+			[]step{{90 * time.Second, 1, ok(4, 30*time.Second)}},
+			repeat(4, func(i int) step { return step{0, 1, ok(int64(3-i), 30*time.Second)} }),
+			// used = 5 + 5 = 10: admitted at 36 s, when the previous weighs 4.
+			[]step{{0, 1, deny(0, 30*time.Second, 6*time.Second)}},
+			[]step{{6 * time.Second, 1, ok(0, 24*time.Second)}},
+		),
+	},
+	{
+		name:  "sliding window forgets after two idle windows",
+		limit: Limit{Algorithm: SlidingWindow, Limit: 4, Window: time.Second},
+		steps: []step{
+			{0, 4, ok(0, time.Second)},
+			{time.Second, 0, ok(0, time.Second)}, // previous weighs 4 at the start
+			{500 * time.Millisecond, 0, ok(2, 500 * time.Millisecond)},
+			{2 * time.Second, 1, ok(3, 500 * time.Millisecond)},
+		},
+	},
+	{
+		name:  "sliding window hits above one and larger than the limit",
+		limit: Limit{Algorithm: SlidingWindow, Limit: 5, Window: time.Minute},
+		steps: []step{
+			{0, 6, deny(5, time.Minute, time.Minute)},
+			{0, 3, ok(2, time.Minute)},
+			{0, 3, deny(2, time.Minute, 80*time.Second)}, // at 80 s: 3×(2/3)+3 ≤ 5
+			{0, 2, ok(0, time.Minute)},
+		},
+	},
+	{
+		name:  "token bucket drains then refills at limit/window",
+		limit: Limit{Algorithm: TokenBucket, Limit: 10, Window: 10 * time.Second},
+		steps: join(
+			repeat(10, func(i int) step { return step{0, 1, ok(int64(9-i), time.Duration(i+1)*time.Second)} }),
+			[]step{
+				{0, 1, deny(0, 10*time.Second, time.Second)},
+				{500 * time.Millisecond, 1, deny(0, 9500*time.Millisecond, 500*time.Millisecond)},
+				{500 * time.Millisecond, 1, ok(0, 10*time.Second)},
+				{5 * time.Second, 3, ok(2, 8*time.Second)},
+				{0, 0, ok(2, 8*time.Second)}, // peek
+				{0, 3, deny(2, 8*time.Second, time.Second)},
+				{time.Hour, 0, ok(10, 0)}, // full again
+			},
+		),
+	},
+	{
+		name:  "token bucket explicit refill rate and oversized request",
+		limit: Limit{Algorithm: TokenBucket, Limit: 4, RefillRate: 2},
+		steps: []step{
+			{0, 4, ok(0, 2 * time.Second)},
+			{250 * time.Millisecond, 1, deny(0, 1750*time.Millisecond, 250*time.Millisecond)},
+			{250 * time.Millisecond, 1, ok(0, 2 * time.Second)},
+			{0, 5, deny(0, 2*time.Second, 2*time.Second)},
+		},
+	},
+	{
+		name:  "token bucket default refill is limit/60 without a window",
+		limit: Limit{Algorithm: TokenBucket, Limit: 60},
+		steps: []step{
+			{0, 60, ok(0, time.Minute)},
+			{0, 1, deny(0, time.Minute, time.Second)},
+			{time.Second, 1, ok(0, time.Minute)},
+		},
+	},
+}
+
+func TestConformance(t *testing.T) {
+	for _, f := range storeFactories() {
+		t.Run(f.name, func(t *testing.T) {
+			for _, tc := range conformanceCases {
+				t.Run(tc.name, func(t *testing.T) {
+					clock := &fakeClock{now: t0}
+					s := f.make(t, clock.Now)
+					key := Key{Scope: uniqueScope(t), Identifier: "user_123"}
+					for i, st := range tc.steps {
+						clock.Advance(st.advance)
+						ds, err := s.Check(context.Background(), []Request{{Key: key, Limit: tc.limit, Hits: st.hits}})
+						if err != nil {
+							t.Fatalf("step %d: %v", i, err)
+						}
+						d := ds[0]
+						got := want{d.Allowed, d.Remaining, d.ResetAfter, d.RetryAfter}
+						if got != st.want {
+							t.Fatalf("step %d (hits %d): got %+v, want %+v", i, st.hits, got, st.want)
+						}
+						if d.Limit != tc.limit.Limit {
+							t.Errorf("step %d: Limit = %d, want %d", i, d.Limit, tc.limit.Limit)
+						}
+						if !d.Now.Equal(clock.Now()) {
+							t.Errorf("step %d: Now = %v, want %v", i, d.Now, clock.Now())
+						}
+					}
+				})
+			}
+		})
+	}
+}
+
+// TestConformanceBatch checks that a batch decides each request as if alone,
+// in order, and that one bad request fails the batch before anything counts.
+func TestConformanceBatch(t *testing.T) {
+	for _, f := range storeFactories() {
+		t.Run(f.name, func(t *testing.T) {
+			clock := &fakeClock{now: t0}
+			s := f.make(t, clock.Now)
+			scope := uniqueScope(t)
+			ctx := context.Background()
+			fw := Limit{Algorithm: FixedWindow, Limit: 2, Window: time.Minute}
+			tb := Limit{Algorithm: TokenBucket, Limit: 1, Window: time.Minute}
+			batch := []Request{
+				{Key: Key{scope, "a", ""}, Limit: fw, Hits: 1},
+				{Key: Key{scope, "a", ""}, Limit: fw, Hits: 1},
+				{Key: Key{scope, "a", ""}, Limit: fw, Hits: 1},
+				{Key: Key{scope, "b", ""}, Limit: tb, Hits: 1},
+			}
+			ds, err := s.Check(ctx, batch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			gotAllowed := []bool{}
+			for _, d := range ds {
+				gotAllowed = append(gotAllowed, d.Allowed)
+			}
+			if fmt.Sprint(gotAllowed) != "[true true false true]" {
+				t.Fatalf("allowed = %v, want [true true false true]", gotAllowed)
+			}
+
+			bad := []Request{
+				{Key: Key{scope, "c", ""}, Limit: fw, Hits: 1},
+				{Key: Key{scope, "c", ""}, Limit: Limit{Algorithm: FixedWindow, Limit: 0, Window: time.Minute}, Hits: 1},
+			}
+			if _, err := s.Check(ctx, bad); !errors.Is(err, ErrInvalid) {
+				t.Fatalf("bad batch: err = %v, want ErrInvalid", err)
+			}
+			ds, err = s.Check(ctx, []Request{{Key: Key{scope, "c", ""}, Limit: fw, Hits: 0}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ds[0].Remaining != 2 {
+				t.Errorf("after a refused batch remaining = %d, want 2 (nothing counted)", ds[0].Remaining)
+			}
+			if ds, err := s.Check(ctx, nil); err != nil || len(ds) != 0 {
+				t.Errorf("empty batch = %v, %v; want no decisions, no error", ds, err)
+			}
+		})
+	}
+}
+
+// TestConformanceIsolation checks that state is shared exactly when keys are
+// equal: different limits, names, scopes and identifiers never collide, even
+// when their text would join to the same string.
+func TestConformanceIsolation(t *testing.T) {
+	for _, f := range storeFactories() {
+		t.Run(f.name, func(t *testing.T) {
+			clock := &fakeClock{now: t0}
+			s := f.make(t, clock.Now)
+			scope := uniqueScope(t)
+			ctx := context.Background()
+			minute := Limit{Algorithm: FixedWindow, Limit: 1, Window: time.Minute}
+			hour := Limit{Algorithm: FixedWindow, Limit: 1, Window: time.Hour}
+			keys := []struct {
+				key   Key
+				limit Limit
+			}{
+				{Key{scope, "bob", ""}, minute},
+				{Key{scope, "bob", ""}, hour},
+				{Key{scope, "bob", "rule-a"}, minute},
+				{Key{scope, "bob", "rule-b"}, minute},
+				{Key{scope, "bob:1", ""}, minute},
+				{Key{scope + ":bob", "1", ""}, minute},
+				{Key{scope, "bob}", ""}, minute},
+				{Key{scope, "bob%3A1", ""}, minute},
+				{Key{scope, "bob", ""}, Limit{Algorithm: SlidingWindow, Limit: 1, Window: time.Minute}},
+				{Key{scope, "bob", ""}, Limit{Algorithm: TokenBucket, Limit: 1, Window: time.Minute}},
+				{Key{scope, "bob", ""}, Limit{Algorithm: TokenBucket, Limit: 1, RefillRate: 0.5}},
+			}
+			for i, k := range keys {
+				ds, err := s.Check(ctx, []Request{{Key: k.key, Limit: k.limit, Hits: 1}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !ds[0].Allowed {
+					t.Errorf("key %d %+v %+v: denied on its first request: it shares state with an earlier key", i, k.key, k.limit)
+				}
+			}
+		})
+	}
+}
+
+func TestConformanceReset(t *testing.T) {
+	for _, f := range storeFactories() {
+		t.Run(f.name, func(t *testing.T) {
+			clock := &fakeClock{now: t0}
+			s := f.make(t, clock.Now)
+			scope := uniqueScope(t)
+			ctx := context.Background()
+			fw := Limit{Algorithm: FixedWindow, Limit: 1, Window: time.Minute}
+			sw := Limit{Algorithm: SlidingWindow, Limit: 1, Window: time.Minute}
+			tb := Limit{Algorithm: TokenBucket, Limit: 1, Window: time.Minute}
+			use := func(id, name string, l Limit) {
+				t.Helper()
+				if _, err := s.Check(ctx, []Request{{Key: Key{scope, id, name}, Limit: l, Hits: 1}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			allowed := func(id, name string, l Limit) bool {
+				t.Helper()
+				ds, err := s.Check(ctx, []Request{{Key: Key{scope, id, name}, Limit: l, Hits: 0}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return ds[0].Remaining == l.Limit
+			}
+			use("bob", "", fw)
+			use("bob", "r1", fw)
+			use("bob", "", sw)
+			use("bob", "", tb)
+			use("bob:1", "", fw)
+			use("bo", "", fw)
+
+			n, err := s.Reset(ctx, scope, "bob", FixedWindow)
+			if err != nil || n != 2 {
+				t.Fatalf("Reset(bob, fixed_window) = %d, %v; want 2, nil", n, err)
+			}
+			if !allowed("bob", "", fw) || !allowed("bob", "r1", fw) {
+				t.Error("bob's fixed windows still counted after reset")
+			}
+			if allowed("bob", "", sw) || allowed("bob", "", tb) {
+				t.Error("reset of fixed_window also reset other algorithms")
+			}
+			n, err = s.Reset(ctx, scope, "bob", "")
+			if err != nil || n != 2 {
+				t.Fatalf("Reset(bob) = %d, %v; want 2, nil", n, err)
+			}
+			if !allowed("bob", "", sw) || !allowed("bob", "", tb) {
+				t.Error("bob still counted after a full reset")
+			}
+			if allowed("bob:1", "", fw) || allowed("bo", "", fw) {
+				t.Error("resetting bob touched bob:1 or bo")
+			}
+			n, err = s.Reset(ctx, scope, "nobody", "")
+			if err != nil || n != 0 {
+				t.Errorf("Reset(nobody) = %d, %v; want 0, nil", n, err)
+			}
+			if _, err := s.Reset(ctx, scope, "bob", "leaky_bucket"); !errors.Is(err, ErrInvalid) {
+				t.Errorf("Reset with unknown algorithm: err = %v, want ErrInvalid", err)
+			}
+		})
+	}
+}
+
+func TestConformanceInvalid(t *testing.T) {
+	key := Key{Scope: "s", Identifier: "i"}
+	cases := []struct {
+		name string
+		req  Request
+	}{
+		{"limit zero", Request{key, Limit{Algorithm: FixedWindow, Limit: 0, Window: time.Minute}, 1}},
+		{"limit negative", Request{key, Limit{Algorithm: SlidingWindow, Limit: -5, Window: time.Minute}, 1}},
+		{"limit too large", Request{key, Limit{Algorithm: FixedWindow, Limit: MaxLimit + 1, Window: time.Minute}, 1}},
+		{"window zero", Request{key, Limit{Algorithm: FixedWindow, Limit: 1}, 1}},
+		{"window negative", Request{key, Limit{Algorithm: SlidingWindow, Limit: 1, Window: -time.Second}, 1}},
+		{"window too long", Request{key, Limit{Algorithm: FixedWindow, Limit: 1, Window: MaxWindow + 1}, 1}},
+		{"token bucket negative window", Request{key, Limit{Algorithm: TokenBucket, Limit: 1, Window: -time.Second}, 1}},
+		{"refill NaN", Request{key, Limit{Algorithm: TokenBucket, Limit: 1, RefillRate: math.NaN()}, 1}},
+		{"refill negative", Request{key, Limit{Algorithm: TokenBucket, Limit: 1, RefillRate: -1}, 1}},
+		{"refill infinite", Request{key, Limit{Algorithm: TokenBucket, Limit: 1, RefillRate: math.Inf(1)}, 1}},
+		{"refill absurd", Request{key, Limit{Algorithm: TokenBucket, Limit: 1, RefillRate: 1e12}, 1}},
+		{"unknown algorithm", Request{key, Limit{Algorithm: "leaky_bucket", Limit: 1, Window: time.Minute}, 1}},
+		{"empty algorithm", Request{key, Limit{Limit: 1, Window: time.Minute}, 1}},
+		{"negative hits", Request{key, Limit{Algorithm: FixedWindow, Limit: 1, Window: time.Minute}, -1}},
+		{"empty identifier", Request{Key{Scope: "s"}, Limit{Algorithm: FixedWindow, Limit: 1, Window: time.Minute}, 1}},
+		{"empty scope", Request{Key{Identifier: "i"}, Limit{Algorithm: FixedWindow, Limit: 1, Window: time.Minute}, 1}},
+	}
+	for _, f := range storeFactories() {
+		t.Run(f.name, func(t *testing.T) {
+			s := f.make(t, nil)
+			for _, tc := range cases {
+				ds, err := s.Check(context.Background(), []Request{tc.req})
+				if !errors.Is(err, ErrInvalid) {
+					t.Errorf("%s: err = %v, decisions %v; want an error wrapping ErrInvalid", tc.name, err, ds)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,60 @@
+-- Sliding window: the previous window's count, weighted by how much of it
+-- still overlaps the window ending now, plus the current window's count:
+--   used = prev * (window - elapsed) / window + count
+-- A request is admitted when used + hits <= limit. A rejected request changes
+-- nothing; hits = 0 only reads.
+-- KEYS[1] state hash {s = window start µs, c = count, p = previous count}
+-- KEYS[2] the identifier's index set (for Reset)
+-- ARGV: now_us ("" = Redis TIME), limit, window_us, hits, index member
+-- Returns {allowed 0|1, remaining, reset_us, retry_us, now_us}
+local now
+if ARGV[1] == "" then
+  local t = redis.call("TIME")
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+else
+  now = tonumber(ARGV[1])
+end
+local limit = tonumber(ARGV[2])
+local window = tonumber(ARGV[3])
+local hits = tonumber(ARGV[4])
+
+local start = now - (now % window)
+local count, prev = 0, 0
+local st = redis.call("HMGET", KEYS[1], "s", "c", "p")
+if st[1] then
+  local s = tonumber(st[1])
+  if s == start then
+    count, prev = tonumber(st[2]), tonumber(st[3])
+  elseif s == start - window then
+    prev = tonumber(st[2])
+  end
+end
+
+local elapsed = now - start
+local used = prev * (window - elapsed) / window + count
+local reset = window - elapsed
+local allowed = used + hits <= limit
+local retry = 0
+if allowed and hits > 0 then
+  count = count + hits
+  used = used + hits
+  redis.call("HSET", KEYS[1], "s", start, "c", count, "p", prev)
+  local ttl = math.ceil((start + 2 * window - now) / 1000)
+  redis.call("PEXPIRE", KEYS[1], ttl)
+  redis.call("SADD", KEYS[2], ARGV[5])
+  if redis.call("PTTL", KEYS[2]) < ttl then
+    redis.call("PEXPIRE", KEYS[2], ttl)
+  end
+end
+if not allowed then
+  if hits > limit then
+    retry = reset
+  elseif count + hits <= limit then
+    retry = math.ceil((window - elapsed) - (limit - hits - count) * window / prev)
+  else
+    retry = (window - elapsed) + math.ceil(window - (limit - hits) * window / count)
+  end
+end
+local remaining = math.floor(limit - used)
+if remaining < 0 then remaining = 0 end
+return {allowed and 1 or 0, remaining, reset, retry, now}

@@ -1,0 +1,89 @@
+package algorithms
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// redisURL is the throw-away Redis that scripts/with-test-services.sh starts.
+func redisURL(t testing.TB) string {
+	t.Helper()
+	u := os.Getenv("THROTTLE_TEST_REDIS_URL")
+	if u == "" {
+		t.Fatal("THROTTLE_TEST_REDIS_URL is not set: run the tests via scripts/with-test-services.sh (make test)")
+	}
+	return u
+}
+
+// newRedisClient connects to the test Redis and closes the client at the end.
+func newRedisClient(t testing.TB, poolSize int) *redis.Client {
+	t.Helper()
+	opt, err := redis.ParseURL(redisURL(t))
+	if err != nil {
+		t.Fatalf("parse redis url: %v", err)
+	}
+	if poolSize > 0 {
+		opt.PoolSize = poolSize
+	}
+	rdb := redis.NewClient(opt)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		t.Fatalf("ping redis: %v", err)
+	}
+	t.Cleanup(func() { rdb.Close() })
+	return rdb
+}
+
+// uniqueScope gives each test its own scope, so tests sharing one Redis never
+// see each other's state.
+func uniqueScope(t testing.TB) string {
+	t.Helper()
+	b := make([]byte, 6)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return t.Name() + "-" + hex.EncodeToString(b)
+}
+
+// fakeClock is a settable clock shared by a test and a store.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// storeFactory builds a store on clock for the conformance suite.
+type storeFactory struct {
+	name string
+	make func(t *testing.T, clock func() time.Time) Store
+}
+
+func storeFactories() []storeFactory {
+	return []storeFactory{
+		{"memory", func(t *testing.T, clock func() time.Time) Store {
+			return NewMemoryStore(MemoryOptions{Now: clock})
+		}},
+		{"redis", func(t *testing.T, clock func() time.Time) Store {
+			return NewRedisStore(newRedisClient(t, 0), RedisOptions{Now: clock})
+		}},
+	}
+}
