@@ -2,8 +2,15 @@
 // SQLite (the embedded default, pure Go) or PostgreSQL (pgx), and caches them
 // in memory so the hot path never reads the database.
 //
-// CONTRACT FILE: the types and method signatures below are the API the rest of
-// Throttle codes against. Implementations live beside this file.
+// The API, in short (see each declaration for details):
+//
+//   - Open connects to "sqlite://PATH" or "postgres://…" and applies the
+//     embedded migrations; Migrate runs "up", "down" or "version" by hand.
+//   - *DB reads and writes clients, rules, exemptions and usage counts; every
+//     write to clients, rules and exemptions bumps a revision counter.
+//   - *Cache holds an immutable, lock-free copy of everything the hot path
+//     needs and reloads it when the revision changes (on any replica).
+//   - *UsageRecorder counts decisions in memory and adds them in batches.
 package store
 
 import (
@@ -88,7 +95,7 @@ type ClientKey struct {
 }
 
 /*
-The *DB type (implemented beside this file) offers:
+The *DB type offers:
 
 	Open(ctx, databaseURL string, log *slog.Logger) (*DB, error)
 	    databaseURL: "sqlite://PATH" (":memory:" not allowed), "sqlite:PATH",

@@ -1,0 +1,69 @@
+package store
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// RegisterPoolMetrics registers the database connection pool's statistics
+// with reg, read at scrape time:
+//
+//	throttle_db_max_open_connections        gauge
+//	throttle_db_open_connections            gauge
+//	throttle_db_in_use_connections          gauge
+//	throttle_db_idle_connections            gauge
+//	throttle_db_wait_count_total            counter
+//	throttle_db_wait_duration_seconds_total counter
+//
+// Each carries a "dialect" label ("sqlite" or "postgres").
+func (db *DB) RegisterPoolMetrics(reg prometheus.Registerer) error {
+	if err := reg.Register(newPoolCollector(db)); err != nil {
+		return fmt.Errorf("register database pool metrics: %w", err)
+	}
+	return nil
+}
+
+type poolCollector struct {
+	db                                      *DB
+	maxOpen, open, inUse, idle, waits, wait *prometheus.Desc
+}
+
+func newPoolCollector(db *DB) *poolCollector {
+	labels := prometheus.Labels{"dialect": db.dialect}
+	desc := func(name, help string) *prometheus.Desc {
+		return prometheus.NewDesc("throttle_db_"+name, help, nil, labels)
+	}
+	return &poolCollector{
+		db:      db,
+		maxOpen: desc("max_open_connections", "Maximum number of open connections to the database."),
+		open:    desc("open_connections", "Established connections to the database, in use and idle."),
+		inUse:   desc("in_use_connections", "Connections to the database currently in use."),
+		idle:    desc("idle_connections", "Idle connections to the database."),
+		waits:   desc("wait_count_total", "Times a query waited for a free database connection."),
+		wait:    desc("wait_duration_seconds_total", "Total time spent waiting for a free database connection."),
+	}
+}
+
+func (p *poolCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{p.maxOpen, p.open, p.inUse, p.idle, p.waits, p.wait} {
+		ch <- d
+	}
+}
+
+func (p *poolCollector) Collect(ch chan<- prometheus.Metric) {
+	s := p.db.sql.Stats()
+	send := func(d *prometheus.Desc, t prometheus.ValueType, v float64) {
+		m, err := prometheus.NewConstMetric(d, t, v)
+		if err != nil {
+			m = prometheus.NewInvalidMetric(d, err)
+		}
+		ch <- m
+	}
+	send(p.maxOpen, prometheus.GaugeValue, float64(s.MaxOpenConnections))
+	send(p.open, prometheus.GaugeValue, float64(s.OpenConnections))
+	send(p.inUse, prometheus.GaugeValue, float64(s.InUse))
+	send(p.idle, prometheus.GaugeValue, float64(s.Idle))
+	send(p.waits, prometheus.CounterValue, float64(s.WaitCount))
+	send(p.wait, prometheus.CounterValue, s.WaitDuration.Seconds())
+}

@@ -1,0 +1,110 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+
+	"github.com/golang-migrate/migrate/v4"
+	"github.com/golang-migrate/migrate/v4/database"
+	pgxmigrate "github.com/golang-migrate/migrate/v4/database/pgx/v5"
+	sqlitemigrate "github.com/golang-migrate/migrate/v4/database/sqlite"
+	"github.com/golang-migrate/migrate/v4/source/iofs"
+
+	"github.com/throttle-rl/throttle/migrations"
+)
+
+// Migrate runs one migration command against databaseURL and reports the
+// schema version afterwards: "up" applies every pending migration, "down"
+// reverts one step, "version" only reports. A dirty database (a migration
+// failed half way) is reported as such, with an error, so an operator can
+// repair it; Open refuses to start on one.
+func Migrate(ctx context.Context, databaseURL string, cmd string) (version uint, dirty bool, err error) {
+	switch cmd {
+	case "up", "down", "version":
+	default:
+		return 0, false, fmt.Errorf("migrate: command %q is not one of up, down, version: %w", cmd, ErrInvalid)
+	}
+	dialect, sqlDB, err := openSQL(databaseURL)
+	if err != nil {
+		return 0, false, err
+	}
+	if err := sqlDB.PingContext(ctx); err != nil {
+		sqlDB.Close()
+		return 0, false, fmt.Errorf("migrate: connect to %s database: %w", dialect, err)
+	}
+
+	var (
+		driver database.Driver
+		source fs.FS
+	)
+	switch dialect {
+	case DialectSQLite:
+		source = migrations.SQLite()
+		driver, err = sqlitemigrate.WithInstance(sqlDB, &sqlitemigrate.Config{})
+	default:
+		source = migrations.Postgres()
+		driver, err = pgxmigrate.WithInstance(sqlDB, &pgxmigrate.Config{})
+	}
+	if err != nil {
+		sqlDB.Close()
+		return 0, false, fmt.Errorf("migrate: prepare %s database: %w", dialect, err)
+	}
+	src, err := iofs.New(source, ".")
+	if err != nil {
+		driver.Close()
+		return 0, false, fmt.Errorf("migrate: read embedded migrations: %w", err)
+	}
+	m, err := migrate.NewWithInstance("iofs", src, dialect, driver)
+	if err != nil {
+		src.Close()
+		driver.Close()
+		return 0, false, fmt.Errorf("migrate: %w", err)
+	}
+	// m.Close closes the source and the driver, and the driver closes sqlDB.
+	defer func() {
+		srcErr, dbErr := m.Close()
+		if err == nil {
+			err = errors.Join(srcErr, dbErr)
+		}
+	}()
+
+	// golang-migrate takes no context: stop it between migrations when ctx ends.
+	stop := context.AfterFunc(ctx, func() {
+		select {
+		case m.GracefulStop <- true:
+		default:
+		}
+	})
+	defer stop()
+
+	switch cmd {
+	case "up":
+		err = m.Up()
+	case "down":
+		err = m.Steps(-1)
+	}
+	if errors.Is(err, migrate.ErrNoChange) {
+		err = nil
+	}
+	if err != nil {
+		if cmd == "down" && errors.Is(err, os.ErrNotExist) {
+			err = fmt.Errorf("migrate down: no migration to revert, the schema is empty")
+		} else {
+			err = fmt.Errorf("migrate %s: %w", cmd, err)
+		}
+	}
+	v, d, verr := m.Version()
+	if errors.Is(verr, migrate.ErrNilVersion) {
+		return 0, false, err
+	}
+	if verr != nil && err == nil {
+		err = fmt.Errorf("migrate: read schema version: %w", verr)
+	}
+	if d && err == nil {
+		err = fmt.Errorf("migrate: schema version %d is dirty (a migration failed half way); repair the database, then force the version", v)
+	}
+	return v, d, err
+}

@@ -1,0 +1,162 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+const ruleColumns = `client_id, name, algorithm, "limit", window_seconds, refill_rate, descriptors, created_at`
+
+func scanRule(row rowScanner) (Rule, error) {
+	var (
+		r           Rule
+		windowSecs  int64
+		descriptors string
+	)
+	if err := row.Scan(&r.ClientID, &r.Name, &r.Algorithm, &r.Limit, &windowSecs, &r.RefillRate, &descriptors, timeScanner{&r.CreatedAt}); err != nil {
+		return Rule{}, err
+	}
+	r.Window = time.Duration(windowSecs) * time.Second
+	if descriptors != "" && descriptors != "[]" {
+		if err := json.Unmarshal([]byte(descriptors), &r.Descriptors); err != nil {
+			return Rule{}, fmt.Errorf("rule %q: decode descriptors: %w", r.Name, err)
+		}
+	}
+	return r, nil
+}
+
+// CreateRule stores r for r.ClientID and returns it with CreatedAt set. An
+// empty Algorithm takes the client's DefaultAlgorithm. A name the client
+// already uses is ErrConflict; an unknown client is ErrNotFound.
+func (db *DB) CreateRule(ctx context.Context, r Rule) (Rule, error) {
+	clientID, ok := clientUUID(r.ClientID)
+	if !ok {
+		return Rule{}, fmt.Errorf("client %q: %w", r.ClientID, ErrNotFound)
+	}
+	r.ClientID = clientID
+	if r.Algorithm == "" {
+		// Checked with a stand-in first so a bad rule is refused without a query.
+		probe := r
+		probe.Algorithm = TokenBucket
+		if _, err := normalizeRule(probe); err != nil {
+			return Rule{}, err
+		}
+		c, err := db.ClientByID(ctx, clientID)
+		if err != nil {
+			return Rule{}, err
+		}
+		r.Algorithm = c.DefaultAlgorithm
+	}
+	r, err := normalizeRule(r)
+	if err != nil {
+		return Rule{}, err
+	}
+	descriptors := []byte("[]")
+	if len(r.Descriptors) > 0 {
+		if descriptors, err = json.Marshal(r.Descriptors); err != nil {
+			return Rule{}, fmt.Errorf("rule %q: encode descriptors: %w", r.Name, err)
+		}
+	}
+	r.CreatedAt = db.timestamp()
+	err = db.inTx(ctx, nil, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, db.q(`INSERT INTO rules
+			(client_id, name, algorithm, "limit", window_seconds, refill_rate, descriptors, created_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?)`),
+			r.ClientID, r.Name, r.Algorithm, r.Limit, int64(r.Window/time.Second), r.RefillRate, string(descriptors), r.CreatedAt)
+		if err != nil {
+			return err
+		}
+		return db.bumpRevision(ctx, tx)
+	})
+	if err != nil {
+		switch kind, _ := classify(err); kind {
+		case uniqueViolation:
+			return Rule{}, fmt.Errorf("rule %q: %w", r.Name, ErrConflict)
+		case foreignKeyViolation:
+			return Rule{}, fmt.Errorf("client %q: %w", r.ClientID, ErrNotFound)
+		}
+		return Rule{}, fmt.Errorf("create rule %q: %w", r.Name, err)
+	}
+	return r, nil
+}
+
+// Rules returns the client's rules ordered by name.
+func (db *DB) Rules(ctx context.Context, clientID string) ([]Rule, error) {
+	id, ok := clientUUID(clientID)
+	if !ok {
+		return []Rule{}, nil
+	}
+	rows, err := db.sql.QueryContext(ctx, db.q(`SELECT `+ruleColumns+` FROM rules WHERE client_id = ? ORDER BY name`), id)
+	if err != nil {
+		return nil, fmt.Errorf("list rules: %w", err)
+	}
+	return collect(rows, scanRule, "list rules")
+}
+
+// Rule returns the client's rule called name; another client's rule of the
+// same name is ErrNotFound.
+func (db *DB) Rule(ctx context.Context, clientID, name string) (Rule, error) {
+	id, ok := clientUUID(clientID)
+	if !ok {
+		return Rule{}, fmt.Errorf("rule %q: %w", name, ErrNotFound)
+	}
+	r, err := scanRule(db.sql.QueryRowContext(ctx, db.q(`SELECT `+ruleColumns+` FROM rules WHERE client_id = ? AND name = ?`), id, name))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Rule{}, fmt.Errorf("rule %q: %w", name, ErrNotFound)
+	}
+	if err != nil {
+		return Rule{}, fmt.Errorf("get rule %q: %w", name, err)
+	}
+	return r, nil
+}
+
+// DeleteRule deletes the client's rule called name, or returns ErrNotFound.
+func (db *DB) DeleteRule(ctx context.Context, clientID, name string) error {
+	id, ok := clientUUID(clientID)
+	if !ok {
+		return fmt.Errorf("rule %q: %w", name, ErrNotFound)
+	}
+	return db.deleteOne(ctx, `DELETE FROM rules WHERE client_id = ? AND name = ?`, fmt.Sprintf("rule %q", name), id, name)
+}
+
+// deleteOne runs a DELETE and bumps the revision when it removed a row;
+// what names the row in errors.
+func (db *DB) deleteOne(ctx context.Context, query, what string, args ...any) error {
+	errNone := fmt.Errorf("%s: %w", what, ErrNotFound)
+	err := db.inTx(ctx, nil, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, db.q(query), args...)
+		if err != nil {
+			return fmt.Errorf("delete %s: %w", what, err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return fmt.Errorf("delete %s: %w", what, err)
+		}
+		if n == 0 {
+			return errNone
+		}
+		return db.bumpRevision(ctx, tx)
+	})
+	return err
+}
+
+// collect scans every row with scan and closes rows; the result is never nil.
+func collect[T any](rows *sql.Rows, scan func(rowScanner) (T, error), what string) ([]T, error) {
+	defer rows.Close()
+	out := []T{}
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+		out = append(out, v)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return out, nil
+}
