@@ -1,0 +1,180 @@
+package descriptors
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// Options changes how files combine into one Config.
+type Options struct {
+	// MergeDomains lets several files describe one domain, their descriptors
+	// merged (upstream's MERGE_DOMAIN_CONFIG). Optional; by default a domain
+	// in two files is an error.
+	MergeDomains bool
+}
+
+// Source is the content of one configuration file and the name errors use.
+type Source struct {
+	Name string
+	Data []byte
+}
+
+// Load parses and checks every source and builds one Config from them, in
+// order. It checks the whole configuration before returning: the error
+// joins every problem found (each a *ConfigError naming its source), and no
+// Config is returned unless there is none.
+func Load(opts Options, srcs ...Source) (*Config, error) {
+	var (
+		errs  []error
+		files []*File
+	)
+	for _, s := range srcs {
+		f, err := Parse(s.Name, s.Data)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		files = append(files, f)
+	}
+	c, err := Build(opts, files...)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return c, nil
+}
+
+// Build builds a Config from parsed files, in order, refusing a domain in
+// two files (unless opts.MergeDomains), duplicate descriptors, and anything
+// Parse refuses. Errors are joined *ConfigError values.
+func Build(opts Options, files ...*File) (*Config, error) {
+	c := &Config{domains: map[string]*Domain{}}
+	var errs []error
+	for _, f := range files {
+		if f.Domain == "" {
+			errs = append(errs, &ConfigError{File: f.Name, Msg: "config file cannot have empty domain"})
+			continue
+		}
+		d := c.domains[f.Domain]
+		if d == nil {
+			d = &Domain{name: f.Domain}
+			c.domains[f.Domain] = d
+		} else if !opts.MergeDomains {
+			errs = append(errs, &ConfigError{File: f.Name, Msg: fmt.Sprintf("duplicate domain '%s' in config file", f.Domain)})
+			continue
+		}
+		b := builder{file: f.Name}
+		b.add(&d.root, f.Domain, f.Descriptors, []string{"domain " + strconv.Quote(f.Domain)})
+		errs = append(errs, b.errs...)
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return c, nil
+}
+
+type builder struct {
+	file string
+	errs []error
+}
+
+func (b *builder) add(lvl *level, parentKey string, ds []Descriptor, path []string) {
+	for i, d := range ds {
+		p := append(path[:len(path):len(path)], fmt.Sprintf("descriptors[%d]", i))
+		s := d.spec()
+		fullKey := parentKey + "." + s.segment()
+		if err := s.check(); err != nil {
+			b.errs = append(b.errs, &ConfigError{File: b.file, Path: strings.Join(p, " › "), Msg: err.Error()})
+			continue
+		}
+		if lvl.find(d.Key, d.Value) != nil {
+			b.errs = append(b.errs, &ConfigError{File: b.file, Path: strings.Join(p, " › "),
+				Msg: fmt.Sprintf("duplicate descriptor composite key '%s'", fullKey)})
+			continue
+		}
+		n := lvl.add(s, fullKey)
+		b.add(&n.children, fullKey, d.Descriptors, p)
+	}
+}
+
+// LoadFiles loads the files at paths into one Config, as Load; errors name
+// each file by its path.
+func LoadFiles(opts Options, paths ...string) (*Config, error) {
+	srcs, err := readFiles(paths)
+	if err != nil {
+		return nil, err
+	}
+	return Load(opts, srcs...)
+}
+
+func readFiles(paths []string) ([]Source, error) {
+	var errs []error
+	srcs := make([]Source, 0, len(paths))
+	for _, p := range paths {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			errs = append(errs, err) // *PathError names the file
+			continue
+		}
+		srcs = append(srcs, Source{Name: p, Data: data})
+	}
+	return srcs, errors.Join(errs...)
+}
+
+// Check loads the files at paths as LoadFiles does and returns every
+// problem, or nil when the configuration is valid: what `throttle config
+// check FILE…` reports.
+func Check(opts Options, paths ...string) error {
+	srcs, err := readFiles(paths)
+	_, lerr := Load(opts, srcs...)
+	return errors.Join(err, lerr)
+}
+
+// LoadDir loads every *.yaml and *.yml file directly in dir (not in
+// subdirectories), in name order, as Load; errors name each file by its
+// path. Hidden names (starting with '.') are skipped, and so are the
+// "..data" directories and symlinks a Kubernetes ConfigMap volume holds;
+// the visible symlinks to its files are followed.
+func LoadDir(dir string, opts Options) (*Config, error) {
+	srcs, err := readDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	return Load(opts, srcs...)
+}
+
+// readDir reads the configuration files of dir, in name order.
+func readDir(dir string) ([]Source, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("read descriptors directory: %w", err)
+	}
+	var srcs []Source
+	for _, e := range entries {
+		name := e.Name()
+		ext := strings.ToLower(filepath.Ext(name))
+		if strings.HasPrefix(name, ".") || (ext != ".yaml" && ext != ".yml") {
+			continue
+		}
+		p := filepath.Join(dir, name)
+		fi, err := os.Stat(p) // follows symlinks
+		if err != nil {
+			return nil, fmt.Errorf("read descriptors directory: %w", err)
+		}
+		if !fi.Mode().IsRegular() {
+			continue
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return nil, fmt.Errorf("read descriptors directory: %w", err)
+		}
+		srcs = append(srcs, Source{Name: p, Data: data})
+	}
+	return srcs, nil
+}
