@@ -1,0 +1,113 @@
+package restapi
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/throttle-rl/throttle/algorithms"
+	"github.com/throttle-rl/throttle/store"
+)
+
+type meReply struct {
+	ClientID         string    `json:"client_id"`
+	Name             string    `json:"name"`
+	Email            string    `json:"email"`
+	Domain           string    `json:"domain"`
+	DefaultAlgorithm string    `json:"default_algorithm"`
+	CreatedAt        time.Time `json:"created_at"`
+}
+
+// handleMe says who the API key belongs to (never the key itself).
+func handleMe() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c := clientFrom(r.Context())
+		encode(w, r, http.StatusOK, meReply{
+			ClientID:         c.ID,
+			Name:             c.Name,
+			Email:            c.Email,
+			Domain:           c.Domain,
+			DefaultAlgorithm: c.DefaultAlgorithm,
+			CreatedAt:        c.CreatedAt.UTC(),
+		})
+	})
+}
+
+type statsReply struct {
+	ClientID    string           `json:"client_id"`
+	TotalChecks int64            `json:"total_checks"`
+	Allowed     int64            `json:"allowed"`
+	Rejected    int64            `json:"rejected"`
+	ByAlgorithm map[string]int64 `json:"by_algorithm"`
+}
+
+// handleStats reports the caller's /check counts. A key may only read its own
+// client's stats: any other client id is 403.
+func handleStats(usage *store.UsageRecorder) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c := clientFrom(r.Context())
+		if r.PathValue("client_id") != c.ID {
+			writeError(w, r, &apiError{http.StatusForbidden, "FORBIDDEN", "an API key can only read its own client's stats"})
+			return
+		}
+		u, err := usage.Usage(r.Context(), c.ID)
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		by := make(map[string]int64, len(algorithms.Algorithms))
+		for _, a := range algorithms.Algorithms {
+			by[string(a)] = u.ByAlgorithm[string(a)]
+		}
+		encode(w, r, http.StatusOK, statsReply{
+			ClientID:    c.ID,
+			TotalChecks: u.TotalChecks,
+			Allowed:     u.Allowed,
+			Rejected:    u.Rejected,
+			ByAlgorithm: by,
+		})
+	})
+}
+
+// handleHealth answers while the process serves HTTP (liveness).
+func handleHealth() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		encode(w, r, http.StatusOK, map[string]string{"status": "ok"})
+	})
+}
+
+type readyReply struct {
+	Status string            `json:"status"`
+	Checks map[string]string `json:"checks"`
+}
+
+// handleReady answers 200 when the database answers a ping and the limiter a
+// read-only check (hits 0), each within 2 seconds; else 503 (readiness).
+// Causes are logged, not shown.
+func handleReady(db *store.DB, limiter algorithms.Store) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		reply := readyReply{Status: "ready", Checks: map[string]string{"database": "ok", "limiter": "ok"}}
+		status := http.StatusOK
+		if err := db.Ping(ctx); err != nil {
+			logFrom(ctx).Warn("readiness: database", "err", err)
+			reply.Checks["database"] = "unavailable"
+			status = http.StatusServiceUnavailable
+		}
+		_, err := limiter.Check(ctx, []algorithms.Request{{
+			Key:   algorithms.Key{Scope: "_ready", Identifier: "probe"},
+			Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 1, Window: time.Second},
+			Hits:  0,
+		}})
+		if err != nil {
+			logFrom(ctx).Warn("readiness: limiter", "err", err)
+			reply.Checks["limiter"] = "unavailable"
+			status = http.StatusServiceUnavailable
+		}
+		if status != http.StatusOK {
+			reply.Status = "unavailable"
+		}
+		encode(w, r, status, reply)
+	})
+}

@@ -1,0 +1,319 @@
+package restapi
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/throttle-rl/throttle/algorithms"
+	"github.com/throttle-rl/throttle/store"
+)
+
+const (
+	maxIdentifierLen     = 256
+	defaultWarnThreshold = 0.2
+)
+
+// checkRequest is the body of POST /check and POST /check/ip. Pointers tell
+// a field left out from one given as zero.
+type checkRequest struct {
+	Identifier    *string  `json:"identifier"`
+	Limit         *int64   `json:"limit"`
+	Window        *int64   `json:"window"`
+	Algorithm     string   `json:"algorithm"`
+	Rule          string   `json:"rule"`
+	WarnThreshold *float64 `json:"warn_threshold"`
+	RefillRate    *float64 `json:"refill_rate"`
+	Hits          *int64   `json:"hits"`
+}
+
+// checkReply is the reply of POST /check and POST /check/ip.
+type checkReply struct {
+	Allowed    bool   `json:"allowed"`
+	Exempted   bool   `json:"exempted"`
+	Identifier string `json:"identifier"`
+	Limit      int64  `json:"limit"`
+	Remaining  int64  `json:"remaining"`
+	ResetAt    int64  `json:"reset_at"`
+	RetryAfter int64  `json:"retry_after"`
+	Algorithm  string `json:"algorithm"`
+	Rule       string `json:"rule,omitempty"`
+	Warning    bool   `json:"warning"`
+}
+
+// handleCheck decides one request of the caller's identifier (byIP false) or
+// of the caller's client IP (byIP true).
+//
+// Counters are keyed by (client id, identifier, name). The name is
+// "rule:<rule>" for a rule, and empty for an inline limit, which the engine
+// then names by algorithm, limit, window and refill rate, so two different
+// inline limits never share a counter. /check/ip is exactly /check with the
+// client IP as identifier: /check with identifier "203.0.113.7" and the same
+// limit counts against the same counter, and POST /reset with that
+// identifier clears it.
+func handleCheck(d Deps, m *metrics, byIP bool) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx := r.Context()
+		c := clientFrom(ctx)
+		req, err := decode[checkRequest](w, r)
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		var identifier string
+		if byIP {
+			if req.Identifier != nil {
+				writeError(w, r, invalidField("identifier must be left out on /check/ip: it is the client's IP address"))
+				return
+			}
+			identifier = clientIP(r, d.TrustedProxies)
+		} else {
+			if req.Identifier == nil || *req.Identifier == "" {
+				writeError(w, r, missingField("identifier is required"))
+				return
+			}
+			identifier = *req.Identifier
+			if utf8.RuneCountInString(identifier) > maxIdentifierLen {
+				writeError(w, r, invalidField(fmt.Sprintf("identifier is longer than %d characters", maxIdentifierLen)))
+				return
+			}
+		}
+		limit, name, err := resolveLimit(d.Cache, c, req)
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		threshold := defaultWarnThreshold
+		if t := req.WarnThreshold; t != nil {
+			if !(*t > 0 && *t < 1) {
+				writeError(w, r, invalidField("warn_threshold must be a number between 0 and 1, both excluded"))
+				return
+			}
+			threshold = *t
+		}
+		hits := int64(1)
+		if req.Hits != nil {
+			if *req.Hits < 0 || *req.Hits > algorithms.MaxLimit {
+				writeError(w, r, invalidField(fmt.Sprintf("hits must be between 0 and %d", int64(algorithms.MaxLimit))))
+				return
+			}
+			hits = *req.Hits
+		}
+		alg := string(limit.Algorithm)
+
+		if d.Cache.Exempt(c.ID, identifier) {
+			d.Usage.Record(c.ID, alg, true)
+			m.decisions.WithLabelValues("rest", alg, "exempt").Inc()
+			h := w.Header()
+			h.Set("X-RateLimit-Limit", strconv.FormatInt(limit.Limit, 10))
+			h.Set("X-RateLimit-Remaining", strconv.FormatInt(limit.Limit, 10))
+			h.Set("X-RateLimit-Algorithm", alg)
+			encode(w, r, http.StatusOK, checkReply{
+				Allowed: true, Exempted: true, Identifier: identifier,
+				Limit: limit.Limit, Remaining: limit.Limit, ResetAt: ceilUnix(d.Now()),
+				Algorithm: alg, Rule: req.Rule,
+			})
+			return
+		}
+
+		key := algorithms.Key{Scope: c.ID, Identifier: identifier, Name: name}
+		decs, err := d.Limiter.Check(ctx, []algorithms.Request{{Key: key, Limit: limit, Hits: hits}})
+		if err == nil && len(decs) != 1 {
+			err = fmt.Errorf("limiter returned %d decisions for 1 request", len(decs))
+		}
+		if err != nil {
+			if !errors.Is(err, algorithms.ErrInvalid) {
+				err = &backendError{err}
+			}
+			writeError(w, r, err)
+			return
+		}
+		dec := decs[0]
+		if dec.Limit == 0 {
+			dec.Limit = limit.Limit
+		}
+		d.Usage.Record(c.ID, alg, dec.Allowed)
+		outcome := "allowed"
+		if !dec.Allowed {
+			outcome = "rejected"
+		}
+		m.decisions.WithLabelValues("rest", alg, outcome).Inc()
+
+		reply := checkReply{
+			Allowed:    dec.Allowed,
+			Identifier: identifier,
+			Limit:      dec.Limit,
+			Remaining:  dec.Remaining,
+			ResetAt:    ceilUnix(dec.ResetAt()),
+			Algorithm:  alg,
+			Rule:       req.Rule,
+			Warning:    float64(dec.Remaining) < threshold*float64(dec.Limit),
+		}
+		if !dec.Allowed {
+			reply.RetryAfter = max(ceilSeconds(dec.RetryAfter), 1)
+		}
+		h := w.Header()
+		h.Set("X-RateLimit-Limit", strconv.FormatInt(reply.Limit, 10))
+		h.Set("X-RateLimit-Remaining", strconv.FormatInt(reply.Remaining, 10))
+		h.Set("X-RateLimit-Reset", strconv.FormatInt(reply.ResetAt, 10))
+		h.Set("X-RateLimit-Algorithm", alg)
+		if reply.Warning {
+			h.Set("X-RateLimit-Warning", "true")
+		}
+		if !reply.Allowed {
+			h.Set("Retry-After", strconv.FormatInt(reply.RetryAfter, 10))
+		}
+		encode(w, r, http.StatusOK, reply)
+	})
+}
+
+// resolveLimit returns the limit a check asks for and the counter name: the
+// rule's when it names one (its limit, window, algorithm and refill rate
+// override the request's), else the inline fields, with the client's default
+// algorithm when none is given.
+func resolveLimit(cache *store.Cache, c store.Client, req checkRequest) (algorithms.Limit, string, error) {
+	if req.Rule != "" {
+		rule, ok := cache.Rule(c.ID, req.Rule)
+		if !ok {
+			return algorithms.Limit{}, "", &apiError{http.StatusNotFound, "RULE_NOT_FOUND", fmt.Sprintf("rule %q not found", req.Rule)}
+		}
+		l := algorithms.Limit{
+			Algorithm:  algorithms.Algorithm(rule.Algorithm),
+			Limit:      rule.Limit,
+			Window:     rule.Window,
+			RefillRate: rule.RefillRate,
+		}
+		return l, "rule:" + rule.Name, nil
+	}
+
+	name := req.Algorithm
+	if name == "" {
+		name = c.DefaultAlgorithm
+	}
+	if name == "" {
+		name = string(algorithms.SlidingWindow)
+	}
+	alg, err := algorithms.ParseAlgorithm(name)
+	if err != nil {
+		return algorithms.Limit{}, "", invalidField("algorithm must be fixed_window, sliding_window or token_bucket")
+	}
+	if req.Limit == nil {
+		return algorithms.Limit{}, "", missingField("limit is required when no rule is named")
+	}
+	l, err := inlineLimit(alg, req.Limit, req.Window, req.RefillRate)
+	return l, "", err
+}
+
+// inlineLimit checks the limit, window (seconds) and refill rate given in a
+// request body, for /check and /rules alike.
+func inlineLimit(alg algorithms.Algorithm, limit, window *int64, refill *float64) (algorithms.Limit, error) {
+	l := algorithms.Limit{Algorithm: alg}
+	switch {
+	case limit == nil:
+		return l, missingField("limit is required")
+	case *limit <= 0 || *limit > algorithms.MaxLimit:
+		return l, invalidField(fmt.Sprintf("limit must be between 1 and %d", int64(algorithms.MaxLimit)))
+	}
+	l.Limit = *limit
+
+	maxWindow := int64(algorithms.MaxWindow / time.Second)
+	switch {
+	case window == nil && alg != algorithms.TokenBucket:
+		return l, missingField(fmt.Sprintf("window (seconds) is required for %s", alg))
+	case window == nil:
+	case *window <= 0 || *window > maxWindow:
+		return l, invalidField(fmt.Sprintf("window must be between 1 and %d seconds", maxWindow))
+	default:
+		l.Window = time.Duration(*window) * time.Second
+	}
+
+	if refill != nil {
+		switch r := *refill; {
+		case alg != algorithms.TokenBucket:
+			return l, invalidField(fmt.Sprintf("refill_rate applies only to token_bucket, not %s", alg))
+		case math.IsNaN(r) || r <= 0 || r > algorithms.MaxRefillRate:
+			return l, invalidField(fmt.Sprintf("refill_rate must be greater than 0 and at most %d tokens per second", int64(algorithms.MaxRefillRate)))
+		default:
+			l.RefillRate = r
+		}
+	}
+	if err := l.Validate(); err != nil {
+		return l, err
+	}
+	return l, nil
+}
+
+// resetRequest is the body of POST /reset.
+type resetRequest struct {
+	Identifier string `json:"identifier"`
+	Algorithm  string `json:"algorithm"`
+}
+
+type resetReply struct {
+	Message     string `json:"message"`
+	Identifier  string `json:"identifier"`
+	KeysDeleted int    `json:"keys_deleted"`
+}
+
+// handleReset forgets the counters of one of the caller's identifiers: every
+// limit on it, or only those of one algorithm. Other identifiers, and other
+// clients' identical identifiers, are untouched.
+func handleReset(limiter algorithms.Store) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c := clientFrom(r.Context())
+		req, err := decode[resetRequest](w, r)
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		if req.Identifier == "" {
+			writeError(w, r, missingField("identifier is required"))
+			return
+		}
+		var alg algorithms.Algorithm
+		if req.Algorithm != "" {
+			if alg, err = algorithms.ParseAlgorithm(req.Algorithm); err != nil {
+				writeError(w, r, invalidField("algorithm must be fixed_window, sliding_window or token_bucket"))
+				return
+			}
+		}
+		n, err := limiter.Reset(r.Context(), c.ID, req.Identifier, alg)
+		if err != nil {
+			if !errors.Is(err, algorithms.ErrInvalid) {
+				err = &backendError{err}
+			}
+			writeError(w, r, err)
+			return
+		}
+		encode(w, r, http.StatusOK, resetReply{Message: "Identifier reset successfully", Identifier: req.Identifier, KeysDeleted: n})
+	})
+}
+
+func missingField(msg string) error {
+	return &apiError{http.StatusBadRequest, "MISSING_FIELD", msg}
+}
+
+func invalidField(msg string) error {
+	return &apiError{http.StatusBadRequest, "INVALID_FIELD", msg}
+}
+
+// ceilUnix returns t in Unix seconds, rounded up.
+func ceilUnix(t time.Time) int64 {
+	s := t.Unix()
+	if t.Nanosecond() > 0 {
+		s++
+	}
+	return s
+}
+
+// ceilSeconds returns d in whole seconds, rounded up; 0 for d ≤ 0.
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}

@@ -1,0 +1,172 @@
+package restapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strings"
+
+	"github.com/throttle-rl/throttle/algorithms"
+	"github.com/throttle-rl/throttle/store"
+)
+
+// encode writes v as a JSON reply with status.
+func encode[T any](w http.ResponseWriter, r *http.Request, status int, v T) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		logFrom(r.Context()).Error("encode reply", "err", err)
+		status, body = http.StatusInternalServerError, []byte(`{"error":"internal error","code":"INTERNAL"}`)
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(body, '\n')) // an error here means the client went away
+}
+
+// decode reads the request body, at most maxBodyBytes of one JSON object, into
+// a T. Unknown fields are refused so that a typo ("windwo") is reported rather
+// than silently ignored. The errors it returns are *apiError.
+//
+// A missing Content-Type is accepted, and so is curl's default for -d
+// (application/x-www-form-urlencoded), since the product's own curl examples
+// send JSON that way; any other non-JSON type is 415.
+func decode[T any](w http.ResponseWriter, r *http.Request) (T, error) {
+	var v T
+	if err := checkContentType(r.Header.Get("Content-Type")); err != nil {
+		return v, err
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return v, errBodyTooLarge
+		}
+		return v, &apiError{http.StatusBadRequest, "INVALID_BODY", "could not read the request body"}
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		return v, &apiError{http.StatusBadRequest, "INVALID_JSON", "request body is empty; send a JSON object"}
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&v); err != nil {
+		return v, jsonError(err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return v, &apiError{http.StatusBadRequest, "INVALID_JSON", "request body must hold exactly one JSON object"}
+	}
+	return v, nil
+}
+
+var errBodyTooLarge = &apiError{http.StatusRequestEntityTooLarge, "BODY_TOO_LARGE", fmt.Sprintf("request body is larger than %d bytes", maxBodyBytes)}
+
+func checkContentType(ct string) error {
+	if ct == "" {
+		return nil
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	if err == nil && (mt == "application/json" || strings.HasSuffix(mt, "+json") || mt == "application/x-www-form-urlencoded") {
+		return nil
+	}
+	return &apiError{http.StatusUnsupportedMediaType, "UNSUPPORTED_MEDIA_TYPE", fmt.Sprintf("Content-Type %q is not supported; send application/json", ct)}
+}
+
+// jsonError turns a json.Decoder error into a 400 that names the problem.
+func jsonError(err error) error {
+	var syntax *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syntax):
+		return &apiError{http.StatusBadRequest, "INVALID_JSON", fmt.Sprintf("invalid JSON at byte %d: %s", syntax.Offset, strings.TrimPrefix(syntax.Error(), "json: "))}
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return &apiError{http.StatusBadRequest, "INVALID_JSON", "invalid JSON: unexpected end of body"}
+	case errors.As(err, &typ):
+		if typ.Field == "" {
+			return &apiError{http.StatusBadRequest, "INVALID_JSON", fmt.Sprintf("request body must be a JSON object, not %s", typ.Value)}
+		}
+		return &apiError{http.StatusBadRequest, "INVALID_FIELD", fmt.Sprintf("field %q must be %s, not %s", typ.Field, jsonTypeName(typ.Type.Kind().String()), typ.Value)}
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		return &apiError{http.StatusBadRequest, "UNKNOWN_FIELD", strings.TrimPrefix(err.Error(), "json: ")}
+	}
+	return &apiError{http.StatusBadRequest, "INVALID_JSON", "invalid JSON: " + strings.TrimPrefix(err.Error(), "json: ")}
+}
+
+func jsonTypeName(kind string) string {
+	switch kind {
+	case "int", "int8", "int16", "int32", "int64", "uint", "uint8", "uint16", "uint32", "uint64":
+		return "an integer"
+	case "float32", "float64":
+		return "a number"
+	case "string":
+		return "a string"
+	case "bool":
+		return "true or false"
+	case "slice", "array":
+		return "an array"
+	case "struct", "map":
+		return "an object"
+	}
+	return "of another type"
+}
+
+// apiError is an error with the status, code and message a client sees.
+type apiError struct {
+	status  int
+	code    string
+	message string
+}
+
+func (e *apiError) Error() string { return e.message }
+
+// errorReply is the body of every error reply.
+type errorReply struct {
+	Error     string `json:"error"`
+	Code      string `json:"code"`
+	RequestID string `json:"request_id,omitempty"`
+}
+
+// errorResponse maps err to what the client sees. It is the one table from
+// errors to HTTP statuses: anything it does not know is a 500 whose details
+// stay in the log.
+func errorResponse(err error) (status int, code, message string) {
+	var ae *apiError
+	var be *backendError
+	switch {
+	case errors.As(err, &ae):
+		return ae.status, ae.code, ae.message
+	case errors.As(err, &be):
+		return http.StatusServiceUnavailable, "BACKEND_UNAVAILABLE", "the rate limit backend is unavailable; try again"
+	case errors.Is(err, store.ErrInvalid):
+		return http.StatusBadRequest, "INVALID_FIELD", strings.TrimSuffix(err.Error(), ": "+store.ErrInvalid.Error())
+	case errors.Is(err, algorithms.ErrInvalid):
+		return http.StatusBadRequest, "INVALID_LIMIT", err.Error()
+	case errors.Is(err, store.ErrNotFound):
+		return http.StatusNotFound, "NOT_FOUND", err.Error()
+	case errors.Is(err, store.ErrConflict):
+		return http.StatusConflict, "CONFLICT", err.Error()
+	}
+	return http.StatusInternalServerError, "INTERNAL", "internal error"
+}
+
+// writeError replies with err as JSON. Server errors (5xx) are logged here,
+// once, with the cause; the client only sees the code and the request id.
+func writeError(w http.ResponseWriter, r *http.Request, err error) {
+	status, code, msg := errorResponse(err)
+	reply := errorReply{Error: msg, Code: code}
+	if status >= 500 {
+		logFrom(r.Context()).Error("request failed", "status", status, "code", code, "err", err)
+		reply.RequestID = requestIDFrom(r.Context())
+	}
+	encode(w, r, status, reply)
+}
+
+// backendError marks a failure of the counter backend (the Limiter): 503,
+// the cause logged.
+type backendError struct{ err error }
+
+func (e *backendError) Error() string { return "rate limit backend: " + e.err.Error() }
+func (e *backendError) Unwrap() error { return e.err }

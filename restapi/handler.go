@@ -1,0 +1,97 @@
+// Package restapi is Throttle's REST API: registration, /check and /check/ip,
+// rules, exemptions, resets, usage stats, health and metrics, on net/http with
+// Go 1.22 method and path patterns.
+//
+// Every route but /health, /ready, /metrics and /register needs an API key
+// (header X-API-Key, or Authorization: Bearer). A key only ever sees its own
+// client's rules, exemptions, counters and stats. Errors are JSON of the shape
+// {"error": "…", "code": "…"}; routes.go lists the whole surface.
+package restapi
+
+import (
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/throttle-rl/throttle/algorithms"
+	"github.com/throttle-rl/throttle/store"
+)
+
+// Deps is what the REST API needs. DB, Cache, Usage and Limiter are required;
+// every other field is optional.
+type Deps struct {
+	// Log receives one access line per request and every error, each with the
+	// request's request_id. Default: discard.
+	Log *slog.Logger
+	// DB serves the cold path: registration, rule and exemption writes and
+	// lists, and the readiness probe.
+	DB *store.DB
+	// Cache answers the hot path: API keys, rules and exemptions on /check.
+	// It is refreshed after every write made through this API.
+	Cache *store.Cache
+	// Usage counts /check decisions for /stats.
+	Usage *store.UsageRecorder
+	// Limiter decides /check, /check/ip and the /register limit.
+	Limiter algorithms.Store
+	// Registerer receives the HTTP and decision metrics. Default: none
+	// registered (the metrics still work, nobody scrapes them).
+	Registerer prometheus.Registerer
+	// Gatherer is served on GET /metrics. Default: an empty gatherer.
+	Gatherer prometheus.Gatherer
+	// TrustedProxies are the peers whose X-Forwarded-For and X-Real-IP are
+	// believed when finding a request's client IP. Default: none.
+	TrustedProxies []netip.Prefix
+	// RegisterLimit limits POST /register per client IP. Default (zero
+	// value): 10 per hour, fixed window.
+	RegisterLimit algorithms.Limit
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+}
+
+// maxBodyBytes is the largest request body accepted (413 above it).
+const maxBodyBytes = 1 << 20
+
+// NewHandler returns the REST API with its middleware: request ids, access
+// logs and metrics, panic recovery, and JSON 404 and 405 replies.
+func NewHandler(d Deps) http.Handler {
+	if d.Log == nil {
+		d.Log = slog.New(slog.DiscardHandler)
+	}
+	if d.Now == nil {
+		d.Now = time.Now
+	}
+	if d.Gatherer == nil {
+		d.Gatherer = prometheus.Gatherers{}
+	}
+	if d.RegisterLimit == (algorithms.Limit{}) {
+		d.RegisterLimit = algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 10, Window: time.Hour}
+	}
+	m := newMetrics(d.Registerer, d.Log)
+
+	mux := http.NewServeMux()
+	addRoutes(mux, d, m)
+
+	var h http.Handler = jsonMuxErrors(mux)
+	h = recoverPanics(h)
+	h = observe(m, h)
+	h = withRequestID(d.Log, h)
+	return h
+}
+
+// NewServer returns an *http.Server for h on addr with timeouts that bound
+// slow clients: headers within 5 s, the whole request within 15 s, the reply
+// within 30 s, idle keep-alive connections for 2 minutes, 64 KiB of headers.
+func NewServer(addr string, h http.Handler) *http.Server {
+	return &http.Server{
+		Addr:              addr,
+		Handler:           h,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       15 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+	}
+}

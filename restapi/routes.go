@@ -1,0 +1,33 @@
+package restapi
+
+import (
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// addRoutes lists the whole REST surface.
+func addRoutes(mux *http.ServeMux, d Deps, m *metrics) {
+	auth := authenticate(d.Cache)
+
+	mux.Handle("GET /health", handleHealth())
+	mux.Handle("GET /ready", handleReady(d.DB, d.Limiter))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(d.Gatherer, promhttp.HandlerOpts{}))
+
+	mux.Handle("POST /register", handleRegister(d.DB, d.Cache, d.Limiter, d.RegisterLimit, d.TrustedProxies))
+	mux.Handle("GET /me", auth(handleMe()))
+
+	mux.Handle("POST /check", auth(handleCheck(d, m, false)))
+	mux.Handle("POST /check/ip", auth(handleCheck(d, m, true)))
+	mux.Handle("POST /reset", auth(handleReset(d.Limiter)))
+
+	mux.Handle("POST /rules", auth(handleRuleCreate(d.DB, d.Cache)))
+	mux.Handle("GET /rules/list", auth(handleRuleList(d.DB)))
+	mux.Handle("DELETE /rules/{name}", auth(handleRuleDelete(d.DB, d.Cache)))
+
+	mux.Handle("POST /exemptions", auth(handleExemptionCreate(d.DB, d.Cache)))
+	mux.Handle("GET /exemptions/list", auth(handleExemptionList(d.DB)))
+	mux.Handle("DELETE /exemptions/{identifier...}", auth(handleExemptionDelete(d.DB, d.Cache)))
+
+	mux.Handle("GET /stats/{client_id}", auth(handleStats(d.Usage)))
+}

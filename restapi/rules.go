@@ -1,0 +1,133 @@
+package restapi
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/throttle-rl/throttle/algorithms"
+	"github.com/throttle-rl/throttle/store"
+)
+
+// ruleRequest is the body of POST /rules.
+type ruleRequest struct {
+	Name        string                  `json:"name"`
+	Algorithm   string                  `json:"algorithm"`
+	Limit       *int64                  `json:"limit"`
+	Window      *int64                  `json:"window"`
+	RefillRate  *float64                `json:"refill_rate"`
+	Descriptors []store.DescriptorEntry `json:"descriptors"`
+}
+
+// ruleReply is a rule as the API shows it. Window is in seconds.
+type ruleReply struct {
+	Name        string                  `json:"name"`
+	Algorithm   string                  `json:"algorithm"`
+	Limit       int64                   `json:"limit"`
+	Window      int64                   `json:"window"`
+	RefillRate  float64                 `json:"refill_rate,omitempty"`
+	Descriptors []store.DescriptorEntry `json:"descriptors,omitempty"`
+	CreatedAt   time.Time               `json:"created_at"`
+}
+
+func newRuleReply(r store.Rule) ruleReply {
+	return ruleReply{
+		Name:        r.Name,
+		Algorithm:   r.Algorithm,
+		Limit:       r.Limit,
+		Window:      int64(r.Window / time.Second),
+		RefillRate:  r.RefillRate,
+		Descriptors: r.Descriptors,
+		CreatedAt:   r.CreatedAt.UTC(),
+	}
+}
+
+// handleRuleCreate creates a rule of the caller's client. The algorithm
+// defaults to the client's default algorithm.
+func handleRuleCreate(db *store.DB, cache *store.Cache) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c := clientFrom(r.Context())
+		req, err := decode[ruleRequest](w, r)
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		if req.Name == "" {
+			writeError(w, r, missingField("name is required"))
+			return
+		}
+		name := req.Algorithm
+		if name == "" {
+			name = c.DefaultAlgorithm
+		}
+		alg, err := algorithms.ParseAlgorithm(name)
+		if err != nil {
+			writeError(w, r, invalidField("algorithm must be fixed_window, sliding_window or token_bucket"))
+			return
+		}
+		limit, err := inlineLimit(alg, req.Limit, req.Window, req.RefillRate)
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		rule, err := db.CreateRule(r.Context(), store.Rule{
+			ClientID:    c.ID,
+			Name:        req.Name,
+			Algorithm:   string(limit.Algorithm),
+			Limit:       limit.Limit,
+			Window:      limit.Window,
+			RefillRate:  limit.RefillRate,
+			Descriptors: req.Descriptors,
+		})
+		if errors.Is(err, store.ErrConflict) {
+			err = &apiError{http.StatusConflict, "RULE_EXISTS", fmt.Sprintf("rule %q already exists", req.Name)}
+		}
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		refresh(r, cache)
+		encode(w, r, http.StatusCreated, newRuleReply(rule))
+	})
+}
+
+// handleRuleList lists the caller's rules by name; [] when there are none.
+func handleRuleList(db *store.DB) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rules, err := db.Rules(r.Context(), clientFrom(r.Context()).ID)
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		reply := make([]ruleReply, 0, len(rules))
+		for _, rule := range rules {
+			reply = append(reply, newRuleReply(rule))
+		}
+		encode(w, r, http.StatusOK, reply)
+	})
+}
+
+type deletedReply struct {
+	Message    string `json:"message"`
+	Name       string `json:"name,omitempty"`
+	Identifier string `json:"identifier,omitempty"`
+}
+
+// handleRuleDelete deletes one of the caller's rules. Its counters are left
+// to expire with their window.
+func handleRuleDelete(db *store.DB, cache *store.Cache) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		name := r.PathValue("name")
+		err := db.DeleteRule(r.Context(), clientFrom(r.Context()).ID, name)
+		if errors.Is(err, store.ErrNotFound) {
+			err = &apiError{http.StatusNotFound, "RULE_NOT_FOUND", fmt.Sprintf("rule %q not found", name)}
+		}
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		refresh(r, cache)
+		encode(w, r, http.StatusOK, deletedReply{Message: "Rule deleted successfully", Name: name})
+	})
+}
