@@ -1,0 +1,110 @@
+package algorithms
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// TestRedisKeysExpire checks that every key an identifier leaves in Redis
+// carries a TTL and is gone once its window (or refill) has passed.
+func TestRedisKeysExpire(t *testing.T) {
+	rdb := newRedisClient(t, 0)
+	s := NewRedisStore(rdb, RedisOptions{}) // real Redis TIME
+	ctx := context.Background()
+	scope := uniqueScope(t)
+	reqs := []Request{
+		{Key: Key{scope, "ttl", ""}, Limit: Limit{Algorithm: FixedWindow, Limit: 5, Window: 100 * time.Millisecond}, Hits: 1},
+		{Key: Key{scope, "ttl", ""}, Limit: Limit{Algorithm: SlidingWindow, Limit: 5, Window: 100 * time.Millisecond}, Hits: 1},
+		{Key: Key{scope, "ttl", ""}, Limit: Limit{Algorithm: TokenBucket, Limit: 2, RefillRate: 20}, Hits: 2},
+	}
+	if _, err := s.Check(ctx, reqs); err != nil {
+		t.Fatal(err)
+	}
+	keys := []string{indexKey(scope, "ttl")}
+	for _, r := range reqs {
+		keys = append(keys, stateKey(r))
+	}
+	for _, k := range keys {
+		ttl, err := rdb.PTTL(ctx, k).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ttl <= 0 || ttl > 1100*time.Millisecond {
+			t.Errorf("%s: PTTL = %v, want a TTL in (0, 1.1s]", k, ttl)
+		}
+	}
+	// The sliding window needs its count until the end of the next window:
+	// at most 200 ms; the token bucket is full after 100 ms, kept ≥ 1 s.
+	time.Sleep(1200 * time.Millisecond)
+	n, err := rdb.Exists(ctx, keys...).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Errorf("%d of %d keys still exist after their windows passed", n, len(keys))
+	}
+}
+
+// TestRedisPeekWritesNothing: hits=0 leaves no key behind.
+func TestRedisPeekWritesNothing(t *testing.T) {
+	rdb := newRedisClient(t, 0)
+	s := NewRedisStore(rdb, RedisOptions{})
+	ctx := context.Background()
+	r := Request{Key: Key{uniqueScope(t), "peek", ""}, Limit: Limit{Algorithm: TokenBucket, Limit: 3, Window: time.Minute}}
+	if _, err := s.Check(ctx, []Request{r}); err != nil {
+		t.Fatal(err)
+	}
+	if n := rdb.Exists(ctx, stateKey(r), indexKey(r.Key.Scope, "peek")).Val(); n != 0 {
+		t.Errorf("peek created %d keys, want 0", n)
+	}
+}
+
+// TestRedisNoScriptFallback: after SCRIPT FLUSH (a Redis restart loses its
+// script cache too) a batch still succeeds, through EVAL.
+func TestRedisNoScriptFallback(t *testing.T) {
+	rdb := newRedisClient(t, 0)
+	s := NewRedisStore(rdb, RedisOptions{})
+	ctx := context.Background()
+	scope := uniqueScope(t)
+	batch := []Request{
+		{Key: Key{scope, "a", ""}, Limit: Limit{Algorithm: FixedWindow, Limit: 5, Window: time.Minute}, Hits: 1},
+		{Key: Key{scope, "a", ""}, Limit: Limit{Algorithm: SlidingWindow, Limit: 5, Window: time.Minute}, Hits: 1},
+		{Key: Key{scope, "a", ""}, Limit: Limit{Algorithm: TokenBucket, Limit: 5, Window: time.Minute}, Hits: 1},
+	}
+	for round := range 2 {
+		if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		ds, err := s.Check(ctx, batch)
+		if err != nil {
+			t.Fatalf("round %d after SCRIPT FLUSH: %v", round, err)
+		}
+		for i, d := range ds {
+			if !d.Allowed || d.Remaining != int64(4-round) {
+				t.Errorf("round %d request %d: %+v, want allowed with %d remaining", round, i, d, 4-round)
+			}
+		}
+	}
+}
+
+// TestRedisKeyLayout pins the documented key shape: a hash tag per
+// identifier, escaped parts, the algorithm and limit in the name.
+func TestRedisKeyLayout(t *testing.T) {
+	cases := []struct {
+		req  Request
+		want string
+	}{
+		{Request{Key: Key{"client-1", "user_123", ""}, Limit: Limit{Algorithm: FixedWindow, Limit: 100, Window: time.Minute}},
+			"throttle:{client-1:user_123}:fw:l:100:60000"},
+		{Request{Key: Key{"client-1", "user_123", "rule:api"}, Limit: Limit{Algorithm: SlidingWindow, Limit: 100, Window: time.Minute}},
+			"throttle:{client-1:user_123}:sw:n:rule:api"},
+		{Request{Key: Key{"a:b", "c}{%", ""}, Limit: Limit{Algorithm: TokenBucket, Limit: 10}},
+			"throttle:{a%3Ab:c%7D%7B%25}:tb:l:10:0:0.16666666666666666"},
+	}
+	for _, tc := range cases {
+		if got := stateKey(tc.req); got != tc.want {
+			t.Errorf("stateKey(%+v) = %q, want %q", tc.req.Key, got, tc.want)
+		}
+	}
+}
