@@ -59,8 +59,8 @@ var conformanceCases = []struct {
 		limit: Limit{Algorithm: FixedWindow, Limit: 3, Window: time.Minute},
 		steps: []step{
 			{0, 1, ok(2, time.Minute)},
-			{time.Second, 1, ok(1, 59 * time.Second)},
-			{0, 1, ok(0, 59 * time.Second)},
+			{time.Second, 1, ok(1, 59*time.Second)},
+			{0, 1, ok(0, 59*time.Second)},
 			{0, 1, deny(0, 59*time.Second, 59*time.Second)},
 			{58500 * time.Millisecond, 1, deny(0, 500*time.Millisecond, 500*time.Millisecond)},
 			{500 * time.Millisecond, 1, ok(2, time.Minute)},
@@ -100,7 +100,7 @@ var conformanceCases = []struct {
 		limit: Limit{Algorithm: FixedWindow, Limit: 2, Window: time.Second},
 		steps: []step{
 			{0, 2, ok(0, time.Second)},
-			{3*time.Second + 250*time.Millisecond, 1, ok(1, 750 * time.Millisecond)},
+			{3*time.Second + 250*time.Millisecond, 1, ok(1, 750*time.Millisecond)},
 		},
 	},
 	{
@@ -124,8 +124,8 @@ var conformanceCases = []struct {
 		steps: []step{
 			{0, 4, ok(0, time.Second)},
 			{time.Second, 0, ok(0, time.Second)}, // previous weighs 4 at the start
-			{500 * time.Millisecond, 0, ok(2, 500 * time.Millisecond)},
-			{2 * time.Second, 1, ok(3, 500 * time.Millisecond)},
+			{500 * time.Millisecond, 0, ok(2, 500*time.Millisecond)},
+			{2 * time.Second, 1, ok(3, 500*time.Millisecond)},
 		},
 	},
 	{
@@ -158,9 +158,9 @@ var conformanceCases = []struct {
 		name:  "token bucket explicit refill rate and oversized request",
 		limit: Limit{Algorithm: TokenBucket, Limit: 4, RefillRate: 2},
 		steps: []step{
-			{0, 4, ok(0, 2 * time.Second)},
+			{0, 4, ok(0, 2*time.Second)},
 			{250 * time.Millisecond, 1, deny(0, 1750*time.Millisecond, 250*time.Millisecond)},
-			{250 * time.Millisecond, 1, ok(0, 2 * time.Second)},
+			{250 * time.Millisecond, 1, ok(0, 2*time.Second)},
 			{0, 5, deny(0, 2*time.Second, 2*time.Second)},
 		},
 	},
