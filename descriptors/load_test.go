@@ -1,0 +1,290 @@
+package descriptors
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+const (
+	upstream = "testdata/test/config/"
+	runtime  = "testdata/test/integration/runtime/current/ratelimit/"
+	examples = "testdata/examples/ratelimit/config/"
+	ours     = "testdata/throttle/"
+)
+
+// load loads files as upstream's unit tests do: errors name each file by
+// its bare name.
+func load(t *testing.T, opts Options, paths ...string) (*Config, error) {
+	t.Helper()
+	var srcs []Source
+	for _, p := range paths {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srcs = append(srcs, Source{Name: filepath.Base(p), Data: data})
+	}
+	return Load(opts, srcs...)
+}
+
+func mustLoad(t *testing.T, opts Options, paths ...string) *Config {
+	t.Helper()
+	c, err := load(t, opts, paths...)
+	if err != nil {
+		t.Fatalf("load %v: %v", paths, err)
+	}
+	return c
+}
+
+func TestLoadRefuses(t *testing.T) {
+	tests := []struct {
+		files []string
+		merge bool
+		want  string
+	}{
+		// Upstream's bad fixtures: upstream's message, with the path inside the file.
+		{files: []string{upstream + "bad_limit_unit.yaml"},
+			want: `bad_limit_unit.yaml: domain "test-domain" › descriptors[0] › rate_limit: invalid rate limit unit 'foo'`},
+		{files: []string{upstream + "bad_yaml.yaml"},
+			want: `bad_yaml.yaml: error loading config file: yaml: line 2: found unexpected end of stream`},
+		{files: []string{upstream + "duplicate_key.yaml"},
+			want: `duplicate_key.yaml: domain "test-domain" › descriptors[1]: duplicate descriptor composite key 'test-domain.key1_value1'`},
+		{files: []string{upstream + "empty_domain.yaml"},
+			want: `empty_domain.yaml: config file cannot have empty domain`},
+		{files: []string{upstream + "empty_key.yaml"},
+			want: `empty_key.yaml: domain "test-domain" › descriptors[0]: descriptor has empty key`},
+		{files: []string{upstream + "misspelled_key.yaml"},
+			want: `misspelled_key.yaml: domain "test-domain" › descriptors[0]: config error, unknown key 'ratelimit'`},
+		{files: []string{upstream + "misspelled_key2.yaml"},
+			want: `misspelled_key2.yaml: domain "test-domain" › descriptors[0] › rate_limit: config error, unknown key 'requestsperunit'`},
+		{files: []string{upstream + "non_map_list.yaml"},
+			want: `non_map_list.yaml: domain "test-domain" › descriptors[0]: config error, yaml file contains list of type other than map: a
+non_map_list.yaml: domain "test-domain" › descriptors[1]: config error, yaml file contains list of type other than map: b
+non_map_list.yaml: domain "test-domain" › descriptors[2]: config error, yaml file contains list of type other than map: c`},
+		{files: []string{upstream + "non_string_key.yaml"},
+			want: `non_string_key.yaml: config error, key is not of type string: 0.25`},
+		{files: []string{upstream + "replaces_empty.yaml"},
+			want: `replaces_empty.yaml: domain "test-domain" › descriptors[0] › descriptors[0] › rate_limit: should not have an empty replaces entry`},
+		{files: []string{upstream + "replaces_self.yaml"},
+			want: `replaces_self.yaml: domain "test-domain" › descriptors[0] › descriptors[0] › rate_limit: replaces should not contain name of same descriptor`},
+		{files: []string{upstream + "unlimited_with_unit.yaml"},
+			want: `unlimited_with_unit.yaml: domain "test-domain" › descriptors[0] › rate_limit: should not specify rate limit unit when unlimited`},
+
+		// Upstream's pairs.
+		{files: []string{upstream + "basic_config.yaml", upstream + "duplicate_domain.yaml"},
+			want: `duplicate_domain.yaml: duplicate domain 'test-domain' in config file`},
+		{files: []string{upstream + "merge_domain_key1.yaml", upstream + "merge_domain_key2.yaml"},
+			want: `merge_domain_key2.yaml: duplicate domain 'test-domain' in config file`},
+		{files: []string{upstream + "merge_domain_key1.yaml", upstream + "merge_domain_key1.yaml"}, merge: true,
+			want: `merge_domain_key1.yaml: domain "test-domain" › descriptors[0]: duplicate descriptor composite key 'test-domain.key1_value1'`},
+
+		// Throttle's own cases.
+		{files: []string{ours + "negative_limit.yaml"},
+			want: `negative_limit.yaml: domain "test-domain" › descriptors[0] › rate_limit: requests_per_unit must be a whole number between 0 and 4294967295, not -1`},
+		{files: []string{ours + "overflow_limit.yaml"},
+			want: `overflow_limit.yaml: domain "test-domain" › descriptors[0] › rate_limit: requests_per_unit must be a whole number between 0 and 4294967295, not 4294967296`},
+		{files: []string{ours + "fractional_limit.yaml"},
+			want: `fractional_limit.yaml: domain "test-domain" › descriptors[0] › rate_limit: requests_per_unit must be a whole number between 0 and 4294967295, not 2.5`},
+		{files: []string{ours + "unknown_top_key.yaml"},
+			want: `unknown_top_key.yaml: config error, unknown key 'descriptor'`},
+		{files: []string{ours + "bad_algorithm.yaml"},
+			want: `bad_algorithm.yaml: domain "test-domain" › descriptors[0] › rate_limit: unknown algorithm 'leaky_bucket' (want fixed_window, sliding_window or token_bucket)`},
+		{files: []string{ours + "refill_nan.yaml"},
+			want: `refill_nan.yaml: domain "test-domain" › descriptors[0] › rate_limit: refill_rate NaN must be a number between 0 and 1000000000 tokens per second`},
+		{files: []string{ours + "refill_negative.yaml"},
+			want: `refill_negative.yaml: domain "test-domain" › descriptors[0] › rate_limit: refill_rate -2 must be a number between 0 and 1000000000 tokens per second`},
+		{files: []string{ours + "refill_without_token_bucket.yaml"},
+			want: `refill_without_token_bucket.yaml: domain "test-domain" › descriptors[0] › rate_limit: refill_rate is only for algorithm token_bucket, not fixed_window`},
+		{files: []string{ours + "share_threshold_no_wildcard.yaml"},
+			want: `share_threshold_no_wildcard.yaml: domain "test-domain" › descriptors[0]: share_threshold can only be used with wildcard values (containing '*'), but found key 'files_files'`},
+		{files: []string{ours + "unlimited_bad_unit.yaml"},
+			want: `unlimited_bad_unit.yaml: domain "test-domain" › descriptors[0] › rate_limit: invalid rate limit unit 'fortnight'`},
+		{files: []string{ours + "missing_unit.yaml"},
+			want: `missing_unit.yaml: domain "test-domain" › descriptors[0] › rate_limit: invalid rate limit unit ''`},
+		{files: []string{ours + "duplicate_field.yaml"},
+			want: `duplicate_field.yaml: domain "test-domain" › descriptors[0]: config error, key 'key' appears twice`},
+		{files: []string{ours + "metadata_not_map.yaml"},
+			want: `metadata_not_map.yaml: domain "test-domain" › descriptors[0]: metadata must be a map, not [a b]`},
+		{files: []string{ours + "bad_bool.yaml"},
+			want: `bad_bool.yaml: domain "test-domain" › descriptors[0]: shadow_mode must be true or false, not sometimes`},
+		{files: []string{ours + "top_level_list.yaml"},
+			want: `top_level_list.yaml: error loading config file: the file must be a map with domain and descriptors, not [map[domain:test-domain]]`},
+		{files: []string{ours + "nested_problems.yaml"},
+			want: `nested_problems.yaml: domain "test-domain" › descriptors[0] › descriptors[0] › rate_limit: invalid rate limit unit 'minutes'
+nested_problems.yaml: domain "test-domain" › descriptors[0] › descriptors[1]: descriptor has empty key
+nested_problems.yaml: domain "test-domain" › descriptors[1]: value must be a string, not [1 2]`},
+		// Every file is checked: problems in two files are both reported.
+		{files: []string{upstream + "empty_key.yaml", ours + "missing_unit.yaml"},
+			want: `empty_key.yaml: domain "test-domain" › descriptors[0]: descriptor has empty key
+missing_unit.yaml: domain "test-domain" › descriptors[0] › rate_limit: invalid rate limit unit ''`},
+	}
+	for _, tt := range tests {
+		var names []string
+		for _, f := range tt.files {
+			names = append(names, filepath.Base(f))
+		}
+		t.Run(strings.Join(names, "+"), func(t *testing.T) {
+			c, err := load(t, Options{MergeDomains: tt.merge}, tt.files...)
+			if err == nil {
+				t.Fatalf("loaded %d domains, want error %q", c.Domains(), tt.want)
+			}
+			if got := err.Error(); got != tt.want {
+				t.Errorf("error:\n got %s\nwant %s", got, tt.want)
+			}
+			if !errors.Is(err, ErrInvalid) {
+				t.Errorf("error %v does not wrap ErrInvalid", err)
+			}
+			var ce *ConfigError
+			if !errors.As(err, &ce) || ce.File != names[len(names)-1] && ce.File != names[0] {
+				t.Errorf("error %v: no *ConfigError naming the file", err)
+			}
+		})
+	}
+}
+
+func TestLoadAccepts(t *testing.T) {
+	files := []string{
+		upstream + "basic_config.yaml",
+		upstream + "duplicate_domain.yaml",
+		upstream + "merge_domain_key1.yaml",
+		upstream + "merge_domain_key2.yaml",
+		upstream + "metadata.yaml",
+		upstream + "shadowmode_config.yaml",
+		upstream + "share_threshold.yaml",
+		upstream + "wildcard.yaml",
+		runtime + "config/another.yaml",
+		runtime + "config/basic.yaml",
+		runtime + "config/share_threshold.yaml",
+		runtime + "reload.yaml",
+		examples + "config.yaml",
+		examples + "example.yaml",
+		ours + "token_bucket.yaml",
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			mustLoad(t, Options{}, f)
+		})
+	}
+}
+
+func TestLoadFilesNamesPaths(t *testing.T) {
+	p := upstream + "bad_limit_unit.yaml"
+	err := Check(Options{}, p, "testdata/no_such_file.yaml")
+	if err == nil {
+		t.Fatal("Check: no error")
+	}
+	for _, want := range []string{p + `: domain "test-domain"`, "testdata/no_such_file.yaml"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Check error %q does not contain %q", err, want)
+		}
+	}
+	if err := Check(Options{}, upstream+"basic_config.yaml", upstream+"wildcard.yaml"); err == nil {
+		t.Error("Check of two files of one domain: no error")
+	}
+	if err := Check(Options{MergeDomains: true}, upstream+"basic_config.yaml", upstream+"wildcard.yaml"); err != nil {
+		t.Errorf("Check merged: %v", err)
+	}
+	if err := Check(Options{}, upstream+"basic_config.yaml", runtime+"config/basic.yaml"); err != nil {
+		t.Errorf("Check of good files: %v", err)
+	}
+	c, err := LoadFiles(Options{}, upstream+"basic_config.yaml")
+	if err != nil || c.Domain("test-domain") == nil {
+		t.Errorf("LoadFiles: %v, %v", c, err)
+	}
+}
+
+// TestLoadDir builds a directory as a Kubernetes ConfigMap volume holds it:
+// the files in a hidden timestamped directory, "..data" a symlink to it,
+// and each visible name a symlink through "..data".
+func TestLoadDir(t *testing.T) {
+	dir := t.TempDir()
+	ts := filepath.Join(dir, "..2026_07_05_10_00_00.123")
+	if err := os.Mkdir(ts, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	copyFile(t, runtime+"config/basic.yaml", filepath.Join(ts, "basic.yaml"))
+	copyFile(t, runtime+"config/another.yaml", filepath.Join(ts, "another.yml"))
+	writeFile(t, filepath.Join(ts, "notes.txt"), "not: config")
+	must(t, os.Symlink(filepath.Base(ts), filepath.Join(dir, "..data")))
+	for _, name := range []string{"basic.yaml", "another.yml", "notes.txt"} {
+		must(t, os.Symlink(filepath.Join("..data", name), filepath.Join(dir, name)))
+	}
+	writeFile(t, filepath.Join(dir, ".hidden.yaml"), "this: is not loaded")
+	must(t, os.Mkdir(filepath.Join(dir, "sub.yaml"), 0o755))
+
+	c, err := LoadDir(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Domains() != 2 || c.Domain("basic") == nil || c.Domain("another") == nil {
+		t.Errorf("LoadDir: %d domains, want basic and another", c.Domains())
+	}
+
+	writeFile(t, filepath.Join(dir, "bad.yaml"), "domain: x\ndescriptors:\n  - value: v\n")
+	_, err = LoadDir(dir, Options{})
+	if want := filepath.Join(dir, "bad.yaml") + `: domain "x" › descriptors[0]: descriptor has empty key`; err == nil || err.Error() != want {
+		t.Errorf("LoadDir with a bad file: got %v, want %s", err, want)
+	}
+	if _, err := LoadDir(filepath.Join(dir, "missing"), Options{}); err == nil {
+		t.Error("LoadDir of a missing directory: no error")
+	}
+}
+
+func copyFile(t *testing.T, from, to string) {
+	t.Helper()
+	data, err := os.ReadFile(from)
+	must(t, err)
+	must(t, os.WriteFile(to, data, 0o644))
+}
+
+func writeFile(t *testing.T, name, content string) {
+	t.Helper()
+	must(t, os.WriteFile(name, []byte(content), 0o644))
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestParseModel(t *testing.T) {
+	data, err := os.ReadFile(ours + "token_bucket.yaml")
+	must(t, err)
+	f, err := Parse("token_bucket.yaml", data)
+	must(t, err)
+	want := &File{
+		Name:   "token_bucket.yaml",
+		Domain: "tb",
+		Descriptors: []Descriptor{
+			{Key: "bucket", RateLimit: &RateLimit{RequestsPerUnit: 60, Unit: Minute, Algorithm: "token_bucket", RefillRate: 0.5}},
+			{Key: "sliding", RateLimit: &RateLimit{RequestsPerUnit: 100, Unit: Hour, Algorithm: "sliding_window"}},
+			// A number or a YAML 1.1 boolean as a value reads as its text, as upstream.
+			{Key: "fixed", Value: "500", RateLimit: &RateLimit{RequestsPerUnit: 7, Unit: Week}},
+			{Key: "onoff", Value: "on", RateLimit: &RateLimit{RequestsPerUnit: 365, Unit: Year}},
+		},
+	}
+	if diff := cmp.Diff(want, f); diff != "" {
+		t.Errorf("Parse (-want +got):\n%s", diff)
+	}
+
+	data, err = os.ReadFile(examples + "example.yaml")
+	must(t, err)
+	f, err = Parse("example.yaml", data)
+	must(t, err)
+	svc := f.Descriptors[len(f.Descriptors)-1]
+	wantSvc := Descriptor{
+		Key: "service", Value: "service_2", QuotaMode: true,
+		RateLimit: &RateLimit{RequestsPerUnit: 2, Unit: Minute},
+		Metadata:  map[string]any{"service_with_quota": map[string]any{"name": "service_2"}},
+	}
+	if diff := cmp.Diff(wantSvc, svc); diff != "" {
+		t.Errorf("example.yaml service_2 (-want +got):\n%s", diff)
+	}
+}
