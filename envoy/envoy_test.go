@@ -19,6 +19,7 @@ import (
 	sigsjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
+	"github.com/throttle-rl/throttle/descriptors"
 	"github.com/throttle-rl/throttle/envoy"
 )
 
@@ -31,7 +32,7 @@ func TestFrontProxy(t *testing.T) {
 	if err != nil {
 		t.Fatalf("envoy.yaml: %v", err)
 	}
-	cfg := mustLoadDescriptors(t, mustRead(t, "descriptors/edge.yaml"))
+	cfg := mustLoadDescriptors(t, "edge.yaml", mustRead(t, "descriptors/edge.yaml"))
 
 	hcm := onlyHTTPConnectionManager(t, b.GetStaticResources().GetListeners())
 	filters := hcm.GetHttpFilters()
@@ -148,23 +149,36 @@ func TestFrontProxyRejectsMistakes(t *testing.T) {
 	}
 }
 
-// The edge descriptors load, and say what the README and the demo rely on.
+// The edge descriptors load with Throttle's loader, and say what the README
+// and the kind demo rely on.
 func TestEdgeDescriptors(t *testing.T) {
-	cfg := mustLoadDescriptors(t, mustRead(t, "descriptors/edge.yaml"))
+	cfg := mustLoadDescriptors(t, "edge.yaml", mustRead(t, "descriptors/edge.yaml"))
 	if cfg.Domain != "edge" {
 		t.Fatalf("domain = %q, want edge", cfg.Domain)
 	}
-	// k8s/kind-demo.sh sends 15 requests as one user and expects 10 × 200, then 429.
-	user := cfg.find("generic_key", "api").findDefault("user_id")
-	if user == nil || user.RateLimit == nil {
-		t.Fatal("no default limit for (generic_key=api, user_id)")
+	e := func(k, v string) descriptors.Entry { return descriptors.Entry{Key: k, Value: v} }
+	tests := []struct {
+		name    string
+		entries []descriptors.Entry
+		want    string // "" = no limit
+	}{
+		// k8s/kind-demo.sh sends 15 requests as one user and expects 10 × 200, then 429.
+		{"per user", []descriptors.Entry{e("generic_key", "api"), e("user_id", "alice")}, "10/MINUTE"},
+		{"exact user value wins", []descriptors.Entry{e("generic_key", "api"), e("user_id", "load-tester")}, "1000/MINUTE"},
+		{"per client IP", []descriptors.Entry{e("remote_address", "203.0.113.7")}, "100/MINUTE"},
+		{"generic_key alone is not limited", []descriptors.Entry{e("generic_key", "api")}, ""},
+		{"other generic_key", []descriptors.Entry{e("generic_key", "web"), e("user_id", "alice")}, ""},
 	}
-	if got := fmt.Sprintf("%d/%s", user.RateLimit.RequestsPerUnit, user.RateLimit.Unit); got != "10/minute" {
-		t.Errorf("per-user limit = %s, want 10/minute (k8s/kind-demo.sh and README rely on it)", got)
-	}
-	ip := cfg.findTop("remote_address")
-	if ip == nil || ip.RateLimit == nil || ip.RateLimit.RequestsPerUnit < 15 {
-		t.Errorf("per-IP limit must exist and allow the demo's 15 requests, got %+v", ip)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := ""
+			if m := cfg.match(tt.entries...); m != nil {
+				got = fmt.Sprintf("%d/%v", m.Limit.RequestsPerUnit, m.Limit.Unit)
+			}
+			if got != tt.want {
+				t.Errorf("Match(%v) = %q, want %q", tt.entries, got, tt.want)
+			}
+		})
 	}
 }
 
@@ -342,145 +356,49 @@ func orDefault(s, def string) string {
 	return s
 }
 
-// assertLimited checks that the descriptor lim produces has a limit in cfg: each
-// entry matches a descriptor at its depth (a fixed value matches that value or a
-// key-only default; a value from the request needs a key-only default), and the
-// last one carries a rate_limit.
+// assertLimited checks that the descriptor lim produces has a limit in cfg,
+// filling the values Envoy takes from the request with sample ones.
 func assertLimited(t *testing.T, where string, lim *routev3.RateLimit, cfg *descriptorConfig) {
 	t.Helper()
-	entries := descriptorOf(t, lim)
-	level := cfg.Descriptors
-	var d *descriptor
-	for i, e := range entries {
-		d = nil
-		for j := range level {
-			if level[j].Key == e.key && e.value != "" && level[j].Value == e.value {
-				d = &level[j]
-				break
-			}
+	var req []descriptors.Entry
+	for _, e := range descriptorOf(t, lim) {
+		v := e.value
+		if v == "" {
+			v = "sample-" + e.key
 		}
-		if d == nil {
-			d = findDefault(level, e.key)
-		}
-		if d == nil {
-			t.Errorf("%s: descriptor entry %d (%s=%q) has no match in domain %q; keys there: %v",
-				where, i, e.key, e.value, cfg.Domain, keysOf(level))
-			return
-		}
-		level = d.Descriptors
+		req = append(req, descriptors.Entry{Key: e.key, Value: v})
 	}
-	if d == nil || d.RateLimit == nil {
-		t.Errorf("%s: descriptor %v matches no rate_limit in domain %q", where, entries, cfg.Domain)
+	m := cfg.match(req...)
+	if m == nil {
+		t.Errorf("%s: request descriptor %v has no limit in domain %q", where, req, cfg.Domain)
+		return
 	}
-}
-
-func keysOf(ds []descriptor) []string {
-	var ks []string
-	for _, d := range ds {
-		ks = append(ks, d.Key)
-	}
-	return ks
+	t.Logf("%s: %v → %d/%v (stats key %s)", where, req, m.Limit.RequestsPerUnit, m.Limit.Unit, m.StatsKey)
 }
 
 // ---- descriptor YAML (reference rate-limit service format) ----
 
-// descriptorConfig is the descriptor file format of envoyproxy/ratelimit, decoded
-// strictly. (The descriptors package did not exist when this test was written;
-// switch to descriptors.LoadFiles once it does, to test with Throttle's own loader.)
+// descriptorConfig is a descriptor file loaded by Throttle's own loader.
 type descriptorConfig struct {
-	Domain      string       `json:"domain"`
-	Descriptors []descriptor `json:"descriptors"`
+	Domain string
+	cfg    *descriptors.Config
 }
 
-type descriptor struct {
-	Key            string         `json:"key"`
-	Value          string         `json:"value,omitempty"`
-	RateLimit      *rateLimit     `json:"rate_limit,omitempty"`
-	Descriptors    []descriptor   `json:"descriptors,omitempty"`
-	ShadowMode     bool           `json:"shadow_mode,omitempty"`
-	DetailedMetric bool           `json:"detailed_metric,omitempty"`
-	ShareThreshold bool           `json:"share_threshold,omitempty"`
-	ValueToMetric  bool           `json:"value_to_metric,omitempty"`
-	Metadata       map[string]any `json:"metadata,omitempty"`
-	QuotaMode      bool           `json:"quota_mode,omitempty"`
-	Algorithm      string         `json:"algorithm,omitempty"`
-}
-
-type rateLimit struct {
-	Unit            string    `json:"unit,omitempty"`
-	RequestsPerUnit uint32    `json:"requests_per_unit"`
-	Unlimited       bool      `json:"unlimited,omitempty"`
-	Name            string    `json:"name,omitempty"`
-	Replaces        []replace `json:"replaces,omitempty"`
-}
-
-type replace struct {
-	Name string `json:"name"`
-}
-
-var units = map[string]bool{"second": true, "minute": true, "hour": true, "day": true, "week": true, "month": true, "year": true}
-
-func mustLoadDescriptors(t *testing.T, data []byte) *descriptorConfig {
+func mustLoadDescriptors(t *testing.T, name string, data []byte) *descriptorConfig {
 	t.Helper()
-	var cfg descriptorConfig
-	if err := unmarshalStrict(data, &cfg); err != nil {
-		t.Fatalf("descriptor config: %v", err)
+	f, err := descriptors.Parse(name, data)
+	if err != nil {
+		t.Fatalf("descriptors: %v", err)
 	}
-	if cfg.Domain == "" {
-		t.Fatal("descriptor config: empty domain")
+	cfg, err := descriptors.Load(descriptors.Options{}, descriptors.Source{Name: name, Data: data})
+	if err != nil {
+		t.Fatalf("descriptors: %v", err)
 	}
-	var check func(path string, ds []descriptor)
-	check = func(path string, ds []descriptor) {
-		seen := map[string]bool{}
-		for i, d := range ds {
-			p := fmt.Sprintf("%s › descriptors[%d]", path, i)
-			if d.Key == "" {
-				t.Errorf("%s: empty key", p)
-			}
-			if seen[d.Key+"_"+d.Value] {
-				t.Errorf("%s: duplicate key %s=%q", p, d.Key, d.Value)
-			}
-			seen[d.Key+"_"+d.Value] = true
-			if r := d.RateLimit; r != nil {
-				if r.Unlimited && r.Unit != "" {
-					t.Errorf("%s: unit with unlimited", p)
-				}
-				if !r.Unlimited && !units[strings.ToLower(r.Unit)] {
-					t.Errorf("%s: invalid rate limit unit %q", p, r.Unit)
-				}
-			}
-			check(p, d.Descriptors)
-		}
-	}
-	check(fmt.Sprintf("domain %q", cfg.Domain), cfg.Descriptors)
-	return &cfg
+	return &descriptorConfig{Domain: f.Domain, cfg: cfg}
 }
 
-func (c *descriptorConfig) findTop(key string) *descriptor { return findDefault(c.Descriptors, key) }
-
-func (c *descriptorConfig) find(key, value string) *descriptor {
-	for i := range c.Descriptors {
-		if c.Descriptors[i].Key == key && c.Descriptors[i].Value == value {
-			return &c.Descriptors[i]
-		}
-	}
-	return nil
-}
-
-func (d *descriptor) findDefault(key string) *descriptor {
-	if d == nil {
-		return nil
-	}
-	return findDefault(d.Descriptors, key)
-}
-
-func findDefault(ds []descriptor, key string) *descriptor {
-	for i := range ds {
-		if ds[i].Key == key && ds[i].Value == "" {
-			return &ds[i]
-		}
-	}
-	return nil
+func (c *descriptorConfig) match(entries ...descriptors.Entry) *descriptors.Match {
+	return c.cfg.Match(c.Domain, entries)
 }
 
 // ---- Istio ----
@@ -574,7 +492,7 @@ func mustLoadIstioDescriptors(t *testing.T) istioDescriptors {
 		t.Fatalf("istio/descriptors-configmap.yaml: want a ConfigMap with one file, got %s with %d", cm.Kind, len(cm.Data))
 	}
 	raw := cm.Data["edge.yaml"]
-	return istioDescriptors{mustLoadDescriptors(t, []byte(raw)), raw}
+	return istioDescriptors{mustLoadDescriptors(t, "istio/descriptors-configmap.yaml data[edge.yaml]", []byte(raw)), raw}
 }
 
 // ---- helpers ----
