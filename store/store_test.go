@@ -1,0 +1,696 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+)
+
+func TestCreateClient(t *testing.T) {
+	eachDialect(t, func(t *testing.T, url string) {
+		db := mustOpen(t, url)
+		ctx := t.Context()
+		before := time.Now().Add(-time.Second)
+
+		got, err := db.CreateClient(ctx, Client{Name: "  My App! ", Email: " Dev@Example.COM "}, keyHash("k1"))
+		if err != nil {
+			t.Fatalf("CreateClient: %v", err)
+		}
+		want := Client{
+			ID:               got.ID,
+			Name:             "My App!",
+			Email:            "dev@example.com",
+			Domain:           "my-app",
+			DefaultAlgorithm: SlidingWindow,
+			CreatedAt:        got.CreatedAt,
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("CreateClient (-want +got):\n%s", diff)
+		}
+		if len(got.ID) != 36 {
+			t.Errorf("ID = %q, want a UUID", got.ID)
+		}
+		if got.CreatedAt.Before(before) || got.CreatedAt.After(time.Now().Add(time.Second)) {
+			t.Errorf("CreatedAt = %v, want about now", got.CreatedAt)
+		}
+
+		byID, err := db.ClientByID(ctx, got.ID)
+		if err != nil {
+			t.Fatalf("ClientByID: %v", err)
+		}
+		if diff := cmp.Diff(got, byID); diff != "" {
+			t.Errorf("ClientByID (-want +got):\n%s", diff)
+		}
+		byID, err = db.ClientByID(ctx, strings.ToUpper(got.ID))
+		if err != nil || byID.ID != got.ID {
+			t.Errorf("ClientByID(upper-case id) = %v, %v; want the client", byID.ID, err)
+		}
+		byKey, err := db.ClientByKeyHash(ctx, keyHash("k1"))
+		if err != nil {
+			t.Fatalf("ClientByKeyHash: %v", err)
+		}
+		if diff := cmp.Diff(got, byKey); diff != "" {
+			t.Errorf("ClientByKeyHash (-want +got):\n%s", diff)
+		}
+
+		_, err = db.ClientByKeyHash(ctx, keyHash("other"))
+		wantErr(t, err, ErrNotFound)
+		_, err = db.ClientByID(ctx, "6f1c1f6e-1d0e-4e5e-9d5e-000000000000")
+		wantErr(t, err, ErrNotFound)
+		_, err = db.ClientByID(ctx, "not-a-uuid")
+		wantErr(t, err, ErrNotFound)
+
+		explicit, err := db.CreateClient(ctx, Client{Name: "Edge", Email: "edge@example.com", Domain: "edge.prod", DefaultAlgorithm: TokenBucket}, keyHash("k2"))
+		if err != nil {
+			t.Fatalf("CreateClient with domain: %v", err)
+		}
+		if explicit.Domain != "edge.prod" || explicit.DefaultAlgorithm != TokenBucket {
+			t.Errorf("got domain %q algorithm %q, want edge.prod token_bucket", explicit.Domain, explicit.DefaultAlgorithm)
+		}
+	})
+}
+
+func TestCreateClientConflicts(t *testing.T) {
+	eachDialect(t, func(t *testing.T, url string) {
+		db := mustOpen(t, url)
+		ctx := t.Context()
+		first, err := db.CreateClient(ctx, Client{Name: "My App", Email: "a@example.com"}, keyHash("a"))
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		_, err = db.CreateClient(ctx, Client{Name: "Other", Email: "A@EXAMPLE.com"}, keyHash("b"))
+		wantErr(t, err, ErrConflict, "email")
+		if strings.Contains(strings.ToLower(err.Error()), "insert") || strings.Contains(err.Error(), "constraint") {
+			t.Errorf("error %q leaks SQL", err)
+		}
+
+		_, err = db.CreateClient(ctx, Client{Name: "Other", Email: "b@example.com", Domain: first.Domain}, keyHash("b"))
+		wantErr(t, err, ErrConflict, "domain", first.Domain)
+
+		// Without a Domain the slug gets the first free suffix.
+		var domains []string
+		for i, name := range []string{"my app", "MY-APP!!", "My  App"} {
+			c, err := db.CreateClient(ctx, Client{Name: name, Email: fmt.Sprintf("s%d@example.com", i)}, keyHash(fmt.Sprint("s", i)))
+			if err != nil {
+				t.Fatalf("CreateClient(%q): %v", name, err)
+			}
+			domains = append(domains, c.Domain)
+		}
+		if diff := cmp.Diff([]string{"my-app-2", "my-app-3", "my-app-4"}, domains); diff != "" {
+			t.Errorf("suffixed domains (-want +got):\n%s", diff)
+		}
+		// A taken "my-app-10" does not confuse the counting.
+		if _, err := db.CreateClient(ctx, Client{Name: "x", Email: "x@example.com", Domain: "my-app-10"}, keyHash("x")); err != nil {
+			t.Fatal(err)
+		}
+		c, err := db.CreateClient(ctx, Client{Name: "My App", Email: "y@example.com"}, keyHash("y"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Domain != "my-app-5" {
+			t.Errorf("domain = %q, want my-app-5", c.Domain)
+		}
+
+		_, err = db.CreateClient(ctx, Client{Name: "Dup key", Email: "dup@example.com"}, keyHash("a"))
+		wantErr(t, err, ErrConflict)
+	})
+}
+
+func TestClientValidation(t *testing.T) {
+	tests := []struct {
+		name  string
+		in    Client
+		field string
+	}{
+		{"empty name", Client{Name: "  ", Email: "a@b.c"}, "name"},
+		{"long name", Client{Name: strings.Repeat("n", 101), Email: "a@b.c"}, "name"},
+		{"no email", Client{Name: "a"}, "email"},
+		{"email without at", Client{Name: "a", Email: "ab.c"}, "email"},
+		{"email with two at", Client{Name: "a", Email: "a@b@c"}, "email"},
+		{"email with space", Client{Name: "a", Email: "a b@c.d"}, "email"},
+		{"email without host", Client{Name: "a", Email: "a@"}, "email"},
+		{"domain upper case", Client{Name: "a", Email: "a@b.c", Domain: "Edge"}, "domain"},
+		{"domain leading dash", Client{Name: "a", Email: "a@b.c", Domain: "-edge"}, "domain"},
+		{"domain too long", Client{Name: "a", Email: "a@b.c", Domain: strings.Repeat("d", 101)}, "domain"},
+		{"bad algorithm", Client{Name: "a", Email: "a@b.c", DefaultAlgorithm: "leaky_bucket"}, "default_algorithm"},
+	}
+	eachDialect(t, func(t *testing.T, url string) {
+		db := mustOpen(t, url)
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				_, err := db.CreateClient(t.Context(), tt.in, keyHash(tt.name))
+				wantErr(t, err, ErrInvalid, tt.field)
+			})
+		}
+	})
+}
+
+func TestSlug(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"My App!", "my-app"},
+		{"my-app", "my-app"},
+		{"  Hello,   World 2 ", "hello-world-2"},
+		{"日本", "client"},
+		{"Café Crème", "caf-cr-me"},
+		{strings.Repeat("ab", 100), strings.Repeat("ab", 46)},
+	}
+	for _, tt := range tests {
+		if got := slug(tt.in); got != tt.want {
+			t.Errorf("slug(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+		if !domainRE.MatchString(slug(tt.in) + "-1234567") {
+			t.Errorf("slug(%q) with a suffix is not a valid domain", tt.in)
+		}
+	}
+}
+
+func TestRules(t *testing.T) {
+	eachDialect(t, func(t *testing.T, url string) {
+		db := mustOpen(t, url)
+		ctx := t.Context()
+		a := mustCreateClient(t, db, "Alpha")
+		b := mustCreateClient(t, db, "Beta")
+
+		in := []Rule{
+			{ClientID: a.ID, Name: "z_last", Algorithm: FixedWindow, Limit: 10, Window: time.Minute},
+			{ClientID: a.ID, Name: "api_default", Algorithm: TokenBucket, Limit: 100, RefillRate: 2.5,
+				Descriptors: []DescriptorEntry{{Key: "path", Value: "/api/*"}, {Key: "user"}}},
+			{ClientID: a.ID, Name: "uses.default:algo-1", Limit: 5, Window: 2 * time.Second},
+		}
+		var created []Rule
+		for _, r := range in {
+			got, err := db.CreateRule(ctx, r)
+			if err != nil {
+				t.Fatalf("CreateRule(%q): %v", r.Name, err)
+			}
+			created = append(created, got)
+		}
+		if created[2].Algorithm != SlidingWindow {
+			t.Errorf("rule without algorithm got %q, want the client's default %q", created[2].Algorithm, SlidingWindow)
+		}
+
+		list, err := db.Rules(ctx, a.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []Rule{created[1], created[2], created[0]} // by name
+		if diff := cmp.Diff(want, list); diff != "" {
+			t.Errorf("Rules (-want +got):\n%s", diff)
+		}
+		got, err := db.Rule(ctx, a.ID, "api_default")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(created[1], got); diff != "" {
+			t.Errorf("Rule (-want +got):\n%s", diff)
+		}
+
+		_, err = db.CreateRule(ctx, Rule{ClientID: a.ID, Name: "api_default", Algorithm: FixedWindow, Limit: 1, Window: time.Second})
+		wantErr(t, err, ErrConflict, "api_default")
+
+		// Another client may use the same name, and sees nothing of a's.
+		if _, err := db.CreateRule(ctx, Rule{ClientID: b.ID, Name: "api_default", Algorithm: FixedWindow, Limit: 1, Window: time.Second}); err != nil {
+			t.Fatalf("same name for another client: %v", err)
+		}
+		_, err = db.Rule(ctx, b.ID, "z_last")
+		wantErr(t, err, ErrNotFound, "z_last")
+		wantErr(t, db.DeleteRule(ctx, b.ID, "z_last"), ErrNotFound, "z_last")
+		if _, err := db.Rule(ctx, a.ID, "z_last"); err != nil {
+			t.Errorf("a's rule after b tried to delete it: %v", err)
+		}
+		bList, err := db.Rules(ctx, b.ID)
+		if err != nil || len(bList) != 1 || bList[0].Limit != 1 {
+			t.Errorf("Rules(b) = %v, %v; want only b's rule", bList, err)
+		}
+
+		if err := db.DeleteRule(ctx, a.ID, "z_last"); err != nil {
+			t.Fatalf("DeleteRule: %v", err)
+		}
+		wantErr(t, db.DeleteRule(ctx, a.ID, "z_last"), ErrNotFound)
+		_, err = db.Rule(ctx, a.ID, "z_last")
+		wantErr(t, err, ErrNotFound)
+
+		_, err = db.CreateRule(ctx, Rule{ClientID: "6f1c1f6e-1d0e-4e5e-9d5e-000000000000", Name: "r", Algorithm: FixedWindow, Limit: 1, Window: time.Second})
+		wantErr(t, err, ErrNotFound, "client")
+		_, err = db.CreateRule(ctx, Rule{ClientID: "nope", Name: "r", Algorithm: FixedWindow, Limit: 1, Window: time.Second})
+		wantErr(t, err, ErrNotFound, "client")
+		empty, err := db.Rules(ctx, "nope")
+		if err != nil || len(empty) != 0 {
+			t.Errorf("Rules(bad id) = %v, %v; want none", empty, err)
+		}
+	})
+}
+
+func TestRuleValidation(t *testing.T) {
+	tests := []struct {
+		name  string
+		in    Rule
+		field string
+	}{
+		{"no name", Rule{Algorithm: FixedWindow, Limit: 1, Window: time.Second}, "name"},
+		{"bad name", Rule{Name: "a b", Algorithm: FixedWindow, Limit: 1, Window: time.Second}, "name"},
+		{"long name", Rule{Name: strings.Repeat("r", 101), Algorithm: FixedWindow, Limit: 1, Window: time.Second}, "name"},
+		{"bad algorithm", Rule{Name: "r", Algorithm: "gcra", Limit: 1, Window: time.Second}, "algorithm"},
+		{"zero limit", Rule{Name: "r", Algorithm: FixedWindow, Window: time.Second}, "limit"},
+		{"negative limit", Rule{Name: "r", Algorithm: FixedWindow, Limit: -1, Window: time.Second}, "limit"},
+		{"no window", Rule{Name: "r", Algorithm: SlidingWindow, Limit: 1}, "window"},
+		{"fractional window", Rule{Name: "r", Algorithm: FixedWindow, Limit: 1, Window: 1500 * time.Millisecond}, "window"},
+		{"negative refill", Rule{Name: "r", Algorithm: TokenBucket, Limit: 1, RefillRate: -1}, "refill_rate"},
+		{"refill on window", Rule{Name: "r", Algorithm: FixedWindow, Limit: 1, Window: time.Second, RefillRate: 1}, "refill_rate"},
+		{"descriptor without key", Rule{Name: "r", Algorithm: TokenBucket, Limit: 1, Descriptors: []DescriptorEntry{{Value: "v"}}}, "descriptors[0].key"},
+		{"bad name, default algorithm", Rule{Name: "a/b", Limit: 1, Window: time.Second}, "name"},
+	}
+	eachDialect(t, func(t *testing.T, url string) {
+		db := mustOpen(t, url)
+		c := mustCreateClient(t, db, "Alpha")
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				r := tt.in
+				r.ClientID = c.ID
+				_, err := db.CreateRule(t.Context(), r)
+				wantErr(t, err, ErrInvalid, tt.field)
+			})
+		}
+	})
+}
+
+func TestExemptions(t *testing.T) {
+	eachDialect(t, func(t *testing.T, url string) {
+		db := mustOpen(t, url)
+		ctx := t.Context()
+		a := mustCreateClient(t, db, "Alpha")
+		b := mustCreateClient(t, db, "Beta")
+
+		e1, err := db.CreateExemption(ctx, Exemption{ClientID: a.ID, Identifier: "internal-service", Reason: "Internal microservice"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e2, err := db.CreateExemption(ctx, Exemption{ClientID: a.ID, Identifier: "10.0.0.1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		list, err := db.Exemptions(ctx, a.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff([]Exemption{e2, e1}, list); diff != "" {
+			t.Errorf("Exemptions (-want +got):\n%s", diff)
+		}
+		got, err := db.Exemption(ctx, a.ID, "internal-service")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(e1, got); diff != "" {
+			t.Errorf("Exemption (-want +got):\n%s", diff)
+		}
+
+		_, err = db.CreateExemption(ctx, Exemption{ClientID: a.ID, Identifier: "internal-service"})
+		wantErr(t, err, ErrConflict, "internal-service")
+		if _, err := db.CreateExemption(ctx, Exemption{ClientID: b.ID, Identifier: "internal-service"}); err != nil {
+			t.Fatalf("same identifier for another client: %v", err)
+		}
+
+		wantErr(t, db.DeleteExemption(ctx, b.ID, "10.0.0.1"), ErrNotFound, "10.0.0.1")
+		if err := db.DeleteExemption(ctx, a.ID, "10.0.0.1"); err != nil {
+			t.Fatal(err)
+		}
+		wantErr(t, db.DeleteExemption(ctx, a.ID, "10.0.0.1"), ErrNotFound)
+		bList, _ := db.Exemptions(ctx, b.ID)
+		aList, _ := db.Exemptions(ctx, a.ID)
+		if len(aList) != 1 || len(bList) != 1 || aList[0].ClientID != a.ID || bList[0].ClientID != b.ID {
+			t.Errorf("after delete: a has %v, b has %v", aList, bList)
+		}
+
+		for _, bad := range []struct {
+			e     Exemption
+			field string
+		}{
+			{Exemption{ClientID: a.ID}, "identifier"},
+			{Exemption{ClientID: a.ID, Identifier: strings.Repeat("i", 257)}, "identifier"},
+			{Exemption{ClientID: a.ID, Identifier: "nul\x00"}, "identifier"},
+			{Exemption{ClientID: a.ID, Identifier: "x", Reason: strings.Repeat("r", 1001)}, "reason"},
+		} {
+			_, err := db.CreateExemption(ctx, bad.e)
+			wantErr(t, err, ErrInvalid, bad.field)
+		}
+		_, err = db.CreateExemption(ctx, Exemption{ClientID: "6f1c1f6e-1d0e-4e5e-9d5e-000000000000", Identifier: "x"})
+		wantErr(t, err, ErrNotFound, "client")
+	})
+}
+
+func TestUsage(t *testing.T) {
+	eachDialect(t, func(t *testing.T, url string) {
+		db := mustOpen(t, url)
+		ctx := t.Context()
+		a := mustCreateClient(t, db, "Alpha")
+
+		const workers, rounds = 8, 15
+		var wg sync.WaitGroup
+		errs := make(chan error, workers*rounds)
+		for w := 0; w < workers; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; i < rounds; i++ {
+					errs <- db.AddUsage(ctx, []Usage{
+						{ClientID: a.ID, Allowed: 2, Rejected: 1, ByAlgorithm: map[string]int64{FixedWindow: 3}},
+						{ClientID: a.ID, Allowed: 1, ByAlgorithm: map[string]int64{TokenBucket: 1}},
+						{ClientID: "someone-else", Allowed: 1, ByAlgorithm: map[string]int64{TokenBucket: 1}},
+					})
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Fatalf("AddUsage: %v", err)
+			}
+		}
+		n := int64(workers * rounds)
+		want := Usage{ClientID: a.ID, TotalChecks: 4 * n, Allowed: 3 * n, Rejected: n,
+			ByAlgorithm: map[string]int64{FixedWindow: 3 * n, TokenBucket: n}}
+		got, err := db.Usage(ctx, a.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("Usage (-want +got):\n%s", diff)
+		}
+
+		none, err := db.Usage(ctx, "6f1c1f6e-1d0e-4e5e-9d5e-000000000000")
+		if err != nil || none.TotalChecks != 0 || len(none.ByAlgorithm) != 0 {
+			t.Errorf("Usage(unknown) = %+v, %v; want zero", none, err)
+		}
+
+		for _, bad := range [][]Usage{
+			{{Allowed: 1}},
+			{{ClientID: a.ID, Allowed: -1}},
+			{{ClientID: a.ID, Allowed: 1, ByAlgorithm: map[string]int64{FixedWindow: 2}}},
+			{{ClientID: a.ID, Allowed: 2, ByAlgorithm: map[string]int64{FixedWindow: 1, TokenBucket: 1}}},
+		} {
+			wantErr(t, db.AddUsage(ctx, bad), ErrInvalid)
+		}
+		again, _ := db.Usage(ctx, a.ID)
+		if diff := cmp.Diff(want, again); diff != "" {
+			t.Errorf("Usage after refused deltas (-want +got):\n%s", diff)
+		}
+	})
+}
+
+func TestRevision(t *testing.T) {
+	eachDialect(t, func(t *testing.T, url string) {
+		db := mustOpen(t, url)
+		ctx := t.Context()
+		rev := func() int64 {
+			t.Helper()
+			r, err := db.Revision(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return r
+		}
+		last := rev()
+		step := func(what string, wantBump bool, err error) {
+			t.Helper()
+			if wantBump && err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+			now := rev()
+			if wantBump && now != last+1 {
+				t.Errorf("after %s revision = %d, want %d", what, now, last+1)
+			}
+			if !wantBump && now != last {
+				t.Errorf("after %s revision = %d, want unchanged %d", what, now, last)
+			}
+			last = now
+		}
+		c, err := db.CreateClient(ctx, Client{Name: "a", Email: "a@example.com"}, keyHash("a"))
+		step("CreateClient", true, err)
+		_, err = db.CreateClient(ctx, Client{Name: "a", Email: "a@example.com"}, keyHash("b"))
+		step("refused CreateClient", false, err)
+		_, err = db.CreateRule(ctx, Rule{ClientID: c.ID, Name: "r", Algorithm: FixedWindow, Limit: 1, Window: time.Second})
+		step("CreateRule", true, err)
+		_, err = db.CreateRule(ctx, Rule{ClientID: c.ID, Name: "r", Algorithm: FixedWindow, Limit: 1, Window: time.Second})
+		step("duplicate CreateRule", false, err)
+		_, err = db.CreateExemption(ctx, Exemption{ClientID: c.ID, Identifier: "x"})
+		step("CreateExemption", true, err)
+		step("AddUsage", false, db.AddUsage(ctx, []Usage{{ClientID: c.ID, Allowed: 1}}))
+		step("DeleteRule", true, db.DeleteRule(ctx, c.ID, "r"))
+		step("DeleteRule of nothing", false, db.DeleteRule(ctx, c.ID, "r"))
+		step("DeleteExemption", true, db.DeleteExemption(ctx, c.ID, "x"))
+	})
+}
+
+func TestSnapshot(t *testing.T) {
+	eachDialect(t, func(t *testing.T, url string) {
+		db := mustOpen(t, url)
+		ctx := t.Context()
+		a := mustCreateClient(t, db, "Alpha")
+		b := mustCreateClient(t, db, "Beta")
+		ra, err := db.CreateRule(ctx, Rule{ClientID: a.ID, Name: "ra", Algorithm: FixedWindow, Limit: 1, Window: time.Second,
+			Descriptors: []DescriptorEntry{{Key: "k", Value: "v"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rb, err := db.CreateRule(ctx, Rule{ClientID: b.ID, Name: "rb", Algorithm: TokenBucket, Limit: 9})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ea, err := db.CreateExemption(ctx, Exemption{ClientID: a.ID, Identifier: "ia", Reason: "why"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := db.Snapshot(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rev, _ := db.Revision(ctx)
+		want := Snapshot{
+			Revision:   rev,
+			Clients:    []ClientKey{{Client: a, KeyHash: keyHash("key-Alpha")}, {Client: b, KeyHash: keyHash("key-Beta")}},
+			Rules:      []Rule{ra, rb},
+			Exemptions: []Exemption{ea},
+		}
+		sortRules := cmpopts.SortSlices(func(x, y Rule) bool { return x.ClientID < y.ClientID })
+		if diff := cmp.Diff(want, got, sortRules); diff != "" {
+			t.Errorf("Snapshot (-want +got):\n%s", diff)
+		}
+	})
+}
+
+func TestCacheSeesOtherReplicas(t *testing.T) {
+	eachDialect(t, func(t *testing.T, url string) {
+		ctx := t.Context()
+		db1 := mustOpen(t, url) // replica 1
+		db2 := mustOpen(t, url) // replica 2, same database
+		c1 := NewCache(db1, 20*time.Millisecond, nil)
+		c2 := NewCache(db2, 20*time.Millisecond, nil)
+
+		a := mustCreateClient(t, db1, "Alpha")
+		if err := c1.Refresh(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := c2.ClientByDomain("alpha"); ok {
+			t.Fatal("c2 found a client before loading anything")
+		}
+
+		var wg sync.WaitGroup
+		for _, c := range []*Cache{c1, c2} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := c.Run(ctx); err != nil {
+					t.Errorf("Run: %v", err)
+				}
+			}()
+		}
+		t.Cleanup(wg.Wait) // ctx ends before cleanups run
+
+		eventually(t, "replica 2 to load the client", func() bool {
+			_, ok := c2.ClientByKeyHash(keyHash("key-Alpha"))
+			return ok
+		})
+		if got, ok := c2.ClientByDomain("alpha"); !ok || got.ID != a.ID {
+			t.Errorf("c2.ClientByDomain = %v, %v", got, ok)
+		}
+		if got, ok := c2.ClientByID(a.ID); !ok || got.ID != a.ID {
+			t.Errorf("c2.ClientByID = %v, %v", got, ok)
+		}
+
+		// Writes through replica 2 reach replica 1's cache.
+		second, err := db2.CreateRule(ctx, Rule{ClientID: a.ID, Name: "b-second", Algorithm: FixedWindow, Limit: 5, Window: time.Minute,
+			Descriptors: []DescriptorEntry{{Key: "path"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		first, err := db2.CreateRule(ctx, Rule{ClientID: a.ID, Name: "a-plain", Algorithm: TokenBucket, Limit: 5})
+		if err != nil {
+			t.Fatal(err)
+		}
+		third, err := db2.CreateRule(ctx, Rule{ClientID: a.ID, Name: "a-third", Algorithm: TokenBucket, Limit: 5,
+			Descriptors: []DescriptorEntry{{Key: "user", Value: "vip*"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db2.CreateExemption(ctx, Exemption{ClientID: a.ID, Identifier: "bot"}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "replica 1 to see replica 2's writes", func() bool {
+			return c1.Exempt(a.ID, "bot")
+		})
+		if got, ok := c1.Rule(a.ID, "a-plain"); !ok || got.Limit != first.Limit {
+			t.Errorf("c1.Rule = %v, %v", got, ok)
+		}
+		if diff := cmp.Diff([]Rule{second, third}, c1.DescriptorRules(a.ID)); diff != "" {
+			t.Errorf("DescriptorRules, creation order (-want +got):\n%s", diff)
+		}
+		if c1.Exempt(a.ID, "other") || c1.Exempt("someone", "bot") {
+			t.Error("Exempt is true for an identifier or client that has no exemption")
+		}
+
+		if err := db1.DeleteExemption(ctx, a.ID, "bot"); err != nil {
+			t.Fatal(err)
+		}
+		if err := db1.DeleteRule(ctx, a.ID, "a-plain"); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "replica 2 to see the deletes", func() bool {
+			_, ruleOK := c2.Rule(a.ID, "a-plain")
+			return !c2.Exempt(a.ID, "bot") && !ruleOK
+		})
+		if c1.Revision() < 0 {
+			t.Errorf("c1.Revision = %d after loading", c1.Revision())
+		}
+	})
+}
+
+func TestReopenKeepsData(t *testing.T) {
+	eachDialect(t, func(t *testing.T, url string) {
+		ctx := t.Context()
+		db, err := Open(ctx, url, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := mustCreateClient(t, db, "Alpha")
+		r, err := db.CreateRule(ctx, Rule{ClientID: a.ID, Name: "r", Algorithm: FixedWindow, Limit: 3, Window: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := db.AddUsage(ctx, []Usage{{ClientID: a.ID, Rejected: 4, ByAlgorithm: map[string]int64{FixedWindow: 4}}}); err != nil {
+			t.Fatal(err)
+		}
+		before, err := db.Snapshot(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Close(); err != nil {
+			t.Fatal(err)
+		}
+
+		db = mustOpen(t, url)
+		after, err := db.Snapshot(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(before, after); diff != "" {
+			t.Errorf("snapshot after reopen (-before +after):\n%s", diff)
+		}
+		got, err := db.Rule(ctx, a.ID, "r")
+		if err != nil || !cmp.Equal(r, got) {
+			t.Errorf("Rule after reopen = %v, %v; want %v", got, err, r)
+		}
+		u, err := db.Usage(ctx, a.ID)
+		if err != nil || u.Rejected != 4 {
+			t.Errorf("Usage after reopen = %+v, %v; want 4 rejected", u, err)
+		}
+	})
+}
+
+func TestMigrate(t *testing.T) {
+	eachDialect(t, func(t *testing.T, url string) {
+		ctx := t.Context()
+		version, dirty, err := Migrate(ctx, url, "version")
+		if err != nil || version != 0 || dirty {
+			t.Fatalf("version of an empty database = %d, %v, %v; want 0, false, nil", version, dirty, err)
+		}
+		version, dirty, err = Migrate(ctx, url, "up")
+		if err != nil || version != 1 || dirty {
+			t.Fatalf("up = %d, %v, %v; want 1, false, nil", version, dirty, err)
+		}
+		if version, _, err = Migrate(ctx, url, "up"); err != nil || version != 1 {
+			t.Fatalf("up again = %d, %v; want 1, nil", version, err)
+		}
+
+		db := mustOpen(t, url)
+		mustCreateClient(t, db, "Alpha")
+
+		version, dirty, err = Migrate(ctx, url, "down")
+		if err != nil || version != 0 || dirty {
+			t.Fatalf("down = %d, %v, %v; want 0, false, nil", version, dirty, err)
+		}
+		if _, err := db.Revision(ctx); err == nil {
+			t.Error("Revision works after down: the tables are still there")
+		}
+		if _, _, err := Migrate(ctx, url, "down"); err == nil {
+			t.Error("down on an empty schema: want an error")
+		}
+		version, _, err = Migrate(ctx, url, "up")
+		if err != nil || version != 1 {
+			t.Fatalf("up after down = %d, %v; want 1, nil", version, err)
+		}
+		rev, err := db.Revision(ctx)
+		if err != nil || rev != 0 {
+			t.Errorf("Revision after down and up = %d, %v; want 0 (fresh tables)", rev, err)
+		}
+		if _, err := db.ClientByKeyHash(ctx, keyHash("key-Alpha")); !errors.Is(err, ErrNotFound) {
+			t.Errorf("client after down and up: err = %v, want ErrNotFound", err)
+		}
+
+		_, _, err = Migrate(ctx, url, "sideways")
+		wantErr(t, err, ErrInvalid, "sideways")
+	})
+}
+
+func TestOpenRefusesBadURLs(t *testing.T) {
+	for _, url := range []string{
+		"",
+		"sqlite://",
+		"sqlite://:memory:",
+		"sqlite:file::memory:?cache=shared",
+		"mysql://localhost/throttle",
+		"throttle.db",
+	} {
+		_, err := Open(t.Context(), url, nil)
+		if !errors.Is(err, ErrInvalid) {
+			t.Errorf("Open(%q) err = %v, want ErrInvalid", url, err)
+		}
+	}
+	_, err := Open(t.Context(), "postgres://user:s3cret@127.0.0.1:1/x?sslmode=disable&connect_timeout=notanumber", nil)
+	if err == nil || strings.Contains(err.Error(), "s3cret") {
+		t.Errorf("Open(bad postgres URL) err = %v; want an error without the password", err)
+	}
+}
+
+func TestSQLiteURLForms(t *testing.T) {
+	dir := t.TempDir()
+	for _, url := range []string{"sqlite://" + dir + "/a.db", "sqlite:" + dir + "/b.db"} {
+		db, err := Open(t.Context(), url, nil)
+		if err != nil {
+			t.Fatalf("Open(%q): %v", url, err)
+		}
+		if db.Dialect() != DialectSQLite {
+			t.Errorf("Dialect = %q", db.Dialect())
+		}
+		if err := db.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
