@@ -186,6 +186,9 @@ type Decision struct {
 	RetryAfter time.Duration
 	// Now is the store's clock when it decided (Redis TIME for RedisStore).
 	Now time.Time
+	// Degraded is true when Guard's failure policy decided instead of the
+	// counter backend (FAILURE_MODE).
+	Degraded bool
 }
 
 // ResetAt returns the moment the state is fresh again.

@@ -1,0 +1,120 @@
+// Package redistest runs throw-away redis-server processes for tests that
+// must stop and restart Redis (failure modes), and hands out the shared test
+// Redis that scripts/with-test-services.sh starts.
+package redistest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// SharedURL returns the URL of the test Redis started by
+// scripts/with-test-services.sh, and fails the test when there is none.
+func SharedURL(t testing.TB) string {
+	t.Helper()
+	u := os.Getenv("THROTTLE_TEST_REDIS_URL")
+	if u == "" {
+		t.Fatal("THROTTLE_TEST_REDIS_URL is not set: run the tests via scripts/with-test-services.sh (make test)")
+	}
+	return u
+}
+
+// Server is a redis-server process owned by one test.
+type Server struct {
+	t    testing.TB
+	bin  string
+	dir  string
+	Port int
+	cmd  *exec.Cmd
+}
+
+// Start runs a new redis-server on a free loopback port, with no
+// persistence; it is stopped when the test ends.
+func Start(t testing.TB) *Server {
+	t.Helper()
+	bin := os.Getenv("THROTTLE_TEST_REDIS_SERVER")
+	if bin == "" {
+		var err error
+		if bin, err = exec.LookPath("redis-server"); err != nil {
+			t.Fatal("redis-server not found: run the tests via scripts/with-test-services.sh (make test)")
+		}
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	s := &Server{t: t, bin: bin, dir: t.TempDir(), Port: port}
+	s.Restart()
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// Addr is host:port.
+func (s *Server) Addr() string { return "127.0.0.1:" + strconv.Itoa(s.Port) }
+
+// URL is redis://host:port/0.
+func (s *Server) URL() string { return "redis://" + s.Addr() + "/0" }
+
+// Stop kills the server (as a crash would) and waits for it to exit.
+func (s *Server) Stop() {
+	if s.cmd == nil {
+		return
+	}
+	_ = s.cmd.Process.Kill()
+	_ = s.cmd.Wait()
+	s.cmd = nil
+}
+
+// Restart starts the server again on the same port and waits until it
+// answers PING.
+func (s *Server) Restart() {
+	s.t.Helper()
+	s.Stop()
+	cmd := exec.Command(s.bin, "--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", s.dir)
+	if err := cmd.Start(); err != nil {
+		s.t.Fatalf("start redis-server: %v", err)
+	}
+	s.cmd = cmd
+	rdb := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	defer rdb.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		err := rdb.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("redis-server on %s did not answer: %v", s.Addr(), err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// NewClient returns a client for addr with the timeouts a Throttle replica
+// uses, closed when the test ends.
+func NewClient(t testing.TB, url string) *redis.Client {
+	t.Helper()
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		t.Fatal(fmt.Errorf("parse %s: %w", url, err))
+	}
+	opt.ContextTimeoutEnabled = true
+	opt.DialTimeout = 200 * time.Millisecond
+	opt.MaxRetries = -1
+	rdb := redis.NewClient(opt)
+	t.Cleanup(func() { rdb.Close() })
+	return rdb
+}
