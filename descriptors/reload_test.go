@@ -1,0 +1,164 @@
+package descriptors
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metric returns the value of the gauge or counter name in reg.
+func metric(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	must(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		m := mf.GetMetric()[0]
+		if m.GetCounter() != nil {
+			return m.GetCounter().GetValue()
+		}
+		return m.GetGauge().GetValue()
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
+}
+
+func TestReloader(t *testing.T) {
+	dir := t.TempDir()
+	copyFile(t, runtime+"config/basic.yaml", filepath.Join(dir, "basic.yaml"))
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	reg := prometheus.NewRegistry()
+	r, err := NewReloader(dir, 10*time.Millisecond, Options{}, log, reg)
+	must(t, err)
+	const (
+		errorsTotal = "throttle_descriptors_config_load_errors_total"
+		valid       = "throttle_descriptors_config_valid"
+		lastReload  = "throttle_descriptors_config_last_reload_timestamp_seconds"
+	)
+	first := r.Current()
+	if first.Domain("basic") == nil || metric(t, reg, valid) != 1 || metric(t, reg, lastReload) == 0 {
+		t.Fatalf("first load: domain basic %v, valid %v", first.Domain("basic"), metric(t, reg, valid))
+	}
+
+	// Nothing changed: nothing reloads.
+	if changed, err := r.Reload(); changed || err != nil || r.Current() != first {
+		t.Errorf("Reload without change = %v, %v", changed, err)
+	}
+
+	// A good edit is picked up: upstream's reload test adds reload.yaml.
+	copyFile(t, runtime+"reload.yaml", filepath.Join(dir, "reload.yaml"))
+	if changed, err := r.Reload(); !changed || err != nil {
+		t.Fatalf("Reload after a good edit = %v, %v", changed, err)
+	}
+	good := r.Current()
+	if m := good.Match("reload", entries("block", "foo")); m == nil || !m.Limit.AlwaysOverLimit() {
+		t.Errorf("reload/block: %+v, want always over limit", m)
+	}
+
+	// A bad edit is kept out, logged once and counted.
+	writeFile(t, filepath.Join(dir, "basic.yaml"), "domain: basic\ndescriptors:\n  - key: key1\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n")
+	if changed, err := r.Reload(); changed || err == nil {
+		t.Fatalf("Reload after a bad edit = %v, %v", changed, err)
+	}
+	if r.Current() != good {
+		t.Error("a bad edit replaced the configuration")
+	}
+	if got := metric(t, reg, valid); got != 0 {
+		t.Errorf("valid after a bad edit = %v, want 0", got)
+	}
+	if got := metric(t, reg, errorsTotal); got != 1 {
+		t.Errorf("load errors after a bad edit = %v, want 1", got)
+	}
+	if !strings.Contains(logs.String(), "invalid rate limit unit 'fortnight'") {
+		t.Errorf("log does not say why:\n%s", logs.String())
+	}
+	if changed, err := r.Reload(); changed || err != nil || metric(t, reg, errorsTotal) != 1 {
+		t.Errorf("second poll of the same bad edit = %v, %v, errors %v; want it reported once", changed, err, metric(t, reg, errorsTotal))
+	}
+
+	// Restoring the file brings it back; Run does the polling.
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	copyFile(t, runtime+"config/basic.yaml", filepath.Join(dir, "basic.yaml"))
+	must(t, os.Remove(filepath.Join(dir, "reload.yaml")))
+	deadline := time.Now().Add(5 * time.Second)
+	for r.Current() == good && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run = %v", err)
+	}
+	c := r.Current()
+	if c == good || c.Domain("basic") == nil || c.Domain("reload") != nil {
+		t.Fatalf("after restore: basic %v, reload %v; want basic only", c.Domain("basic"), c.Domain("reload"))
+	}
+	if got := metric(t, reg, valid); got != 1 {
+		t.Errorf("valid after restore = %v, want 1", got)
+	}
+}
+
+func TestNewReloaderRefusesBadConfig(t *testing.T) {
+	dir := t.TempDir()
+	copyFile(t, upstream+"bad_limit_unit.yaml", filepath.Join(dir, "bad.yaml"))
+	log := slog.New(slog.DiscardHandler)
+	if _, err := NewReloader(dir, time.Second, Options{}, log, prometheus.NewRegistry()); err == nil {
+		t.Error("NewReloader with a bad file: no error")
+	}
+	if _, err := NewReloader(t.TempDir(), 0, Options{}, log, prometheus.NewRegistry()); err == nil {
+		t.Error("NewReloader with interval 0: no error")
+	}
+	r, err := NewReloader(t.TempDir(), time.Second, Options{}, log, prometheus.NewRegistry())
+	if err != nil || r.Current() == nil || r.Current().Domains() != 0 {
+		t.Errorf("NewReloader of an empty directory: %v, %v", r, err)
+	}
+}
+
+func FuzzLoad(f *testing.F) {
+	for _, p := range []string{
+		upstream + "basic_config.yaml", upstream + "share_threshold.yaml", upstream + "wildcard.yaml",
+		upstream + "non_string_key.yaml", upstream + "bad_yaml.yaml", examples + "example.yaml", ours + "nested_problems.yaml",
+	} {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data, "k", "v")
+	}
+	f.Add([]byte("domain: d\ndescriptors: [{key: k, value: '*a*', rate_limit: {unit: second, requests_per_unit: 1}}]"), "k", "xay")
+	f.Add([]byte("a: &a [*a]"), "", "")
+	f.Fuzz(func(t *testing.T, data []byte, key, value string) {
+		c, err := Load(Options{}, Source{Name: "fuzz.yaml", Data: data})
+		if err != nil {
+			if c != nil {
+				t.Fatal("Load returned a config and an error")
+			}
+			return
+		}
+		for name, d := range c.domains {
+			for _, es := range [][]Entry{{{key, value}}, {{key, value}, {key, value}}} {
+				if m := d.Match(es); m != nil {
+					if m.Domain != name || m.Counter == "" || !strings.HasPrefix(m.StatsKey, name+".") {
+						t.Fatalf("bad match %+v", m)
+					}
+					if !m.Limit.Unlimited && !m.Limit.AlwaysOverLimit() {
+						if _, err := m.Limit.EngineLimit(); err != nil {
+							t.Fatalf("loaded a limit the engine refuses: %v", err)
+						}
+					}
+				}
+			}
+		}
+	})
+}
