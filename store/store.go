@@ -109,29 +109,35 @@ The *DB type offers:
 	(*DB).ClientByKeyHash(ctx, keyHash [32]byte) (Client, error)
 	(*DB).ClientByID(ctx, id string) (Client, error)
 
-	(*DB).CreateRule(ctx, r Rule) (Rule, error)         // ErrConflict on duplicate name
+	(*DB).CreateRule(ctx, r Rule) (Rule, error)         // ErrConflict on duplicate name; empty Algorithm = client's default
 	(*DB).Rules(ctx, clientID string) ([]Rule, error)   // ordered by name
 	(*DB).Rule(ctx, clientID, name string) (Rule, error)
 	(*DB).DeleteRule(ctx, clientID, name string) error  // ErrNotFound
 
 	(*DB).CreateExemption(ctx, e Exemption) (Exemption, error) // ErrConflict on duplicate
 	(*DB).Exemptions(ctx, clientID string) ([]Exemption, error) // ordered by identifier
+	(*DB).Exemption(ctx, clientID, identifier string) (Exemption, error)
 	(*DB).DeleteExemption(ctx, clientID, identifier string) error
 
-	(*DB).AddUsage(ctx, deltas []Usage) error           // atomic increments, one transaction
+	(*DB).AddUsage(ctx, deltas []Usage) error           // atomic increments, one transaction; one algorithm per delta
 	(*DB).Usage(ctx, clientID string) (Usage, error)
 
 	(*DB).Revision(ctx) (int64, error)                  // bumped by every write above except AddUsage
 	(*DB).Snapshot(ctx) (Snapshot, error)
 
+Also: ValidAlgorithm(name) bool; the constants FixedWindow, SlidingWindow,
+TokenBucket, DialectSQLite, DialectPostgres.
+
 Migrations: Migrate(ctx, databaseURL string, cmd string) (version uint, dirty bool, err error)
 with cmd "up" | "down" (one step) | "version".
 
 Cache (NewCache(db *DB, every time.Duration, log *slog.Logger) *Cache):
-	(*Cache).Run(ctx) error            // polls Revision every `every`, reloads Snapshot on change; returns when ctx ends
+	(*Cache).Run(ctx) error            // polls Revision every `every`, reloads Snapshot on change; returns nil when ctx ends
 	(*Cache).Refresh(ctx) error        // reload now (called after a local write so it is seen at once)
 	(*Cache).ClientByKeyHash(h) (Client, bool)
 	(*Cache).ClientByDomain(domain) (Client, bool)
+	(*Cache).ClientByID(id) (Client, bool)
+	(*Cache).Revision() int64             // of the loaded snapshot; -1 before the first load
 	(*Cache).Rule(clientID, name) (Rule, bool)
 	(*Cache).DescriptorRules(clientID) []Rule   // rules with Descriptors, in creation order
 	(*Cache).Exempt(clientID, identifier) bool
@@ -139,5 +145,6 @@ Cache (NewCache(db *DB, every time.Duration, log *slog.Logger) *Cache):
 Usage recorder (NewUsageRecorder(db *DB, every time.Duration, log *slog.Logger) *UsageRecorder):
 	(*UsageRecorder).Record(clientID, algorithm string, allowed bool)   // lock-cheap, never blocks on the DB
 	(*UsageRecorder).Run(ctx) error      // flushes every `every`; on ctx end flushes once more (with its own short deadline) and returns
+	(*UsageRecorder).Flush(ctx) error    // flush now; on failure the counts are kept for the next flush
 	(*UsageRecorder).Usage(ctx, clientID) (Usage, error)   // DB + not yet flushed; failed flushes are kept and retried, never dropped
 */
