@@ -251,8 +251,8 @@ func (c *Config) Domain(name string) *Domain {
 	return c.domains[name]
 }
 
-// Domains returns the number of domains.
-func (c *Config) Domains() int {
+// DomainCount returns the number of domains.
+func (c *Config) DomainCount() int {
 	if c == nil {
 		return 0
 	}

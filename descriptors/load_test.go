@@ -131,7 +131,7 @@ missing_unit.yaml: domain "test-domain" › descriptors[0] › rate_limit: inval
 		t.Run(strings.Join(names, "+"), func(t *testing.T) {
 			c, err := load(t, Options{MergeDomains: tt.merge}, tt.files...)
 			if err == nil {
-				t.Fatalf("loaded %d domains, want error %q", c.Domains(), tt.want)
+				t.Fatalf("loaded %d domains, want error %q", c.DomainCount(), tt.want)
 			}
 			if got := err.Error(); got != tt.want {
 				t.Errorf("error:\n got %s\nwant %s", got, tt.want)
@@ -221,8 +221,8 @@ func TestLoadDir(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Domains() != 2 || c.Domain("basic") == nil || c.Domain("another") == nil {
-		t.Errorf("LoadDir: %d domains, want basic and another", c.Domains())
+	if c.DomainCount() != 2 || c.Domain("basic") == nil || c.Domain("another") == nil {
+		t.Errorf("LoadDir: %d domains, want basic and another", c.DomainCount())
 	}
 
 	writeFile(t, filepath.Join(dir, "bad.yaml"), "domain: x\ndescriptors:\n  - value: v\n")

@@ -112,9 +112,9 @@ func (r *Reloader) Reload() (bool, error) {
 	r.valid.Set(1)
 	r.lastReload.Set(float64(r.now().UnixNano()) / 1e9)
 	if first {
-		r.log.Info("descriptors loaded", "dir", r.dir, "files", len(srcs), "domains", c.Domains())
+		r.log.Info("descriptors loaded", "dir", r.dir, "files", len(srcs), "domains", c.DomainCount())
 	} else {
-		r.log.Info("descriptors reloaded", "dir", r.dir, "files", len(srcs), "domains", c.Domains())
+		r.log.Info("descriptors reloaded", "dir", r.dir, "files", len(srcs), "domains", c.DomainCount())
 	}
 	return true, nil
 }

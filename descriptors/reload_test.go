@@ -120,7 +120,7 @@ func TestNewReloaderRefusesBadConfig(t *testing.T) {
 		t.Error("NewReloader with interval 0: no error")
 	}
 	r, err := NewReloader(t.TempDir(), time.Second, Options{}, log, prometheus.NewRegistry())
-	if err != nil || r.Current() == nil || r.Current().Domains() != 0 {
+	if err != nil || r.Current() == nil || r.Current().DomainCount() != 0 {
 		t.Errorf("NewReloader of an empty directory: %v, %v", r, err)
 	}
 }
