@@ -1,0 +1,224 @@
+package restapi
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/throttle-rl/throttle/store"
+)
+
+func TestRules(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		e := newEnv(t, b)
+		c := e.register(t, "rules", `"default_algorithm":"token_bucket"`)
+
+		r := e.call(t, "GET", "/rules/list", c.Key, "")
+		if r.status != http.StatusOK || r.body != "[]\n" {
+			t.Errorf("GET /rules/list with no rules = %d %q, want 200 []", r.status, r.body)
+		}
+
+		r = e.call(t, "POST", "/rules", c.Key, `{"name":"api_default","algorithm":"sliding_window","limit":100,"window":60}`)
+		if r.status != http.StatusCreated {
+			t.Fatalf("POST /rules = %d %s, want 201", r.status, r.body)
+		}
+		got := decodeReply[ruleReply](t, r)
+		want := ruleReply{Name: "api_default", Algorithm: "sliding_window", Limit: 100, Window: 60}
+		if diff := cmp.Diff(want, got, cmpopts.IgnoreFields(ruleReply{}, "CreatedAt")); diff != "" {
+			t.Errorf("POST /rules reply (-want +got):\n%s", diff)
+		}
+		if time.Since(got.CreatedAt) > time.Minute || got.CreatedAt.IsZero() {
+			t.Errorf("created_at = %v, want about now", got.CreatedAt)
+		}
+		if strings.Contains(r.body, "refill_rate") || strings.Contains(r.body, "descriptors") {
+			t.Errorf("reply shows unset fields: %s", r.body)
+		}
+
+		// Descriptors round-trip; the algorithm defaults to the client's.
+		r = e.call(t, "POST", "/rules", c.Key, `{"name":"edge.login","limit":5,"refill_rate":0.25,"descriptors":[{"key":"path","value":"/login"},{"key":"user"}]}`)
+		if r.status != http.StatusCreated {
+			t.Fatalf("POST /rules with descriptors = %d %s", r.status, r.body)
+		}
+		wantDesc := ruleReply{Name: "edge.login", Algorithm: "token_bucket", Limit: 5, RefillRate: 0.25,
+			Descriptors: []store.DescriptorEntry{{Key: "path", Value: "/login"}, {Key: "user"}}}
+		if diff := cmp.Diff(wantDesc, decodeReply[ruleReply](t, r), cmpopts.IgnoreFields(ruleReply{}, "CreatedAt")); diff != "" {
+			t.Errorf("POST /rules with descriptors (-want +got):\n%s", diff)
+		}
+
+		r = e.call(t, "GET", "/rules/list", c.Key, "")
+		list := decodeReply[[]ruleReply](t, r)
+		if diff := cmp.Diff([]ruleReply{want, wantDesc}, list, cmpopts.IgnoreFields(ruleReply{}, "CreatedAt")); diff != "" {
+			t.Errorf("GET /rules/list, by name (-want +got):\n%s", diff)
+		}
+
+		// The rule works on /check at once (the cache was refreshed).
+		got2, _ := e.check(t, c, `{"identifier":"u","rule":"api_default"}`)
+		if got2.Limit != 100 || got2.Algorithm != "sliding_window" || got2.Remaining != 99 {
+			t.Errorf("check with rule = %+v, want limit 100 sliding_window remaining 99", got2)
+		}
+
+		for _, tt := range []struct {
+			name, body string
+			status     int
+			code       string
+		}{
+			{"duplicate", `{"name":"api_default","algorithm":"fixed_window","limit":1,"window":1}`, 409, "RULE_EXISTS"},
+			{"missing name", `{"algorithm":"fixed_window","limit":1,"window":1}`, 400, "MISSING_FIELD"},
+			{"bad name", `{"name":"has space","algorithm":"fixed_window","limit":1,"window":1}`, 400, "INVALID_FIELD"},
+			{"bad algorithm", `{"name":"x","algorithm":"leaky","limit":1,"window":1}`, 400, "INVALID_FIELD"},
+			{"missing limit", `{"name":"x","algorithm":"fixed_window","window":1}`, 400, "MISSING_FIELD"},
+			{"zero limit", `{"name":"x","algorithm":"fixed_window","limit":0,"window":1}`, 400, "INVALID_FIELD"},
+			{"missing window", `{"name":"x","algorithm":"fixed_window","limit":1}`, 400, "MISSING_FIELD"},
+			{"negative window", `{"name":"x","algorithm":"fixed_window","limit":1,"window":-5}`, 400, "INVALID_FIELD"},
+			{"refill on a window", `{"name":"x","algorithm":"fixed_window","limit":1,"window":1,"refill_rate":2}`, 400, "INVALID_FIELD"},
+			{"descriptor without key", `{"name":"x","algorithm":"fixed_window","limit":1,"window":1,"descriptors":[{"value":"v"}]}`, 400, "INVALID_FIELD"},
+			{"descriptor typo", `{"name":"x","algorithm":"fixed_window","limit":1,"window":1,"descriptors":[{"key":"k","vaule":"v"}]}`, 400, "UNKNOWN_FIELD"},
+		} {
+			t.Run(tt.name, func(t *testing.T) {
+				wantError(t, e.call(t, "POST", "/rules", c.Key, tt.body), tt.status, tt.code)
+			})
+		}
+
+		r = e.call(t, "DELETE", "/rules/api_default", c.Key, "")
+		if r.status != http.StatusOK || strings.TrimSpace(r.body) != `{"message":"Rule deleted successfully","name":"api_default"}` {
+			t.Errorf("DELETE /rules/api_default = %d %s", r.status, r.body)
+		}
+		wantError(t, e.call(t, "DELETE", "/rules/api_default", c.Key, ""), 404, "RULE_NOT_FOUND")
+		wantError(t, e.call(t, "POST", "/check", c.Key, `{"identifier":"u","rule":"api_default"}`), 404, "RULE_NOT_FOUND")
+		if list := decodeReply[[]ruleReply](t, e.call(t, "GET", "/rules/list", c.Key, "")); len(list) != 1 || list[0].Name != "edge.login" {
+			t.Errorf("GET /rules/list after delete = %+v, want only edge.login", list)
+		}
+	})
+}
+
+func TestExemptions(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		e := newEnv(t, b)
+		c := e.register(t, "exemptions")
+		r := e.call(t, "GET", "/exemptions/list", c.Key, "")
+		if r.status != http.StatusOK || r.body != "[]\n" {
+			t.Errorf("GET /exemptions/list with none = %d %q, want 200 []", r.status, r.body)
+		}
+		r = e.call(t, "POST", "/exemptions", c.Key, `{"identifier":"internal-service","reason":"Internal microservice, no rate limiting needed"}`)
+		if r.status != http.StatusCreated {
+			t.Fatalf("POST /exemptions = %d %s", r.status, r.body)
+		}
+		got := decodeReply[exemptionReply](t, r)
+		if got.Identifier != "internal-service" || got.Reason != "Internal microservice, no rate limiting needed" || got.CreatedAt.IsZero() {
+			t.Errorf("POST /exemptions = %+v", got)
+		}
+		r = e.call(t, "POST", "/exemptions", c.Key, `{"identifier":"team/bots"}`)
+		if r.status != http.StatusCreated {
+			t.Fatalf("POST /exemptions team/bots = %d %s", r.status, r.body)
+		}
+		wantError(t, e.call(t, "POST", "/exemptions", c.Key, `{"identifier":"internal-service"}`), 409, "EXEMPTION_EXISTS")
+		wantError(t, e.call(t, "POST", "/exemptions", c.Key, `{"reason":"x"}`), 400, "MISSING_FIELD")
+		wantError(t, e.call(t, "POST", "/exemptions", c.Key, `{"identifier":"`+strings.Repeat("x", 257)+`"}`), 400, "INVALID_FIELD")
+
+		list := decodeReply[[]exemptionReply](t, e.call(t, "GET", "/exemptions/list", c.Key, ""))
+		if len(list) != 2 || list[0].Identifier != "internal-service" || list[1].Identifier != "team/bots" {
+			t.Errorf("GET /exemptions/list = %+v, want internal-service, team/bots", list)
+		}
+
+		for _, path := range []string{"/exemptions/team%2Fbots", "/exemptions/internal-service"} {
+			r = e.call(t, "DELETE", path, c.Key, "")
+			if r.status != http.StatusOK || !strings.Contains(r.body, `"message":"Exemption removed successfully"`) {
+				t.Errorf("DELETE %s = %d %s", path, r.status, r.body)
+			}
+		}
+		wantError(t, e.call(t, "DELETE", "/exemptions/internal-service", c.Key, ""), 404, "EXEMPTION_NOT_FOUND")
+		if r := e.call(t, "GET", "/exemptions/list", c.Key, ""); r.body != "[]\n" {
+			t.Errorf("GET /exemptions/list after deleting all = %s, want []", r.body)
+		}
+	})
+}
+
+func TestStats(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		e := newEnv(t, b)
+		c := e.register(t, "stats")
+		r := e.call(t, "GET", "/stats/"+c.ID, c.Key, "")
+		want := `{"client_id":"` + c.ID + `","total_checks":0,"allowed":0,"rejected":0,"by_algorithm":{"fixed_window":0,"sliding_window":0,"token_bucket":0}}`
+		if r.status != http.StatusOK || strings.TrimSpace(r.body) != want {
+			t.Errorf("GET /stats with no checks = %d %s, want %s", r.status, r.body, want)
+		}
+		for range 3 {
+			e.check(t, c, `{"identifier":"u","limit":2,"window":60,"algorithm":"fixed_window"}`)
+		}
+		e.check(t, c, `{"identifier":"u","limit":2,"algorithm":"token_bucket"}`)
+		r = e.call(t, "GET", "/stats/"+c.ID, c.Key, "")
+		want = `{"client_id":"` + c.ID + `","total_checks":4,"allowed":3,"rejected":1,"by_algorithm":{"fixed_window":3,"sliding_window":0,"token_bucket":1}}`
+		if r.status != http.StatusOK || strings.TrimSpace(r.body) != want {
+			t.Errorf("GET /stats = %d %s, want %s", r.status, r.body, want)
+		}
+		// A flush to the database changes nothing the client sees.
+		if err := e.usage.Flush(t.Context()); err != nil {
+			t.Fatalf("flush usage: %v", err)
+		}
+		if r := e.call(t, "GET", "/stats/"+c.ID, c.Key, ""); strings.TrimSpace(r.body) != want {
+			t.Errorf("GET /stats after a flush = %s, want %s", r.body, want)
+		}
+	})
+}
+
+// TestTenantIsolation: client B cannot see, use, delete or reset what
+// client A owns, even knowing its names.
+func TestTenantIsolation(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		e := newEnv(t, b)
+		a := e.register(t, "tenant-a")
+		bb := e.register(t, "tenant-b")
+		for _, req := range []struct{ path, body string }{
+			{"/rules", `{"name":"shared","algorithm":"fixed_window","limit":1,"window":60}`},
+			{"/exemptions", `{"identifier":"vip"}`},
+		} {
+			if r := e.call(t, "POST", req.path, a.Key, req.body); r.status != http.StatusCreated {
+				t.Fatalf("A: POST %s = %d %s", req.path, r.status, r.body)
+			}
+		}
+		if got, _ := e.check(t, a, `{"identifier":"u","rule":"shared"}`); !got.Allowed {
+			t.Fatalf("A's first check = %+v, want allowed", got)
+		}
+
+		if r := e.call(t, "GET", "/rules/list", bb.Key, ""); r.body != "[]\n" {
+			t.Errorf("B lists rules: %s, want []", r.body)
+		}
+		if r := e.call(t, "GET", "/exemptions/list", bb.Key, ""); r.body != "[]\n" {
+			t.Errorf("B lists exemptions: %s, want []", r.body)
+		}
+		wantError(t, e.call(t, "POST", "/check", bb.Key, `{"identifier":"u","rule":"shared"}`), 404, "RULE_NOT_FOUND")
+		wantError(t, e.call(t, "DELETE", "/rules/shared", bb.Key, ""), 404, "RULE_NOT_FOUND")
+		wantError(t, e.call(t, "DELETE", "/exemptions/vip", bb.Key, ""), 404, "EXEMPTION_NOT_FOUND")
+		wantError(t, e.call(t, "GET", "/stats/"+a.ID, bb.Key, ""), 403, "FORBIDDEN")
+		if got, _ := e.check(t, bb, `{"identifier":"vip","limit":1,"window":60}`); got.Exempted {
+			t.Errorf("B's vip is exempt by A's exemption: %+v", got)
+		}
+		r := e.call(t, "POST", "/reset", bb.Key, `{"identifier":"u"}`)
+		if got := decodeReply[resetReply](t, r); got.KeysDeleted != 0 {
+			t.Errorf("B resets u: keys_deleted %d, want 0", got.KeysDeleted)
+		}
+		// B's counter for u is its own, and A's is untouched by B's reset.
+		if got, _ := e.check(t, bb, `{"identifier":"u","limit":1,"window":60,"algorithm":"fixed_window"}`); !got.Allowed {
+			t.Errorf("B's first check of u = %+v, want allowed", got)
+		}
+		if got, _ := e.check(t, a, `{"identifier":"u","rule":"shared"}`); got.Allowed {
+			t.Errorf("A's second check = %+v, want rejected (limit 1)", got)
+		}
+
+		// A still has everything.
+		if list := decodeReply[[]ruleReply](t, e.call(t, "GET", "/rules/list", a.Key, "")); len(list) != 1 {
+			t.Errorf("A's rules = %+v, want 1", list)
+		}
+		if got, _ := e.check(t, a, `{"identifier":"vip","limit":1,"window":60}`); !got.Exempted {
+			t.Errorf("A's vip not exempt: %+v", got)
+		}
+		stats := decodeReply[statsReply](t, e.call(t, "GET", "/stats/"+a.ID, a.Key, ""))
+		if stats.TotalChecks != 3 {
+			t.Errorf("A's stats = %+v, want 3 checks", stats)
+		}
+	})
+}
