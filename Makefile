@@ -24,3 +24,7 @@ lint: ## gofmt and go vet
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
+
+.PHONY: kind-demo
+kind-demo: ## Throttle + Envoy + sample app on a local kind cluster, then 200s and 429s through Envoy (needs docker, kind, kubectl)
+	k8s/kind-demo.sh

@@ -1,0 +1,860 @@
+package k8s_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	sigsjson "sigs.k8s.io/json"
+	"sigs.k8s.io/yaml"
+
+	"github.com/throttle-rl/throttle/descriptors"
+	"github.com/throttle-rl/throttle/envoy"
+)
+
+const namespace = "throttle"
+
+// settings are the environment variables Throttle reads (DESIGN.md).
+var settings = []string{
+	"PORT", "GRPC_PORT", "REDIS_URL", "DATABASE_URL", "DESCRIPTORS_DIR",
+	"FAILURE_MODE", "TRUSTED_PROXIES", "LOG_LEVEL", "RATE_LIMIT_RESPONSE_HEADERS",
+}
+
+// newObject returns an empty typed object for a manifest's apiVersion and kind;
+// a kind missing here fails the test, so every manifest is decoded strictly.
+func newObject(apiVersion, kind string) (any, bool) {
+	switch apiVersion + " " + kind {
+	case "v1 Namespace":
+		return &corev1.Namespace{}, true
+	case "v1 ConfigMap":
+		return &corev1.ConfigMap{}, true
+	case "v1 Secret":
+		return &corev1.Secret{}, true
+	case "v1 Service":
+		return &corev1.Service{}, true
+	case "apps/v1 Deployment":
+		return &appsv1.Deployment{}, true
+	case "apps/v1 StatefulSet":
+		return &appsv1.StatefulSet{}, true
+	case "policy/v1 PodDisruptionBudget":
+		return &policyv1.PodDisruptionBudget{}, true
+	case "autoscaling/v2 HorizontalPodAutoscaler":
+		return &autoscalingv2.HorizontalPodAutoscaler{}, true
+	}
+	return nil, false
+}
+
+// manifests is every object of the kustomization, by type.
+type manifests struct {
+	namespaces   []*corev1.Namespace
+	configMaps   map[string]*corev1.ConfigMap
+	secrets      map[string]*corev1.Secret
+	services     map[string]*corev1.Service
+	deployments  map[string]*appsv1.Deployment
+	statefulSets map[string]*appsv1.StatefulSet
+	pdbs         []*policyv1.PodDisruptionBudget
+	hpas         []*autoscalingv2.HorizontalPodAutoscaler
+}
+
+// workload is a Deployment or StatefulSet seen through what the checks need.
+type workload struct {
+	kind, name string
+	selector   *metav1.LabelSelector
+	pod        corev1.PodTemplateSpec
+}
+
+func (m *manifests) workloads() []workload {
+	var ws []workload
+	for _, d := range m.deployments {
+		ws = append(ws, workload{"Deployment", d.Name, d.Spec.Selector, d.Spec.Template})
+	}
+	for _, s := range m.statefulSets {
+		ws = append(ws, workload{"StatefulSet", s.Name, s.Spec.Selector, s.Spec.Template})
+	}
+	slices.SortFunc(ws, func(a, b workload) int { return strings.Compare(a.kind+a.name, b.kind+b.name) })
+	return ws
+}
+
+func loadManifests(t *testing.T) *manifests {
+	t.Helper()
+	var kz struct {
+		APIVersion string   `json:"apiVersion"`
+		Kind       string   `json:"kind"`
+		Resources  []string `json:"resources"`
+	}
+	if err := unmarshalStrict(mustRead(t, "kustomization.yaml"), &kz); err != nil {
+		t.Fatalf("kustomization.yaml: %v", err)
+	}
+	if kz.APIVersion != "kustomize.config.k8s.io/v1beta1" || kz.Kind != "Kustomization" {
+		t.Fatalf("kustomization.yaml: %s %s", kz.APIVersion, kz.Kind)
+	}
+
+	// Every YAML file here is in the kustomization, or is one of the two that
+	// are not manifests.
+	files, _ := filepath.Glob("*.yaml")
+	for _, f := range files {
+		if f != "kustomization.yaml" && f != "kind-config.yaml" && !slices.Contains(kz.Resources, f) {
+			t.Errorf("%s is not listed in kustomization.yaml resources", f)
+		}
+	}
+
+	m := &manifests{
+		configMaps:   map[string]*corev1.ConfigMap{},
+		secrets:      map[string]*corev1.Secret{},
+		services:     map[string]*corev1.Service{},
+		deployments:  map[string]*appsv1.Deployment{},
+		statefulSets: map[string]*appsv1.StatefulSet{},
+	}
+	for _, file := range kz.Resources {
+		for i, doc := range splitYAML(mustRead(t, file)) {
+			where := fmt.Sprintf("%s document %d", file, i)
+			obj, err := decodeObject(doc)
+			if err != nil {
+				t.Fatalf("%s: %v", where, err)
+			}
+			switch o := obj.(type) {
+			case *corev1.Namespace:
+				m.namespaces = append(m.namespaces, o)
+			case *corev1.ConfigMap:
+				m.configMaps[o.Name] = o
+			case *corev1.Secret:
+				m.secrets[o.Name] = o
+			case *corev1.Service:
+				m.services[o.Name] = o
+			case *appsv1.Deployment:
+				m.deployments[o.Name] = o
+			case *appsv1.StatefulSet:
+				m.statefulSets[o.Name] = o
+			case *policyv1.PodDisruptionBudget:
+				m.pdbs = append(m.pdbs, o)
+			case *autoscalingv2.HorizontalPodAutoscaler:
+				m.hpas = append(m.hpas, o)
+			}
+			if _, ok := obj.(*corev1.Namespace); !ok {
+				meta := objectMeta(obj)
+				if meta.GetNamespace() != namespace {
+					t.Errorf("%s: %s has namespace %q, want %q", where, meta.GetName(), meta.GetNamespace(), namespace)
+				}
+			}
+		}
+	}
+	return m
+}
+
+// decodeObject decodes one manifest strictly into the type its apiVersion and
+// kind name.
+func decodeObject(doc []byte) (any, error) {
+	var tm metav1.TypeMeta
+	if err := yaml.Unmarshal(doc, &tm); err != nil {
+		return nil, err
+	}
+	obj, ok := newObject(tm.APIVersion, tm.Kind)
+	if !ok {
+		return nil, fmt.Errorf("unknown kind %q %q: add it to newObject so it is decoded strictly", tm.APIVersion, tm.Kind)
+	}
+	if err := unmarshalStrict(doc, obj); err != nil {
+		return nil, fmt.Errorf("%s: %w", tm.Kind, err)
+	}
+	if objectMeta(obj).GetName() == "" {
+		return nil, fmt.Errorf("%s without metadata.name", tm.Kind)
+	}
+	return obj, nil
+}
+
+func objectMeta(obj any) metav1.Object { return obj.(metav1.Object) }
+
+func TestManifestsDecodeStrictly(t *testing.T) {
+	m := loadManifests(t)
+	if len(m.namespaces) != 1 || m.namespaces[0].Name != namespace {
+		t.Errorf("want one Namespace %q", namespace)
+	}
+	for _, name := range []string{"throttle", "redis", "app", "envoy"} {
+		if m.deployments[name] == nil {
+			t.Errorf("no Deployment %q", name)
+		}
+	}
+	if m.statefulSets["postgres"] == nil {
+		t.Error("no StatefulSet postgres")
+	}
+
+	// A misspelled field fails, and so does a kind the test does not know.
+	bad := []struct{ name, doc string }{
+		{"misspelled field", "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\nspec: {replica: 2}\n"},
+		{"wrong case", "apiVersion: v1\nkind: Service\nmetadata: {name: x}\nspec: {Selector: {a: b}}\n"},
+		{"duplicate field", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\ndata: {a: b}\ndata: {c: d}\n"},
+		{"unknown kind", "apiVersion: v1\nkind: Pod\nmetadata: {name: x}\n"},
+	}
+	for _, tt := range bad {
+		if _, err := decodeObject([]byte(tt.doc)); err == nil {
+			t.Errorf("%s: decodeObject accepted %q", tt.name, tt.doc)
+		}
+	}
+}
+
+// Services select a workload's pods and target ports its containers declare;
+// workload selectors select their own pods; PDB and HPA point at Throttle.
+func TestReferences(t *testing.T) {
+	m := loadManifests(t)
+	ws := m.workloads()
+
+	for _, w := range ws {
+		sel, err := metav1.LabelSelectorAsSelector(w.selector)
+		if err != nil || sel.Empty() {
+			t.Errorf("%s %s: bad or empty selector: %v", w.kind, w.name, err)
+			continue
+		}
+		if !sel.Matches(labels.Set(w.pod.Labels)) {
+			t.Errorf("%s %s: selector %v does not match its pod labels %v", w.kind, w.name, sel, w.pod.Labels)
+		}
+	}
+
+	for name, svc := range m.services {
+		var selected []workload
+		for _, w := range ws {
+			if len(svc.Spec.Selector) > 0 && labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(w.pod.Labels)) {
+				selected = append(selected, w)
+			}
+		}
+		if len(selected) != 1 {
+			t.Errorf("Service %s selects %d workloads, want 1", name, len(selected))
+			continue
+		}
+		for _, p := range svc.Spec.Ports {
+			if _, ok := containerPort(selected[0].pod.Spec, p.TargetPort); !ok {
+				t.Errorf("Service %s port %s: targetPort %s is not a container port of %s %s",
+					name, p.Name, p.TargetPort.String(), selected[0].kind, selected[0].name)
+			}
+		}
+	}
+
+	throttlePods := labels.Set(m.deployments["throttle"].Spec.Template.Labels)
+	if len(m.pdbs) == 0 {
+		t.Error("no PodDisruptionBudget")
+	}
+	for _, p := range m.pdbs {
+		sel, _ := metav1.LabelSelectorAsSelector(p.Spec.Selector)
+		if !sel.Matches(throttlePods) {
+			t.Errorf("PodDisruptionBudget %s does not select Throttle's pods", p.Name)
+		}
+		if p.Spec.MinAvailable == nil || p.Spec.MinAvailable.IntValue() >= int(*m.deployments["throttle"].Spec.Replicas) {
+			t.Errorf("PodDisruptionBudget %s: minAvailable must be below the replica count, or no node can drain", p.Name)
+		}
+	}
+	if len(m.hpas) == 0 {
+		t.Error("no HorizontalPodAutoscaler")
+	}
+	for _, h := range m.hpas {
+		ref := h.Spec.ScaleTargetRef
+		if ref.APIVersion != "apps/v1" || ref.Kind != "Deployment" || m.deployments[ref.Name] == nil {
+			t.Errorf("HPA %s: scaleTargetRef %v names no Deployment here", h.Name, ref)
+		}
+		if len(h.Spec.Metrics) == 0 || h.Spec.Metrics[0].Resource == nil || h.Spec.Metrics[0].Resource.Name != corev1.ResourceCPU {
+			t.Errorf("HPA %s: want a CPU resource metric", h.Name)
+		}
+		if h.Spec.MinReplicas == nil || *h.Spec.MinReplicas < 2 {
+			t.Errorf("HPA %s: minReplicas below 2", h.Name)
+		}
+	}
+
+	for _, s := range m.statefulSets {
+		svc := m.services[s.Spec.ServiceName]
+		if svc == nil || svc.Spec.ClusterIP != corev1.ClusterIPNone {
+			t.Errorf("StatefulSet %s: serviceName %q must be a headless Service here", s.Name, s.Spec.ServiceName)
+		}
+	}
+	if len(m.statefulSets["postgres"].Spec.VolumeClaimTemplates) == 0 {
+		t.Error("StatefulSet postgres has no volumeClaimTemplates")
+	}
+}
+
+// Every ConfigMap, Secret and key a pod refers to exists; every mount names a
+// volume; probes use declared ports; every container has resources and runs
+// under the restricted Pod Security Standard.
+func TestPods(t *testing.T) {
+	m := loadManifests(t)
+	for _, w := range m.workloads() {
+		spec := w.pod.Spec
+		where := w.kind + " " + w.name
+		volumes := map[string]corev1.Volume{}
+		for _, v := range spec.Volumes {
+			volumes[v.Name] = v
+			switch {
+			case v.ConfigMap != nil:
+				m.checkConfigMapKeys(t, where+" volume "+v.Name, v.ConfigMap.Name, keysOf(v.ConfigMap.Items))
+			case v.Secret != nil:
+				m.checkSecretKeys(t, where+" volume "+v.Name, v.Secret.SecretName, keysOf(v.Secret.Items))
+			}
+		}
+		for _, vct := range statefulClaims(m, w) {
+			volumes[vct] = corev1.Volume{Name: vct}
+		}
+		if spec.SecurityContext == nil || spec.SecurityContext.RunAsNonRoot == nil || !*spec.SecurityContext.RunAsNonRoot {
+			t.Errorf("%s: pod securityContext.runAsNonRoot must be true", where)
+		}
+		if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
+			t.Errorf("%s: automountServiceAccountToken should be false (no pod here talks to the API server)", where)
+		}
+		for _, c := range append(slices.Clone(spec.InitContainers), spec.Containers...) {
+			cw := where + " container " + c.Name
+			for _, e := range c.Env {
+				if e.ValueFrom == nil {
+					continue
+				}
+				if r := e.ValueFrom.ConfigMapKeyRef; r != nil {
+					m.checkConfigMapKeys(t, cw+" env "+e.Name, r.Name, []string{r.Key})
+				}
+				if r := e.ValueFrom.SecretKeyRef; r != nil {
+					m.checkSecretKeys(t, cw+" env "+e.Name, r.Name, []string{r.Key})
+				}
+			}
+			for _, e := range c.EnvFrom {
+				if e.ConfigMapRef != nil {
+					m.checkConfigMapKeys(t, cw+" envFrom", e.ConfigMapRef.Name, nil)
+				}
+				if e.SecretRef != nil {
+					m.checkSecretKeys(t, cw+" envFrom", e.SecretRef.Name, nil)
+				}
+			}
+			for _, vm := range c.VolumeMounts {
+				if _, ok := volumes[vm.Name]; !ok {
+					t.Errorf("%s: volumeMount %q names no volume", cw, vm.Name)
+				}
+			}
+			for name, p := range map[string]*corev1.Probe{"readiness": c.ReadinessProbe, "liveness": c.LivenessProbe, "startup": c.StartupProbe} {
+				if p == nil {
+					continue
+				}
+				var port *intstr.IntOrString
+				switch {
+				case p.HTTPGet != nil:
+					port = &p.HTTPGet.Port
+				case p.TCPSocket != nil:
+					port = &p.TCPSocket.Port
+				case p.GRPC != nil:
+					port = &intstr.IntOrString{IntVal: p.GRPC.Port}
+				}
+				if port != nil {
+					if _, ok := containerPort(spec, *port); !ok {
+						t.Errorf("%s: %s probe port %s is not a container port", cw, name, port.String())
+					}
+				}
+			}
+			if c.ReadinessProbe == nil || c.LivenessProbe == nil {
+				t.Errorf("%s: want readiness and liveness probes", cw)
+			}
+			for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+				if _, ok := c.Resources.Requests[r]; !ok {
+					t.Errorf("%s: no %s request", cw, r)
+				}
+				if _, ok := c.Resources.Limits[r]; !ok {
+					t.Errorf("%s: no %s limit", cw, r)
+				}
+			}
+			checkRestricted(t, cw, spec.SecurityContext, c.SecurityContext)
+			if c.ImagePullPolicy != corev1.PullIfNotPresent {
+				t.Errorf("%s: imagePullPolicy %q, want IfNotPresent (kind-loaded images have no registry)", cw, c.ImagePullPolicy)
+			}
+		}
+	}
+}
+
+func statefulClaims(m *manifests, w workload) []string {
+	var names []string
+	if s := m.statefulSets[w.name]; w.kind == "StatefulSet" && s != nil {
+		for _, c := range s.Spec.VolumeClaimTemplates {
+			names = append(names, c.Name)
+		}
+	}
+	return names
+}
+
+// checkRestricted checks what the "restricted" Pod Security Standard requires
+// (the namespace enforces it, so a violation would only show at apply time).
+func checkRestricted(t *testing.T, where string, pod *corev1.PodSecurityContext, c *corev1.SecurityContext) {
+	t.Helper()
+	if c == nil {
+		t.Errorf("%s: no securityContext", where)
+		return
+	}
+	if c.AllowPrivilegeEscalation == nil || *c.AllowPrivilegeEscalation {
+		t.Errorf("%s: allowPrivilegeEscalation must be false", where)
+	}
+	if c.Capabilities == nil || !slices.Contains(c.Capabilities.Drop, "ALL") || len(c.Capabilities.Add) > 0 {
+		t.Errorf("%s: capabilities must drop ALL and add none", where)
+	}
+	seccomp := c.SeccompProfile
+	if seccomp == nil && pod != nil {
+		seccomp = pod.SeccompProfile
+	}
+	if seccomp == nil || seccomp.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("%s: seccompProfile must be RuntimeDefault", where)
+	}
+	if c.RunAsNonRoot == nil || !*c.RunAsNonRoot {
+		t.Errorf("%s: runAsNonRoot must be true", where)
+	}
+}
+
+func (m *manifests) checkConfigMapKeys(t *testing.T, where, name string, keys []string) {
+	t.Helper()
+	cm, ok := m.configMaps[name]
+	if !ok {
+		t.Errorf("%s: ConfigMap %q is not among the manifests", where, name)
+		return
+	}
+	for _, k := range keys {
+		if _, ok := cm.Data[k]; !ok {
+			t.Errorf("%s: ConfigMap %q has no key %q", where, name, k)
+		}
+	}
+}
+
+func (m *manifests) checkSecretKeys(t *testing.T, where, name string, keys []string) {
+	t.Helper()
+	s, ok := m.secrets[name]
+	if !ok {
+		t.Errorf("%s: Secret %q is not among the manifests", where, name)
+		return
+	}
+	for _, k := range keys {
+		_, inData := s.Data[k]
+		_, inString := s.StringData[k]
+		if !inData && !inString {
+			t.Errorf("%s: Secret %q has no key %q", where, name, k)
+		}
+	}
+}
+
+func keysOf(items []corev1.KeyToPath) []string {
+	var ks []string
+	for _, it := range items {
+		ks = append(ks, it.Key)
+	}
+	return ks
+}
+
+// containerPort finds the container port a Service targetPort or a probe port
+// names, by name or number.
+func containerPort(spec corev1.PodSpec, p intstr.IntOrString) (corev1.ContainerPort, bool) {
+	for _, c := range spec.Containers {
+		for _, cp := range c.Ports {
+			if (p.Type == intstr.String && cp.Name == p.StrVal) || (p.Type == intstr.Int && cp.ContainerPort == p.IntVal) {
+				return cp, true
+			}
+		}
+	}
+	return corev1.ContainerPort{}, false
+}
+
+// Throttle's Deployment is what the brief and DESIGN.md promise.
+func TestThrottleDeployment(t *testing.T) {
+	m := loadManifests(t)
+	d := m.deployments["throttle"]
+	if d.Spec.Replicas == nil || *d.Spec.Replicas != 2 {
+		t.Errorf("replicas = %v, want 2", d.Spec.Replicas)
+	}
+	if len(d.Spec.Template.Spec.Containers) != 1 {
+		t.Fatalf("want one container")
+	}
+	c := d.Spec.Template.Spec.Containers[0]
+	if c.Image != "throttle:dev" {
+		t.Errorf("image = %q, want throttle:dev", c.Image)
+	}
+	if c.SecurityContext.ReadOnlyRootFilesystem == nil || !*c.SecurityContext.ReadOnlyRootFilesystem {
+		t.Error("readOnlyRootFilesystem must be true")
+	}
+
+	env := map[string]corev1.EnvVar{}
+	for _, e := range c.Env {
+		if !slices.Contains(settings, e.Name) {
+			t.Errorf("env %s is not one of Throttle's settings %v", e.Name, settings)
+		}
+		env[e.Name] = e
+	}
+	for _, k := range []string{"REDIS_URL", "DATABASE_URL"} {
+		if r := env[k].ValueFrom; r == nil || r.SecretKeyRef == nil || r.SecretKeyRef.Name != "throttle-secrets" {
+			t.Errorf("env %s must come from Secret throttle-secrets", k)
+		}
+	}
+	ports := map[string]int32{}
+	for _, p := range c.Ports {
+		ports[p.Name] = p.ContainerPort
+	}
+	if env["PORT"].Value != strconv.Itoa(int(ports["http"])) || env["GRPC_PORT"].Value != strconv.Itoa(int(ports["grpc"])) {
+		t.Errorf("PORT=%q GRPC_PORT=%q do not match container ports %v", env["PORT"].Value, env["GRPC_PORT"].Value, ports)
+	}
+	if ports["http"] != 8080 || ports["grpc"] != 8081 {
+		t.Errorf("container ports %v, want http 8080, grpc 8081", ports)
+	}
+
+	// DESCRIPTORS_DIR is where the throttle-descriptors ConfigMap is mounted.
+	dir := env["DESCRIPTORS_DIR"].Value
+	var mounted bool
+	for _, vm := range c.VolumeMounts {
+		for _, v := range d.Spec.Template.Spec.Volumes {
+			if v.Name == vm.Name && v.ConfigMap != nil && v.ConfigMap.Name == "throttle-descriptors" && vm.MountPath == dir {
+				mounted = true
+			}
+		}
+	}
+	if dir != "/etc/throttle/descriptors" || !mounted {
+		t.Errorf("DESCRIPTORS_DIR=%q must be the mount path of ConfigMap throttle-descriptors", dir)
+	}
+
+	// Probes: readiness and liveness over HTTP, startup over gRPC on 8081.
+	if p := c.ReadinessProbe; p == nil || p.HTTPGet == nil || (p.HTTPGet.Path != "/ready" && p.HTTPGet.Path != "/health") {
+		t.Error("readinessProbe must be httpGet /ready or /health")
+	}
+	if p := c.LivenessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/health" {
+		t.Error("livenessProbe must be httpGet /health")
+	}
+	var grpcProbe bool
+	for _, p := range []*corev1.Probe{c.StartupProbe, c.ReadinessProbe, c.LivenessProbe} {
+		if p != nil && p.GRPC != nil && p.GRPC.Port == ports["grpc"] {
+			grpcProbe = true
+		}
+	}
+	if c.StartupProbe == nil || !grpcProbe {
+		t.Error("want a startupProbe and a gRPC probe on the gRPC port")
+	}
+
+	svc := m.services["throttle"]
+	want := map[string]struct {
+		port        int32
+		appProtocol string
+	}{"http": {8080, "http"}, "grpc": {8081, "grpc"}}
+	for _, p := range svc.Spec.Ports {
+		w, ok := want[p.Name]
+		if !ok || p.Port != w.port || p.AppProtocol == nil || *p.AppProtocol != w.appProtocol {
+			t.Errorf("Service throttle port %s %d appProtocol %v, want %v", p.Name, p.Port, p.AppProtocol, w)
+		}
+		delete(want, p.Name)
+	}
+	if len(want) > 0 {
+		t.Errorf("Service throttle lacks ports %v", want)
+	}
+}
+
+// The demo Secrets agree with each other and with the Services they name.
+func TestConnectionStrings(t *testing.T) {
+	m := loadManifests(t)
+	s := m.secrets["throttle-secrets"]
+	pg := m.secrets["postgres-credentials"]
+	if s == nil || pg == nil {
+		t.Fatal("want Secrets throttle-secrets and postgres-credentials")
+	}
+	for _, sec := range []*corev1.Secret{s, pg} {
+		if len(sec.Data) > 0 {
+			t.Errorf("Secret %s: use stringData, so the demo values are readable", sec.Name)
+		}
+	}
+	for _, f := range []string{"throttle-secrets.yaml", "postgres.yaml"} {
+		if !strings.Contains(string(mustRead(t, f)), "DEMO VALUES ONLY") {
+			t.Errorf("%s: the demo credentials must be labelled DEMO VALUES ONLY", f)
+		}
+	}
+
+	db, err := url.Parse(s.StringData["DATABASE_URL"])
+	if err != nil {
+		t.Fatalf("DATABASE_URL: %v", err)
+	}
+	pass, _ := db.User.Password()
+	if db.Scheme != "postgres" || db.User.Username() != pg.StringData["POSTGRES_USER"] || pass != pg.StringData["POSTGRES_PASSWORD"] ||
+		strings.TrimPrefix(db.Path, "/") != pg.StringData["POSTGRES_DB"] {
+		t.Errorf("DATABASE_URL %q does not match postgres-credentials", s.StringData["DATABASE_URL"])
+	}
+	m.checkServiceAddress(t, "DATABASE_URL", db.Host)
+
+	r, err := url.Parse(s.StringData["REDIS_URL"])
+	if err != nil || r.Scheme != "redis" {
+		t.Fatalf("REDIS_URL %q: want redis://…", s.StringData["REDIS_URL"])
+	}
+	m.checkServiceAddress(t, "REDIS_URL", r.Host)
+}
+
+// checkServiceAddress checks that host:port is a Service here, by its
+// cluster DNS name, on one of its ports; it returns the Service.
+func (m *manifests) checkServiceAddress(t *testing.T, where, hostport string) *corev1.Service {
+	t.Helper()
+	host, port, ok := strings.Cut(hostport, ":")
+	name, rest, _ := strings.Cut(host, ".")
+	if !ok || (rest != namespace+".svc" && rest != namespace+".svc.cluster.local") {
+		t.Errorf("%s: address %q, want <service>.%s.svc.cluster.local:<port>", where, hostport, namespace)
+		return nil
+	}
+	svc := m.services[name]
+	if svc == nil {
+		t.Errorf("%s: address %q names no Service here", where, hostport)
+		return nil
+	}
+	for _, p := range svc.Spec.Ports {
+		if strconv.Itoa(int(p.Port)) == port {
+			return svc
+		}
+	}
+	t.Errorf("%s: Service %s has no port %s", where, name, port)
+	return nil
+}
+
+// The Envoy ConfigMap holds a valid bootstrap that is envoy/envoy.yaml with
+// in-cluster addresses, sends rate-limit calls to the Throttle Service's gRPC
+// port, and uses the domain of the descriptors ConfigMap.
+func TestEnvoyConfig(t *testing.T) {
+	m := loadManifests(t)
+	cm := m.configMaps["envoy-config"]
+	if cm == nil {
+		t.Fatal("no ConfigMap envoy-config")
+	}
+	b, err := envoy.LoadBootstrap([]byte(cm.Data["envoy.yaml"]))
+	if err != nil {
+		t.Fatalf("envoy-config envoy.yaml: %v", err)
+	}
+
+	clusters := map[string]*clusterv3.Cluster{}
+	for _, c := range b.GetStaticResources().GetClusters() {
+		clusters[c.GetName()] = c
+	}
+	rl := rateLimitFilter(t, b.GetStaticResources().GetListeners()[0].GetFilterChains()[0].GetFilters()[0].GetTypedConfig())
+	rlsCluster := clusters[rl.GetRateLimitService().GetGrpcService().GetEnvoyGrpc().GetClusterName()]
+	if rlsCluster == nil {
+		t.Fatal("the ratelimit filter names no defined cluster")
+	}
+	for _, addr := range endpointAddrs(rlsCluster) {
+		svc := m.checkServiceAddress(t, "Envoy cluster "+rlsCluster.GetName(), addr)
+		if svc == nil {
+			continue
+		}
+		if svc.Name != "throttle" {
+			t.Errorf("Envoy rate-limit cluster points at Service %s, want throttle", svc.Name)
+		}
+		for _, p := range svc.Spec.Ports {
+			if addr == fmt.Sprintf("%s.%s.svc.cluster.local:%d", svc.Name, namespace, p.Port) && p.Name != "grpc" {
+				t.Errorf("Envoy rate-limit cluster uses Service port %s, want grpc", p.Name)
+			}
+		}
+	}
+	for _, addr := range endpointAddrs(clusters["app"]) {
+		if svc := m.checkServiceAddress(t, "Envoy cluster app", addr); svc != nil && svc.Name != "app" {
+			t.Errorf("Envoy cluster app points at Service %s", svc.Name)
+		}
+	}
+
+	// The same as envoy/envoy.yaml but for the addresses.
+	front, err := envoy.LoadBootstrap(mustRead(t, "../envoy/envoy.yaml"))
+	if err != nil {
+		t.Fatalf("envoy/envoy.yaml: %v", err)
+	}
+	for _, c := range front.GetStaticResources().GetClusters() {
+		for i, e := range c.GetLoadAssignment().GetEndpoints() {
+			for j, le := range e.GetLbEndpoints() {
+				in := clusters[c.GetName()].GetLoadAssignment().GetEndpoints()[i].GetLbEndpoints()[j]
+				le.GetEndpoint().GetAddress().GetSocketAddress().Address = in.GetEndpoint().GetAddress().GetSocketAddress().GetAddress()
+			}
+		}
+	}
+	if !proto.Equal(front, b) {
+		t.Error("k8s/envoy.yaml's envoy.yaml differs from envoy/envoy.yaml in more than cluster addresses")
+	}
+
+	// Descriptors: the ConfigMap is envoy/descriptors/edge.yaml and loads.
+	dcm := m.configMaps["throttle-descriptors"]
+	if dcm == nil || len(dcm.Data) == 0 {
+		t.Fatal("no ConfigMap throttle-descriptors with data")
+	}
+	if got, want := dcm.Data["edge.yaml"], string(mustRead(t, "../envoy/descriptors/edge.yaml")); got != want {
+		t.Error("throttle-descriptors edge.yaml differs from envoy/descriptors/edge.yaml")
+	}
+	var srcs []descriptors.Source
+	for name, data := range dcm.Data {
+		srcs = append(srcs, descriptors.Source{Name: "throttle-descriptors/" + name, Data: []byte(data)})
+	}
+	cfg, err := descriptors.Load(descriptors.Options{}, srcs...)
+	if err != nil {
+		t.Fatalf("throttle-descriptors: %v", err)
+	}
+	if cfg.Domain(rl.GetDomain()) == nil {
+		t.Errorf("Envoy's ratelimit domain %q is not in throttle-descriptors", rl.GetDomain())
+	}
+
+	// Envoy's NodePort is the port kind publishes.
+	kind := loadKindConfig(t)
+	svc := m.services["envoy"]
+	if svc == nil || svc.Spec.Type != corev1.ServiceTypeNodePort {
+		t.Fatal("want Service envoy of type NodePort")
+	}
+	var published bool
+	for _, p := range svc.Spec.Ports {
+		for _, node := range kind.Nodes {
+			for _, pm := range node.ExtraPortMappings {
+				if pm.ContainerPort == p.NodePort {
+					published = true
+				}
+			}
+		}
+		if _, ok := containerPort(m.deployments["envoy"].Spec.Template.Spec, p.TargetPort); ok &&
+			p.Port != int32(b.GetStaticResources().GetListeners()[0].GetAddress().GetSocketAddress().GetPortValue()) {
+			t.Errorf("Service envoy port %d is not Envoy's listener port", p.Port)
+		}
+	}
+	if !published {
+		t.Error("no Service envoy nodePort is an extraPortMappings containerPort of kind-config.yaml")
+	}
+}
+
+type kindConfig struct {
+	Kind       string `json:"kind"`
+	APIVersion string `json:"apiVersion"`
+	Name       string `json:"name,omitempty"`
+	Nodes      []struct {
+		Role              string `json:"role"`
+		Image             string `json:"image,omitempty"`
+		ExtraPortMappings []struct {
+			ContainerPort int32  `json:"containerPort"`
+			HostPort      int32  `json:"hostPort"`
+			ListenAddress string `json:"listenAddress,omitempty"`
+			Protocol      string `json:"protocol,omitempty"`
+		} `json:"extraPortMappings,omitempty"`
+	} `json:"nodes"`
+}
+
+func loadKindConfig(t *testing.T) kindConfig {
+	t.Helper()
+	var k kindConfig
+	if err := unmarshalStrict(mustRead(t, "kind-config.yaml"), &k); err != nil {
+		t.Fatalf("kind-config.yaml: %v", err)
+	}
+	if k.Kind != "Cluster" || k.APIVersion != "kind.x-k8s.io/v1alpha4" {
+		t.Fatalf("kind-config.yaml: %s %s, want kind.x-k8s.io/v1alpha4 Cluster", k.APIVersion, k.Kind)
+	}
+	return k
+}
+
+// The demo script parses, builds and loads every local image the manifests
+// use, and waits for every workload; `make kind-demo` runs it.
+func TestKindDemoScript(t *testing.T) {
+	if out, err := exec.Command("bash", "-n", "kind-demo.sh").CombinedOutput(); err != nil {
+		t.Fatalf("bash -n kind-demo.sh: %v\n%s", err, out)
+	}
+	info, err := os.Stat("kind-demo.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Mode()&0o111 == 0 {
+		t.Error("kind-demo.sh is not executable")
+	}
+	script := string(mustRead(t, "kind-demo.sh"))
+	m := loadManifests(t)
+	for _, w := range m.workloads() {
+		for _, c := range w.pod.Spec.Containers {
+			if strings.HasSuffix(c.Image, ":dev") {
+				if !strings.Contains(script, "docker build -t "+c.Image+" ") {
+					t.Errorf("kind-demo.sh does not build %s", c.Image)
+				}
+				if !regexp.MustCompile(`kind load docker-image .*` + regexp.QuoteMeta(c.Image)).MatchString(script) {
+					t.Errorf("kind-demo.sh does not kind-load %s", c.Image)
+				}
+			}
+		}
+		if !strings.Contains(script, "rollout status "+strings.ToLower(w.kind)+"/"+w.name+" ") {
+			t.Errorf("kind-demo.sh does not wait for %s/%s", strings.ToLower(w.kind), w.name)
+		}
+	}
+	for _, want := range []string{"--config k8s/kind-config.yaml", "kubectl apply -k k8s/", "x-user-id"} {
+		if !strings.Contains(script, want) {
+			t.Errorf("kind-demo.sh lacks %q", want)
+		}
+	}
+	mk := string(mustRead(t, "../Makefile"))
+	if !regexp.MustCompile(`(?m)^kind-demo:.*\n\tk8s/kind-demo.sh$`).MatchString(mk) {
+		t.Error("Makefile has no kind-demo target running k8s/kind-demo.sh")
+	}
+}
+
+// ---- helpers ----
+
+func rateLimitFilter(t *testing.T, a *anypb.Any) *ratelimitv3.RateLimit {
+	t.Helper()
+	var hcm hcmv3.HttpConnectionManager
+	if err := a.UnmarshalTo(&hcm); err != nil {
+		t.Fatalf("listener filter: %v", err)
+	}
+	for _, f := range hcm.GetHttpFilters() {
+		if f.GetName() == "envoy.filters.http.ratelimit" {
+			var rl ratelimitv3.RateLimit
+			if err := f.GetTypedConfig().UnmarshalTo(&rl); err != nil {
+				t.Fatal(err)
+			}
+			return &rl
+		}
+	}
+	t.Fatal("no envoy.filters.http.ratelimit")
+	return nil
+}
+
+func endpointAddrs(c *clusterv3.Cluster) []string {
+	var out []string
+	for _, e := range c.GetLoadAssignment().GetEndpoints() {
+		for _, le := range e.GetLbEndpoints() {
+			sa := le.GetEndpoint().GetAddress().GetSocketAddress()
+			out = append(out, fmt.Sprintf("%s:%d", sa.GetAddress(), sa.GetPortValue()))
+		}
+	}
+	return out
+}
+
+func mustRead(t *testing.T, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.FromSlash(name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// splitYAML splits a multi-document YAML file, dropping empty documents.
+func splitYAML(data []byte) [][]byte {
+	var docs [][]byte
+	for _, d := range bytes.Split(append([]byte("\n"), data...), []byte("\n---")) {
+		var v any
+		if err := yaml.Unmarshal(d, &v); err == nil && v == nil {
+			continue
+		}
+		docs = append(docs, d)
+	}
+	return docs
+}
+
+// unmarshalStrict decodes YAML as the API server does: field names match
+// case-sensitively, and unknown or duplicate fields are errors.
+// (yaml.UnmarshalStrict alone matches field names case-insensitively.)
+func unmarshalStrict(y []byte, v any) error {
+	j, err := yaml.YAMLToJSONStrict(y)
+	if err != nil {
+		return err
+	}
+	strict, err := sigsjson.UnmarshalStrict(j, v)
+	if err != nil {
+		return err
+	}
+	return errors.Join(strict...)
+}
