@@ -1,0 +1,50 @@
+package ratelimitsvc
+
+import (
+	"context"
+	"log/slog"
+	"runtime/debug"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+)
+
+// NewGRPCServer returns a gRPC server with the rate-limit service, the
+// standard health service (grpc.health.v1, SERVING for "" and the
+// rate-limit service) and server reflection registered. The health server is
+// returned so that shutdown can turn it NOT_SERVING first.
+func NewGRPCServer(s *Server) (*grpc.Server, *health.Server) {
+	g := grpc.NewServer(
+		grpc.ChainUnaryInterceptor(s.metrics.unaryLatency, recoverer(s.opts.Log)),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: 5 * time.Minute}),
+		grpc.MaxRecvMsgSize(1<<20),
+	)
+	rlsv3.RegisterRateLimitServiceServer(g, s)
+	h := health.NewServer()
+	h.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	h.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	healthpb.RegisterHealthServer(g, h)
+	reflection.Register(g)
+	return g, h
+}
+
+// recoverer turns a panic in a handler into an Internal error, logged once,
+// instead of a crashed server.
+func recoverer(log *slog.Logger) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				log.ErrorContext(ctx, "panic in gRPC handler", "method", info.FullMethod, "panic", r, "stack", string(debug.Stack()))
+				err = status.Error(codes.Internal, "internal error")
+			}
+		}()
+		return handler(ctx, req)
+	}
+}

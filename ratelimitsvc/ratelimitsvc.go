@@ -1,0 +1,450 @@
+// Package ratelimitsvc is Envoy's rate-limit service,
+// envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit, over the
+// descriptor configuration (YAML, package descriptors) and the descriptor
+// rules clients make through the REST API, deciding through the engine
+// (package algorithms). Proto types stay in this package.
+package ratelimitsvc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"strconv"
+	"sync"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/throttle-rl/throttle/algorithms"
+	"github.com/throttle-rl/throttle/descriptors"
+	"github.com/throttle-rl/throttle/store"
+)
+
+// ruleSource is what the service needs of store.Cache: the client owning a
+// domain, its descriptor rules, and a revision that changes with them.
+type ruleSource interface {
+	ClientByDomain(domain string) (store.Client, bool)
+	DescriptorRules(clientID string) []store.Rule
+	Revision() int64
+}
+
+// Options configures a Server.
+type Options struct {
+	// Limiter decides; required. Usually an algorithms.Guard over Redis, or
+	// a MemoryStore.
+	Limiter algorithms.Store
+	// Descriptors returns the current YAML configuration; optional (nil, or
+	// returning nil, means no YAML domains).
+	Descriptors func() *descriptors.Config
+	// Rules gives the REST clients' descriptor rules; optional.
+	Rules ruleSource
+	// ResponseHeaders adds X-RateLimit-Limit, -Remaining and -Reset to every
+	// response with a limit (setting RATE_LIMIT_RESPONSE_HEADERS).
+	ResponseHeaders bool
+	// NearLimitRatio is the share of a limit above which a request within the
+	// limit counts as near_limit. Default 0.8, as the reference service.
+	NearLimitRatio float64
+	// Now is the clock for limits the engine does not decide (a limit of 0).
+	// Default time.Now.
+	Now func() time.Time
+	// Log is required.
+	Log *slog.Logger
+	// Registerer receives the service's metrics; optional.
+	Registerer prometheus.Registerer
+}
+
+// Server implements RateLimitService.
+type Server struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+
+	opts    Options
+	metrics *metrics
+
+	mu      sync.Mutex
+	domains map[string]ruleDomain // client id → domain built from its rules
+}
+
+type ruleDomain struct {
+	revision int64
+	domain   *descriptors.Domain
+	err      error
+}
+
+// New returns a Server.
+func New(opts Options) (*Server, error) {
+	if opts.Limiter == nil || opts.Log == nil {
+		return nil, errors.New("ratelimitsvc: Limiter and Log are required")
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.NearLimitRatio <= 0 || opts.NearLimitRatio > 1 {
+		opts.NearLimitRatio = 0.8
+	}
+	m, err := newMetrics(opts.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	return &Server{opts: opts, metrics: m, domains: map[string]ruleDomain{}}, nil
+}
+
+// limited is one request descriptor's limit, ready for the engine.
+type limited struct {
+	index    int // descriptor position
+	limit    descriptors.RateLimit
+	unit     rlsv3.RateLimitResponse_RateLimit_Unit
+	shadow   bool
+	statsKey string // metric label
+	key      algorithms.Key
+	engine   algorithms.Limit
+	hits     int64
+}
+
+// ShouldRateLimit decides every descriptor of req in one engine batch.
+func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	if err := validate(req); err != nil {
+		return nil, err
+	}
+	requestHits := int64(req.GetHitsAddend())
+	if requestHits == 0 {
+		requestHits = 1
+	}
+	domain := req.GetDomain()
+	matches := s.match(domain, req.GetDescriptors())
+
+	resp := &rlsv3.RateLimitResponse{
+		OverallCode: rlsv3.RateLimitResponse_OK,
+		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(req.GetDescriptors())),
+	}
+	var todo []limited
+	for i, d := range req.GetDescriptors() {
+		hits := requestHits
+		if h := d.GetHitsAddend(); h != nil {
+			hits = int64(min(h.GetValue(), algorithms.MaxLimit))
+		}
+		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		resp.Statuses[i] = st
+		l, ok := s.prepare(domain, d, matches[i], i, hits)
+		if !ok {
+			continue // no limit applies
+		}
+		switch {
+		case l.limit.Unlimited:
+			st.LimitRemaining = math.MaxUint32
+		case l.limit.AlwaysOverLimit():
+			s.metrics.observe(domain, l.statsKey, hits, over, l.shadow)
+			st.CurrentLimit = currentLimit(l)
+			st.DurationUntilReset = durationpb.New(untilUnitEnds(l.limit.WindowLength(), s.opts.Now()))
+			if !l.shadow {
+				st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+			}
+		default:
+			todo = append(todo, l)
+		}
+	}
+
+	if len(todo) > 0 {
+		reqs := make([]algorithms.Request, len(todo))
+		for i, l := range todo {
+			reqs[i] = algorithms.Request{Key: l.key, Limit: l.engine, Hits: l.hits}
+		}
+		decisions, err := s.opts.Limiter.Check(ctx, reqs)
+		if err != nil {
+			if errors.Is(err, algorithms.ErrInvalid) {
+				return nil, status.Errorf(codes.InvalidArgument, "%v", err)
+			}
+			if ctx.Err() != nil {
+				return nil, status.FromContextError(ctx.Err()).Err()
+			}
+			s.opts.Log.ErrorContext(ctx, "rate limit backend failed", "domain", domain, "err", err)
+			return nil, status.Error(codes.Unavailable, "rate limit backend unavailable")
+		}
+		for i, d := range decisions {
+			l := todo[i]
+			st := resp.Statuses[l.index]
+			st.CurrentLimit = currentLimit(l)
+			st.LimitRemaining = uint32(min(d.Remaining, math.MaxUint32))
+			st.DurationUntilReset = durationpb.New(d.ResetAfter.Round(time.Second))
+			outcome := within
+			if !d.Allowed {
+				outcome = over
+				if !l.shadow {
+					st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+				}
+			} else if used := d.Limit - d.Remaining; float64(used) > s.opts.NearLimitRatio*float64(d.Limit) {
+				outcome = near
+			}
+			s.metrics.observe(domain, l.statsKey, l.hits, outcome, l.shadow)
+		}
+	}
+
+	for _, st := range resp.Statuses {
+		if st.Code == rlsv3.RateLimitResponse_OVER_LIMIT {
+			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
+	}
+	if s.opts.ResponseHeaders {
+		resp.ResponseHeadersToAdd = rateLimitHeaders(resp.Statuses)
+	}
+	return resp, nil
+}
+
+// validate refuses what Envoy would never send: an empty domain, no
+// descriptors, a descriptor without entries, an entry without a key.
+func validate(req *rlsv3.RateLimitRequest) error {
+	if req.GetDomain() == "" {
+		return status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
+	}
+	if len(req.GetDescriptors()) == 0 {
+		return status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
+	}
+	for i, d := range req.GetDescriptors() {
+		if d == nil || len(d.GetEntries()) == 0 {
+			return status.Errorf(codes.InvalidArgument, "descriptor %d has no entries", i)
+		}
+		for j, e := range d.GetEntries() {
+			if e.GetKey() == "" {
+				return status.Errorf(codes.InvalidArgument, "descriptor %d entry %d has an empty key", i, j)
+			}
+		}
+	}
+	return nil
+}
+
+// match finds each descriptor's limit: in the YAML configuration when it has
+// the domain, else in the rules of the client that owns the domain. Limits
+// named in another match's replaces are dropped.
+func (s *Server) match(domain string, ds []*rlcommon.RateLimitDescriptor) []*descriptors.Match {
+	var dom *descriptors.Domain
+	if s.opts.Descriptors != nil {
+		if cfg := s.opts.Descriptors(); cfg != nil {
+			dom = cfg.Domain(domain)
+		}
+	}
+	if dom == nil {
+		dom = s.ruleDomain(domain)
+	}
+	out := make([]*descriptors.Match, len(ds))
+	if dom == nil {
+		s.metrics.domainNotFound.Inc()
+		return out
+	}
+	for i, d := range ds {
+		out[i] = dom.Match(entries(d))
+	}
+	return descriptors.ApplyReplaces(out)
+}
+
+// known reports whether domain is configured at all (YAML or a client's).
+func (s *Server) known(domain string) bool {
+	if s.opts.Descriptors != nil {
+		if cfg := s.opts.Descriptors(); cfg != nil && cfg.Domain(domain) != nil {
+			return true
+		}
+	}
+	return s.ruleDomain(domain) != nil
+}
+
+func entries(d *rlcommon.RateLimitDescriptor) []descriptors.Entry {
+	es := make([]descriptors.Entry, len(d.GetEntries()))
+	for i, e := range d.GetEntries() {
+		es[i] = descriptors.Entry{Key: e.GetKey(), Value: e.GetValue()}
+	}
+	return es
+}
+
+// prepare turns a descriptor and its match (or its limit override) into
+// what the engine decides. ok is false when no limit applies.
+func (s *Server) prepare(domain string, d *rlcommon.RateLimitDescriptor, m *descriptors.Match, index int, hits int64) (limited, bool) {
+	if o := d.GetLimit(); o != nil {
+		// The override wins over the configuration, in a known domain only
+		// (as the reference service). It never runs in shadow mode.
+		if !s.known(domain) {
+			return limited{}, false
+		}
+		window := descriptors.Unit(o.GetUnit()).Window()
+		if mult := o.GetUnitMultiplier(); mult != nil && mult.GetValue() > 0 {
+			window *= time.Duration(mult.GetValue())
+		}
+		rl := descriptors.RateLimit{RequestsPerUnit: o.GetRequestsPerUnit(), Unit: descriptors.Unit(o.GetUnit()), Window: window}
+		l := limited{index: index, limit: rl, unit: rlsv3.RateLimitResponse_RateLimit_Unit(o.GetUnit()), statsKey: fullKey(d), hits: hits,
+			key: algorithms.Key{Scope: domain, Identifier: overrideCounter(d)}}
+		if rl.Unlimited || rl.AlwaysOverLimit() {
+			return l, true
+		}
+		if window <= 0 {
+			return limited{}, false // an override with no usable unit: nothing to enforce
+		}
+		l.engine = algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: int64(rl.RequestsPerUnit), Window: window}
+		return l, true
+	}
+	if m == nil {
+		return limited{}, false
+	}
+	l := limited{index: index, limit: m.Limit, unit: rlsv3.RateLimitResponse_RateLimit_Unit(m.Limit.Unit), shadow: m.ShadowMode,
+		statsKey: statsLabel(m), key: m.Key(), hits: hits}
+	if m.Limit.Unlimited || m.Limit.AlwaysOverLimit() {
+		return l, true
+	}
+	el, err := m.Limit.EngineLimit()
+	if err != nil {
+		// Validated when loaded; a limit the engine cannot take is a bug
+		// in the configuration check, not the caller's fault.
+		s.opts.Log.Error("descriptor limit not enforceable", "domain", domain, "stats_key", m.StatsKey, "err", err)
+		return limited{}, false
+	}
+	l.engine = el
+	return l, true
+}
+
+// statsLabel is the metric key of a match: its name when it has one, else
+// the reference service's stats key without the domain.
+func statsLabel(m *descriptors.Match) string {
+	if m.Limit.Name != "" {
+		return m.Limit.Name
+	}
+	k := m.StatsKey
+	if len(k) > len(m.Domain) && k[:len(m.Domain)] == m.Domain && k[len(m.Domain)] == '.' {
+		return k[len(m.Domain)+1:]
+	}
+	return k
+}
+
+// fullKey is the reference service's descriptor key: key_value parts joined
+// with '.', used as the metric label of overrides.
+func fullKey(d *rlcommon.RateLimitDescriptor) string {
+	var b []byte
+	for i, e := range d.GetEntries() {
+		if i > 0 {
+			b = append(b, '.')
+		}
+		b = append(b, e.GetKey()...)
+		if e.GetValue() != "" {
+			b = append(b, '_')
+			b = append(b, e.GetValue()...)
+		}
+	}
+	return string(b)
+}
+
+// overrideCounter identifies an override's state: every key and value,
+// length-prefixed so no two descriptors share it.
+func overrideCounter(d *rlcommon.RateLimitDescriptor) string {
+	b := []byte("override")
+	for _, e := range d.GetEntries() {
+		b = append(b, '|')
+		b = strconv.AppendInt(b, int64(len(e.GetKey())), 10)
+		b = append(b, ':')
+		b = append(b, e.GetKey()...)
+		b = strconv.AppendInt(b, int64(len(e.GetValue())), 10)
+		b = append(b, ':')
+		b = append(b, e.GetValue()...)
+	}
+	return string(b)
+}
+
+func currentLimit(l limited) *rlsv3.RateLimitResponse_RateLimit {
+	return &rlsv3.RateLimitResponse_RateLimit{Name: l.limit.Name, RequestsPerUnit: l.limit.RequestsPerUnit, Unit: l.unit}
+}
+
+// untilUnitEnds is how long until the current window of length w ends,
+// windows aligned to the Unix epoch (the reference service's reset).
+func untilUnitEnds(w time.Duration, now time.Time) time.Duration {
+	if w <= 0 {
+		return 0
+	}
+	return (w - time.Duration(now.UnixNano())%w).Round(time.Second)
+}
+
+// ruleDomain returns the domain built from the descriptor rules of the
+// client that owns domain, or nil. It is rebuilt when the rules change.
+func (s *Server) ruleDomain(domain string) *descriptors.Domain {
+	if s.opts.Rules == nil {
+		return nil
+	}
+	c, ok := s.opts.Rules.ClientByDomain(domain)
+	if !ok {
+		return nil
+	}
+	rev := s.opts.Rules.Revision()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if rd, ok := s.domains[c.ID]; ok && rd.revision == rev {
+		return rd.domain
+	}
+	rules := s.opts.Rules.DescriptorRules(c.ID)
+	var dom *descriptors.Domain
+	var err error
+	if len(rules) > 0 {
+		dom, err = descriptors.NewDomain(domain, toDescriptorRules(rules))
+		if err != nil {
+			s.opts.Log.Error("client descriptor rules refused", "domain", domain, "client_id", c.ID, "err", err)
+		}
+	}
+	s.domains[c.ID] = ruleDomain{revision: rev, domain: dom, err: err}
+	return dom
+}
+
+// toDescriptorRules converts REST rules to descriptor rules.
+func toDescriptorRules(rules []store.Rule) []descriptors.Rule {
+	out := make([]descriptors.Rule, 0, len(rules))
+	for _, r := range rules {
+		es := make([]descriptors.Entry, len(r.Descriptors))
+		for i, e := range r.Descriptors {
+			es[i] = descriptors.Entry{Key: e.Key, Value: e.Value}
+		}
+		out = append(out, descriptors.Rule{Entries: es, Limit: descriptors.RateLimit{
+			RequestsPerUnit: uint32(min(r.Limit, math.MaxUint32)),
+			Unit:            unitOf(r.Window),
+			Window:          r.Window,
+			Name:            r.Name,
+			Algorithm:       algorithms.Algorithm(r.Algorithm),
+			RefillRate:      r.RefillRate,
+		}})
+	}
+	return out
+}
+
+// unitOf is the unit whose length is exactly w, or UnitUnknown.
+func unitOf(w time.Duration) descriptors.Unit {
+	for _, u := range []descriptors.Unit{descriptors.Second, descriptors.Minute, descriptors.Hour, descriptors.Day, descriptors.Week, descriptors.Month, descriptors.Year} {
+		if u.Window() == w {
+			return u
+		}
+	}
+	return descriptors.UnitUnknown
+}
+
+// rateLimitHeaders builds the draft RateLimit headers from the most
+// restrictive limited status, as the reference service does.
+func rateLimitHeaders(sts []*rlsv3.RateLimitResponse_DescriptorStatus) []*corev3.HeaderValue {
+	var min *rlsv3.RateLimitResponse_DescriptorStatus
+	for _, st := range sts {
+		if st.GetCurrentLimit() == nil {
+			continue
+		}
+		if min == nil || st.GetLimitRemaining() < min.GetLimitRemaining() {
+			min = st
+		}
+	}
+	if min == nil {
+		return nil
+	}
+	lim := strconv.FormatUint(uint64(min.GetCurrentLimit().GetRequestsPerUnit()), 10)
+	if w := descriptors.Unit(min.GetCurrentLimit().GetUnit()).Window(); w > 0 {
+		lim = fmt.Sprintf("%s, %s;w=%d", lim, lim, int64(w.Seconds()))
+	}
+	return []*corev3.HeaderValue{
+		{Key: "X-RateLimit-Limit", Value: lim},
+		{Key: "X-RateLimit-Remaining", Value: strconv.FormatUint(uint64(min.GetLimitRemaining()), 10)},
+		{Key: "X-RateLimit-Reset", Value: strconv.FormatInt(int64(min.GetDurationUntilReset().AsDuration().Seconds()), 10)},
+	}
+}
