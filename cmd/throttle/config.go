@@ -1,0 +1,191 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/throttle-rl/throttle/algorithms"
+)
+
+// config is every setting of `throttle serve`. Each comes from a flag, else
+// from its environment variable, else from its default.
+type config struct {
+	Port              int
+	GRPCPort          int
+	BindAddress       string
+	RedisURL          string
+	DatabaseURL       string
+	DescriptorsDir    string
+	MergeDomains      bool
+	ReloadInterval    time.Duration
+	FailureMode       algorithms.FailureMode
+	BackendTimeout    time.Duration
+	TrustedProxies    []netip.Prefix
+	LogLevel          slog.Level
+	ResponseHeaders   bool
+	CacheRefresh      time.Duration
+	RegisterLimit     int64
+	ShutdownTimeout   time.Duration
+	failureModeRaw    string
+	trustedProxiesRaw string
+	logLevelRaw       string
+}
+
+// setting describes one variable for flags and --help.
+type setting struct {
+	env, flag, def, usage string
+}
+
+var serveSettings = []setting{
+	{"PORT", "port", "8080", "REST listen port"},
+	{"GRPC_PORT", "grpc-port", "8081", "gRPC listen port (Envoy rate-limit service, gRPC health)"},
+	{"BIND_ADDRESS", "bind-address", "", "address to listen on; empty = all interfaces"},
+	{"REDIS_URL", "redis-url", "", "counters in Redis: redis://, rediss://; ?master_name=M for Sentinel, ?cluster=true (&addr=host:port…) for Cluster; empty = in memory"},
+	{"DATABASE_URL", "database-url", "sqlite://throttle.db", "clients, rules, exemptions: postgres://… or sqlite://PATH"},
+	{"DESCRIPTORS_DIR", "descriptors-dir", "", "folder of Envoy descriptor YAML files (reloaded on change); empty = none"},
+	{"MERGE_DOMAIN_CONFIG", "merge-domain-config", "false", "let several descriptor files describe one domain"},
+	{"DESCRIPTORS_RELOAD_INTERVAL", "descriptors-reload-interval", "2s", "how often DESCRIPTORS_DIR is checked for changes"},
+	{"FAILURE_MODE", "failure-mode", "open", "when Redis fails: open (admit), closed (reject) or local (this replica's memory counters)"},
+	{"BACKEND_TIMEOUT", "backend-timeout", "15ms", "deadline of one Redis call before FAILURE_MODE answers"},
+	{"TRUSTED_PROXIES", "trusted-proxies", "", "comma-separated CIDRs whose X-Forwarded-For/X-Real-IP are believed"},
+	{"LOG_LEVEL", "log-level", "info", "debug, info, warn or error"},
+	{"RATE_LIMIT_RESPONSE_HEADERS", "rate-limit-response-headers", "false", "add X-RateLimit-* headers to gRPC rate-limit responses"},
+	{"CACHE_REFRESH_INTERVAL", "cache-refresh-interval", "2s", "how often rules, exemptions and keys changed on other replicas are picked up"},
+	{"REGISTER_LIMIT_PER_HOUR", "register-limit-per-hour", "10", "POST /register calls allowed per client IP per hour"},
+	{"SHUTDOWN_TIMEOUT", "shutdown-timeout", "15s", "how long SIGTERM waits for in-flight requests"},
+}
+
+// parseServe reads the settings from args and getenv.
+func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*config, error) {
+	fs := flag.NewFlagSet("throttle serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	vals := map[string]*string{}
+	for _, s := range serveSettings {
+		def := s.def
+		if v := getenv(s.env); v != "" {
+			def = v
+		}
+		vals[s.env] = fs.String(s.flag, def, "")
+	}
+	fs.Usage = func() {
+		fmt.Fprint(stderr, "Usage: throttle serve [flags]\n\nServes the REST API on PORT and the Envoy rate-limit service on GRPC_PORT.\nWith no settings: counters in memory, data in sqlite://throttle.db.\n\nEvery flag has an environment variable; a flag wins over its variable.\n\n")
+		for _, s := range serveSettings {
+			def := s.def
+			if def == "" {
+				def = `""`
+			}
+			fmt.Fprintf(stderr, "  --%s (env %s, default %s)\n      %s\n", s.flag, s.env, def, s.usage)
+		}
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	get := func(env string) string { return strings.TrimSpace(*vals[env]) }
+	c := &config{
+		BindAddress:       get("BIND_ADDRESS"),
+		RedisURL:          get("REDIS_URL"),
+		DatabaseURL:       get("DATABASE_URL"),
+		DescriptorsDir:    get("DESCRIPTORS_DIR"),
+		failureModeRaw:    get("FAILURE_MODE"),
+		trustedProxiesRaw: get("TRUSTED_PROXIES"),
+		logLevelRaw:       get("LOG_LEVEL"),
+	}
+	var errs []error
+	intVar := func(env string, dst *int) {
+		n, err := strconv.Atoi(get(env))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %q is not a number", env, get(env)))
+		}
+		*dst = n
+	}
+	durVar := func(env string, dst *time.Duration) {
+		d, err := time.ParseDuration(get(env))
+		if err != nil || d <= 0 {
+			errs = append(errs, fmt.Errorf("%s: %q is not a positive duration such as 2s or 15ms", env, get(env)))
+		}
+		*dst = d
+	}
+	boolVar := func(env string, dst *bool) {
+		b, err := strconv.ParseBool(get(env))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %q is not true or false", env, get(env)))
+		}
+		*dst = b
+	}
+	intVar("PORT", &c.Port)
+	intVar("GRPC_PORT", &c.GRPCPort)
+	var reg int
+	intVar("REGISTER_LIMIT_PER_HOUR", &reg)
+	c.RegisterLimit = int64(reg)
+	boolVar("MERGE_DOMAIN_CONFIG", &c.MergeDomains)
+	boolVar("RATE_LIMIT_RESPONSE_HEADERS", &c.ResponseHeaders)
+	durVar("DESCRIPTORS_RELOAD_INTERVAL", &c.ReloadInterval)
+	durVar("BACKEND_TIMEOUT", &c.BackendTimeout)
+	durVar("CACHE_REFRESH_INTERVAL", &c.CacheRefresh)
+	durVar("SHUTDOWN_TIMEOUT", &c.ShutdownTimeout)
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return c, c.Validate()
+}
+
+// Validate checks the settings and fills the parsed fields.
+func (c *config) Validate() error {
+	var errs []error
+	for name, p := range map[string]int{"PORT": c.Port, "GRPC_PORT": c.GRPCPort} {
+		if p < 1 || p > 65535 {
+			errs = append(errs, fmt.Errorf("%s: %d is not a port (1-65535)", name, p))
+		}
+	}
+	if c.Port == c.GRPCPort {
+		errs = append(errs, fmt.Errorf("PORT and GRPC_PORT are both %d", c.Port))
+	}
+	if c.DatabaseURL == "" {
+		errs = append(errs, errors.New("DATABASE_URL: empty; use sqlite://PATH or postgres://…"))
+	}
+	if c.RedisURL != "" && !strings.HasPrefix(c.RedisURL, "redis://") && !strings.HasPrefix(c.RedisURL, "rediss://") {
+		errs = append(errs, errors.New("REDIS_URL: must start with redis:// or rediss://"))
+	}
+	m, err := algorithms.ParseFailureMode(c.failureModeRaw)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("FAILURE_MODE: %w", err))
+	}
+	c.FailureMode = m
+	c.TrustedProxies = nil
+	for _, p := range strings.Split(c.trustedProxiesRaw, ",") {
+		p = strings.TrimSpace(p)
+		if p == "" {
+			continue
+		}
+		prefix, err := netip.ParsePrefix(p)
+		if err != nil {
+			addr, aerr := netip.ParseAddr(p)
+			if aerr != nil {
+				errs = append(errs, fmt.Errorf("TRUSTED_PROXIES: %q is not a CIDR such as 10.0.0.0/8", p))
+				continue
+			}
+			prefix = netip.PrefixFrom(addr, addr.BitLen())
+		}
+		c.TrustedProxies = append(c.TrustedProxies, prefix.Masked())
+	}
+	if err := c.LogLevel.UnmarshalText([]byte(c.logLevelRaw)); err != nil {
+		errs = append(errs, fmt.Errorf("LOG_LEVEL: %q is not one of debug, info, warn, error", c.logLevelRaw))
+	}
+	if c.RegisterLimit < 1 {
+		errs = append(errs, fmt.Errorf("REGISTER_LIMIT_PER_HOUR: %d must be at least 1", c.RegisterLimit))
+	}
+	if c.BackendTimeout > 10*time.Second {
+		errs = append(errs, fmt.Errorf("BACKEND_TIMEOUT: %s is longer than any proxy waits; keep it under Envoy's timeout (20ms by default)", c.BackendTimeout))
+	}
+	return errors.Join(errs...)
+}

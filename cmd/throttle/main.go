@@ -1,0 +1,74 @@
+// Command throttle is rate limiting as a service: the Envoy rate-limit gRPC
+// API and a REST API over one engine, with counters in Redis or in memory.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// version is set at build time (-ldflags "-X main.version=…").
+var version = "dev"
+
+const usage = `Usage: throttle <command> [arguments]
+
+Commands:
+  serve                     run the REST API and the Envoy rate-limit service (see throttle serve --help)
+  migrate up|down|version   apply, roll back one, or show database migrations (DATABASE_URL)
+  config check FILE…        validate Envoy descriptor YAML files
+  version                   print the version
+  help                      show this help
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		if !errors.Is(err, flag.ErrHelp) && !errors.Is(err, errReported) {
+			fmt.Fprintln(os.Stderr, "throttle:", err)
+		}
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		os.Exit(1)
+	}
+}
+
+// errReported is an error already printed for the user.
+var errReported = errors.New("reported")
+
+// run is the whole program, testable: it returns instead of exiting.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return errors.New("no command given")
+	}
+	switch cmd, rest := args[0], args[1:]; cmd {
+	case "serve":
+		cfg, err := parseServe(rest, getenv, stderr)
+		if err != nil {
+			return err
+		}
+		return serve(ctx, cfg, stderr)
+	case "migrate":
+		return migrate(ctx, rest, getenv, stdout)
+	case "config":
+		return configCmd(rest, getenv, stdout)
+	case "version", "--version":
+		fmt.Fprintln(stdout, "throttle", version)
+		return nil
+	case "help", "--help", "-h":
+		fmt.Fprint(stdout, usage)
+		return nil
+	default:
+		fmt.Fprint(stderr, usage)
+		return fmt.Errorf("unknown command %q", cmd)
+	}
+}

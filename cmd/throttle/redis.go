@@ -1,0 +1,63 @@
+package main
+
+import (
+	"fmt"
+	"net/url"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// newRedis connects to REDIS_URL: a single Redis, Sentinel (?master_name=)
+// or Cluster (?cluster=true, more nodes with &addr=). Context deadlines are
+// honoured, so BACKEND_TIMEOUT bounds every call.
+func newRedis(raw string) (redis.UniversalClient, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, fmt.Errorf("REDIS_URL: %w", err)
+	}
+	q := u.Query()
+	cluster := q.Get("cluster") == "true"
+	q.Del("cluster")
+	u.RawQuery = q.Encode()
+	s := u.String()
+	switch {
+	case cluster:
+		o, err := redis.ParseClusterURL(s)
+		if err != nil {
+			return nil, fmt.Errorf("REDIS_URL (cluster): %w", err)
+		}
+		o.ContextTimeoutEnabled = true
+		setDefaults(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout)
+		return redis.NewClusterClient(o), nil
+	case q.Get("master_name") != "":
+		o, err := redis.ParseFailoverURL(s)
+		if err != nil {
+			return nil, fmt.Errorf("REDIS_URL (sentinel): %w", err)
+		}
+		o.ContextTimeoutEnabled = true
+		setDefaults(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout)
+		return redis.NewFailoverClient(o), nil
+	default:
+		o, err := redis.ParseURL(s)
+		if err != nil {
+			return nil, fmt.Errorf("REDIS_URL: %w", err)
+		}
+		o.ContextTimeoutEnabled = true
+		setDefaults(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout)
+		return redis.NewClient(o), nil
+	}
+}
+
+// setDefaults bounds dialling and I/O unless the URL set them.
+func setDefaults(dial, read, write *time.Duration) {
+	if *dial == 0 || *dial == 5*time.Second {
+		*dial = time.Second
+	}
+	if *read == 0 || *read == 3*time.Second {
+		*read = time.Second
+	}
+	if *write == 0 || *write == 3*time.Second {
+		*write = time.Second
+	}
+}

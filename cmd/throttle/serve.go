@@ -1,0 +1,199 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/throttle-rl/throttle/algorithms"
+	"github.com/throttle-rl/throttle/descriptors"
+	"github.com/throttle-rl/throttle/ratelimitsvc"
+	"github.com/throttle-rl/throttle/restapi"
+	"github.com/throttle-rl/throttle/store"
+)
+
+// serve wires every part together and runs until ctx ends (SIGTERM), then
+// drains in-flight requests within ShutdownTimeout.
+func serve(ctx context.Context, cfg *config, logOut io.Writer) error {
+	log := slog.New(slog.NewJSONHandler(logOut, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	reg := prometheus.NewRegistry()
+	for _, c := range []prometheus.Collector{collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+
+	// Background work has one owner: bg ends it, wg waits for it.
+	bg, stopBG := context.WithCancel(context.Background())
+	defer stopBG()
+	var wg sync.WaitGroup
+	goBG := func(name string, f func(context.Context) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(bg); err != nil {
+				log.Error("background task stopped", "task", name, "err", err)
+			}
+		}()
+	}
+	defer wg.Wait()
+
+	openCtx, cancelOpen := context.WithTimeout(ctx, 30*time.Second)
+	db, err := store.Open(openCtx, cfg.DatabaseURL, log)
+	cancelOpen()
+	if err != nil {
+		return fmt.Errorf("open database: %w", err)
+	}
+	defer db.Close()
+	if err := db.RegisterPoolMetrics(reg); err != nil {
+		return err
+	}
+	cache := store.NewCache(db, cfg.CacheRefresh, log)
+	if err := cache.Refresh(ctx); err != nil {
+		return fmt.Errorf("load clients and rules: %w", err)
+	}
+	goBG("cache", cache.Run)
+
+	// Usage is flushed last, after the servers drained: its own context.
+	usage := store.NewUsageRecorder(db, time.Second, log)
+	usageCtx, stopUsage := context.WithCancel(context.Background())
+	usageDone := make(chan struct{})
+	go func() {
+		defer close(usageDone)
+		if err := usage.Run(usageCtx); err != nil {
+			log.Error("usage recorder stopped", "err", err)
+		}
+	}()
+	defer func() { stopUsage(); <-usageDone }()
+
+	limiter, backend, err := newLimiter(ctx, cfg, log, reg, goBG)
+	if err != nil {
+		return err
+	}
+
+	var current func() *descriptors.Config
+	if cfg.DescriptorsDir != "" {
+		r, err := descriptors.NewReloader(cfg.DescriptorsDir, cfg.ReloadInterval, descriptors.Options{MergeDomains: cfg.MergeDomains}, log, reg)
+		if err != nil {
+			return fmt.Errorf("DESCRIPTORS_DIR: %w", err)
+		}
+		current = r.Current
+		goBG("descriptors", r.Run)
+		log.Info("descriptor configuration loaded", "dir", cfg.DescriptorsDir, "domains", r.Current().DomainCount())
+	}
+
+	rls, err := ratelimitsvc.New(ratelimitsvc.Options{
+		Limiter: limiter, Descriptors: current, Rules: cache, ResponseHeaders: cfg.ResponseHeaders, Log: log, Registerer: reg,
+	})
+	if err != nil {
+		return err
+	}
+	grpcSrv, health := ratelimitsvc.NewGRPCServer(rls)
+	handler := restapi.NewHandler(restapi.Deps{
+		Log: log, DB: db, Cache: cache, Usage: usage, Limiter: limiter, Registerer: reg, Gatherer: reg,
+		TrustedProxies: cfg.TrustedProxies,
+		RegisterLimit:  algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: cfg.RegisterLimit, Window: time.Hour},
+	})
+	httpSrv := restapi.NewServer(net.JoinHostPort(cfg.BindAddress, strconv.Itoa(cfg.Port)), handler)
+
+	// Bind both before serving either, so a taken port fails the start.
+	httpLis, err := net.Listen("tcp", httpSrv.Addr)
+	if err != nil {
+		return fmt.Errorf("PORT: %w", err)
+	}
+	grpcLis, err := net.Listen("tcp", net.JoinHostPort(cfg.BindAddress, strconv.Itoa(cfg.GRPCPort)))
+	if err != nil {
+		httpLis.Close()
+		return fmt.Errorf("GRPC_PORT: %w", err)
+	}
+	log.Info("throttle serving", "version", version, "rest", httpLis.Addr().String(), "grpc", grpcLis.Addr().String(),
+		"counters", backend, "database", db.Dialect(), "failure_mode", string(cfg.FailureMode))
+
+	errc := make(chan error, 2)
+	go func() {
+		if err := httpSrv.Serve(httpLis); !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("REST server: %w", err)
+		}
+	}()
+	go func() {
+		if err := grpcSrv.Serve(grpcLis); err != nil {
+			errc <- fmt.Errorf("gRPC server: %w", err)
+		}
+	}()
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down: draining in-flight requests", "timeout", cfg.ShutdownTimeout.String())
+	case serveErr = <-errc:
+		log.Error("server failed; shutting down", "err", serveErr)
+	}
+
+	health.Shutdown() // gRPC health NOT_SERVING: Envoy stops sending
+	shutCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	var sd sync.WaitGroup
+	sd.Add(2)
+	go func() {
+		defer sd.Done()
+		if err := httpSrv.Shutdown(shutCtx); err != nil {
+			log.Warn("REST shutdown deadline passed; closing connections", "err", err)
+			httpSrv.Close()
+		}
+	}()
+	go func() {
+		defer sd.Done()
+		done := make(chan struct{})
+		go func() { grpcSrv.GracefulStop(); close(done) }()
+		select {
+		case <-done:
+		case <-shutCtx.Done():
+			log.Warn("gRPC shutdown deadline passed; closing connections")
+			grpcSrv.Stop()
+			<-done
+		}
+	}()
+	sd.Wait()
+	stopBG()
+	log.Info("stopped")
+	return serveErr
+}
+
+// newLimiter builds the counter store: memory without REDIS_URL, else Redis
+// behind the failure policy.
+func newLimiter(ctx context.Context, cfg *config, log *slog.Logger, reg prometheus.Registerer, goBG func(string, func(context.Context) error)) (algorithms.Store, string, error) {
+	if cfg.RedisURL == "" {
+		mem := algorithms.NewMemoryStore(algorithms.MemoryOptions{})
+		goBG("memory sweep", mem.Run)
+		return mem, "memory", nil
+	}
+	rdb, err := newRedis(cfg.RedisURL)
+	if err != nil {
+		return nil, "", err
+	}
+	goBG("redis close", func(ctx context.Context) error { <-ctx.Done(); return rdb.Close() })
+	pingCtx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	if err := rdb.Ping(pingCtx).Err(); err != nil {
+		log.Warn("Redis does not answer yet; FAILURE_MODE decides until it does", "err", err, "failure_mode", string(cfg.FailureMode))
+	}
+	cancel()
+	local := algorithms.NewMemoryStore(algorithms.MemoryOptions{})
+	goBG("local sweep", local.Run)
+	g, err := algorithms.NewGuard(algorithms.NewRedisStore(rdb, algorithms.RedisOptions{}), algorithms.GuardOptions{
+		Mode: cfg.FailureMode, Timeout: cfg.BackendTimeout, Local: local, Registerer: reg,
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	return g, "redis", nil
+}
