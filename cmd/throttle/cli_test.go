@@ -1,0 +1,111 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"strings"
+	"testing"
+)
+
+func env(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func TestParseServeDefaults(t *testing.T) {
+	c, err := parseServe(nil, env(nil), &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Port != 8080 || c.GRPCPort != 8081 || c.DatabaseURL != "sqlite://throttle.db" || c.RedisURL != "" || c.FailureMode != "open" || c.RegisterLimit != 10 {
+		t.Errorf("defaults = %+v", c)
+	}
+}
+
+func TestParseServeFlagBeatsEnv(t *testing.T) {
+	c, err := parseServe([]string{"--port", "9000"}, env(map[string]string{"PORT": "7000", "GRPC_PORT": "7001", "TRUSTED_PROXIES": "10.0.0.0/8, 192.168.1.1"}), &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Port != 9000 || c.GRPCPort != 7001 {
+		t.Errorf("ports = %d, %d; want 9000, 7001", c.Port, c.GRPCPort)
+	}
+	if len(c.TrustedProxies) != 2 || c.TrustedProxies[1].String() != "192.168.1.1/32" {
+		t.Errorf("trusted proxies = %v", c.TrustedProxies)
+	}
+}
+
+func TestParseServeErrors(t *testing.T) {
+	cases := []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{"PORT": "eighty"}, `PORT: "eighty" is not a number`},
+		{map[string]string{"PORT": "70000"}, "PORT: 70000 is not a port"},
+		{map[string]string{"GRPC_PORT": "8080"}, "PORT and GRPC_PORT are both 8080"},
+		{map[string]string{"FAILURE_MODE": "sideways"}, `FAILURE_MODE: failure mode "sideways" is not one of open, closed, local`},
+		{map[string]string{"TRUSTED_PROXIES": "10.0.0.0/33"}, `TRUSTED_PROXIES: "10.0.0.0/33" is not a CIDR`},
+		{map[string]string{"LOG_LEVEL": "loud"}, `LOG_LEVEL: "loud" is not one of`},
+		{map[string]string{"BACKEND_TIMEOUT": "fast"}, `BACKEND_TIMEOUT: "fast" is not a positive duration`},
+		{map[string]string{"REDIS_URL": "localhost:6379"}, "REDIS_URL: must start with redis://"},
+		{map[string]string{"REGISTER_LIMIT_PER_HOUR": "0"}, "REGISTER_LIMIT_PER_HOUR: 0 must be at least 1"},
+	}
+	for _, tc := range cases {
+		_, err := parseServe(nil, env(tc.env), &bytes.Buffer{})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: err = %v, want it to contain %q", tc.env, err, tc.want)
+		}
+	}
+}
+
+func TestHelpListsEverySetting(t *testing.T) {
+	var out bytes.Buffer
+	_, err := parseServe([]string{"--help"}, env(nil), &out)
+	if !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("err = %v, want flag.ErrHelp", err)
+	}
+	for _, s := range serveSettings {
+		if !strings.Contains(out.String(), "env "+s.env+",") {
+			t.Errorf("--help does not list %s", s.env)
+		}
+	}
+}
+
+func TestConfigCheck(t *testing.T) {
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"config", "check", "testdata/edge.yaml"}, env(nil), &out, &out); err != nil {
+		t.Fatalf("good file: %v", err)
+	}
+	if got := out.String(); got != "1 file(s) OK\n" {
+		t.Errorf("output = %q", got)
+	}
+	err := run(context.Background(), []string{"config", "check", "testdata/edge.yaml", "testdata/bad.yaml"}, env(nil), &out, &out)
+	if err == nil || !strings.Contains(err.Error(), "testdata/bad.yaml") || !strings.Contains(err.Error(), "invalid rate limit unit 'minutes'") {
+		t.Errorf("bad file: err = %v, want the file and the unit named", err)
+	}
+}
+
+func TestMigrateCommand(t *testing.T) {
+	dbURL := "sqlite://" + t.TempDir() + "/m.db"
+	var out bytes.Buffer
+	for _, step := range []struct{ arg, want string }{
+		{"version", "database schema version 0\n"},
+		{"up", "database schema version 1\n"},
+		{"down", "database schema version 0\n"},
+	} {
+		out.Reset()
+		if err := run(context.Background(), []string{"migrate", step.arg}, env(map[string]string{"DATABASE_URL": dbURL}), &out, &out); err != nil {
+			t.Fatalf("migrate %s: %v", step.arg, err)
+		}
+		if out.String() != step.want {
+			t.Errorf("migrate %s printed %q, want %q", step.arg, out.String(), step.want)
+		}
+	}
+	if err := run(context.Background(), []string{"migrate", "sideways"}, env(nil), &out, &out); err == nil {
+		t.Error("migrate sideways accepted")
+	}
+	if err := run(context.Background(), []string{"frobnicate"}, env(nil), &out, &out); err == nil {
+		t.Error("unknown command accepted")
+	}
+}
