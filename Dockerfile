@@ -1,0 +1,26 @@
+# syntax=docker/dockerfile:1
+# Throttle: a static binary on distroless, as user 65532 (nonroot).
+#   docker build -t throttle:dev .
+#   docker run --rm -p 8080:8080 -p 8081:8081 throttle:dev
+# With no settings it keeps counters in memory and its SQLite file in /data.
+FROM golang:1.26 AS build
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN --mount=type=cache,target=/go/pkg/mod go mod download
+COPY . .
+ARG VERSION=dev
+RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
+    CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/throttle ./cmd/throttle \
+ && mkdir -p /out/data
+
+FROM gcr.io/distroless/static-debian12:nonroot
+COPY --from=build /out/throttle /throttle
+COPY --from=build --chown=65532:65532 /out/data /data
+WORKDIR /data
+ENV DATABASE_URL=sqlite:///data/throttle.db
+USER 65532:65532
+# 8080 REST (/check, /metrics, /health), 8081 gRPC (Envoy rate-limit service).
+# No HEALTHCHECK: distroless has no shell or curl; orchestrators probe /health.
+EXPOSE 8080 8081
+ENTRYPOINT ["/throttle"]
+CMD ["serve"]
