@@ -22,10 +22,13 @@ import (
 	"github.com/throttle-rl/throttle/envoy"
 )
 
-// settings are Throttle's environment variables (DESIGN.md).
+// settings are Throttle's environment variables (DESIGN.md, throttle serve --help).
 var settings = []string{
 	"PORT", "GRPC_PORT", "REDIS_URL", "DATABASE_URL", "DESCRIPTORS_DIR",
 	"FAILURE_MODE", "TRUSTED_PROXIES", "LOG_LEVEL", "RATE_LIMIT_RESPONSE_HEADERS",
+	// The rest of what `throttle serve --help` lists.
+	"BIND_ADDRESS", "MERGE_DOMAIN_CONFIG", "DESCRIPTORS_RELOAD_INTERVAL", "BACKEND_TIMEOUT",
+	"CACHE_REFRESH_INTERVAL", "REGISTER_LIMIT_PER_HOUR", "SHUTDOWN_TIMEOUT",
 }
 
 // metrics are the metric names Throttle exports; histograms also have their

@@ -35,10 +35,13 @@ import (
 
 const namespace = "throttle"
 
-// settings are the environment variables Throttle reads (DESIGN.md).
+// settings are the environment variables Throttle reads (DESIGN.md, throttle serve --help).
 var settings = []string{
 	"PORT", "GRPC_PORT", "REDIS_URL", "DATABASE_URL", "DESCRIPTORS_DIR",
 	"FAILURE_MODE", "TRUSTED_PROXIES", "LOG_LEVEL", "RATE_LIMIT_RESPONSE_HEADERS",
+	// The rest of what `throttle serve --help` lists.
+	"BIND_ADDRESS", "MERGE_DOMAIN_CONFIG", "DESCRIPTORS_RELOAD_INTERVAL", "BACKEND_TIMEOUT",
+	"CACHE_REFRESH_INTERVAL", "REGISTER_LIMIT_PER_HOUR", "SHUTDOWN_TIMEOUT",
 }
 
 // newObject returns an empty typed object for a manifest's apiVersion and kind;
