@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Benchmarks: each algorithm on each store, one connection (sequential) and
@@ -79,4 +81,34 @@ func BenchmarkCheck(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkRedisFloor measures, on the same connection setup, what any
+// decision costs at least: one round trip (PING), and the product
+// description's own approach to a fixed window — a pipelined INCR + EXPIRE,
+// which is not atomic with its limit check and counts rejected requests.
+// It puts the single-connection figures of BenchmarkCheck in context.
+func BenchmarkRedisFloor(b *testing.B) {
+	ctx := context.Background()
+	rdb := newRedisClient(b, 1)
+	b.Run("ping/single", func(b *testing.B) {
+		for b.Loop() {
+			if err := rdb.Ping(ctx).Err(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	key := uniqueScope(b) + ":incr"
+	b.Run("incr_expire_pipelined/single", func(b *testing.B) {
+		for b.Loop() {
+			_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+				p.Incr(ctx, key)
+				p.Expire(ctx, key, time.Minute)
+				return nil
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

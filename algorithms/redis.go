@@ -40,6 +40,7 @@ type RedisStore struct {
 	rdb     redis.UniversalClient
 	now     func() time.Time
 	scripts map[Algorithm]*redis.Script
+	batch   *redis.Script // nil on Redis Cluster, where a batch spans slots
 	reset   *redis.Script
 }
 
@@ -53,8 +54,38 @@ func NewRedisStore(rdb redis.UniversalClient, opts RedisOptions) *RedisStore {
 			SlidingWindow: redis.NewScript(slidingWindowLua),
 			TokenBucket:   redis.NewScript(tokenBucketLua),
 		},
+		batch: batchScript(rdb),
 		reset: redis.NewScript(resetLua),
 	}
+}
+
+// batchScript returns one script that runs the three algorithm scripts, as
+// functions, over a whole batch: one EVALSHA instead of one per request,
+// since each script call costs far more in Redis than the work inside it.
+// Redis Cluster gets nil: a batch's keys span slots, so each request there
+// is its own EVALSHA in a pipeline.
+func batchScript(rdb redis.UniversalClient) *redis.Script {
+	if _, ok := rdb.(*redis.ClusterClient); ok {
+		return nil
+	}
+	var b strings.Builder
+	b.WriteString("-- Generated from fixed_window.lua, sliding_window.lua, token_bucket.lua.\n")
+	for _, f := range []struct{ name, body string }{
+		{"fw", fixedWindowLua}, {"sw", slidingWindowLua}, {"tb", tokenBucketLua},
+	} {
+		// The scripts read the globals KEYS and ARGV; as function
+		// parameters those names take one request's slice of the batch.
+		b.WriteString("local function " + f.name + "(KEYS, ARGV)\n" + f.body + "\nend\n")
+	}
+	b.WriteString(`local algs = {fw = fw, sw = sw, tb = tb}
+local out = {}
+for i = 1, #KEYS / 2 do
+  local a = (i - 1) * 6
+  out[i] = algs[ARGV[a + 1]]({KEYS[2 * i - 1], KEYS[2 * i]}, {ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6]})
+end
+return out
+`)
+	return redis.NewScript(b.String())
 }
 
 // scriptArgs returns the keys and arguments of r's script.
@@ -69,8 +100,9 @@ func (s *RedisStore) scriptArgs(r Request, now string) ([]string, []any) {
 	return keys, []any{now, r.Limit.Limit, third, r.Hits, stateMember(r)}
 }
 
-// Check decides the batch in one pipelined round trip (two if Redis had lost
-// the scripts).
+// Check decides the batch in one round trip (two if Redis had lost the
+// scripts): one script call for the whole batch, or on Redis Cluster a
+// pipeline of one call per request.
 func (s *RedisStore) Check(ctx context.Context, reqs []Request) ([]Decision, error) {
 	if err := validateBatch(reqs); err != nil {
 		return nil, err
@@ -81,6 +113,9 @@ func (s *RedisStore) Check(ctx context.Context, reqs []Request) ([]Decision, err
 	now := ""
 	if s.now != nil {
 		now = strconv.FormatInt(s.now().UnixMicro(), 10)
+	}
+	if s.batch != nil && len(reqs) > 1 {
+		return s.checkBatch(ctx, reqs, now)
 	}
 	cmds := make([]*redis.Cmd, len(reqs))
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -108,6 +143,40 @@ func (s *RedisStore) Check(ctx context.Context, reqs []Request) ([]Decision, err
 	}
 	out := make([]Decision, len(reqs))
 	for i, c := range cmds {
+		d, err := parseDecision(c, reqs[i].Limit.Limit)
+		if err != nil {
+			return nil, fmt.Errorf("redis: request %d: %w", i, err)
+		}
+		out[i] = d
+	}
+	return out, nil
+}
+
+// checkBatch decides reqs in one script call.
+func (s *RedisStore) checkBatch(ctx context.Context, reqs []Request, now string) ([]Decision, error) {
+	keys := make([]string, 0, 2*len(reqs))
+	args := make([]any, 0, 6*len(reqs))
+	for _, r := range reqs {
+		k, a := s.scriptArgs(r, now)
+		keys = append(keys, k...)
+		args = append(args, algCode(r.Limit.Algorithm))
+		args = append(args, a...)
+	}
+	res, err := s.batch.Run(ctx, s.rdb, keys, args...).Slice()
+	if err != nil {
+		return nil, fmt.Errorf("redis: %w", err)
+	}
+	if len(res) != len(reqs) {
+		return nil, fmt.Errorf("redis: batch script returned %d decisions for %d requests", len(res), len(reqs))
+	}
+	out := make([]Decision, len(reqs))
+	for i, v := range res {
+		vals, ok := v.([]any)
+		if !ok {
+			return nil, fmt.Errorf("redis: request %d: unexpected reply %T", i, v)
+		}
+		c := redis.NewCmd(ctx)
+		c.SetVal(vals)
 		d, err := parseDecision(c, reqs[i].Limit.Limit)
 		if err != nil {
 			return nil, fmt.Errorf("redis: request %d: %w", i, err)

@@ -24,9 +24,9 @@ local st = redis.call("HMGET", KEYS[1], "s", "c", "p")
 if st[1] then
   local s = tonumber(st[1])
   if s == start then
-    count, prev = tonumber(st[2]), tonumber(st[3])
+    count, prev = tonumber(st[2]) or 0, tonumber(st[3]) or 0
   elseif s == start - window then
-    prev = tonumber(st[2])
+    prev = tonumber(st[2]) or 0
   end
 end
 

@@ -23,6 +23,10 @@ find_pg_bin() {
 need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 find_pg_bin >/dev/null || need+=(postgresql)
+# The examples' tests run the Python, Node and curl clients for real.
+command -v python3 >/dev/null 2>&1 || need+=(python3)
+command -v node >/dev/null 2>&1 || need+=(nodejs)
+command -v curl >/dev/null 2>&1 || need+=(curl)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     log "missing ${need[*]}: install them (apt-get install ${need[*]}) or run as root"
@@ -31,7 +35,7 @@ if [ ${#need[@]} -gt 0 ]; then
   log "installing ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq >/dev/null
-  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  apt-get install -y -qq --no-install-recommends "${need[@]}" ca-certificates >/dev/null
 fi
 PG_BIN=$(find_pg_bin)
 
