@@ -37,8 +37,9 @@ var settings = []string{
 	"CACHE_REFRESH_INTERVAL", "REGISTER_LIMIT_PER_HOUR", "SHUTDOWN_TIMEOUT",
 }
 
-// Start builds Throttle and starts it; the server is stopped when the test ends.
-func Start(t *testing.T) *Server {
+// Start builds Throttle and starts it with the extra settings env
+// ("NAME=value"); the server is stopped when the test ends.
+func Start(t *testing.T, env ...string) *Server {
 	t.Helper()
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "throttle")
@@ -57,6 +58,7 @@ func Start(t *testing.T) *Server {
 		"DATABASE_URL=sqlite://"+filepath.Join(dir, "t.db"),
 		"LOG_LEVEL=warn",
 	)
+	cmd.Env = append(cmd.Env, env...)
 	var logs syncBuffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {
