@@ -26,6 +26,8 @@ func benchStores(b *testing.B) []struct {
 	parallel Store
 } {
 	mem := NewMemoryStore(MemoryOptions{})
+	coalesced := NewRedisStore(newRedisClient(b, 64), RedisOptions{Coalesce: 8})
+	b.Cleanup(coalesced.Close)
 	return []struct {
 		name     string
 		single   Store
@@ -33,6 +35,7 @@ func benchStores(b *testing.B) []struct {
 	}{
 		{"memory", mem, mem},
 		{"redis", NewRedisStore(newRedisClient(b, 1), RedisOptions{}), NewRedisStore(newRedisClient(b, 64), RedisOptions{})},
+		{"redis-coalesced", NewRedisStore(newRedisClient(b, 1), RedisOptions{}), coalesced},
 	}
 }
 

@@ -19,8 +19,9 @@ local hits = tonumber(ARGV[4])
 local start = now - (now % window)
 local count = 0
 local st = redis.call("HMGET", KEYS[1], "s", "c")
-if st[1] and tonumber(st[1]) == start then
-  count = tonumber(st[2])
+local same = st[1] and tonumber(st[1]) == start
+if same then
+  count = tonumber(st[2]) or 0
 end
 
 local reset = start + window - now
@@ -29,11 +30,16 @@ local retry = 0
 if allowed and hits > 0 then
   count = count + hits
   redis.call("HSET", KEYS[1], "s", start, "c", count)
-  local ttl = math.ceil(reset / 1000)
-  redis.call("PEXPIRE", KEYS[1], ttl)
-  redis.call("SADD", KEYS[2], ARGV[5])
-  if redis.call("PTTL", KEYS[2]) < ttl then
-    redis.call("PEXPIRE", KEYS[2], ttl)
+  if not same then
+    -- A new window: the key expires when it ends, and the identifier's
+    -- index (read by Reset) lives at least as long. Within the window both
+    -- are already so.
+    local ttl = math.ceil(reset / 1000)
+    redis.call("PEXPIRE", KEYS[1], ttl)
+    redis.call("SADD", KEYS[2], ARGV[5])
+    if redis.call("PTTL", KEYS[2]) < ttl then
+      redis.call("PEXPIRE", KEYS[2], ttl)
+    end
   end
 end
 if not allowed then

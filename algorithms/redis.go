@@ -29,6 +29,13 @@ type RedisOptions struct {
 	// TIME. Only tests set it, to be exact; in production every replica must
 	// use Redis's clock so that skewed hosts agree.
 	Now func() time.Time
+	// Coalesce, when > 0, runs that many workers that merge the batches of
+	// concurrent Check calls into one script call (up to MaxBatch requests):
+	// under load one round trip then decides many callers. Close stops the
+	// workers. Ignored on Redis Cluster. Default 0: every Check is its own call.
+	Coalesce int
+	// MaxBatch bounds a merged call. Default 64.
+	MaxBatch int
 }
 
 // RedisStore keeps counters in Redis, each algorithm one Lua script run with
@@ -42,11 +49,14 @@ type RedisStore struct {
 	scripts map[Algorithm]*redis.Script
 	batch   *redis.Script // nil on Redis Cluster, where a batch spans slots
 	reset   *redis.Script
+	merge   *coalescer // nil unless RedisOptions.Coalesce
 }
 
-// NewRedisStore returns a store over rdb.
+// NewRedisStore returns a store over rdb. The client should honour context
+// deadlines (go-redis: Options.ContextTimeoutEnabled), so that a caller's
+// deadline bounds every call. Call Close when done if opts.Coalesce is set.
 func NewRedisStore(rdb redis.UniversalClient, opts RedisOptions) *RedisStore {
-	return &RedisStore{
+	s := &RedisStore{
 		rdb: rdb,
 		now: opts.Now,
 		scripts: map[Algorithm]*redis.Script{
@@ -56,6 +66,20 @@ func NewRedisStore(rdb redis.UniversalClient, opts RedisOptions) *RedisStore {
 		},
 		batch: batchScript(rdb),
 		reset: redis.NewScript(resetLua),
+	}
+	if opts.Coalesce > 0 && s.batch != nil {
+		if opts.MaxBatch <= 0 {
+			opts.MaxBatch = 64
+		}
+		s.merge = newCoalescer(opts.Coalesce, opts.MaxBatch, s.decide)
+	}
+	return s
+}
+
+// Close stops the coalescing workers, if any. It does not close the client.
+func (s *RedisStore) Close() {
+	if s.merge != nil {
+		s.merge.close()
 	}
 }
 
@@ -77,11 +101,17 @@ func batchScript(rdb redis.UniversalClient) *redis.Script {
 		// parameters those names take one request's slice of the batch.
 		b.WriteString("local function " + f.name + "(KEYS, ARGV)\n" + f.body + "\nend\n")
 	}
+	// One TIME for the whole batch, unless the caller passed a time.
 	b.WriteString(`local algs = {fw = fw, sw = sw, tb = tb}
+local now = ARGV[2]
+if now == "" then
+  local t = redis.call("TIME")
+  now = string.format("%.0f", tonumber(t[1]) * 1000000 + tonumber(t[2]))
+end
 local out = {}
 for i = 1, #KEYS / 2 do
   local a = (i - 1) * 6
-  out[i] = algs[ARGV[a + 1]]({KEYS[2 * i - 1], KEYS[2 * i]}, {ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6]})
+  out[i] = algs[ARGV[a + 1]]({KEYS[2 * i - 1], KEYS[2 * i]}, {now, ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6]})
 end
 return out
 `)
@@ -110,6 +140,14 @@ func (s *RedisStore) Check(ctx context.Context, reqs []Request) ([]Decision, err
 	if len(reqs) == 0 {
 		return []Decision{}, nil
 	}
+	if s.merge != nil {
+		return s.merge.check(ctx, reqs)
+	}
+	return s.decide(ctx, reqs)
+}
+
+// decide runs a validated batch on Redis.
+func (s *RedisStore) decide(ctx context.Context, reqs []Request) ([]Decision, error) {
 	now := ""
 	if s.now != nil {
 		now = strconv.FormatInt(s.now().UnixMicro(), 10)

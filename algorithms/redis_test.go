@@ -108,3 +108,56 @@ func TestRedisKeyLayout(t *testing.T) {
 		}
 	}
 }
+
+// TestRedisIndexOutlivesState: Reset finds a state through the identifier's
+// index even after the state's TTL grew past the index's first TTL (a sliding
+// window moving on, a token bucket drained again).
+func TestRedisIndexOutlivesState(t *testing.T) {
+	rdb := newRedisClient(t, 0)
+	s := NewRedisStore(rdb, RedisOptions{}) // real Redis TIME and TTLs
+	ctx := context.Background()
+	cases := []struct {
+		name  string
+		limit Limit
+		first int64
+		wait  time.Duration // before the second write
+		then  int64
+		check time.Duration // after the second write: past the first TTL, within the second
+	}{
+		// Writes 10 ms into window k and 60 ms into window k+1: the state
+		// lives until k+3 starts (600 ms), the first index TTL ended at k+2
+		// (400 ms); checked at 480 ms.
+		{"sliding window", Limit{Algorithm: SlidingWindow, Limit: 100, Window: 200 * time.Millisecond}, 1, 250 * time.Millisecond, 1, 220 * time.Millisecond},
+		{"token bucket", Limit{Algorithm: TokenBucket, Limit: 10, RefillRate: 10}, 1, 500 * time.Millisecond, 10, 700 * time.Millisecond},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			key := Key{Scope: uniqueScope(t), Identifier: "idx"}
+			if w := tc.limit.Window; w > 0 {
+				// Start 10 ms into a window, by Redis's clock.
+				now, err := rdb.Time(ctx).Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(w - time.Duration(now.UnixNano())%w + 10*time.Millisecond)
+			}
+			for i, hits := range []int64{tc.first, tc.then} {
+				ds, err := s.Check(ctx, []Request{{Key: key, Limit: tc.limit, Hits: hits}})
+				if err != nil || !ds[0].Allowed {
+					t.Fatalf("check: %v %v", ds, err)
+				}
+				if i == 0 {
+					time.Sleep(tc.wait)
+				}
+			}
+			time.Sleep(tc.check)
+			if n := rdb.Exists(ctx, stateKey(Request{Key: key, Limit: tc.limit})).Val(); n != 1 {
+				t.Fatalf("state gone before the check (timing too slow here?)")
+			}
+			n, err := s.Reset(ctx, key.Scope, key.Identifier, "")
+			if err != nil || n != 1 {
+				t.Errorf("Reset = %d, %v; want 1: the index expired before the state it lists", n, err)
+			}
+		})
+	}
+}

@@ -21,9 +21,11 @@ local hits = tonumber(ARGV[4])
 local start = now - (now % window)
 local count, prev = 0, 0
 local st = redis.call("HMGET", KEYS[1], "s", "c", "p")
+local same = false
 if st[1] then
   local s = tonumber(st[1])
-  if s == start then
+  same = s == start
+  if same then
     count, prev = tonumber(st[2]) or 0, tonumber(st[3]) or 0
   elseif s == start - window then
     prev = tonumber(st[2]) or 0
@@ -39,11 +41,16 @@ if allowed and hits > 0 then
   count = count + hits
   used = used + hits
   redis.call("HSET", KEYS[1], "s", start, "c", count, "p", prev)
-  local ttl = math.ceil((start + 2 * window - now) / 1000)
-  redis.call("PEXPIRE", KEYS[1], ttl)
-  redis.call("SADD", KEYS[2], ARGV[5])
-  if redis.call("PTTL", KEYS[2]) < ttl then
-    redis.call("PEXPIRE", KEYS[2], ttl)
+  if not same then
+    -- The count matters until the next window ends; the identifier's index
+    -- (read by Reset) lives at least as long. Within the window both are
+    -- already so.
+    local ttl = math.ceil((start + 2 * window - now) / 1000)
+    redis.call("PEXPIRE", KEYS[1], ttl)
+    redis.call("SADD", KEYS[2], ARGV[5])
+    if redis.call("PTTL", KEYS[2]) < ttl then
+      redis.call("PEXPIRE", KEYS[2], ttl)
+    end
   end
 end
 if not allowed then

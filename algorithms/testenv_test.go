@@ -85,5 +85,10 @@ func storeFactories() []storeFactory {
 		{"redis", func(t *testing.T, clock func() time.Time) Store {
 			return NewRedisStore(newRedisClient(t, 0), RedisOptions{Now: clock})
 		}},
+		{"redis-coalesced", func(t *testing.T, clock func() time.Time) Store {
+			s := NewRedisStore(newRedisClient(t, 0), RedisOptions{Now: clock, Coalesce: 2})
+			t.Cleanup(s.Close)
+			return s
+		}},
 	}
 }

@@ -38,7 +38,10 @@ if wrote then
   redis.call("HSET", KEYS[1], "t", string.format("%.17g", tokens), "ts", now)
   local ttl = math.ceil(math.max(reset, 1000) / 1000)
   redis.call("PEXPIRE", KEYS[1], ttl)
-  redis.call("SADD", KEYS[2], ARGV[5])
+  if not st[1] then
+    redis.call("SADD", KEYS[2], ARGV[5])
+  end
+  -- The identifier's index (read by Reset) outlives every state it lists.
   if redis.call("PTTL", KEYS[2]) < ttl then
     redis.call("PEXPIRE", KEYS[2], ttl)
   end

@@ -1,0 +1,122 @@
+package algorithms
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// coalescer merges the batches of concurrent Check calls into one script
+// call. Workers take the first waiting batch at once — an idle store adds no
+// delay — and, while they are busy, the batches that arrive meanwhile wait
+// and leave together: under load one round trip decides many callers.
+type coalescer struct {
+	decide   func(ctx context.Context, reqs []Request) ([]Decision, error)
+	queue    chan *waiting
+	maxBatch int
+	stop     context.CancelFunc
+	wg       sync.WaitGroup
+}
+
+type waiting struct {
+	ctx  context.Context
+	reqs []Request
+	done chan checkResult // buffered: a worker never blocks on a caller gone
+}
+
+type checkResult struct {
+	ds  []Decision
+	err error
+}
+
+func newCoalescer(workers, maxBatch int, decide func(context.Context, []Request) ([]Decision, error)) *coalescer {
+	ctx, stop := context.WithCancel(context.Background())
+	c := &coalescer{decide: decide, queue: make(chan *waiting, 4*workers*maxBatch), maxBatch: maxBatch, stop: stop}
+	for range workers {
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			c.work(ctx)
+		}()
+	}
+	return c
+}
+
+// check queues reqs and waits for their decisions or for ctx.
+func (c *coalescer) check(ctx context.Context, reqs []Request) ([]Decision, error) {
+	w := &waiting{ctx: ctx, reqs: reqs, done: make(chan checkResult, 1)}
+	select {
+	case c.queue <- w:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	select {
+	case r := <-w.done:
+		return r.ds, r.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (c *coalescer) work(ctx context.Context) {
+	for {
+		var first *waiting
+		select {
+		case <-ctx.Done():
+			return
+		case first = <-c.queue:
+		}
+		group := []*waiting{first}
+		n := len(first.reqs)
+	drain:
+		for n < c.maxBatch {
+			select {
+			case w := <-c.queue:
+				group = append(group, w)
+				n += len(w.reqs)
+			default:
+				break drain
+			}
+		}
+		c.run(group, n)
+	}
+}
+
+// run decides a group in one call, bounded by the earliest caller deadline.
+func (c *coalescer) run(group []*waiting, n int) {
+	live := group[:0]
+	deadline := time.Now().Add(5 * time.Second)
+	for _, w := range group {
+		if w.ctx.Err() != nil {
+			continue // its caller has given up
+		}
+		if d, ok := w.ctx.Deadline(); ok && d.Before(deadline) {
+			deadline = d
+		}
+		live = append(live, w)
+	}
+	if len(live) == 0 {
+		return
+	}
+	reqs := make([]Request, 0, n)
+	for _, w := range live {
+		reqs = append(reqs, w.reqs...)
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	ds, err := c.decide(ctx, reqs)
+	cancel()
+	for _, w := range live {
+		if err != nil {
+			w.done <- checkResult{err: err}
+			continue
+		}
+		w.done <- checkResult{ds: ds[:len(w.reqs):len(w.reqs)]}
+		ds = ds[len(w.reqs):]
+	}
+}
+
+// close stops the workers and waits for them.
+func (c *coalescer) close() {
+	c.stop()
+	c.wg.Wait()
+}
