@@ -181,7 +181,14 @@ func newLimiter(ctx context.Context, cfg *config, log *slog.Logger, reg promethe
 	if err != nil {
 		return nil, "", err
 	}
-	goBG("redis close", func(ctx context.Context) error { <-ctx.Done(); return rdb.Close() })
+	// Concurrent checks share script calls: under load one round trip
+	// decides many requests.
+	counters := algorithms.NewRedisStore(rdb, algorithms.RedisOptions{Coalesce: 16})
+	goBG("redis close", func(ctx context.Context) error {
+		<-ctx.Done()
+		counters.Close()
+		return rdb.Close()
+	})
 	pingCtx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	if err := rdb.Ping(pingCtx).Err(); err != nil {
 		log.Warn("Redis does not answer yet; FAILURE_MODE decides until it does", "err", err, "failure_mode", string(cfg.FailureMode))
@@ -189,7 +196,7 @@ func newLimiter(ctx context.Context, cfg *config, log *slog.Logger, reg promethe
 	cancel()
 	local := algorithms.NewMemoryStore(algorithms.MemoryOptions{})
 	goBG("local sweep", local.Run)
-	g, err := algorithms.NewGuard(algorithms.NewRedisStore(rdb, algorithms.RedisOptions{}), algorithms.GuardOptions{
+	g, err := algorithms.NewGuard(counters, algorithms.GuardOptions{
 		Mode: cfg.FailureMode, Timeout: cfg.BackendTimeout, Local: local, Registerer: reg,
 	})
 	if err != nil {
