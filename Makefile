@@ -16,7 +16,7 @@ test: ## every test, with -race, against a throw-away Redis and PostgreSQL
 	scripts/with-test-services.sh $(GO) test -race -count=1 -timeout 20m ./...
 
 bench: ## benchmarks of the engine against memory and a throw-away Redis
-	scripts/with-test-services.sh $(GO) test -run '^$$' -bench . -benchmem -benchtime 2s ./algorithms/
+	scripts/with-test-services.sh $(GO) test -run '^$$' -bench . -benchmem -benchtime 2s ./algorithms/ ./ratelimitsvc/
 
 lint: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
