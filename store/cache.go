@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"crypto/subtle"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -30,7 +31,7 @@ type ruleKey struct{ clientID, name string }
 // index is one loaded Snapshot, indexed for lookups. Never modified.
 type index struct {
 	revision        int64
-	byKeyHash       map[[32]byte]Client
+	byKeyHash       map[[32]byte]ClientKey
 	byDomain        map[string]Client
 	byID            map[string]Client
 	rules           map[ruleKey]Rule
@@ -105,7 +106,7 @@ func (c *Cache) Refresh(ctx context.Context) error {
 func newIndex(s Snapshot) *index {
 	ix := &index{
 		revision:        s.Revision,
-		byKeyHash:       make(map[[32]byte]Client, len(s.Clients)),
+		byKeyHash:       make(map[[32]byte]ClientKey, len(s.Clients)),
 		byDomain:        make(map[string]Client, len(s.Clients)),
 		byID:            make(map[string]Client, len(s.Clients)),
 		rules:           make(map[ruleKey]Rule, len(s.Rules)),
@@ -113,7 +114,7 @@ func newIndex(s Snapshot) *index {
 		exempt:          make(map[ruleKey]struct{}, len(s.Exemptions)),
 	}
 	for _, ck := range s.Clients {
-		ix.byKeyHash[ck.KeyHash] = ck.Client
+		ix.byKeyHash[ck.KeyHash] = ck
 		ix.byDomain[ck.Client.Domain] = ck.Client
 		ix.byID[ck.Client.ID] = ck.Client
 	}
@@ -140,10 +141,15 @@ func (c *Cache) load() *index {
 // Revision returns the revision of the loaded snapshot, -1 before the first load.
 func (c *Cache) Revision() int64 { return c.load().revision }
 
-// ClientByKeyHash returns the client whose API key hashes to h.
+// ClientByKeyHash returns the client whose API key hashes to h. The stored
+// hash is confirmed with a constant-time comparison, so the answer's timing
+// says nothing about how much of a hash matched.
 func (c *Cache) ClientByKeyHash(h [32]byte) (Client, bool) {
-	cl, ok := c.load().byKeyHash[h]
-	return cl, ok
+	ck, ok := c.load().byKeyHash[h]
+	if !ok || subtle.ConstantTimeCompare(ck.KeyHash[:], h[:]) != 1 {
+		return Client{}, false
+	}
+	return ck.Client, true
 }
 
 // ClientByDomain returns the client that owns the Envoy domain.
