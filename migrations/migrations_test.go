@@ -1,18 +1,14 @@
 package migrations
 
 import (
-	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"errors"
 	"io/fs"
-	"net/url"
-	"os"
 	"path/filepath"
 	"regexp"
 	"testing"
-	"time"
+
+	"github.com/throttle-rl/throttle/internal/pgtest"
 
 	"github.com/golang-migrate/migrate/v4"
 	"github.com/golang-migrate/migrate/v4/database"
@@ -112,37 +108,7 @@ func TestSQLiteUpDownUp(t *testing.T) {
 }
 
 func TestPostgresUpDownUp(t *testing.T) {
-	admin := os.Getenv("THROTTLE_TEST_DATABASE_URL")
-	if admin == "" {
-		t.Fatal("THROTTLE_TEST_DATABASE_URL is empty: run via scripts/with-test-services.sh (make test)")
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	b := make([]byte, 8)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
-	name := "throttle_m_" + hex.EncodeToString(b)
-	conn, err := pgx.Connect(ctx, admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close(context.Background()) })
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { // runs before the Close above
-		if _, err := conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
-			t.Errorf("drop %s: %v", name, err)
-		}
-	})
-
-	u, err := url.Parse(admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.Path = "/" + name
-	cfg, err := pgx.ParseConfig(u.String())
+	cfg, err := pgx.ParseConfig(pgtest.FreshDatabase(t, "throttle_m"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,7 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/throttle-rl/throttle/internal/pgtest"
+
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/redis/go-redis/v9"
@@ -148,44 +148,10 @@ func redisClient(t *testing.T) *redis.Client {
 	return rdb
 }
 
-// postgresURL creates a database of the test's own through the server at
-// THROTTLE_TEST_DATABASE_URL and drops it when the test ends.
+// postgresURL creates a database of the test's own.
 func postgresURL(t *testing.T) string {
 	t.Helper()
-	admin := os.Getenv("THROTTLE_TEST_DATABASE_URL")
-	if admin == "" {
-		t.Fatal("THROTTLE_TEST_DATABASE_URL is empty: run via scripts/with-test-services.sh (make test)")
-	}
-	u, err := url.Parse(admin)
-	if err != nil {
-		t.Fatalf("parse THROTTLE_TEST_DATABASE_URL: %v", err)
-	}
-	name := "restapi_" + randomHex(8)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, admin)
-	if err != nil {
-		t.Fatalf("connect to test PostgreSQL: %v", err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		t.Fatalf("create database %s: %v", name, err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, admin)
-		if err != nil {
-			t.Errorf("connect to drop database %s: %v", name, err)
-			return
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
-			t.Errorf("drop database %s: %v", name, err)
-		}
-	})
-	u.Path = "/" + name
-	return u.String()
+	return pgtest.FreshDatabase(t, "restapi")
 }
 
 func randomHex(n int) string {

@@ -1,19 +1,16 @@
 package store
 
 import (
-	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"net/url"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/throttle-rl/throttle/internal/pgtest"
 )
 
 // eachDialect runs fn as a subtest on a fresh SQLite file and on a fresh
@@ -35,45 +32,10 @@ func sqliteURL(t *testing.T) string {
 	return "sqlite://" + filepath.Join(t.TempDir(), "throttle.db")
 }
 
-// postgresURL creates a database of its own for the test, through the server
-// at THROTTLE_TEST_DATABASE_URL, and drops it when the test ends.
+// postgresURL creates a database of its own for the test.
 func postgresURL(t *testing.T) string {
 	t.Helper()
-	admin := os.Getenv("THROTTLE_TEST_DATABASE_URL")
-	if admin == "" {
-		t.Fatal("THROTTLE_TEST_DATABASE_URL is empty: run via scripts/with-test-services.sh (make test)")
-	}
-	u, err := url.Parse(admin)
-	if err != nil {
-		t.Fatalf("parse THROTTLE_TEST_DATABASE_URL: %v", err)
-	}
-	name := "throttle_" + randomHex(t, 8)
-
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, admin)
-	if err != nil {
-		t.Fatalf("connect to test PostgreSQL: %v", err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		t.Fatalf("create database %s: %v", name, err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, admin)
-		if err != nil {
-			t.Errorf("connect to drop database %s: %v", name, err)
-			return
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
-			t.Errorf("drop database %s: %v", name, err)
-		}
-	})
-	u.Path = "/" + name
-	return u.String()
+	return pgtest.FreshDatabase(t, "throttle")
 }
 
 func randomHex(t *testing.T, n int) string {

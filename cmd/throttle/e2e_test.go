@@ -3,14 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"database/sql"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/throttle-rl/throttle/internal/pgtest"
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -54,31 +52,7 @@ func freePort(t *testing.T) int {
 // freshPostgres creates a database of its own on the test PostgreSQL.
 func freshPostgres(t *testing.T) string {
 	t.Helper()
-	admin := os.Getenv("THROTTLE_TEST_DATABASE_URL")
-	if admin == "" {
-		t.Fatal("THROTTLE_TEST_DATABASE_URL is not set: run the tests via scripts/with-test-services.sh (make test)")
-	}
-	db, err := sql.Open("pgx", admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	b := make([]byte, 6)
-	rand.Read(b)
-	name := "throttle_e2e_" + hex.EncodeToString(b)
-	if _, err := db.Exec("CREATE DATABASE " + name); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		db, err := sql.Open("pgx", admin)
-		if err == nil {
-			db.Exec("DROP DATABASE IF EXISTS " + name + " WITH (FORCE)")
-			db.Close()
-		}
-	})
-	u, _ := url.Parse(admin)
-	u.Path = "/" + name
-	return u.String()
+	return pgtest.FreshDatabase(t, "throttle_e2e")
 }
 
 type server struct {
