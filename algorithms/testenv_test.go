@@ -4,28 +4,19 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"os"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-)
 
-// redisURL is the throw-away Redis that scripts/with-test-services.sh starts.
-func redisURL(t testing.TB) string {
-	t.Helper()
-	u := os.Getenv("THROTTLE_TEST_REDIS_URL")
-	if u == "" {
-		t.Fatal("THROTTLE_TEST_REDIS_URL is not set: run the tests via scripts/with-test-services.sh (make test)")
-	}
-	return u
-}
+	"github.com/throttle-rl/throttle/internal/redistest"
+)
 
 // newRedisClient connects to the test Redis and closes the client at the end.
 func newRedisClient(t testing.TB, poolSize int) *redis.Client {
 	t.Helper()
-	opt, err := redis.ParseURL(redisURL(t))
+	opt, err := redis.ParseURL(redistest.SharedURL(t))
 	if err != nil {
 		t.Fatalf("parse redis url: %v", err)
 	}
