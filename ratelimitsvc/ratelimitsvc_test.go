@@ -245,14 +245,22 @@ func TestShouldRateLimit(t *testing.T) {
 // subtest starts from no state.
 func redisFlush(t *testing.T) {
 	t.Helper()
+	redisFlushDomains(t, "test")
+}
+
+// redisFlushDomains deletes the shared test Redis's keys of the domains.
+func redisFlushDomains(t *testing.T, domains ...string) {
+	t.Helper()
 	rdb := redistest.NewClient(t, redistest.SharedURL(t))
 	ctx := context.Background()
-	iter := rdb.Scan(ctx, 0, "throttle:{test:*", 1000).Iterator()
-	for iter.Next(ctx) {
-		rdb.Del(ctx, iter.Val())
-	}
-	if err := iter.Err(); err != nil {
-		t.Fatal(err)
+	for _, d := range domains {
+		iter := rdb.Scan(ctx, 0, "throttle:{"+d+":*", 1000).Iterator()
+		for iter.Next(ctx) {
+			rdb.Del(ctx, iter.Val())
+		}
+		if err := iter.Err(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
