@@ -6,11 +6,13 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/throttle-rl/throttle/internal/redistest"
 )
 
 // TestREADMECurlExamples runs the README's REST API curl examples, in order,
-// in one shell, against the built binary with the embedded default: the
-// documentation must work as written.
+// in one shell, against the built binary — with the embedded default, and
+// with Redis and PostgreSQL: the documentation must work as written.
 func TestREADMECurlExamples(t *testing.T) {
 	if _, err := exec.LookPath("curl"); err != nil {
 		t.Fatal("curl is not installed: run the tests via scripts/with-test-services.sh (make test), which installs it")
@@ -28,7 +30,18 @@ func TestREADMECurlExamples(t *testing.T) {
 	if len(blocks) < 14 {
 		t.Fatalf("found %d sh examples in the REST API section, want one per endpoint at least", len(blocks))
 	}
-	s := startServer(t, buildBinary(t))
+	bin := buildBinary(t)
+	setups := map[string][]string{
+		"embedded":       nil,
+		"redis+postgres": {"REDIS_URL=" + redistest.SharedURL(t), "DATABASE_URL=" + freshPostgres(t), "BACKEND_TIMEOUT=2s"},
+	}
+	for name, env := range setups {
+		t.Run(name, func(t *testing.T) { runREADMEExamples(t, bin, blocks, env) })
+	}
+}
+
+func runREADMEExamples(t *testing.T, bin string, blocks [][]string, env []string) {
+	s := startServer(t, bin, env...)
 	var script strings.Builder
 	script.WriteString("set -e\n")
 	for _, b := range blocks {
