@@ -35,7 +35,7 @@ func TestRedisKeysExpire(t *testing.T) {
 		}
 	}
 	// The sliding window needs its count until the end of the next window:
-	// at most 200 ms; the token bucket is full after 100 ms, kept ≥ 1 s.
+	// at most 200 ms; the token bucket is full again after 100 ms.
 	time.Sleep(1200 * time.Millisecond)
 	n, err := rdb.Exists(ctx, keys...).Result()
 	if err != nil {
