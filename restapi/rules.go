@@ -80,7 +80,10 @@ func handleRuleCreate(db *store.DB, cache *store.Cache) http.Handler {
 			RefillRate:  limit.RefillRate,
 			Descriptors: req.Descriptors,
 		})
-		if errors.Is(err, store.ErrConflict) {
+		switch {
+		case errors.Is(err, store.ErrDuplicateDescriptors):
+			err = &apiError{http.StatusConflict, "DESCRIPTORS_EXIST", "another rule already has these descriptors: an Envoy request must match one rule"}
+		case errors.Is(err, store.ErrConflict):
 			err = &apiError{http.StatusConflict, "RULE_EXISTS", fmt.Sprintf("rule %q already exists", req.Name)}
 		}
 		if err != nil {

@@ -77,6 +77,8 @@ func TestRules(t *testing.T) {
 			{"refill on a window", `{"name":"x","algorithm":"fixed_window","limit":1,"window":1,"refill_rate":2}`, 400, "INVALID_FIELD"},
 			{"descriptor without key", `{"name":"x","algorithm":"fixed_window","limit":1,"window":1,"descriptors":[{"value":"v"}]}`, 400, "INVALID_FIELD"},
 			{"descriptor typo", `{"name":"x","algorithm":"fixed_window","limit":1,"window":1,"descriptors":[{"key":"k","vaule":"v"}]}`, 400, "UNKNOWN_FIELD"},
+			{"same descriptors as edge.login", `{"name":"x","algorithm":"fixed_window","limit":9,"window":60,"descriptors":[{"key":"path","value":"/login"},{"key":"user"}]}`, 409, "DESCRIPTORS_EXIST"},
+			{"descriptor rule above Envoy's uint32", `{"name":"x","algorithm":"fixed_window","limit":4294967296,"window":60,"descriptors":[{"key":"k"}]}`, 400, "INVALID_FIELD"},
 		} {
 			t.Run(tt.name, func(t *testing.T) {
 				wantError(t, e.call(t, "POST", "/rules", c.Key, tt.body), tt.status, tt.code)

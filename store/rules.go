@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -73,8 +74,11 @@ func (db *DB) CreateRule(ctx context.Context, r Rule) (Rule, error) {
 		return db.bumpRevision(ctx, tx)
 	})
 	if err != nil {
-		switch kind, _ := classify(err); kind {
+		switch kind, constraint := classify(err); kind {
 		case uniqueViolation:
+			if strings.Contains(constraint, "descriptors") {
+				return Rule{}, fmt.Errorf("rule %q: descriptors %s: %w", r.Name, descriptors, ErrDuplicateDescriptors)
+			}
 			return Rule{}, fmt.Errorf("rule %q: %w", r.Name, ErrConflict)
 		case foreignKeyViolation:
 			return Rule{}, fmt.Errorf("client %q: %w", r.ClientID, ErrNotFound)

@@ -15,6 +15,7 @@ package store
 
 import (
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -25,6 +26,10 @@ var (
 	// ErrConflict: a unique value is taken (client email or domain, rule name
 	// within a client, exemption identifier within a client).
 	ErrConflict = errors.New("already exists")
+	// ErrDuplicateDescriptors: another rule of the client has the same
+	// descriptors, which would make its Envoy domain ambiguous. It wraps
+	// ErrConflict.
+	ErrDuplicateDescriptors = fmt.Errorf("another rule has the same descriptors: %w", ErrConflict)
 	// ErrInvalid: a field is missing or malformed (empty name, bad email, bad
 	// domain, bad algorithm, limit ≤ 0 …). The message says which field.
 	ErrInvalid = errors.New("invalid")

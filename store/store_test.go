@@ -622,19 +622,21 @@ func TestMigrate(t *testing.T) {
 			t.Fatalf("version of an empty database = %d, %v, %v; want 0, false, nil", version, dirty, err)
 		}
 		version, dirty, err = Migrate(ctx, url, "up")
-		if err != nil || version != 1 || dirty {
-			t.Fatalf("up = %d, %v, %v; want 1, false, nil", version, dirty, err)
+		if err != nil || version != 2 || dirty {
+			t.Fatalf("up = %d, %v, %v; want 2, false, nil", version, dirty, err)
 		}
-		if version, _, err = Migrate(ctx, url, "up"); err != nil || version != 1 {
-			t.Fatalf("up again = %d, %v; want 1, nil", version, err)
+		if version, _, err = Migrate(ctx, url, "up"); err != nil || version != 2 {
+			t.Fatalf("up again = %d, %v; want 2, nil", version, err)
 		}
 
 		db := mustOpen(t, url)
 		mustCreateClient(t, db, "Alpha")
 
-		version, dirty, err = Migrate(ctx, url, "down")
-		if err != nil || version != 0 || dirty {
-			t.Fatalf("down = %d, %v, %v; want 0, false, nil", version, dirty, err)
+		for _, want := range []uint{1, 0} {
+			version, dirty, err = Migrate(ctx, url, "down")
+			if err != nil || version != want || dirty {
+				t.Fatalf("down = %d, %v, %v; want %d, false, nil", version, dirty, err, want)
+			}
 		}
 		if _, err := db.Revision(ctx); err == nil {
 			t.Error("Revision works after down: the tables are still there")
@@ -643,8 +645,8 @@ func TestMigrate(t *testing.T) {
 			t.Error("down on an empty schema: want an error")
 		}
 		version, _, err = Migrate(ctx, url, "up")
-		if err != nil || version != 1 {
-			t.Fatalf("up after down = %d, %v; want 1, nil", version, err)
+		if err != nil || version != 2 {
+			t.Fatalf("up after down = %d, %v; want 2, nil", version, err)
 		}
 		rev, err := db.Revision(ctx)
 		if err != nil || rev != 0 {
@@ -693,4 +695,41 @@ func TestSQLiteURLForms(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// TestRuleDescriptorsUnique: two rules of one client may not have the same
+// descriptors (their Envoy domain would be ambiguous); another client may.
+func TestRuleDescriptorsUnique(t *testing.T) {
+	eachDialect(t, func(t *testing.T, url string) {
+		ctx := t.Context()
+		db := mustOpen(t, url)
+		a, b := mustCreateClient(t, db, "Alpha"), mustCreateClient(t, db, "Beta")
+		match := []DescriptorEntry{{Key: "generic_key", Value: "api"}, {Key: "user_id"}}
+		rule := func(client Client, name string, d []DescriptorEntry) error {
+			_, err := db.CreateRule(ctx, Rule{ClientID: client.ID, Name: name, Algorithm: FixedWindow, Limit: 5, Window: time.Minute, Descriptors: d})
+			return err
+		}
+		if err := rule(a, "one", match); err != nil {
+			t.Fatal(err)
+		}
+		err := rule(a, "two", match)
+		if !errors.Is(err, ErrDuplicateDescriptors) || !errors.Is(err, ErrConflict) {
+			t.Fatalf("same descriptors: err = %v, want ErrDuplicateDescriptors (an ErrConflict)", err)
+		}
+		for name, d := range map[string][]DescriptorEntry{
+			"three": {{Key: "generic_key", Value: "api"}},
+			"four":  {{Key: "generic_key", Value: "api"}, {Key: "user_id", Value: "alice"}},
+			"five":  nil,
+			"six":   nil, // rules without descriptors never conflict
+		} {
+			if err := rule(a, name, d); err != nil {
+				t.Errorf("rule %s: %v", name, err)
+			}
+		}
+		if err := rule(b, "one", match); err != nil {
+			t.Errorf("another client's rule with the same descriptors: %v", err)
+		}
+		_, err = db.CreateRule(ctx, Rule{ClientID: a.ID, Name: "huge", Algorithm: FixedWindow, Limit: 1 << 32, Window: time.Minute, Descriptors: []DescriptorEntry{{Key: "k"}}})
+		wantErr(t, err, ErrInvalid, "4294967295")
+	})
 }

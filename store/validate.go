@@ -159,6 +159,9 @@ func normalizeRule(r Rule) (Rule, error) {
 	case r.RefillRate != 0 && r.Algorithm != TokenBucket:
 		return r, invalid("refill_rate applies only to token_bucket")
 	}
+	if len(r.Descriptors) > 0 && r.Limit > math.MaxUint32 {
+		return r, invalid("limit of a rule with descriptors must be at most %d (Envoy's requests_per_unit)", uint32(math.MaxUint32))
+	}
 	if len(r.Descriptors) > maxDescriptors {
 		return r, invalid("descriptors has more than %d entries", maxDescriptors)
 	}

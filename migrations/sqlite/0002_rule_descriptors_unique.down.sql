@@ -1,0 +1,1 @@
+DROP INDEX rules_client_id_descriptors_key;
