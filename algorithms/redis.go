@@ -13,6 +13,8 @@ import (
 )
 
 var (
+	//go:embed prelude.lua
+	preludeLua string
 	//go:embed fixed_window.lua
 	fixedWindowLua string
 	//go:embed sliding_window.lua
@@ -60,9 +62,9 @@ func NewRedisStore(rdb redis.UniversalClient, opts RedisOptions) *RedisStore {
 		rdb: rdb,
 		now: opts.Now,
 		scripts: map[Algorithm]*redis.Script{
-			FixedWindow:   redis.NewScript(fixedWindowLua),
-			SlidingWindow: redis.NewScript(slidingWindowLua),
-			TokenBucket:   redis.NewScript(tokenBucketLua),
+			FixedWindow:   redis.NewScript(preludeLua + fixedWindowLua),
+			SlidingWindow: redis.NewScript(preludeLua + slidingWindowLua),
+			TokenBucket:   redis.NewScript(preludeLua + tokenBucketLua),
 		},
 		batch: batchScript(rdb),
 		reset: redis.NewScript(resetLua),
@@ -93,13 +95,13 @@ func batchScript(rdb redis.UniversalClient) *redis.Script {
 		return nil
 	}
 	var b strings.Builder
-	b.WriteString("-- Generated from fixed_window.lua, sliding_window.lua, token_bucket.lua.\n")
+	b.WriteString("-- Generated from prelude.lua, fixed_window.lua, sliding_window.lua, token_bucket.lua.\n")
 	for _, f := range []struct{ name, body string }{
 		{"fw", fixedWindowLua}, {"sw", slidingWindowLua}, {"tb", tokenBucketLua},
 	} {
 		// The scripts read the globals KEYS and ARGV; as function
 		// parameters those names take one request's slice of the batch.
-		b.WriteString("local function " + f.name + "(KEYS, ARGV)\n" + f.body + "\nend\n")
+		b.WriteString("local function " + f.name + "(KEYS, ARGV)\n" + preludeLua + f.body + "\nend\n")
 	}
 	// One TIME for the whole batch, unless the caller passed a time.
 	b.WriteString(`local algs = {fw = fw, sw = sw, tb = tb}

@@ -5,15 +5,10 @@
 -- nothing; hits = 0 only reads.
 -- KEYS[1] state hash {s = window start µs, c = count, p = previous count}
 -- KEYS[2] the identifier's index set (for Reset)
+-- (prelude.lua comes first.)
 -- ARGV: now_us ("" = Redis TIME), limit, window_us, hits, index member
 -- Returns {allowed 0|1, remaining, reset_us, retry_us, now_us}
-local now
-if ARGV[1] == "" then
-  local t = redis.call("TIME")
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-else
-  now = tonumber(ARGV[1])
-end
+local now = clock()
 local limit = tonumber(ARGV[2])
 local window = tonumber(ARGV[3])
 local hits = tonumber(ARGV[4])
@@ -42,15 +37,9 @@ if allowed and hits > 0 then
   used = used + hits
   redis.call("HSET", KEYS[1], "s", start, "c", count, "p", prev)
   if not same then
-    -- The count matters until the next window ends; the identifier's index
-    -- (read by Reset) lives at least as long. Within the window both are
-    -- already so.
-    local ttl = math.ceil((start + 2 * window - now) / 1000)
-    redis.call("PEXPIRE", KEYS[1], ttl)
-    redis.call("SADD", KEYS[2], ARGV[5])
-    if redis.call("PTTL", KEYS[2]) < ttl then
-      redis.call("PEXPIRE", KEYS[2], ttl)
-    end
+    -- The count matters until the next window ends. Within the window the
+    -- TTLs are already right.
+    keep(math.ceil((start + 2 * window - now) / 1000), true)
   end
 end
 if not allowed then

@@ -4,15 +4,10 @@
 -- hits = 0 only reads.
 -- KEYS[1] state hash {t = tokens, ts = µs of t}
 -- KEYS[2] the identifier's index set (for Reset)
+-- (prelude.lua comes first.)
 -- ARGV: now_us ("" = Redis TIME), limit, rate, hits, index member
 -- Returns {allowed 0|1, remaining, reset_us, retry_us, now_us}
-local now
-if ARGV[1] == "" then
-  local t = redis.call("TIME")
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-else
-  now = tonumber(ARGV[1])
-end
+local now = clock()
 local limit = tonumber(ARGV[2])
 local rate = tonumber(ARGV[3])
 local hits = tonumber(ARGV[4])
@@ -36,15 +31,7 @@ local retry = 0
 if wrote then
   -- %.17g keeps every bit of the double, so the next call reads back exactly.
   redis.call("HSET", KEYS[1], "t", string.format("%.17g", tokens), "ts", now)
-  local ttl = math.ceil(math.max(reset, 1000) / 1000)
-  redis.call("PEXPIRE", KEYS[1], ttl)
-  if not st[1] then
-    redis.call("SADD", KEYS[2], ARGV[5])
-  end
-  -- The identifier's index (read by Reset) outlives every state it lists.
-  if redis.call("PTTL", KEYS[2]) < ttl then
-    redis.call("PEXPIRE", KEYS[2], ttl)
-  end
+  keep(math.ceil(math.max(reset, 1000) / 1000), not st[1])
 end
 if not allowed then
   if hits > limit then
