@@ -15,8 +15,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/throttle-rl/throttle/internal/strictyaml"
+
 	sigsjson "sigs.k8s.io/json"
-	"sigs.k8s.io/yaml"
 
 	"github.com/throttle-rl/throttle/descriptors"
 	"github.com/throttle-rl/throttle/envoy"
@@ -124,7 +125,7 @@ func (d *dependsOn) UnmarshalJSON(data []byte) error {
 func loadCompose(t *testing.T) composeFile {
 	t.Helper()
 	var c composeFile
-	if err := unmarshalStrict(mustRead(t, "../docker-compose.yml"), &c); err != nil {
+	if err := strictyaml.Unmarshal(mustRead(t, "../docker-compose.yml"), &c); err != nil {
 		t.Fatalf("docker-compose.yml: %v", err)
 	}
 	return c
@@ -293,7 +294,7 @@ func TestPrometheus(t *testing.T) {
 		t.Errorf("prometheus: deploy/prometheus/prometheus.yml mounted at %q, want /etc/prometheus/prometheus.yml", got)
 	}
 	var p prometheusConfig
-	if err := unmarshalStrict(mustRead(t, "prometheus/prometheus.yml"), &p); err != nil {
+	if err := strictyaml.Unmarshal(mustRead(t, "prometheus/prometheus.yml"), &p); err != nil {
 		t.Fatalf("prometheus.yml: %v", err)
 	}
 	want := "throttle:" + c.Services["throttle"].Environment["PORT"]
@@ -368,7 +369,7 @@ func TestGrafana(t *testing.T) {
 			Editable  bool   `json:"editable"`
 		} `json:"datasources"`
 	}
-	if err := unmarshalStrict(mustRead(t, "grafana/provisioning/datasources/prometheus.yml"), &ds); err != nil {
+	if err := strictyaml.Unmarshal(mustRead(t, "grafana/provisioning/datasources/prometheus.yml"), &ds); err != nil {
 		t.Fatalf("datasource: %v", err)
 	}
 	if len(ds.Datasources) != 1 || ds.Datasources[0].Type != "prometheus" {
@@ -393,7 +394,7 @@ func TestGrafana(t *testing.T) {
 			} `json:"options"`
 		} `json:"providers"`
 	}
-	if err := unmarshalStrict(mustRead(t, "grafana/provisioning/dashboards/throttle.yml"), &prov); err != nil {
+	if err := strictyaml.Unmarshal(mustRead(t, "grafana/provisioning/dashboards/throttle.yml"), &prov); err != nil {
 		t.Fatalf("dashboard provider: %v", err)
 	}
 	if len(prov.Providers) != 1 || prov.Providers[0].Options.Path != dashDir {
@@ -604,16 +605,6 @@ func mustRead(t *testing.T, name string) []byte {
 		t.Fatal(err)
 	}
 	return b
-}
-
-// unmarshalStrict decodes YAML with case-sensitive field names, refusing
-// unknown and duplicate fields.
-func unmarshalStrict(y []byte, v any) error {
-	j, err := yaml.YAMLToJSONStrict(y)
-	if err != nil {
-		return err
-	}
-	return strictJSON(j, v)
 }
 
 func strictJSON(j []byte, v any) error {

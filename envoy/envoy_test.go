@@ -2,12 +2,13 @@ package envoy_test
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/throttle-rl/throttle/internal/strictyaml"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
@@ -16,8 +17,6 @@ import (
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	"google.golang.org/protobuf/proto"
-	sigsjson "sigs.k8s.io/json"
-	"sigs.k8s.io/yaml"
 
 	"github.com/throttle-rl/throttle/descriptors"
 	"github.com/throttle-rl/throttle/envoy"
@@ -449,7 +448,7 @@ func decodeEnvoyFilters(data []byte) ([]envoyFilter, error) {
 	var out []envoyFilter
 	for i, doc := range splitYAML(data) {
 		var f envoyFilter
-		if err := unmarshalStrict(doc, &f); err != nil {
+		if err := strictyaml.Unmarshal(doc, &f); err != nil {
 			return nil, fmt.Errorf("document %d: %w", i, err)
 		}
 		if f.APIVersion != "networking.istio.io/v1alpha3" || f.Kind != "EnvoyFilter" {
@@ -485,7 +484,7 @@ func mustLoadIstioDescriptors(t *testing.T) istioDescriptors {
 		Metadata   map[string]any    `json:"metadata"`
 		Data       map[string]string `json:"data"`
 	}
-	if err := unmarshalStrict(mustRead(t, "istio/descriptors-configmap.yaml"), &cm); err != nil {
+	if err := strictyaml.Unmarshal(mustRead(t, "istio/descriptors-configmap.yaml"), &cm); err != nil {
 		t.Fatalf("istio/descriptors-configmap.yaml: %v", err)
 	}
 	if cm.Kind != "ConfigMap" || len(cm.Data) != 1 {
@@ -604,20 +603,4 @@ func endpointAddrs(c *clusterv3.Cluster) []string {
 		}
 	}
 	return out
-}
-
-// unmarshalStrict decodes YAML the way the Kubernetes API server and the
-// reference rate-limit service do: field names match case-sensitively, and
-// unknown or duplicate fields are errors. (yaml.UnmarshalStrict alone matches
-// field names case-insensitively, so "Domain:" would pass.)
-func unmarshalStrict(y []byte, v any) error {
-	j, err := yaml.YAMLToJSONStrict(y)
-	if err != nil {
-		return err
-	}
-	strict, err := sigsjson.UnmarshalStrict(j, v)
-	if err != nil {
-		return err
-	}
-	return errors.Join(strict...)
 }

@@ -2,7 +2,6 @@ package k8s_test
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -13,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/throttle-rl/throttle/internal/strictyaml"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
@@ -26,7 +27,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	sigsjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
 	"github.com/throttle-rl/throttle/descriptors"
@@ -106,7 +106,7 @@ func loadManifests(t *testing.T) *manifests {
 		Kind       string   `json:"kind"`
 		Resources  []string `json:"resources"`
 	}
-	if err := unmarshalStrict(mustRead(t, "kustomization.yaml"), &kz); err != nil {
+	if err := strictyaml.Unmarshal(mustRead(t, "kustomization.yaml"), &kz); err != nil {
 		t.Fatalf("kustomization.yaml: %v", err)
 	}
 	if kz.APIVersion != "kustomize.config.k8s.io/v1beta1" || kz.Kind != "Kustomization" {
@@ -176,7 +176,7 @@ func decodeObject(doc []byte) (any, error) {
 	if !ok {
 		return nil, fmt.Errorf("unknown kind %q %q: add it to newObject so it is decoded strictly", tm.APIVersion, tm.Kind)
 	}
-	if err := unmarshalStrict(doc, obj); err != nil {
+	if err := strictyaml.Unmarshal(doc, obj); err != nil {
 		return nil, fmt.Errorf("%s: %w", tm.Kind, err)
 	}
 	if objectMeta(obj).GetName() == "" {
@@ -743,7 +743,7 @@ type kindConfig struct {
 func loadKindConfig(t *testing.T) kindConfig {
 	t.Helper()
 	var k kindConfig
-	if err := unmarshalStrict(mustRead(t, "kind-config.yaml"), &k); err != nil {
+	if err := strictyaml.Unmarshal(mustRead(t, "kind-config.yaml"), &k); err != nil {
 		t.Fatalf("kind-config.yaml: %v", err)
 	}
 	if k.Kind != "Cluster" || k.APIVersion != "kind.x-k8s.io/v1alpha4" {
@@ -845,19 +845,4 @@ func splitYAML(data []byte) [][]byte {
 		docs = append(docs, d)
 	}
 	return docs
-}
-
-// unmarshalStrict decodes YAML as the API server does: field names match
-// case-sensitively, and unknown or duplicate fields are errors.
-// (yaml.UnmarshalStrict alone matches field names case-insensitively.)
-func unmarshalStrict(y []byte, v any) error {
-	j, err := yaml.YAMLToJSONStrict(y)
-	if err != nil {
-		return err
-	}
-	strict, err := sigsjson.UnmarshalStrict(j, v)
-	if err != nil {
-		return err
-	}
-	return errors.Join(strict...)
 }
