@@ -175,8 +175,10 @@ var conformanceCases = []struct {
 	},
 }
 
-func TestConformance(t *testing.T) {
-	for _, f := range storeFactories() {
+func TestConformance(t *testing.T) { conformance(t, storeFactories()) }
+
+func conformance(t *testing.T, factories []storeFactory) {
+	for _, f := range factories {
 		t.Run(f.name, func(t *testing.T) {
 			for _, tc := range conformanceCases {
 				t.Run(tc.name, func(t *testing.T) {
@@ -209,8 +211,10 @@ func TestConformance(t *testing.T) {
 
 // TestConformanceBatch checks that a batch decides each request as if alone,
 // in order, and that one bad request fails the batch before anything counts.
-func TestConformanceBatch(t *testing.T) {
-	for _, f := range storeFactories() {
+func TestConformanceBatch(t *testing.T) { conformanceBatch(t, storeFactories()) }
+
+func conformanceBatch(t *testing.T, factories []storeFactory) {
+	for _, f := range factories {
 		t.Run(f.name, func(t *testing.T) {
 			clock := &fakeClock{now: t0}
 			s := f.make(t, clock.Now)
@@ -260,8 +264,10 @@ func TestConformanceBatch(t *testing.T) {
 // TestConformanceIsolation checks that state is shared exactly when keys are
 // equal: different limits, names, scopes and identifiers never collide, even
 // when their text would join to the same string.
-func TestConformanceIsolation(t *testing.T) {
-	for _, f := range storeFactories() {
+func TestConformanceIsolation(t *testing.T) { conformanceIsolation(t, storeFactories()) }
+
+func conformanceIsolation(t *testing.T, factories []storeFactory) {
+	for _, f := range factories {
 		t.Run(f.name, func(t *testing.T) {
 			clock := &fakeClock{now: t0}
 			s := f.make(t, clock.Now)
@@ -298,8 +304,10 @@ func TestConformanceIsolation(t *testing.T) {
 	}
 }
 
-func TestConformanceReset(t *testing.T) {
-	for _, f := range storeFactories() {
+func TestConformanceReset(t *testing.T) { conformanceReset(t, storeFactories()) }
+
+func conformanceReset(t *testing.T, factories []storeFactory) {
+	for _, f := range factories {
 		t.Run(f.name, func(t *testing.T) {
 			clock := &fakeClock{now: t0}
 			s := f.make(t, clock.Now)
@@ -360,7 +368,9 @@ func TestConformanceReset(t *testing.T) {
 	}
 }
 
-func TestConformanceInvalid(t *testing.T) {
+func TestConformanceInvalid(t *testing.T) { conformanceInvalid(t, storeFactories()) }
+
+func conformanceInvalid(t *testing.T, factories []storeFactory) {
 	key := Key{Scope: "s", Identifier: "i"}
 	cases := []struct {
 		name string
@@ -383,7 +393,7 @@ func TestConformanceInvalid(t *testing.T) {
 		{"empty identifier", Request{Key{Scope: "s"}, Limit{Algorithm: FixedWindow, Limit: 1, Window: time.Minute}, 1}},
 		{"empty scope", Request{Key{Identifier: "i"}, Limit{Algorithm: FixedWindow, Limit: 1, Window: time.Minute}, 1}},
 	}
-	for _, f := range storeFactories() {
+	for _, f := range factories {
 		t.Run(f.name, func(t *testing.T) {
 			s := f.make(t, nil)
 			for _, tc := range cases {

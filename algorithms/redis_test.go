@@ -2,8 +2,12 @@ package algorithms
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/throttle-rl/throttle/internal/redistest"
 )
 
 // TestRedisKeysExpire checks that every key an identifier leaves in Redis
@@ -159,5 +163,53 @@ func TestRedisIndexOutlivesState(t *testing.T) {
 				t.Errorf("Reset = %d, %v; want 1: the index expired before the state it lists", n, err)
 			}
 		})
+	}
+}
+
+// TestRedisCluster runs the conformance suite on a real three-node Redis
+// Cluster: every script touches one identifier's keys, which share a hash
+// tag and so a slot; a batch spanning slots is pipelined across the nodes.
+func TestRedisCluster(t *testing.T) {
+	addrs := redistest.StartCluster(t)
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { rdb.Close() })
+	cluster := []storeFactory{{"redis-cluster", func(t *testing.T, clock func() time.Time) Store {
+		s := NewRedisStore(rdb, RedisOptions{Now: clock, Coalesce: 2}) // Coalesce is ignored on a cluster
+		if s.batch != nil || s.merge != nil {
+			t.Fatal("a Cluster store must not use the batch script")
+		}
+		return s
+	}}}
+	t.Run("conformance", func(t *testing.T) { conformance(t, cluster) })
+	t.Run("batch", func(t *testing.T) { conformanceBatch(t, cluster) })
+	t.Run("isolation", func(t *testing.T) { conformanceIsolation(t, cluster) })
+	t.Run("reset", func(t *testing.T) { conformanceReset(t, cluster) })
+	t.Run("invalid", func(t *testing.T) { conformanceInvalid(t, cluster) })
+
+	// The keys of a batch really are spread over the nodes.
+	ctx := context.Background()
+	s := NewRedisStore(rdb, RedisOptions{})
+	scope := uniqueScope(t)
+	var batch []Request
+	for i := range 30 {
+		batch = append(batch, Request{Key: Key{scope, "user-" + strconv.Itoa(i), ""}, Limit: Limit{Algorithm: FixedWindow, Limit: 1, Window: time.Minute}, Hits: 1})
+	}
+	ds, err := s.Check(ctx, batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slots := map[int64]bool{}
+	for i, d := range ds {
+		if !d.Allowed {
+			t.Errorf("request %d denied", i)
+		}
+		slot, err := rdb.ClusterKeySlot(ctx, stateKey(batch[i])).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		slots[slot] = true
+	}
+	if len(slots) < 10 {
+		t.Errorf("30 identifiers fell in only %d slots", len(slots))
 	}
 }

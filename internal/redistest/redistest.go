@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -33,12 +34,13 @@ type Server struct {
 	bin  string
 	dir  string
 	Port int
+	args []string
 	cmd  *exec.Cmd
 }
 
 // Start runs a new redis-server on a free loopback port, with no
-// persistence; it is stopped when the test ends.
-func Start(t testing.TB) *Server {
+// persistence and the extra arguments args; it is stopped when the test ends.
+func Start(t testing.TB, args ...string) *Server {
 	t.Helper()
 	bin := os.Getenv("THROTTLE_TEST_REDIS_SERVER")
 	if bin == "" {
@@ -53,7 +55,7 @@ func Start(t testing.TB) *Server {
 	}
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
-	s := &Server{t: t, bin: bin, dir: t.TempDir(), Port: port}
+	s := &Server{t: t, bin: bin, dir: t.TempDir(), Port: port, args: args}
 	s.Restart()
 	t.Cleanup(s.Stop)
 	return s
@@ -80,8 +82,8 @@ func (s *Server) Stop() {
 func (s *Server) Restart() {
 	s.t.Helper()
 	s.Stop()
-	cmd := exec.Command(s.bin, "--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", s.dir)
+	cmd := exec.Command(s.bin, append([]string{"--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", s.dir}, s.args...)...)
 	if err := cmd.Start(); err != nil {
 		s.t.Fatalf("start redis-server: %v", err)
 	}
@@ -117,4 +119,40 @@ func NewClient(t testing.TB, url string) *redis.Client {
 	rdb := redis.NewClient(opt)
 	t.Cleanup(func() { rdb.Close() })
 	return rdb
+}
+
+// StartCluster runs a Redis Cluster of three masters (no replicas) on free
+// loopback ports for one test, and returns the nodes' addresses once the
+// cluster answers cluster_state:ok. It needs redis-cli beside redis-server.
+func StartCluster(t testing.TB) []string {
+	t.Helper()
+	var addrs []string
+	for range 3 {
+		s := Start(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000")
+		addrs = append(addrs, s.Addr())
+	}
+	cli, err := exec.LookPath("redis-cli")
+	if err != nil {
+		t.Fatal("redis-cli not found: run the tests via scripts/with-test-services.sh (make test)")
+	}
+	args := append([]string{"--cluster", "create"}, addrs...)
+	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	if out, err := exec.Command(cli, args...).CombinedOutput(); err != nil {
+		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: addrs[0]})
+	defer rdb.Close()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		info, err := rdb.ClusterInfo(ctx).Result()
+		cancel()
+		if err == nil && strings.Contains(info, "cluster_state:ok") {
+			return addrs
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("cluster not ok within 20s: %v\n%s", err, info)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
