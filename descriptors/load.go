@@ -129,10 +129,12 @@ func readFiles(paths []string) ([]Source, error) {
 
 // Check loads the files at paths as LoadFiles does and returns every
 // problem, or nil when the configuration is valid: what `throttle config
-// check FILE…` reports.
+// check FILE…` reports. Its errors also give the line of each problem
+// ("file:line: path: message").
 func Check(opts Options, paths ...string) error {
 	srcs, err := readFiles(paths)
 	_, lerr := Load(opts, srcs...)
+	addLines(lerr, srcs)
 	return errors.Join(err, lerr)
 }
 

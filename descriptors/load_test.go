@@ -178,7 +178,7 @@ func TestLoadFilesNamesPaths(t *testing.T) {
 	if err == nil {
 		t.Fatal("Check: no error")
 	}
-	for _, want := range []string{p + `: domain "test-domain"`, "testdata/no_such_file.yaml"} {
+	for _, want := range []string{p + `:5: domain "test-domain" › descriptors[0] › rate_limit: invalid rate limit unit 'foo'`, "testdata/no_such_file.yaml"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("Check error %q does not contain %q", err, want)
 		}

@@ -22,14 +22,22 @@ type ConfigError struct {
 	Path string
 	// Msg says what is wrong, in upstream's words where upstream has them.
 	Msg string
+	// Line is the line of Path in File, when known (Check sets it); 0
+	// otherwise.
+	Line int
 }
 
-// Error returns "file: path: message", or "file: message" without a path.
+// Error returns "file: path: message", or "file: message" without a path;
+// "file:line: …" when the line is known.
 func (e *ConfigError) Error() string {
-	if e.Path == "" {
-		return e.File + ": " + e.Msg
+	file := e.File
+	if e.Line > 0 {
+		file += ":" + strconv.Itoa(e.Line)
 	}
-	return e.File + ": " + e.Path + ": " + e.Msg
+	if e.Path == "" {
+		return file + ": " + e.Msg
+	}
+	return file + ": " + e.Path + ": " + e.Msg
 }
 
 // Unwrap returns ErrInvalid.

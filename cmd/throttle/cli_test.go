@@ -81,7 +81,7 @@ func TestConfigCheck(t *testing.T) {
 		t.Errorf("output = %q", got)
 	}
 	err := run(context.Background(), []string{"config", "check", "testdata/edge.yaml", "testdata/bad.yaml"}, env(nil), &out, &out)
-	if err == nil || !strings.Contains(err.Error(), "testdata/bad.yaml") || !strings.Contains(err.Error(), "invalid rate limit unit 'minutes'") {
+	if err == nil || !strings.Contains(err.Error(), "testdata/bad.yaml:4: domain \"edge\" › descriptors[0] › rate_limit: invalid rate limit unit 'minutes'") {
 		t.Errorf("bad file: err = %v, want the file and the unit named", err)
 	}
 }
