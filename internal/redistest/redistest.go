@@ -140,19 +140,25 @@ func StartCluster(t testing.TB) []string {
 	if out, err := exec.Command(cli, args...).CombinedOutput(); err != nil {
 		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: addrs[0]})
-	defer rdb.Close()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		info, err := rdb.ClusterInfo(ctx).Result()
-		cancel()
-		if err == nil && strings.Contains(info, "cluster_state:ok") {
-			return addrs
+	// Every node must see the cluster ok (they converge one by one), or
+	// a request routed to a late one answers CLUSTERDOWN.
+	deadline := time.Now().Add(30 * time.Second)
+	for _, addr := range addrs {
+		rdb := redis.NewClient(&redis.Options{Addr: addr})
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			info, err := rdb.ClusterInfo(ctx).Result()
+			cancel()
+			if err == nil && strings.Contains(info, "cluster_state:ok") && strings.Contains(info, "cluster_slots_ok:16384") {
+				break
+			}
+			if time.Now().After(deadline) {
+				rdb.Close()
+				t.Fatalf("cluster node %s not ok within 30s: %v\n%s", addr, err, info)
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("cluster not ok within 20s: %v\n%s", err, info)
-		}
-		time.Sleep(100 * time.Millisecond)
+		rdb.Close()
 	}
+	return addrs
 }
