@@ -10,7 +10,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -59,7 +61,7 @@ type server struct {
 	cmd      *exec.Cmd
 	rest     string
 	grpcAddr string
-	logs     *bytes.Buffer
+	logs     *syncBuffer
 	exited   chan error
 }
 
@@ -71,7 +73,7 @@ func startServer(t *testing.T, bin string, env ...string) *server {
 	cmd.Dir = dir
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), fmt.Sprintf("PORT=%d", port), fmt.Sprintf("GRPC_PORT=%d", grpcPort),
 		"BIND_ADDRESS=127.0.0.1"}, env...)
-	s := &server{cmd: cmd, rest: fmt.Sprintf("http://127.0.0.1:%d", port), grpcAddr: fmt.Sprintf("127.0.0.1:%d", grpcPort), logs: &bytes.Buffer{}, exited: make(chan error, 1)}
+	s := &server{cmd: cmd, rest: fmt.Sprintf("http://127.0.0.1:%d", port), grpcAddr: fmt.Sprintf("127.0.0.1:%d", grpcPort), logs: &syncBuffer{}, exited: make(chan error, 1)}
 	cmd.Stdout, cmd.Stderr = s.logs, s.logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -145,7 +147,7 @@ func TestEndToEnd(t *testing.T) {
 			if !strings.HasPrefix(key, "thr_") {
 				t.Fatalf("api_key = %q", key)
 			}
-			id := "user-" + name
+			id := "user-" + name + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 			for i, want := range []bool{true, true, false} {
 				code, h, body := doJSON(t, "POST", s.rest+"/check", key, `{"identifier":"`+id+`","limit":2,"window":60,"algorithm":"fixed_window"}`)
 				if code != 200 || body["allowed"] != want {
@@ -225,4 +227,23 @@ func TestRestartKeepsData(t *testing.T) {
 	if code != 200 || body["allowed"] != true || body["remaining"] != float64(4) {
 		t.Fatalf("check with the rule after restart: %d %v", code, body)
 	}
+}
+
+// syncBuffer collects a server's output, written by exec's copying goroutine
+// and read by the test.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
