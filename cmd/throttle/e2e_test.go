@@ -149,7 +149,7 @@ func TestEndToEnd(t *testing.T) {
 			}
 			id := "user-" + name + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 			for i, want := range []bool{true, true, false} {
-				code, h, body := doJSON(t, "POST", s.rest+"/check", key, `{"identifier":"`+id+`","limit":2,"window":60,"algorithm":"fixed_window"}`)
+				code, h, body := doJSON(t, "POST", s.rest+"/check", key, `{"identifier":"`+id+`","limit":2,"window":3600,"algorithm":"fixed_window"}`)
 				if code != 200 || body["allowed"] != want {
 					t.Fatalf("check %d: %d %v, want allowed=%v", i, code, body, want)
 				}
