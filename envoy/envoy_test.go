@@ -75,7 +75,7 @@ func TestFrontProxy(t *testing.T) {
 		t.Errorf("rate-limit cluster = %q, want throttle", rlsCluster)
 	}
 	assertHTTP2(t, c)
-	if got, want := endpointAddrs(c), []string{"throttle:8081"}; fmt.Sprint(got) != fmt.Sprint(want) {
+	if got, want := envoy.EndpointAddrs(c), []string{"throttle:8081"}; fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("cluster throttle endpoints = %v, want %v (docker-compose service throttle, GRPC_PORT)", got, want)
 	}
 
@@ -96,7 +96,7 @@ func TestFrontProxy(t *testing.T) {
 	if !sawLimits {
 		t.Error("no route carries rate_limits")
 	}
-	if got, want := endpointAddrs(clusters["app"]), []string{"app:8080"}; fmt.Sprint(got) != fmt.Sprint(want) {
+	if got, want := envoy.EndpointAddrs(clusters["app"]), []string{"app:8080"}; fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("cluster app endpoints = %v, want %v", got, want)
 	}
 
@@ -258,7 +258,7 @@ func TestIstio(t *testing.T) {
 		t.Fatalf("Istio ratelimit filter names cluster %q; no CLUSTER patch adds it", name)
 	}
 	// k8s/throttle.yaml: Service "throttle" in namespace "throttle", gRPC port 8081.
-	if got, want := endpointAddrs(c), []string{"throttle.throttle.svc.cluster.local:8081"}; fmt.Sprint(got) != fmt.Sprint(want) {
+	if got, want := envoy.EndpointAddrs(c), []string{"throttle.throttle.svc.cluster.local:8081"}; fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("Istio cluster %s endpoints = %v, want %v", name, got, want)
 	}
 	if len(limits) == 0 {
@@ -592,15 +592,4 @@ func assertHTTP2(t *testing.T, c *clusterv3.Cluster) {
 	if opts.GetExplicitHttpConfig().GetHttp2ProtocolOptions() == nil {
 		t.Errorf("cluster %s: explicit_http_config.http2_protocol_options not set; gRPC needs HTTP/2", c.GetName())
 	}
-}
-
-func endpointAddrs(c *clusterv3.Cluster) []string {
-	var out []string
-	for _, e := range c.GetLoadAssignment().GetEndpoints() {
-		for _, le := range e.GetLbEndpoints() {
-			sa := le.GetEndpoint().GetAddress().GetSocketAddress()
-			out = append(out, fmt.Sprintf("%s:%d", sa.GetAddress(), sa.GetPortValue()))
-		}
-	}
-	return out
 }

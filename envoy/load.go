@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -96,4 +98,17 @@ func validateAnys(m protoreflect.Message, path string) error {
 		return true
 	})
 	return errors.Join(errs...)
+}
+
+// EndpointAddrs returns the host:port of every endpoint of cluster c, in
+// order.
+func EndpointAddrs(c *clusterv3.Cluster) []string {
+	var out []string
+	for _, e := range c.GetLoadAssignment().GetEndpoints() {
+		for _, le := range e.GetLbEndpoints() {
+			sa := le.GetEndpoint().GetAddress().GetSocketAddress()
+			out = append(out, fmt.Sprintf("%s:%d", sa.GetAddress(), sa.GetPortValue()))
+		}
+	}
+	return out
 }

@@ -642,7 +642,7 @@ func TestEnvoyConfig(t *testing.T) {
 	if rlsCluster == nil {
 		t.Fatal("the ratelimit filter names no defined cluster")
 	}
-	for _, addr := range endpointAddrs(rlsCluster) {
+	for _, addr := range envoy.EndpointAddrs(rlsCluster) {
 		svc := m.checkServiceAddress(t, "Envoy cluster "+rlsCluster.GetName(), addr)
 		if svc == nil {
 			continue
@@ -656,7 +656,7 @@ func TestEnvoyConfig(t *testing.T) {
 			}
 		}
 	}
-	for _, addr := range endpointAddrs(clusters["app"]) {
+	for _, addr := range envoy.EndpointAddrs(clusters["app"]) {
 		if svc := m.checkServiceAddress(t, "Envoy cluster app", addr); svc != nil && svc.Name != "app" {
 			t.Errorf("Envoy cluster app points at Service %s", svc.Name)
 		}
@@ -812,17 +812,6 @@ func rateLimitFilter(t *testing.T, a *anypb.Any) *ratelimitv3.RateLimit {
 	}
 	t.Fatal("no envoy.filters.http.ratelimit")
 	return nil
-}
-
-func endpointAddrs(c *clusterv3.Cluster) []string {
-	var out []string
-	for _, e := range c.GetLoadAssignment().GetEndpoints() {
-		for _, le := range e.GetLbEndpoints() {
-			sa := le.GetEndpoint().GetAddress().GetSocketAddress()
-			out = append(out, fmt.Sprintf("%s:%d", sa.GetAddress(), sa.GetPortValue()))
-		}
-	}
-	return out
 }
 
 func mustRead(t *testing.T, name string) []byte {

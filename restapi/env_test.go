@@ -1,7 +1,6 @@
 package restapi
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -13,9 +12,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/throttle-rl/throttle/internal/logbuf"
 
 	"github.com/throttle-rl/throttle/internal/pgtest"
 
@@ -71,13 +71,13 @@ type testEnv struct {
 	usage   *store.UsageRecorder
 	limiter algorithms.Store
 	reg     *prometheus.Registry
-	logs    *syncBuffer
+	logs    *logbuf.Buffer
 }
 
 // newEnv starts the API in backend b; opts may change the Deps first.
 func newEnv(t *testing.T, b backend, opts ...func(*Deps)) *testEnv {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &logbuf.Buffer{}
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -158,24 +158,6 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	rand.Read(b)
 	return hex.EncodeToString(b)
-}
-
-// syncBuffer collects log output from concurrent requests.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // newRequest makes a request for serving a handler directly.

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/throttle-rl/throttle/internal/logbuf"
 )
 
 func TestRoutingErrors(t *testing.T) {
@@ -93,7 +94,7 @@ func TestRequestID(t *testing.T) {
 }
 
 func TestPanicRecovery(t *testing.T) {
-	logs := &syncBuffer{}
+	logs := &logbuf.Buffer{}
 	log := slog.New(slog.NewJSONHandler(logs, nil))
 	h := withRequestID(log, recoverPanics(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
 		panic("boom")

@@ -12,10 +12,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/throttle-rl/throttle/internal/logbuf"
 
 	"github.com/throttle-rl/throttle/internal/pgtest"
 
@@ -61,7 +62,7 @@ type server struct {
 	cmd      *exec.Cmd
 	rest     string
 	grpcAddr string
-	logs     *syncBuffer
+	logs     *logbuf.Buffer
 	exited   chan error
 }
 
@@ -73,7 +74,7 @@ func startServer(t *testing.T, bin string, env ...string) *server {
 	cmd.Dir = dir
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), fmt.Sprintf("PORT=%d", port), fmt.Sprintf("GRPC_PORT=%d", grpcPort),
 		"BIND_ADDRESS=127.0.0.1"}, env...)
-	s := &server{cmd: cmd, rest: fmt.Sprintf("http://127.0.0.1:%d", port), grpcAddr: fmt.Sprintf("127.0.0.1:%d", grpcPort), logs: &syncBuffer{}, exited: make(chan error, 1)}
+	s := &server{cmd: cmd, rest: fmt.Sprintf("http://127.0.0.1:%d", port), grpcAddr: fmt.Sprintf("127.0.0.1:%d", grpcPort), logs: &logbuf.Buffer{}, exited: make(chan error, 1)}
 	cmd.Stdout, cmd.Stderr = s.logs, s.logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -227,23 +228,4 @@ func TestRestartKeepsData(t *testing.T) {
 	if code != 200 || body["allowed"] != true || body["remaining"] != float64(4) {
 		t.Fatalf("check with the rule after restart: %d %v", code, body)
 	}
-}
-
-// syncBuffer collects a server's output, written by exec's copying goroutine
-// and read by the test.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -14,9 +14,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/throttle-rl/throttle/internal/logbuf"
 )
 
 // Server is a running Throttle.
@@ -59,7 +60,7 @@ func Start(t *testing.T, env ...string) *Server {
 		"LOG_LEVEL=warn",
 	)
 	cmd.Env = append(cmd.Env, env...)
-	var logs syncBuffer
+	var logs logbuf.Buffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start throttle: %v", err)
@@ -171,22 +172,4 @@ func freePort(t *testing.T) int {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port
-}
-
-// syncBuffer collects the server's output from two writers.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
