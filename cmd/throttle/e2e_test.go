@@ -4,11 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -16,8 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/throttle-rl/throttle/internal/logbuf"
-
+	"github.com/throttle-rl/throttle/internal/throttletest"
 	"github.com/throttle-rl/throttle/internal/pgtest"
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -30,81 +26,10 @@ import (
 	"github.com/throttle-rl/throttle/internal/redistest"
 )
 
-// buildBinary builds cmd/throttle once per test into a temp dir.
-func buildBinary(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "throttle")
-	cmd := exec.Command("go", "build", "-o", bin, ".")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // freshPostgres creates a database of its own on the test PostgreSQL.
 func freshPostgres(t *testing.T) string {
 	t.Helper()
 	return pgtest.FreshDatabase(t, "throttle_e2e")
-}
-
-type server struct {
-	cmd      *exec.Cmd
-	rest     string
-	grpcAddr string
-	logs     *logbuf.Buffer
-	exited   chan error
-}
-
-func startServer(t *testing.T, bin string, env ...string) *server {
-	t.Helper()
-	port, grpcPort := freePort(t), freePort(t)
-	dir := t.TempDir()
-	cmd := exec.Command(bin, "serve")
-	cmd.Dir = dir
-	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), fmt.Sprintf("PORT=%d", port), fmt.Sprintf("GRPC_PORT=%d", grpcPort),
-		"BIND_ADDRESS=127.0.0.1"}, env...)
-	s := &server{cmd: cmd, rest: fmt.Sprintf("http://127.0.0.1:%d", port), grpcAddr: fmt.Sprintf("127.0.0.1:%d", grpcPort), logs: &logbuf.Buffer{}, exited: make(chan error, 1)}
-	cmd.Stdout, cmd.Stderr = s.logs, s.logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { s.exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		if t.Failed() {
-			t.Logf("server logs:\n%s", s.logs)
-		}
-	})
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		resp, err := http.Get(s.rest + "/health")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return s
-			}
-		}
-		select {
-		case err := <-s.exited:
-			t.Fatalf("server exited: %v\n%s", err, s.logs)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("server did not answer /health within 20s\n%s", s.logs)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 func doJSON(t *testing.T, method, url, key, body string) (int, http.Header, map[string]any) {
@@ -127,8 +52,7 @@ func doJSON(t *testing.T, method, url, key, body string) (int, http.Header, map[
 // TestEndToEnd builds the binary, runs it as a user would (embedded default,
 // then Redis + PostgreSQL), and drives REST and gRPC.
 func TestEndToEnd(t *testing.T) {
-	bin := buildBinary(t)
-	descDir := t.TempDir()
+		descDir := t.TempDir()
 	data, _ := os.ReadFile("testdata/edge.yaml")
 	os.WriteFile(filepath.Join(descDir, "edge.yaml"), data, 0o644)
 
@@ -138,9 +62,9 @@ func TestEndToEnd(t *testing.T) {
 	}
 	for name, env := range setups {
 		t.Run(name, func(t *testing.T) {
-			s := startServer(t, bin, env...)
+			s := throttletest.Start(t, env...)
 
-			code, _, reg := doJSON(t, "POST", s.rest+"/register", "", `{"name":"e2e app","email":"e2e-`+name+`@example.com"}`)
+			code, _, reg := doJSON(t, "POST", s.URL+"/register", "", `{"name":"e2e app","email":"e2e-`+name+`@example.com"}`)
 			if code != 201 {
 				t.Fatalf("register: %d %v", code, reg)
 			}
@@ -150,7 +74,7 @@ func TestEndToEnd(t *testing.T) {
 			}
 			id := "user-" + name + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 			for i, want := range []bool{true, true, false} {
-				code, h, body := doJSON(t, "POST", s.rest+"/check", key, `{"identifier":"`+id+`","limit":2,"window":3600,"algorithm":"fixed_window"}`)
+				code, h, body := doJSON(t, "POST", s.URL+"/check", key, `{"identifier":"`+id+`","limit":2,"window":3600,"algorithm":"fixed_window"}`)
 				if code != 200 || body["allowed"] != want {
 					t.Fatalf("check %d: %d %v, want allowed=%v", i, code, body, want)
 				}
@@ -158,11 +82,11 @@ func TestEndToEnd(t *testing.T) {
 					t.Errorf("check %d: rejected without Retry-After", i)
 				}
 			}
-			if code, _, _ := doJSON(t, "POST", s.rest+"/check", "thr_wrong", `{"identifier":"x","limit":1,"window":1}`); code != 401 {
+			if code, _, _ := doJSON(t, "POST", s.URL+"/check", "thr_wrong", `{"identifier":"x","limit":1,"window":1}`); code != 401 {
 				t.Errorf("wrong key: %d, want 401", code)
 			}
 
-			conn, err := grpc.NewClient(s.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			conn, err := grpc.NewClient(s.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -183,7 +107,7 @@ func TestEndToEnd(t *testing.T) {
 			}
 
 			// Metrics are served and name the decisions just made.
-			resp, err := http.Get(s.rest + "/metrics")
+			resp, err := http.Get(s.URL + "/metrics")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -197,9 +121,9 @@ func TestEndToEnd(t *testing.T) {
 			}
 
 			// SIGTERM: drains and exits 0.
-			s.cmd.Process.Signal(syscall.SIGTERM)
+			s.Signal(syscall.SIGTERM)
 			select {
-			case err := <-s.exited:
+			case err := <-s.Exited:
 				if err != nil {
 					t.Errorf("exit after SIGTERM: %v", err)
 				}
@@ -212,19 +136,18 @@ func TestEndToEnd(t *testing.T) {
 
 // TestRestartKeepsData: clients and rules survive a restart on SQLite.
 func TestRestartKeepsData(t *testing.T) {
-	bin := buildBinary(t)
-	dbURL := "sqlite://" + filepath.Join(t.TempDir(), "keep.db")
-	s := startServer(t, bin, "DATABASE_URL="+dbURL)
-	_, _, reg := doJSON(t, "POST", s.rest+"/register", "", `{"name":"keeper","email":"keep@example.com"}`)
+		dbURL := "sqlite://" + filepath.Join(t.TempDir(), "keep.db")
+	s := throttletest.Start(t, "DATABASE_URL="+dbURL)
+	_, _, reg := doJSON(t, "POST", s.URL+"/register", "", `{"name":"keeper","email":"keep@example.com"}`)
 	key, _ := reg["api_key"].(string)
-	if code, _, body := doJSON(t, "POST", s.rest+"/rules", key, `{"name":"api_default","algorithm":"fixed_window","limit":5,"window":60}`); code != 201 {
+	if code, _, body := doJSON(t, "POST", s.URL+"/rules", key, `{"name":"api_default","algorithm":"fixed_window","limit":5,"window":60}`); code != 201 {
 		t.Fatalf("create rule: %d %v", code, body)
 	}
-	s.cmd.Process.Signal(syscall.SIGTERM)
-	<-s.exited
+	s.Signal(syscall.SIGTERM)
+	<-s.Exited
 
-	s = startServer(t, bin, "DATABASE_URL="+dbURL)
-	code, _, body := doJSON(t, "POST", s.rest+"/check", key, `{"identifier":"u","rule":"api_default"}`)
+	s = throttletest.Start(t, "DATABASE_URL="+dbURL)
+	code, _, body := doJSON(t, "POST", s.URL+"/check", key, `{"identifier":"u","rule":"api_default"}`)
 	if code != 200 || body["allowed"] != true || body["remaining"] != float64(4) {
 		t.Fatalf("check with the rule after restart: %d %v", code, body)
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/throttle-rl/throttle/internal/redistest"
+	"github.com/throttle-rl/throttle/internal/throttletest"
 )
 
 // TestREADMECurlExamples runs the README's REST API curl examples, in order,
@@ -30,22 +31,21 @@ func TestREADMECurlExamples(t *testing.T) {
 	if len(blocks) < 14 {
 		t.Fatalf("found %d sh examples in the REST API section, want one per endpoint at least", len(blocks))
 	}
-	bin := buildBinary(t)
 	setups := map[string][]string{
 		"embedded":       nil,
 		"redis+postgres": {"REDIS_URL=" + redistest.SharedURL(t), "DATABASE_URL=" + freshPostgres(t), "BACKEND_TIMEOUT=2s"},
 	}
 	for name, env := range setups {
-		t.Run(name, func(t *testing.T) { runREADMEExamples(t, bin, blocks, env) })
+		t.Run(name, func(t *testing.T) { runREADMEExamples(t, blocks, env) })
 	}
 }
 
-func runREADMEExamples(t *testing.T, bin string, blocks [][]string, env []string) {
-	s := startServer(t, bin, env...)
+func runREADMEExamples(t *testing.T, blocks [][]string, env []string) {
+	s := throttletest.Start(t, env...)
 	var script strings.Builder
 	script.WriteString("set -e\n")
 	for _, b := range blocks {
-		script.WriteString(strings.ReplaceAll(b[1], "http://localhost:8080", s.rest))
+		script.WriteString(strings.ReplaceAll(b[1], "http://localhost:8080", s.URL))
 		script.WriteString("\necho\n")
 	}
 	out, err := exec.Command("bash", "-c", script.String()).CombinedOutput()

@@ -1,0 +1,236 @@
+// Package throttletest builds the throttle binary and runs it for tests as a
+// user would: `throttle serve` on free loopback ports, its own working
+// directory (so the default sqlite://throttle.db lands in a temp dir), and
+// none of the test's own Throttle settings leaking in.
+package throttletest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/throttle-rl/throttle/internal/logbuf"
+)
+
+// Server is one running `throttle serve`.
+type Server struct {
+	// URL is the REST API's base URL, such as "http://127.0.0.1:41234".
+	URL string
+	// GRPCAddr is the gRPC listen address, host:port.
+	GRPCAddr string
+	// Logs holds everything the process wrote to stdout and stderr.
+	Logs *logbuf.Buffer
+	// Exited receives the process's exit once it ends.
+	Exited <-chan error
+
+	cmd *exec.Cmd
+}
+
+// settings are Throttle's environment variables (every one `throttle serve
+// --help` lists): the test's own environment must not leak into the server
+// (make test exports some for other tests).
+var settings = []string{
+	"PORT", "GRPC_PORT", "BIND_ADDRESS", "REDIS_URL", "DATABASE_URL", "DESCRIPTORS_DIR",
+	"MERGE_DOMAIN_CONFIG", "DESCRIPTORS_RELOAD_INTERVAL", "FAILURE_MODE", "BACKEND_TIMEOUT", "REST_BACKEND_TIMEOUT",
+	"TRUSTED_PROXIES", "LOG_LEVEL", "RATE_LIMIT_RESPONSE_HEADERS", "CACHE_REFRESH_INTERVAL", "REGISTER_LIMIT_PER_HOUR",
+	"SHUTDOWN_TIMEOUT",
+}
+
+var build struct {
+	once sync.Once
+	dir  string
+	bin  string
+	err  error
+	out  []byte
+}
+
+// Binary builds ./cmd/throttle once per test process and returns its path.
+func Binary(t testing.TB) string {
+	t.Helper()
+	build.once.Do(func() {
+		build.dir, build.err = os.MkdirTemp("", "throttle-bin-")
+		if build.err != nil {
+			return
+		}
+		build.bin = filepath.Join(build.dir, "throttle")
+		cmd := exec.Command("go", "build", "-o", build.bin, "./cmd/throttle")
+		cmd.Dir = moduleRoot()
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		build.out, build.err = cmd.CombinedOutput()
+	})
+	if build.err != nil {
+		t.Fatalf("go build ./cmd/throttle: %v\n%s", build.err, build.out)
+	}
+	return build.bin
+}
+
+// Start runs `throttle serve` with the extra settings env ("NAME=value"; a
+// later one wins) and returns once GET /health answers. Defaults: loopback
+// only, LOG_LEVEL=warn, SQLite in the server's temp working directory. The
+// server is killed when the test ends; its logs are printed if the test failed.
+func Start(t testing.TB, env ...string) *Server {
+	t.Helper()
+	bin := Binary(t)
+	httpPort, grpcPort := FreePort(t), FreePort(t)
+	cmd := exec.Command(bin, "serve")
+	cmd.Dir = t.TempDir()
+	cmd.Env = append(cleanEnv(),
+		"PORT="+strconv.Itoa(httpPort),
+		"GRPC_PORT="+strconv.Itoa(grpcPort),
+		"BIND_ADDRESS=127.0.0.1",
+		"LOG_LEVEL=warn",
+	)
+	cmd.Env = append(cmd.Env, env...)
+	logs := &logbuf.Buffer{}
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start throttle: %v", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	s := &Server{
+		URL:      "http://127.0.0.1:" + strconv.Itoa(httpPort),
+		GRPCAddr: "127.0.0.1:" + strconv.Itoa(grpcPort),
+		Logs:     logs,
+		Exited:   exited,
+		cmd:      cmd,
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		if t.Failed() {
+			t.Logf("throttle output (%s):\n%s", s.URL, logs.String())
+		}
+	})
+
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		select {
+		case err := <-exited:
+			t.Fatalf("throttle exited before answering /health: %v\n%s", err, logs.String())
+		default:
+		}
+		resp, err := http.Get(s.URL + "/health")
+		if err == nil {
+			var body struct{ Status string }
+			err = json.NewDecoder(resp.Body).Decode(&body)
+			resp.Body.Close()
+			if err == nil && resp.StatusCode == http.StatusOK && body.Status == "ok" {
+				return s
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("throttle did not answer GET /health with {\"status\":\"ok\"} in 30s (last error: %v)\n%s", err, logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Signal sends sig to the server process.
+func (s *Server) Signal(sig syscall.Signal) error { return s.cmd.Process.Signal(sig) }
+
+// Register registers a client named name (its email derived from the name)
+// and returns its API key.
+func (s *Server) Register(t testing.TB, name string) string {
+	t.Helper()
+	body, _ := json.Marshal(map[string]string{
+		"name": name, "email": strings.ReplaceAll(name, " ", "-") + "@example.com", "default_algorithm": "fixed_window",
+	})
+	req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, s.URL+"/register", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("POST /register: %v", err)
+	}
+	defer resp.Body.Close()
+	var reply struct {
+		APIKey string `json:"api_key"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&reply); err != nil || resp.StatusCode/100 != 2 || reply.APIKey == "" {
+		t.Fatalf("POST /register: status %d, api_key %q, err %v", resp.StatusCode, reply.APIKey, err)
+	}
+	return reply.APIKey
+}
+
+// Metric returns the sum of the samples of the metric family name on the
+// server's /metrics (0 when absent).
+func (s *Server) Metric(t testing.TB, name string) float64 {
+	t.Helper()
+	resp, err := http.Get(s.URL + "/metrics")
+	if err != nil {
+		t.Fatalf("GET /metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	var buf bytes.Buffer
+	if _, err := buf.ReadFrom(resp.Body); err != nil {
+		t.Fatalf("read /metrics: %v", err)
+	}
+	var sum float64
+	for _, line := range strings.Split(buf.String(), "\n") {
+		if !strings.HasPrefix(line, name) {
+			continue
+		}
+		rest := line[len(name):]
+		if rest == "" || (rest[0] != ' ' && rest[0] != '{') {
+			continue // another family with this prefix
+		}
+		fields := strings.Fields(line)
+		v, err := strconv.ParseFloat(fields[len(fields)-1], 64)
+		if err != nil {
+			t.Fatalf("metric line %q: %v", line, err)
+		}
+		sum += v
+	}
+	return sum
+}
+
+// FreePort returns a TCP port free on the loopback interface now.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+func cleanEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if !slices.Contains(settings, k) {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// moduleRoot is the folder of go.mod above the test's working directory.
+func moduleRoot() string {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "."
+	}
+	for d := dir; ; {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			return d
+		}
+		parent := filepath.Dir(d)
+		if parent == d {
+			return dir
+		}
+		d = parent
+	}
+}
