@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/throttle-rl/throttle/internal/throttletest"
 	"github.com/throttle-rl/throttle/internal/pgtest"
+	"github.com/throttle-rl/throttle/internal/throttletest"
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -52,7 +52,7 @@ func doJSON(t *testing.T, method, url, key, body string) (int, http.Header, map[
 // TestEndToEnd builds the binary, runs it as a user would (embedded default,
 // then Redis + PostgreSQL), and drives REST and gRPC.
 func TestEndToEnd(t *testing.T) {
-		descDir := t.TempDir()
+	descDir := t.TempDir()
 	data, _ := os.ReadFile("testdata/edge.yaml")
 	os.WriteFile(filepath.Join(descDir, "edge.yaml"), data, 0o644)
 
@@ -136,7 +136,7 @@ func TestEndToEnd(t *testing.T) {
 
 // TestRestartKeepsData: clients and rules survive a restart on SQLite.
 func TestRestartKeepsData(t *testing.T) {
-		dbURL := "sqlite://" + filepath.Join(t.TempDir(), "keep.db")
+	dbURL := "sqlite://" + filepath.Join(t.TempDir(), "keep.db")
 	s := throttletest.Start(t, "DATABASE_URL="+dbURL)
 	_, _, reg := doJSON(t, "POST", s.URL+"/register", "", `{"name":"keeper","email":"keep@example.com"}`)
 	key, _ := reg["api_key"].(string)
