@@ -2,9 +2,14 @@ package algorithms
 
 import (
 	"context"
+	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
+
+// maxCallWait bounds a merged call whose callers have no deadline.
+const maxCallWait = 5 * time.Second
 
 // coalescer merges the batches of concurrent Check calls into one script
 // call. Workers take the first waiting batch at once — an idle store adds no
@@ -19,9 +24,10 @@ type coalescer struct {
 }
 
 type waiting struct {
-	ctx  context.Context
-	reqs []Request
-	done chan checkResult // buffered: a worker never blocks on a caller gone
+	ctx   context.Context
+	reqs  []Request
+	done  chan checkResult // buffered: a worker never blocks on a caller gone
+	taken atomic.Bool      // a worker has it: it may be on its way to Redis
 }
 
 type checkResult struct {
@@ -42,18 +48,24 @@ func newCoalescer(workers, maxBatch int, decide func(context.Context, []Request)
 	return c
 }
 
-// check queues reqs and waits for their decisions or for ctx.
+// check queues reqs and waits for their decisions or for ctx. When ctx ends
+// before a worker took the batch, nothing was sent: the error wraps
+// ErrOverloaded, since the time went in Throttle's own queue.
 func (c *coalescer) check(ctx context.Context, reqs []Request) ([]Decision, error) {
 	w := &waiting{ctx: ctx, reqs: reqs, done: make(chan checkResult, 1)}
+	queued := time.Now()
 	select {
 	case c.queue <- w:
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return nil, fmt.Errorf("%w: the queue to Redis stayed full for %v", ErrOverloaded, time.Since(queued))
 	}
 	select {
 	case r := <-w.done:
 		return r.ds, r.err
 	case <-ctx.Done():
+		if !w.taken.Load() {
+			return nil, fmt.Errorf("%w: waited %v in the queue to Redis", ErrOverloaded, time.Since(queued))
+		}
 		return nil, ctx.Err()
 	}
 }
@@ -82,15 +94,22 @@ func (c *coalescer) work(ctx context.Context) {
 	}
 }
 
-// run decides a group in one call, bounded by the earliest caller deadline.
+// run decides a group in one call, bounded by the latest of its callers'
+// deadlines: a caller with a shorter one stops waiting on its own, and the
+// call goes on for the others rather than failing them all.
 func (c *coalescer) run(group []*waiting, n int) {
 	live := group[:0]
-	deadline := time.Now().Add(5 * time.Second)
+	var deadline time.Time
 	for _, w := range group {
+		w.taken.Store(true)
 		if w.ctx.Err() != nil {
 			continue // its caller has given up
 		}
-		if d, ok := w.ctx.Deadline(); ok && d.Before(deadline) {
+		d, ok := w.ctx.Deadline()
+		if !ok {
+			d = time.Now().Add(maxCallWait)
+		}
+		if d.After(deadline) {
 			deadline = d
 		}
 		live = append(live, w)

@@ -4,14 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 )
 
-// FailureMode says how Guard answers when the counter backend fails or is
-// too slow.
+// FailureMode says how Guard answers when the counter backend fails.
 type FailureMode string
 
 // The failure modes (setting FAILURE_MODE).
@@ -35,46 +37,120 @@ func ParseFailureMode(s string) (FailureMode, error) {
 	return "", fmt.Errorf("failure mode %q is not one of open, closed, local", s)
 }
 
+// ErrOverloaded is Guard's answer when it could not get the backend's
+// decision within the call's deadline while the backend itself was answering
+// (Throttle, not the backend, was the bottleneck). Nothing is decided by the
+// failure policy then: guessing would break the limit, so the caller is told
+// to come back (REST 503 with Retry-After, gRPC UNAVAILABLE).
+var ErrOverloaded = errors.New("overloaded: no decision from the counter backend within the deadline")
+
+// Defaults of GuardOptions.
+const (
+	DefaultCallTimeout      = 500 * time.Millisecond
+	DefaultBreakerWindow    = 10 * time.Second
+	DefaultBreakerMinCalls  = 10
+	DefaultBreakerRatio     = 0.5
+	DefaultBreakerOpenFor   = 500 * time.Millisecond
+	DefaultHungAfter        = time.Second
+	maxDeadlineMargin       = 100 * time.Millisecond
+	minDeadlineMargin       = 2 * time.Millisecond
+	breakerCalls            = 100
+	probeInterval           = 100 * time.Millisecond
+	defaultProbeCallTimeout = time.Second
+)
+
 // GuardOptions configures a Guard.
 type GuardOptions struct {
 	// Mode is required.
 	Mode FailureMode
 	// Backend names the backend in metrics ("redis"). Default "redis".
 	Backend string
-	// Timeout bounds every backend call. Default 15ms: an answer must reach
-	// Envoy well within its 20ms default call timeout. The backend client
-	// must honour context deadlines (go-redis: ContextTimeoutEnabled).
+	// Timeout, when > 0, is the budget of every backend call (the explicit
+	// override BACKEND_TIMEOUT). Default 0: a call's budget is its caller's
+	// deadline minus a margin (gRPC: Envoy's grpc-timeout), or
+	// DefaultTimeout when the caller has none (REST). Either way the budget
+	// never reaches past the caller's deadline minus the margin, so the
+	// answer is back before the caller gives up. The backend client must
+	// honour context deadlines (go-redis: ContextTimeoutEnabled).
 	Timeout time.Duration
-	// Failures is how many consecutive failures open the circuit. Default 3.
-	Failures int
-	// Cooldown is how long an open circuit skips the backend before one
-	// request probes it again. Default 1s.
-	Cooldown time.Duration
+	// DefaultTimeout is the budget of a call whose context has no deadline
+	// (REST /check). Default DefaultCallTimeout (500ms).
+	DefaultTimeout time.Duration
+	// BreakerWindow is the rolling window of the breaker: it weighs the
+	// last 100 backend calls made within it. Default 10s.
+	BreakerWindow time.Duration
+	// BreakerMinCalls is how many calls the window must hold before their
+	// failure ratio can open the circuit (1..100). Default 10.
+	BreakerMinCalls int
+	// BreakerRatio is the failure ratio (0..1] that opens the circuit.
+	// Default 0.5.
+	BreakerRatio float64
+	// OpenFor is how long an open circuit answers by Mode without trying
+	// the backend; then one probe at a time may go. Default 500ms.
+	OpenFor time.Duration
+	// HungAfter is how long the backend must have answered no call at all
+	// before a timed-out call counts as its failure. Until then a timeout
+	// is Throttle's own overload (ErrOverloaded): under CPU starvation the
+	// goroutine that reads a reply can wait longer than a budget to run, and
+	// that must not look like an outage. Connection errors count at once.
+	// Default 1s.
+	HungAfter time.Duration
 	// Local is the fallback store of FailLocal. Default: a new MemoryStore.
 	Local *MemoryStore
 	// Registerer receives the guard's metrics. Optional.
 	Registerer prometheus.Registerer
-	// Now is the clock. Default time.Now.
+	// Now is the breaker's clock. Default time.Now.
 	Now func() time.Time
 }
 
-// Guard wraps the counter backend with a deadline, a circuit breaker and a
-// failure policy. When the backend errors, times out, or its circuit is open,
-// Guard answers by Mode and marks the decisions Degraded; it goes back to the
-// backend by itself once a probe succeeds.
+// Guard wraps the counter backend with a deadline budget, a circuit breaker
+// and a failure policy.
+//
+// Every call gets the backend's decision, unless the backend is really
+// failing: a call that errs (connection refused, reset, a Redis error), or
+// times out when the backend has answered no call for HungAfter, is a
+// failure, and is answered by Mode (decisions marked Degraded). A call that
+// times out while the backend answers others was slowed by Throttle itself
+// (overload): it gets ErrOverloaded, never a guess, and does not count
+// against the backend.
+//
+// The breaker weighs the last 100 calls made within BreakerWindow: it opens
+// when they are at least BreakerMinCalls and at least BreakerRatio of them
+// failed. (A count, not only a time span: under heavy traffic a long history
+// of successes must not hide an outage for seconds.)
+// While open, calls are answered by Mode at once. After OpenFor one probe at
+// a time goes to the backend — a caller's call, or a PING from Run when there
+// is no traffic. A probe always ends: its slot frees itself at its deadline,
+// whatever happens to it. A successful probe closes the circuit; a failed one
+// opens it for OpenFor again.
 type Guard struct {
-	primary  Store
-	opts     GuardOptions
-	metrics  guardMetrics
-	mu       sync.Mutex
-	failures int       // consecutive
-	openTill time.Time // circuit open until then
-	probing  bool      // a half-open probe is in flight
+	primary Store
+	opts    GuardOptions
+	metrics guardMetrics
+	// lastOK is when a call through the guard last succeeded (Unix ns);
+	// answered, when the backend can tell, is when it last answered any
+	// call: the evidence that the backend is up.
+	lastOK   atomic.Int64
+	answered func() time.Time
+
+	mu         sync.Mutex
+	outcomes   [breakerCalls]callOutcome // ring of the latest calls
+	next       int                   // where the next outcome goes
+	open       bool
+	openTill   time.Time // while open: no probe before this
+	probeUntil time.Time // a probe is in flight until its deadline
+}
+
+// callOutcome is one backend call as the breaker remembers it.
+type callOutcome struct {
+	at     time.Time // zero: an empty slot
+	failed bool
 }
 
 type guardMetrics struct {
 	errors   prometheus.Counter
 	degraded *prometheus.CounterVec
+	shed     prometheus.Counter
 	open     prometheus.Gauge
 }
 
@@ -86,14 +162,23 @@ func NewGuard(primary Store, opts GuardOptions) (*Guard, error) {
 	if opts.Backend == "" {
 		opts.Backend = "redis"
 	}
-	if opts.Timeout <= 0 {
-		opts.Timeout = 15 * time.Millisecond
+	if opts.DefaultTimeout <= 0 {
+		opts.DefaultTimeout = DefaultCallTimeout
 	}
-	if opts.Failures <= 0 {
-		opts.Failures = 3
+	if opts.BreakerWindow <= 0 {
+		opts.BreakerWindow = DefaultBreakerWindow
 	}
-	if opts.Cooldown <= 0 {
-		opts.Cooldown = time.Second
+	if opts.BreakerMinCalls <= 0 || opts.BreakerMinCalls > breakerCalls {
+		opts.BreakerMinCalls = DefaultBreakerMinCalls
+	}
+	if !(opts.BreakerRatio > 0 && opts.BreakerRatio <= 1) {
+		opts.BreakerRatio = DefaultBreakerRatio
+	}
+	if opts.OpenFor <= 0 {
+		opts.OpenFor = DefaultBreakerOpenFor
+	}
+	if opts.HungAfter <= 0 {
+		opts.HungAfter = DefaultHungAfter
 	}
 	if opts.Mode == FailLocal && opts.Local == nil {
 		opts.Local = NewMemoryStore(MemoryOptions{})
@@ -102,21 +187,27 @@ func NewGuard(primary Store, opts GuardOptions) (*Guard, error) {
 		opts.Now = time.Now
 	}
 	g := &Guard{primary: primary, opts: opts}
+	if a, ok := primary.(interface{ LastAnswer() time.Time }); ok {
+		g.answered = a.LastAnswer
+	}
 	g.metrics = guardMetrics{
 		errors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "throttle_backend_errors_total", Help: "Counter backend calls that failed or timed out.",
+			Name: "throttle_backend_errors_total", Help: "Counter backend calls that failed: errors, or timeouts while the backend answered no other call.",
 			ConstLabels: prometheus.Labels{"backend": opts.Backend},
 		}),
 		degraded: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "throttle_degraded_decisions_total", Help: "Decisions made by the failure policy instead of the counter backend.",
+			Name: "throttle_degraded_decisions_total", Help: "Decisions made by the failure policy (FAILURE_MODE) instead of the counter backend.",
 		}, []string{"mode"}),
+		shed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "throttle_shed_total", Help: "Checks refused (REST 503, gRPC UNAVAILABLE) because their deadline passed while the backend was answering others: Throttle was overloaded.",
+		}),
 		open: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "throttle_backend_circuit_open", Help: "1 while the counter backend's circuit breaker is open.",
+			Name: "throttle_backend_circuit_open", Help: "1 while the counter backend's circuit breaker is open (or probing).",
 			ConstLabels: prometheus.Labels{"backend": opts.Backend},
 		}),
 	}
 	if opts.Registerer != nil {
-		for _, c := range []prometheus.Collector{g.metrics.errors, g.metrics.degraded, g.metrics.open} {
+		for _, c := range []prometheus.Collector{g.metrics.errors, g.metrics.degraded, g.metrics.shed, g.metrics.open} {
 			if err := opts.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("register guard metrics: %w", err)
 			}
@@ -125,33 +216,213 @@ func NewGuard(primary Store, opts GuardOptions) (*Guard, error) {
 	return g, nil
 }
 
-// Check decides reqs on the backend, or by the failure policy when the
-// backend cannot answer in time.
+// Check decides reqs on the backend; by the failure policy when the backend
+// is failing; or returns ErrOverloaded when Throttle could not get the
+// backend's answer in time although the backend answers.
 func (g *Guard) Check(ctx context.Context, reqs []Request) ([]Decision, error) {
 	if err := validateBatch(reqs); err != nil {
 		return nil, err
 	}
-	if !g.admit() {
+	budget, ok := g.budget(ctx)
+	if !ok {
+		g.metrics.shed.Inc()
+		return nil, fmt.Errorf("%w: the caller's deadline leaves no time", ErrOverloaded)
+	}
+	probe, allowed := g.admit(budget)
+	if !allowed {
 		return g.degrade(ctx, reqs)
 	}
-	cctx, cancel := context.WithTimeout(ctx, g.opts.Timeout)
+	cctx, cancel := context.WithTimeout(ctx, budget)
 	ds, err := g.primary.Check(cctx, reqs)
+	timedOut := cctx.Err() != nil
 	cancel()
-	if err == nil {
-		g.succeeded()
+	switch {
+	case err == nil:
+		g.record(true, probe)
 		return ds, nil
-	}
-	if errors.Is(err, ErrInvalid) {
-		g.succeeded()
+	case errors.Is(err, ErrInvalid):
+		g.release(probe)
 		return nil, err
-	}
-	if ctx.Err() != nil {
-		// The caller gave up (Envoy's own timeout): not the backend's fault.
-		g.release()
+	case ctx.Err() != nil:
+		// The caller gave up or its deadline passed: not the backend's fault.
+		g.release(probe)
 		return nil, ctx.Err()
+	case errors.Is(err, ErrOverloaded):
+		// Never sent: it waited in Throttle's own queue.
+		g.release(probe)
+		g.metrics.shed.Inc()
+		return nil, err
+	case (timedOut || isTimeout(err)) && g.answeredSince(time.Now().Add(-g.opts.HungAfter)):
+		// The backend answered other calls a moment ago: it is up, and
+		// this call's time went in Throttle (queues, a starved CPU: the
+		// goroutine that reads a reply may wait long to run).
+		g.release(probe)
+		g.metrics.shed.Inc()
+		return nil, fmt.Errorf("%w (budget %v): %v", ErrOverloaded, budget, err)
 	}
-	g.failed()
+	g.metrics.errors.Inc()
+	g.record(false, probe)
 	return g.degrade(ctx, reqs)
+}
+
+// budget returns how long this call may wait for the backend, and false when
+// the caller's deadline leaves no time at all.
+func (g *Guard) budget(ctx context.Context) (time.Duration, bool) {
+	b := g.opts.DefaultTimeout
+	if g.opts.Timeout > 0 {
+		b = g.opts.Timeout
+	}
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return b, true
+	}
+	left := time.Until(dl)
+	left -= DeadlineMargin(left)
+	if g.opts.Timeout <= 0 || left < b {
+		b = left
+	}
+	return b, b > 0
+}
+
+// DeadlineMargin is how much of a caller's remaining time left Guard keeps
+// for answering by policy and sending the answer: a fifth, between 2ms and
+// 100ms (4ms of Envoy's default 20ms).
+func DeadlineMargin(left time.Duration) time.Duration {
+	return min(max(left/5, minDeadlineMargin), maxDeadlineMargin)
+}
+
+// isTimeout reports whether err is a deadline or I/O timeout (go-redis
+// reports a context deadline as either, and a pool wait as its own error).
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) ||
+		errors.Is(err, redis.ErrPoolTimeout)
+}
+
+// answeredSince reports whether the backend answered some call after t.
+func (g *Guard) answeredSince(t time.Time) bool {
+	if g.answered != nil && g.answered().After(t) {
+		return true
+	}
+	return g.lastOK.Load() > t.UnixNano()
+}
+
+// admit says whether this call may go to the backend: always while the
+// circuit is closed; once it is open, one call at a time after OpenFor (the
+// probe). A probe's slot frees itself after budget, however the call ends.
+func (g *Guard) admit(budget time.Duration) (probe, ok bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.open {
+		return false, true
+	}
+	now := g.opts.Now()
+	if now.Before(g.openTill) || now.Before(g.probeUntil) {
+		return false, false
+	}
+	g.probeUntil = now.Add(budget)
+	return true, true
+}
+
+// record counts a call's outcome, and opens or closes the circuit.
+func (g *Guard) record(ok, probe bool) {
+	if ok {
+		g.lastOK.Store(time.Now().UnixNano())
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	now := g.opts.Now()
+	if g.open {
+		if !probe && !ok {
+			return // a call sent before the circuit opened
+		}
+		if ok {
+			g.closeLocked()
+			return
+		}
+		g.openLocked(now)
+		return
+	}
+	g.outcomes[g.next] = callOutcome{at: now, failed: !ok}
+	g.next = (g.next + 1) % breakerCalls
+	if ok {
+		return
+	}
+	var calls, fails int
+	for _, o := range g.outcomes {
+		if !o.at.IsZero() && now.Sub(o.at) < g.opts.BreakerWindow {
+			calls++
+			if o.failed {
+				fails++
+			}
+		}
+	}
+	if calls >= g.opts.BreakerMinCalls && float64(fails) >= g.opts.BreakerRatio*float64(calls) {
+		g.openLocked(now)
+	}
+}
+
+// release frees a probe's slot when its call ended without telling whether
+// the backend works (the caller left, or the request was invalid).
+func (g *Guard) release(probe bool) {
+	if !probe {
+		return
+	}
+	g.mu.Lock()
+	g.probeUntil = time.Time{}
+	g.mu.Unlock()
+}
+
+func (g *Guard) openLocked(now time.Time) {
+	g.open = true
+	g.openTill = now.Add(g.opts.OpenFor)
+	g.probeUntil = time.Time{}
+	g.metrics.open.Set(1)
+}
+
+func (g *Guard) closeLocked() {
+	g.open = false
+	g.outcomes = [breakerCalls]callOutcome{}
+	g.probeUntil = time.Time{}
+	g.metrics.open.Set(0)
+}
+
+// Run probes the backend while the circuit is open and no call does, so that
+// the circuit closes by itself once the backend is back, traffic or not. It
+// needs a backend with Ping (RedisStore); it returns when ctx ends.
+func (g *Guard) Run(ctx context.Context) error {
+	p, ok := g.primary.(interface{ Ping(context.Context) error })
+	if !ok {
+		<-ctx.Done()
+		return nil
+	}
+	tick := time.NewTicker(probeInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+		timeout := min(g.opts.DefaultTimeout, defaultProbeCallTimeout)
+		if g.opts.Timeout > 0 {
+			timeout = g.opts.Timeout
+		}
+		probe, allowed := g.admit(timeout)
+		if !probe || !allowed {
+			continue
+		}
+		pctx, cancel := context.WithTimeout(ctx, timeout)
+		err := p.Ping(pctx)
+		cancel()
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			g.metrics.errors.Inc()
+		}
+		g.record(err == nil, true)
+	}
 }
 
 // Reset resets on the backend (and on the local fallback in FailLocal). It
@@ -172,47 +443,7 @@ func (g *Guard) Reset(ctx context.Context, scope, identifier string, alg Algorit
 func (g *Guard) Degraded() bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.opts.Now().Before(g.openTill)
-}
-
-// admit says whether this call may go to the backend: always while the
-// circuit is closed; once per cooldown while it is open (the probe).
-func (g *Guard) admit() bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.failures < g.opts.Failures {
-		return true
-	}
-	if g.probing || g.opts.Now().Before(g.openTill) {
-		return false
-	}
-	g.probing = true
-	return true
-}
-
-func (g *Guard) succeeded() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.failures, g.probing, g.openTill = 0, false, time.Time{}
-	g.metrics.open.Set(0)
-}
-
-func (g *Guard) release() {
-	g.mu.Lock()
-	g.probing = false
-	g.mu.Unlock()
-}
-
-func (g *Guard) failed() {
-	g.metrics.errors.Inc()
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.failures++
-	g.probing = false
-	if g.failures >= g.opts.Failures {
-		g.openTill = g.opts.Now().Add(g.opts.Cooldown)
-		g.metrics.open.Set(1)
-	}
+	return g.open
 }
 
 // degrade answers by the failure policy.
@@ -225,15 +456,15 @@ func (g *Guard) degrade(ctx context.Context, reqs []Request) ([]Decision, error)
 		}
 		return ds, err
 	}
-	now := g.opts.Now()
+	now := time.Now()
 	out := make([]Decision, len(reqs))
 	for i, r := range reqs {
-		d := Decision{Limit: r.Limit.Limit, Now: now, Degraded: true, ResetAfter: g.opts.Cooldown}
+		d := Decision{Limit: r.Limit.Limit, Now: now, Degraded: true, ResetAfter: g.opts.OpenFor}
 		if g.opts.Mode == FailOpen {
 			d.Allowed = true
 			d.Remaining = max(0, r.Limit.Limit-r.Hits)
 		} else {
-			d.RetryAfter = g.opts.Cooldown
+			d.RetryAfter = g.opts.OpenFor
 		}
 		out[i] = d
 	}

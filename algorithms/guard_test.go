@@ -2,6 +2,8 @@ package algorithms_test
 
 import (
 	"context"
+	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -28,7 +30,7 @@ func TestGuardFailureModes(t *testing.T) {
 			srv := redistest.Start(t)
 			reg := prometheus.NewRegistry()
 			g, err := algorithms.NewGuard(algorithms.NewRedisStore(redistest.NewClient(t, srv.URL()), algorithms.RedisOptions{}),
-				algorithms.GuardOptions{Mode: tc.mode, Timeout: 200 * time.Millisecond, Failures: 2, Cooldown: 100 * time.Millisecond, Registerer: reg})
+				algorithms.GuardOptions{Mode: tc.mode, Timeout: 200 * time.Millisecond, BreakerMinCalls: 2, OpenFor: 100 * time.Millisecond, Registerer: reg})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -54,7 +56,7 @@ func TestGuardFailureModes(t *testing.T) {
 				}
 			}
 			if !g.Degraded() {
-				t.Error("circuit not open after consecutive failures")
+				t.Error("circuit not open after 3 failures of 4 calls")
 			}
 			if got := metricValue(t, reg, "throttle_backend_circuit_open"); got != 1 {
 				t.Errorf("throttle_backend_circuit_open = %v, want 1", got)
@@ -97,7 +99,7 @@ func TestGuardFailureModes(t *testing.T) {
 // TestGuardPassesInvalid: a client's bad limit is an error, not a backend
 // failure that opens the circuit.
 func TestGuardPassesInvalid(t *testing.T) {
-	g, err := algorithms.NewGuard(algorithms.NewMemoryStore(algorithms.MemoryOptions{}), algorithms.GuardOptions{Mode: algorithms.FailOpen, Failures: 1})
+	g, err := algorithms.NewGuard(algorithms.NewMemoryStore(algorithms.MemoryOptions{}), algorithms.GuardOptions{Mode: algorithms.FailOpen, BreakerMinCalls: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,6 +112,239 @@ func TestGuardPassesInvalid(t *testing.T) {
 	}
 	if _, err := algorithms.NewGuard(nil, algorithms.GuardOptions{Mode: "sideways"}); err == nil {
 		t.Error("unknown failure mode accepted")
+	}
+}
+
+// guarded returns a guard over a Redis store on srv, and its registry.
+func guarded(t *testing.T, srv *redistest.Server, ro algorithms.RedisOptions, o algorithms.GuardOptions) (*algorithms.Guard, *prometheus.Registry) {
+	t.Helper()
+	st := algorithms.NewRedisStore(redistest.NewClient(t, srv.URL()), ro)
+	t.Cleanup(st.Close)
+	reg := prometheus.NewRegistry()
+	o.Registerer = reg
+	if o.Mode == "" {
+		o.Mode = algorithms.FailOpen
+	}
+	g, err := algorithms.NewGuard(st, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g, reg
+}
+
+func oneRequest(id string, limit int64) []algorithms.Request {
+	return []algorithms.Request{{
+		Key:   algorithms.Key{Scope: "guard", Identifier: id},
+		Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: limit, Window: time.Hour}, Hits: 1,
+	}}
+}
+
+// TestGuardOpensOnFailureRatio: the breaker opens on the failure ratio over
+// a minimum number of calls in its window, not on a few failures in a row.
+func TestGuardOpensOnFailureRatio(t *testing.T) {
+	srv := redistest.Start(t)
+	g, reg := guarded(t, srv, algorithms.RedisOptions{}, algorithms.GuardOptions{
+		Timeout: 200 * time.Millisecond, BreakerMinCalls: 10, BreakerRatio: 0.5, BreakerWindow: time.Minute, OpenFor: time.Minute,
+	})
+	ctx := context.Background()
+	for i := range 6 {
+		if ds, err := g.Check(ctx, oneRequest("ratio", 1000)); err != nil || ds[0].Degraded {
+			t.Fatalf("call %d with Redis up: %+v %v", i, ds, err)
+		}
+	}
+	srv.Stop()
+	for i := range 5 {
+		ds, err := g.Check(ctx, oneRequest("ratio", 1000))
+		if err != nil || !ds[0].Degraded || !ds[0].Allowed {
+			t.Fatalf("failure %d: %+v %v, want a degraded allowed decision (FAILURE_MODE open)", i, ds, err)
+		}
+		// 5 failures of 11 calls: under the ratio, still closed.
+		if g.Degraded() {
+			t.Fatalf("circuit open after %d failures of %d calls, want closed below half", i+1, i+7)
+		}
+	}
+	if _, err := g.Check(ctx, oneRequest("ratio", 1000)); err != nil {
+		t.Fatal(err)
+	}
+	if !g.Degraded() {
+		t.Fatal("circuit closed after 6 failures of 12 calls, want open")
+	}
+	if got := metricValue(t, reg, "throttle_backend_errors_total"); got != 6 {
+		t.Errorf("throttle_backend_errors_total = %v, want 6", got)
+	}
+	// Open: answered by the policy without a backend call.
+	if ds, err := g.Check(ctx, oneRequest("ratio", 1000)); err != nil || !ds[0].Degraded {
+		t.Fatalf("with the circuit open: %+v %v", ds, err)
+	}
+	if got := metricValue(t, reg, "throttle_backend_errors_total"); got != 6 {
+		t.Errorf("an open circuit still called the backend: errors = %v, want 6", got)
+	}
+}
+
+// TestGuardOverloadIsNotAnOutage: far more concurrent checks than one
+// Redis connection can serve within their budget. The ones that miss it are
+// refused with ErrOverloaded, none is decided by the failure policy, the
+// circuit stays closed, and no more than the limit is admitted.
+func TestGuardOverloadIsNotAnOutage(t *testing.T) {
+	srv := redistest.Start(t)
+	// One worker sending one check at a time: Throttle's own queue is the
+	// bottleneck, Redis answers every call it gets. A budget that one call
+	// meets easily, but not the 200th in the queue.
+	g, reg := guarded(t, srv, algorithms.RedisOptions{Coalesce: 1, MaxBatch: 1}, algorithms.GuardOptions{
+		Timeout: 20 * time.Millisecond, BreakerMinCalls: 5,
+	})
+	const limit, callers, perCaller = 300, 200, 5
+	// The connection is up, as on a running server.
+	if ds, err := g.Check(context.Background(), oneRequest("overload-warm", 1)); err != nil || ds[0].Degraded {
+		t.Fatalf("warm-up: %+v %v", ds, err)
+	}
+	var mu sync.Mutex
+	var allowed, rejected, overloaded, degraded int
+	var other []error
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range perCaller {
+				ds, err := g.Check(context.Background(), oneRequest("overload", limit))
+				mu.Lock()
+				switch {
+				case errors.Is(err, algorithms.ErrOverloaded):
+					overloaded++
+				case err != nil:
+					other = append(other, err)
+				case ds[0].Degraded:
+					degraded++
+				case ds[0].Allowed:
+					allowed++
+				default:
+					rejected++
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	t.Logf("allowed %d, rejected %d, overloaded %d, degraded %d", allowed, rejected, overloaded, degraded)
+	if len(other) > 0 {
+		t.Fatalf("%d checks failed otherwise, first: %v", len(other), other[0])
+	}
+	if degraded != 0 {
+		t.Errorf("%d decisions by the failure policy while Redis answered, want 0", degraded)
+	}
+	if overloaded == 0 {
+		t.Error("no check was refused as overloaded: the test did not overload the guard")
+	}
+	if allowed > limit {
+		t.Errorf("admitted %d, more than the limit %d", allowed, limit)
+	}
+	if g.Degraded() {
+		t.Error("circuit opened under overload with Redis up")
+	}
+	if got := metricValue(t, reg, "throttle_backend_errors_total"); got != 0 {
+		t.Errorf("throttle_backend_errors_total = %v under overload, want 0", got)
+	}
+	if got := metricValue(t, reg, "throttle_shed_total"); got != float64(overloaded) {
+		t.Errorf("throttle_shed_total = %v, want %d", got, overloaded)
+	}
+}
+
+// TestGuardCircuitCannotStick reproduces the stuck-open circuit of issue 8:
+// Redis stops answering (CLIENT PAUSE: calls time out, nothing succeeds),
+// the circuit opens; a probe times out too; then Redis answers again and no
+// traffic comes. Before, the circuit stayed open until some request probed
+// it (and a probe that failed under load kept it open). Now Run probes it
+// and it closes within 2s of Redis being healthy.
+func TestGuardCircuitCannotStick(t *testing.T) {
+	srv := redistest.Start(t)
+	g, reg := guarded(t, srv, algorithms.RedisOptions{Coalesce: 4}, algorithms.GuardOptions{
+		DefaultTimeout: 50 * time.Millisecond, BreakerMinCalls: 4, OpenFor: 200 * time.Millisecond, HungAfter: 100 * time.Millisecond,
+	})
+	ctx, stop := context.WithCancel(context.Background())
+	runDone := make(chan error, 1)
+	go func() { runDone <- g.Run(ctx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-runDone; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+
+	admin := redistest.NewClient(t, srv.URL())
+	pause := func(d time.Duration) {
+		t.Helper()
+		if err := admin.Do(context.Background(), "CLIENT", "PAUSE", d.Milliseconds(), "ALL").Err(); err != nil {
+			t.Fatalf("CLIENT PAUSE: %v", err)
+		}
+	}
+	pause(1500 * time.Millisecond)
+	paused := time.Now()
+	for i := range 4 {
+		ds, err := g.Check(context.Background(), oneRequest("stuck", 10))
+		if err != nil || !ds[0].Degraded {
+			t.Fatalf("call %d with Redis paused: %+v %v, want degraded", i, ds, err)
+		}
+	}
+	if !g.Degraded() {
+		t.Fatal("circuit not open after 4 timeouts of 4 calls")
+	}
+	// Probes go (Run's PINGs, every ~200ms) and time out while Redis is
+	// paused: each one ends and the circuit stays open.
+	time.Sleep(700 * time.Millisecond)
+	if !g.Degraded() {
+		t.Fatal("circuit closed while Redis was still paused")
+	}
+	if got := metricValue(t, reg, "throttle_backend_errors_total"); got < 5 {
+		t.Errorf("throttle_backend_errors_total = %v, want the 4 calls and at least one timed-out probe", got)
+	}
+	healthy := paused.Add(1500 * time.Millisecond)
+	for g.Degraded() {
+		if time.Since(healthy) > 2*time.Second {
+			t.Fatalf("circuit still open %v after Redis answered again, with no traffic", time.Since(healthy))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("circuit closed %v after the pause ended", time.Since(healthy))
+	if got := metricValue(t, reg, "throttle_backend_circuit_open"); got != 0 {
+		t.Errorf("throttle_backend_circuit_open = %v after recovery, want 0", got)
+	}
+	ds, err := g.Check(context.Background(), oneRequest("stuck", 10))
+	if err != nil || ds[0].Degraded || !ds[0].Allowed {
+		t.Fatalf("after recovery: %+v %v, want a decision from Redis", ds, err)
+	}
+}
+
+// TestGuardAnswersBeforeTheCallersDeadline: with Redis hung, a call with a
+// deadline of its own (Envoy's grpc-timeout) is answered by policy before
+// that deadline, leaving the margin.
+func TestGuardAnswersBeforeTheCallersDeadline(t *testing.T) {
+	srv := redistest.Start(t)
+	g, _ := guarded(t, srv, algorithms.RedisOptions{}, algorithms.GuardOptions{Mode: algorithms.FailClosed, BreakerMinCalls: 100})
+	admin := redistest.NewClient(t, srv.URL())
+	if err := admin.Do(context.Background(), "CLIENT", "PAUSE", 2000, "ALL").Err(); err != nil {
+		t.Fatalf("CLIENT PAUSE: %v", err)
+	}
+	for _, d := range []time.Duration{20 * time.Millisecond, 200 * time.Millisecond} {
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		ds, err := g.Check(ctx, oneRequest("deadline", 10))
+		late := ctx.Err()
+		cancel()
+		if err != nil || !ds[0].Degraded || ds[0].Allowed {
+			t.Errorf("deadline %v: %+v %v, want a degraded rejection (FAILURE_MODE closed)", d, ds, err)
+		}
+		if late != nil {
+			t.Errorf("deadline %v: answered after the caller's deadline", d)
+		}
+	}
+	if m := algorithms.DeadlineMargin(20 * time.Millisecond); m != 4*time.Millisecond {
+		t.Errorf("margin of 20ms = %v, want 4ms", m)
+	}
+	// A caller whose deadline leaves no time is told so, not guessed for.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+	defer cancel()
+	if _, err := g.Check(ctx, oneRequest("deadline", 10)); !errors.Is(err, algorithms.ErrOverloaded) {
+		t.Errorf("1ms deadline: %v, want ErrOverloaded", err)
 	}
 }
 

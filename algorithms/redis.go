@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -52,6 +53,9 @@ type RedisStore struct {
 	batch   *redis.Script // nil on Redis Cluster, where a batch spans slots
 	reset   *redis.Script
 	merge   *coalescer // nil unless RedisOptions.Coalesce
+	// answered is when Redis last answered (Unix ns): Guard's
+	// evidence that Redis is up when a call of its own times out.
+	answered atomic.Int64
 }
 
 // NewRedisStore returns a store over rdb. The client should honour context
@@ -148,8 +152,25 @@ func (s *RedisStore) Check(ctx context.Context, reqs []Request) ([]Decision, err
 	return s.decide(ctx, reqs)
 }
 
+// LastAnswer returns when Redis last answered a check or a Ping; zero if never.
+func (s *RedisStore) LastAnswer() time.Time {
+	if ns := s.answered.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Time{}
+}
+
 // decide runs a validated batch on Redis.
 func (s *RedisStore) decide(ctx context.Context, reqs []Request) ([]Decision, error) {
+	ds, err := s.run(ctx, reqs)
+	if err == nil {
+		s.answered.Store(time.Now().UnixNano())
+	}
+	return ds, err
+}
+
+// run sends a validated batch to Redis.
+func (s *RedisStore) run(ctx context.Context, reqs []Request) ([]Decision, error) {
 	now := ""
 	if s.now != nil {
 		now = strconv.FormatInt(s.now().UnixMicro(), 10)
@@ -276,5 +297,9 @@ func (s *RedisStore) Reset(ctx context.Context, scope, identifier string, alg Al
 
 // Ping checks that Redis answers.
 func (s *RedisStore) Ping(ctx context.Context) error {
-	return s.rdb.Ping(ctx).Err()
+	err := s.rdb.Ping(ctx).Err()
+	if err == nil {
+		s.answered.Store(time.Now().UnixNano())
+	}
+	return err
 }

@@ -32,7 +32,7 @@ func TestFailureModes(t *testing.T) {
 		t.Run(string(tc.mode), func(t *testing.T) {
 			srv := redistest.Start(t)
 			g, err := algorithms.NewGuard(algorithms.NewRedisStore(redistest.NewClient(t, srv.URL()), algorithms.RedisOptions{}),
-				algorithms.GuardOptions{Mode: tc.mode, Timeout: 200 * time.Millisecond, Failures: 1, Cooldown: 50 * time.Millisecond})
+				algorithms.GuardOptions{Mode: tc.mode, Timeout: 200 * time.Millisecond, BreakerMinCalls: 1, OpenFor: 50 * time.Millisecond})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -60,7 +60,7 @@ func TestFailureModes(t *testing.T) {
 			}
 			srv.Restart()
 			deadline := time.Now().Add(5 * time.Second)
-			for g.Degraded() || code() != OK {
+			for code() != OK || g.Degraded() { // calls probe the open circuit
 				if time.Now().After(deadline) {
 					t.Fatal("service did not recover within 5s of Redis's return")
 				}

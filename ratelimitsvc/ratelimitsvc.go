@@ -164,6 +164,11 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 			if ctx.Err() != nil {
 				return nil, status.FromContextError(ctx.Err()).Err()
 			}
+			if errors.Is(err, algorithms.ErrOverloaded) {
+				// No decision within the deadline although Redis answers:
+				// Envoy applies its own failure_mode_deny.
+				return nil, status.Error(codes.Unavailable, "rate limit service overloaded: no decision within the deadline")
+			}
 			s.opts.Log.ErrorContext(ctx, "rate limit backend failed", "domain", domain, "err", err)
 			return nil, status.Error(codes.Unavailable, "rate limit backend unavailable")
 		}

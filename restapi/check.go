@@ -209,7 +209,8 @@ func resolveLimit(cache *store.Cache, c store.Client, req checkRequest) (algorit
 }
 
 // inlineLimit checks the limit, window (seconds) and refill rate given in a
-// request body, for /check and /rules alike.
+// request body, for /check and /rules alike. A refill rate given with a
+// window algorithm is ignored.
 func inlineLimit(alg algorithms.Algorithm, limit, window *int64, refill *float64) (algorithms.Limit, error) {
 	l := algorithms.Limit{Algorithm: alg}
 	switch {
@@ -231,10 +232,10 @@ func inlineLimit(alg algorithms.Algorithm, limit, window *int64, refill *float64
 		l.Window = time.Duration(*window) * time.Second
 	}
 
-	if refill != nil {
+	// refill_rate is accepted with every algorithm and ignored where it does
+	// not apply: the product description's clients send one body for all.
+	if refill != nil && alg == algorithms.TokenBucket {
 		switch r := *refill; {
-		case alg != algorithms.TokenBucket:
-			return l, invalidField(fmt.Sprintf("refill_rate applies only to token_bucket, not %s", alg))
 		case math.IsNaN(r) || r <= 0 || r > algorithms.MaxRefillRate:
 			return l, invalidField(fmt.Sprintf("refill_rate must be greater than 0 and at most %d tokens per second", int64(algorithms.MaxRefillRate)))
 		default:

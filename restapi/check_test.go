@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/throttle-rl/throttle/algorithms"
+	"github.com/throttle-rl/throttle/internal/redistest"
 )
 
 func TestCheckDecisionsAndHeaders(t *testing.T) {
@@ -131,7 +132,6 @@ func TestCheckValidation(t *testing.T) {
 			{"refill_rate 0", `{"identifier":"u","limit":10,"algorithm":"token_bucket","refill_rate":0}`, 400, "INVALID_FIELD"},
 			{"refill_rate negative", `{"identifier":"u","limit":10,"algorithm":"token_bucket","refill_rate":-1}`, 400, "INVALID_FIELD"},
 			{"refill_rate huge", `{"identifier":"u","limit":10,"algorithm":"token_bucket","refill_rate":1e300}`, 400, "INVALID_FIELD"},
-			{"refill_rate on a window", `{"identifier":"u","limit":10,"window":60,"algorithm":"fixed_window","refill_rate":1}`, 400, "INVALID_FIELD"},
 			{"negative hits", `{"identifier":"u","limit":10,"window":60,"hits":-1}`, 400, "INVALID_FIELD"},
 			{"typo", `{"identifier":"u","limit":10,"windwo":60}`, 400, "UNKNOWN_FIELD"},
 			{"unknown rule", `{"identifier":"u","rule":"nope"}`, 404, "RULE_NOT_FOUND"},
@@ -145,6 +145,34 @@ func TestCheckValidation(t *testing.T) {
 		got, _ := e.check(t, c, `{"identifier":"u","limit":10,"window":60}`)
 		if got.Remaining != 9 {
 			t.Errorf("after refused checks, remaining = %d, want 9", got.Remaining)
+		}
+	})
+}
+
+// TestCheckIgnoresRefillRateOnWindows: the product description's clients
+// send one body, refill_rate included, whatever the algorithm. The window
+// algorithms accept it and ignore it: the same counter as without it.
+func TestCheckIgnoresRefillRateOnWindows(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		e := newEnv(t, b)
+		c := e.register(t, "refill")
+		for _, alg := range []string{"fixed_window", "sliding_window"} {
+			with := `{"identifier":"u-` + alg + `","limit":3,"window":3600,"algorithm":"` + alg + `","refill_rate":0.5}`
+			without := `{"identifier":"u-` + alg + `","limit":3,"window":3600,"algorithm":"` + alg + `"}`
+			for i, body := range []string{with, without, with} {
+				got, _ := e.check(t, c, body)
+				if !got.Allowed || got.Remaining != int64(2-i) || got.Algorithm != alg {
+					t.Errorf("%s check %d = %+v, want allowed with %d remaining on one counter", alg, i+1, got, 2-i)
+				}
+			}
+			// Even a refill rate that would be invalid for a token bucket.
+			got, _ := e.check(t, c, `{"identifier":"u-`+alg+`","limit":3,"window":3600,"algorithm":"`+alg+`","refill_rate":-1}`)
+			if got.Allowed || got.Remaining != 0 {
+				t.Errorf("%s check 4 = %+v, want rejected (over the limit)", alg, got)
+			}
+		}
+		if r := e.call(t, "POST", "/rules", c.Key, `{"name":"windowed","algorithm":"fixed_window","limit":5,"window":60,"refill_rate":2}`); r.status != http.StatusCreated || strings.Contains(string(r.body), "refill_rate") {
+			t.Errorf("POST /rules with refill_rate on fixed_window = %d %s, want 201 without refill_rate", r.status, r.body)
 		}
 	})
 }
@@ -387,10 +415,50 @@ func TestLimiterUnavailable(t *testing.T) {
 	}
 }
 
+// TestCheckOverloaded: when the backend answered a moment ago but not this
+// check within its budget, Throttle was the bottleneck: 503 OVERLOADED with
+// Retry-After, never a silent "allowed".
+func TestCheckOverloaded(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, backends()[0])
+	c := e.register(t, "busy")
+	srv := redistest.Start(t)
+	rdb := redistest.NewClient(t, srv.URL())
+	g, err := algorithms.NewGuard(algorithms.NewRedisStore(rdb, algorithms.RedisOptions{}), algorithms.GuardOptions{
+		Mode: algorithms.FailOpen, DefaultTimeout: 100 * time.Millisecond, HungAfter: time.Minute,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := NewHandler(Deps{DB: e.db, Cache: e.cache, Usage: e.usage, Limiter: g})
+	check := func() reply {
+		req := newRequest(t, "POST", "/check", `{"identifier":"u","limit":5,"window":60}`)
+		req.Header.Set("X-API-Key", c.Key)
+		w := serve(h, req)
+		return reply{status: w.Code, header: w.Header(), body: w.Body.String()}
+	}
+	if r := check(); r.status != http.StatusOK {
+		t.Fatalf("with Redis answering: %d %s", r.status, r.body)
+	}
+	// Redis stops answering for a moment: it answered a moment ago, so this
+	// is not an outage (HungAfter), and the check is refused, not guessed.
+	if err := rdb.Do(t.Context(), "CLIENT", "PAUSE", 1000, "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	r := check()
+	wantError(t, r, http.StatusServiceUnavailable, "OVERLOADED")
+	if got := r.header.Get("Retry-After"); got != "1" {
+		t.Errorf("Retry-After = %q, want 1", got)
+	}
+	if strings.Contains(r.body, `"allowed"`) {
+		t.Errorf("an overloaded check answered a decision: %s", r.body)
+	}
+}
+
 // deadRedis is a RedisStore over an address nothing listens on.
 func deadRedis(t *testing.T) algorithms.Store {
 	t.Helper()
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", DialTimeout: 200 * time.Millisecond, MaxRetries: -1})
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", DialTimeout: 200 * time.Millisecond, MaxRetries: -1, DialerRetries: 1})
 	t.Cleanup(func() { rdb.Close() })
 	return algorithms.NewRedisStore(rdb, algorithms.RedisOptions{})
 }

@@ -138,6 +138,8 @@ func errorResponse(err error) (status int, code, message string) {
 	switch {
 	case errors.As(err, &ae):
 		return ae.status, ae.code, ae.message
+	case errors.Is(err, algorithms.ErrOverloaded):
+		return http.StatusServiceUnavailable, "OVERLOADED", "Throttle could not decide within its deadline; no decision was made, try again"
 	case errors.As(err, &be):
 		return http.StatusServiceUnavailable, "BACKEND_UNAVAILABLE", "the rate limit backend is unavailable; try again"
 	case errors.Is(err, store.ErrInvalid):
@@ -157,9 +159,18 @@ func errorResponse(err error) (status int, code, message string) {
 func writeError(w http.ResponseWriter, r *http.Request, err error) {
 	status, code, msg := errorResponse(err)
 	reply := errorReply{Error: msg, Code: code}
-	if status >= 500 {
+	switch {
+	case code == "OVERLOADED":
+		// Expected under overload, counted by throttle_shed_total: one
+		// line per request would make it worse.
+		logFrom(r.Context()).Debug("request shed", "err", err)
+		reply.RequestID = requestIDFrom(r.Context())
+	case status >= 500:
 		logFrom(r.Context()).Error("request failed", "status", status, "code", code, "err", err)
 		reply.RequestID = requestIDFrom(r.Context())
+	}
+	if status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", "1")
 	}
 	encode(w, r, status, reply)
 }

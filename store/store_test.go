@@ -263,7 +263,6 @@ func TestRuleValidation(t *testing.T) {
 		{"no window", Rule{Name: "r", Algorithm: SlidingWindow, Limit: 1}, "window"},
 		{"fractional window", Rule{Name: "r", Algorithm: FixedWindow, Limit: 1, Window: 1500 * time.Millisecond}, "window"},
 		{"negative refill", Rule{Name: "r", Algorithm: TokenBucket, Limit: 1, RefillRate: -1}, "refill_rate"},
-		{"refill on window", Rule{Name: "r", Algorithm: FixedWindow, Limit: 1, Window: time.Second, RefillRate: 1}, "refill_rate"},
 		{"descriptor without key", Rule{Name: "r", Algorithm: TokenBucket, Limit: 1, Descriptors: []DescriptorEntry{{Value: "v"}}}, "descriptors[0].key"},
 		{"bad name, default algorithm", Rule{Name: "a/b", Limit: 1, Window: time.Second}, "name"},
 	}
@@ -277,6 +276,22 @@ func TestRuleValidation(t *testing.T) {
 				_, err := db.CreateRule(t.Context(), r)
 				wantErr(t, err, ErrInvalid, tt.field)
 			})
+		}
+	})
+}
+
+// TestRuleRefillRateIgnoredOnWindows: a refill rate sent with a window
+// algorithm does not apply; the rule is stored without it.
+func TestRuleRefillRateIgnoredOnWindows(t *testing.T) {
+	eachDialect(t, func(t *testing.T, url string) {
+		db := mustOpen(t, url)
+		c := mustCreateClient(t, db, "Alpha")
+		r, err := db.CreateRule(t.Context(), Rule{ClientID: c.ID, Name: "r", Algorithm: FixedWindow, Limit: 1, Window: time.Second, RefillRate: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.RefillRate != 0 {
+			t.Errorf("stored refill_rate = %v, want 0 (ignored for fixed_window)", r.RefillRate)
 		}
 	})
 }

@@ -156,8 +156,8 @@ func normalizeRule(r Rule) (Rule, error) {
 	switch {
 	case math.IsNaN(r.RefillRate) || math.IsInf(r.RefillRate, 0) || r.RefillRate < 0:
 		return r, invalid("refill_rate must be a number ≥ 0")
-	case r.RefillRate != 0 && r.Algorithm != TokenBucket:
-		return r, invalid("refill_rate applies only to token_bucket")
+	case r.Algorithm != TokenBucket:
+		r.RefillRate = 0 // does not apply: ignored, as REST clients send one body for all algorithms
 	}
 	if len(r.Descriptors) > 0 && r.Limit > math.MaxUint32 {
 		return r, invalid("limit of a rule with descriptors must be at most %d (Envoy's requests_per_unit)", uint32(math.MaxUint32))

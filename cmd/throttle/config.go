@@ -26,7 +26,8 @@ type config struct {
 	MergeDomains      bool
 	ReloadInterval    time.Duration
 	FailureMode       algorithms.FailureMode
-	BackendTimeout    time.Duration
+	BackendTimeout    time.Duration // 0: derived from each call's deadline
+	RESTTimeout       time.Duration
 	TrustedProxies    []netip.Prefix
 	LogLevel          slog.Level
 	ResponseHeaders   bool
@@ -53,7 +54,8 @@ var serveSettings = []setting{
 	{"MERGE_DOMAIN_CONFIG", "merge-domain-config", "false", "let several descriptor files describe one domain"},
 	{"DESCRIPTORS_RELOAD_INTERVAL", "descriptors-reload-interval", "2s", "how often DESCRIPTORS_DIR is checked for changes"},
 	{"FAILURE_MODE", "failure-mode", "open", "when Redis fails: open (admit), closed (reject) or local (this replica's memory counters)"},
-	{"BACKEND_TIMEOUT", "backend-timeout", "15ms", "deadline of one Redis call before FAILURE_MODE answers"},
+	{"BACKEND_TIMEOUT", "backend-timeout", "", "fixed budget of every Redis call, overriding the derived ones; empty = a gRPC call's own deadline (Envoy's grpc-timeout) minus a margin of a fifth (2ms-100ms), REST_BACKEND_TIMEOUT for calls without one"},
+	{"REST_BACKEND_TIMEOUT", "rest-backend-timeout", "500ms", "budget of a Redis call for a check that brings no deadline (REST /check, gRPC without grpc-timeout); past it: 503/UNAVAILABLE if Redis answers others (overload), else FAILURE_MODE"},
 	{"TRUSTED_PROXIES", "trusted-proxies", "", "comma-separated CIDRs whose X-Forwarded-For/X-Real-IP are believed"},
 	{"LOG_LEVEL", "log-level", "info", "debug, info, warn or error"},
 	{"RATE_LIMIT_RESPONSE_HEADERS", "rate-limit-response-headers", "false", "add X-RateLimit-* headers to gRPC rate-limit responses"},
@@ -130,7 +132,10 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*c
 	boolVar("MERGE_DOMAIN_CONFIG", &c.MergeDomains)
 	boolVar("RATE_LIMIT_RESPONSE_HEADERS", &c.ResponseHeaders)
 	durVar("DESCRIPTORS_RELOAD_INTERVAL", &c.ReloadInterval)
-	durVar("BACKEND_TIMEOUT", &c.BackendTimeout)
+	if get("BACKEND_TIMEOUT") != "" {
+		durVar("BACKEND_TIMEOUT", &c.BackendTimeout)
+	}
+	durVar("REST_BACKEND_TIMEOUT", &c.RESTTimeout)
 	durVar("CACHE_REFRESH_INTERVAL", &c.CacheRefresh)
 	durVar("SHUTDOWN_TIMEOUT", &c.ShutdownTimeout)
 	if len(errs) > 0 {
@@ -185,7 +190,10 @@ func (c *config) Validate() error {
 		errs = append(errs, fmt.Errorf("REGISTER_LIMIT_PER_HOUR: %d must be at least 1", c.RegisterLimit))
 	}
 	if c.BackendTimeout > 10*time.Second {
-		errs = append(errs, fmt.Errorf("BACKEND_TIMEOUT: %s is longer than any proxy waits; keep it under Envoy's timeout (20ms by default)", c.BackendTimeout))
+		errs = append(errs, fmt.Errorf("BACKEND_TIMEOUT: %s is longer than any proxy waits; leave it empty to follow each caller's deadline", c.BackendTimeout))
+	}
+	if c.RESTTimeout > time.Minute {
+		errs = append(errs, fmt.Errorf("REST_BACKEND_TIMEOUT: %s is longer than any app waits for a rate-limit check", c.RESTTimeout))
 	}
 	return errors.Join(errs...)
 }

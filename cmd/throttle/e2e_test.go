@@ -27,7 +27,7 @@ import (
 )
 
 // freshPostgres creates a database of its own on the test PostgreSQL.
-func freshPostgres(t *testing.T) string {
+func freshPostgres(t testing.TB) string {
 	t.Helper()
 	return pgtest.FreshDatabase(t, "throttle_e2e")
 }

@@ -10,7 +10,10 @@ import (
 
 // newRedis connects to REDIS_URL: a single Redis, Sentinel (?master_name=)
 // or Cluster (?cluster=true, more nodes with &addr=). Context deadlines are
-// honoured, so BACKEND_TIMEOUT bounds every call.
+// honoured, so each call's budget bounds it. Commands are not retried unless
+// the URL asks (max_retries=N): a script whose reply was lost may have
+// counted its hits already, and counting them twice would reject traffic
+// the limit admits.
 func newRedis(raw string) (redis.UniversalClient, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
@@ -28,7 +31,7 @@ func newRedis(raw string) (redis.UniversalClient, error) {
 			return nil, fmt.Errorf("REDIS_URL (cluster): %w", err)
 		}
 		o.ContextTimeoutEnabled = true
-		setDefaults(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout)
+		setDefaults(q, &o.MaxRetries, &o.DialerRetries, &o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout)
 		return redis.NewClusterClient(o), nil
 	case q.Get("master_name") != "":
 		o, err := redis.ParseFailoverURL(s)
@@ -36,7 +39,7 @@ func newRedis(raw string) (redis.UniversalClient, error) {
 			return nil, fmt.Errorf("REDIS_URL (sentinel): %w", err)
 		}
 		o.ContextTimeoutEnabled = true
-		setDefaults(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout)
+		setDefaults(q, &o.MaxRetries, &o.DialerRetries, &o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout)
 		return redis.NewFailoverClient(o), nil
 	default:
 		o, err := redis.ParseURL(s)
@@ -44,13 +47,22 @@ func newRedis(raw string) (redis.UniversalClient, error) {
 			return nil, fmt.Errorf("REDIS_URL: %w", err)
 		}
 		o.ContextTimeoutEnabled = true
-		setDefaults(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout)
+		setDefaults(q, &o.MaxRetries, &o.DialerRetries, &o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout)
 		return redis.NewClient(o), nil
 	}
 }
 
-// setDefaults bounds dialling and I/O unless the URL set them.
-func setDefaults(dial, read, write *time.Duration) {
+// setDefaults bounds dialling and I/O, and turns retries off, unless the
+// URL (query q) set them. One dial attempt per connection: go-redis would
+// otherwise retry a refused dial 5 times 100ms apart, so a dead Redis would
+// look like a slow one and eat each call's budget.
+func setDefaults(q url.Values, retries, dialRetries *int, dial, read, write *time.Duration) {
+	if !q.Has("max_retries") {
+		*retries = -1
+	}
+	if !q.Has("dialer_retries") {
+		*dialRetries = 1
+	}
 	if *dial == 0 || *dial == 5*time.Second {
 		*dial = time.Second
 	}

@@ -190,17 +190,18 @@ func newLimiter(ctx context.Context, cfg *config, log *slog.Logger, reg promethe
 		return rdb.Close()
 	})
 	pingCtx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	if err := rdb.Ping(pingCtx).Err(); err != nil {
+	if err := counters.Ping(pingCtx); err != nil {
 		log.Warn("Redis does not answer yet; FAILURE_MODE decides until it does", "err", err, "failure_mode", string(cfg.FailureMode))
 	}
 	cancel()
 	local := algorithms.NewMemoryStore(algorithms.MemoryOptions{})
 	goBG("local sweep", local.Run)
 	g, err := algorithms.NewGuard(counters, algorithms.GuardOptions{
-		Mode: cfg.FailureMode, Timeout: cfg.BackendTimeout, Local: local, Registerer: reg,
+		Mode: cfg.FailureMode, Timeout: cfg.BackendTimeout, DefaultTimeout: cfg.RESTTimeout, Local: local, Registerer: reg,
 	})
 	if err != nil {
 		return nil, "", err
 	}
+	goBG("circuit probe", g.Run)
 	return g, "redis", nil
 }

@@ -116,6 +116,7 @@ func NewClient(t testing.TB, url string) *redis.Client {
 	opt.ContextTimeoutEnabled = true
 	opt.DialTimeout = 200 * time.Millisecond
 	opt.MaxRetries = -1
+	opt.DialerRetries = 1
 	rdb := redis.NewClient(opt)
 	t.Cleanup(func() { rdb.Close() })
 	return rdb
