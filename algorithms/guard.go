@@ -135,7 +135,7 @@ type Guard struct {
 
 	mu         sync.Mutex
 	outcomes   [breakerCalls]callOutcome // ring of the latest calls
-	next       int                   // where the next outcome goes
+	next       int                       // where the next outcome goes
 	open       bool
 	openTill   time.Time // while open: no probe before this
 	probeUntil time.Time // a probe is in flight until its deadline
