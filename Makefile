@@ -4,7 +4,7 @@ BIN ?= bin/throttle
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: run build test test-short bench lint fmt
+.PHONY: run build test test-short bench bench-overload lint fmt
 
 run: ## run Throttle with the embedded default (memory counters, SQLite)
 	$(GO) run ./cmd/throttle serve
@@ -17,6 +17,9 @@ test: ## every test, with -race, against a throw-away Redis and PostgreSQL
 
 bench: ## benchmarks of the engine against memory and a throw-away Redis
 	scripts/with-test-services.sh $(GO) test -run '^$$' -bench . -benchmem -benchtime 2s ./algorithms/ ./ratelimitsvc/
+
+bench-overload: ## 3 replicas of the built binary on a throw-away Redis and PostgreSQL, REST and gRPC at rising concurrency: checks/s, p50/p99, admitted vs limit, degraded and shed
+	scripts/with-test-services.sh $(GO) test -run '^$$' -bench Overload -benchtime 4000x -timeout 20m ./cmd/throttle/
 
 lint: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
