@@ -1,8 +1,11 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"net/url"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -72,4 +75,28 @@ func setDefaults(q url.Values, retries, dialRetries *int, dial, read, write *tim
 	if *write == 0 || *write == 3*time.Second {
 		*write = time.Second
 	}
+}
+
+// redisLog routes go-redis's own log lines (such as "failed to dial") into
+// the JSON log, at most one a second: with Redis down every check would
+// otherwise print one, and the metrics already count them.
+type redisLog struct {
+	log        *slog.Logger
+	mu         sync.Mutex
+	last       time.Time
+	suppressed int
+}
+
+func (l *redisLog) Printf(ctx context.Context, format string, v ...any) {
+	l.mu.Lock()
+	now := time.Now()
+	if now.Sub(l.last) < time.Second {
+		l.suppressed++
+		l.mu.Unlock()
+		return
+	}
+	suppressed := l.suppressed
+	l.last, l.suppressed = now, 0
+	l.mu.Unlock()
+	l.log.WarnContext(ctx, "redis client", "detail", fmt.Sprintf(format, v...), "suppressed_since_last", suppressed)
 }

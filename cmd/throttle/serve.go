@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/throttle-rl/throttle/algorithms"
 	"github.com/throttle-rl/throttle/descriptors"
@@ -181,6 +182,8 @@ func newLimiter(ctx context.Context, cfg *config, log *slog.Logger, reg promethe
 	if err != nil {
 		return nil, "", err
 	}
+	// go-redis has one process-wide logger; serve is the process.
+	redis.SetLogger(&redisLog{log: log})
 	// Concurrent checks share script calls: under load one round trip
 	// decides many requests.
 	counters := algorithms.NewRedisStore(rdb, algorithms.RedisOptions{Coalesce: 16})
