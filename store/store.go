@@ -117,6 +117,7 @@ The *DB type offers:
 	(*DB).CreateRule(ctx, r Rule) (Rule, error)         // ErrConflict on duplicate name; empty Algorithm = client's default
 	(*DB).Rules(ctx, clientID string) ([]Rule, error)   // ordered by name
 	(*DB).Rule(ctx, clientID, name string) (Rule, error)
+	(*DB).UpdateRule(ctx, r Rule) (Rule, error)         // ErrNotFound, ErrDuplicateDescriptors; keeps CreatedAt
 	(*DB).DeleteRule(ctx, clientID, name string) error  // ErrNotFound
 
 	(*DB).CreateExemption(ctx, e Exemption) (Exemption, error) // ErrConflict on duplicate
