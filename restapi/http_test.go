@@ -30,10 +30,10 @@ func TestRoutingErrors(t *testing.T) {
 	if want := `{"error":"method GET is not allowed on /check; allowed: POST","code":"METHOD_NOT_ALLOWED"}`; strings.TrimSpace(r.body) != want {
 		t.Errorf("405 body = %s, want %s", r.body, want)
 	}
-	r = e.call(t, "PUT", "/rules/x", c.Key, "")
+	r = e.call(t, "PATCH", "/rules/x", c.Key, "")
 	wantError(t, r, http.StatusMethodNotAllowed, "METHOD_NOT_ALLOWED")
-	if allow := r.header.Get("Allow"); allow != "DELETE" {
-		t.Errorf("Allow = %q, want DELETE", allow)
+	if allow := r.header.Get("Allow"); allow != "DELETE, PUT" {
+		t.Errorf("Allow = %q, want DELETE, PUT", allow)
 	}
 
 	big := `{"identifier":"` + strings.Repeat("x", maxBodyBytes) + `"}`

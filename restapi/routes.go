@@ -23,6 +23,7 @@ func addRoutes(mux *http.ServeMux, d Deps, m *metrics) {
 
 	mux.Handle("POST /rules", auth(handleRuleCreate(d.DB, d.Cache)))
 	mux.Handle("GET /rules/list", auth(handleRuleList(d.DB)))
+	mux.Handle("PUT /rules/{name}", auth(handleRuleUpdate(d.DB, d.Cache)))
 	mux.Handle("DELETE /rules/{name}", auth(handleRuleDelete(d.DB, d.Cache)))
 
 	mux.Handle("POST /exemptions", auth(handleExemptionCreate(d.DB, d.Cache)))

@@ -96,6 +96,77 @@ func TestRules(t *testing.T) {
 	})
 }
 
+// TestRuleUpdate: PUT /rules/{name} replaces a rule, keeps its name and
+// creation time, and takes effect on /check at once.
+func TestRuleUpdate(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		e := newEnv(t, b)
+		c := e.register(t, "rule-update", `"default_algorithm":"sliding_window"`)
+		r := e.call(t, "POST", "/rules", c.Key, `{"name":"api","algorithm":"fixed_window","limit":2,"window":60}`)
+		if r.status != http.StatusCreated {
+			t.Fatalf("POST /rules = %d %s", r.status, r.body)
+		}
+		created := decodeReply[ruleReply](t, r)
+		if _, err := e.db.CreateRule(t.Context(), store.Rule{ClientID: c.ID, Name: "edge", Algorithm: "fixed_window", Limit: 1, Window: time.Minute,
+			Descriptors: []store.DescriptorEntry{{Key: "path", Value: "/login"}}}); err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			e.check(t, c, `{"identifier":"u","rule":"api"}`)
+		}
+		if got, _ := e.check(t, c, `{"identifier":"u","rule":"api"}`); got.Allowed {
+			t.Fatalf("third check under limit 2 = %+v, want rejected", got)
+		}
+
+		// Same algorithm, higher limit: the counter is kept (2 used of 5).
+		r = e.call(t, "PUT", "/rules/api", c.Key, `{"algorithm":"fixed_window","limit":5,"window":60}`)
+		if r.status != http.StatusOK {
+			t.Fatalf("PUT /rules/api = %d %s, want 200", r.status, r.body)
+		}
+		want := ruleReply{Name: "api", Algorithm: "fixed_window", Limit: 5, Window: 60, CreatedAt: created.CreatedAt}
+		if diff := cmp.Diff(want, decodeReply[ruleReply](t, r)); diff != "" {
+			t.Errorf("PUT /rules/api reply (-want +got):\n%s", diff)
+		}
+		if got, _ := e.check(t, c, `{"identifier":"u","rule":"api"}`); !got.Allowed || got.Limit != 5 || got.Remaining != 2 {
+			t.Errorf("check after raising the limit = %+v, want allowed, limit 5, remaining 2", got)
+		}
+
+		// Fields left out take their defaults; the body may repeat the name.
+		r = e.call(t, "PUT", "/rules/api", c.Key, `{"name":"api","limit":10,"window":3600,"descriptors":[{"key":"user_id"}]}`)
+		want = ruleReply{Name: "api", Algorithm: "sliding_window", Limit: 10, Window: 3600,
+			Descriptors: []store.DescriptorEntry{{Key: "user_id"}}, CreatedAt: created.CreatedAt}
+		if diff := cmp.Diff(want, decodeReply[ruleReply](t, r)); r.status != http.StatusOK || diff != "" {
+			t.Errorf("PUT /rules/api with defaults = %d (-want +got):\n%s", r.status, diff)
+		}
+		list := decodeReply[[]ruleReply](t, e.call(t, "GET", "/rules/list", c.Key, ""))
+		if len(list) != 2 || !cmp.Equal(want, list[0]) {
+			t.Errorf("GET /rules/list after PUT = %+v, want %+v first", list, want)
+		}
+
+		for _, tt := range []struct {
+			name, path, body string
+			status           int
+			code             string
+		}{
+			{"unknown rule", "/rules/nope", `{"algorithm":"fixed_window","limit":1,"window":60}`, 404, "RULE_NOT_FOUND"},
+			{"rename", "/rules/api", `{"name":"other","algorithm":"fixed_window","limit":1,"window":60}`, 400, "INVALID_FIELD"},
+			{"missing limit", "/rules/api", `{"algorithm":"fixed_window","window":60}`, 400, "MISSING_FIELD"},
+			{"bad algorithm", "/rules/api", `{"algorithm":"leaky","limit":1,"window":60}`, 400, "INVALID_FIELD"},
+			{"typo", "/rules/api", `{"algorithm":"fixed_window","limit":1,"windwo":60}`, 400, "UNKNOWN_FIELD"},
+			{"empty body", "/rules/api", ``, 400, "INVALID_JSON"},
+			{"descriptors of another rule", "/rules/api", `{"algorithm":"fixed_window","limit":1,"window":60,"descriptors":[{"key":"path","value":"/login"}]}`, 409, "DESCRIPTORS_EXIST"},
+		} {
+			t.Run(tt.name, func(t *testing.T) {
+				wantError(t, e.call(t, "PUT", tt.path, c.Key, tt.body), tt.status, tt.code)
+			})
+		}
+		// The refused updates changed nothing.
+		if got := decodeReply[[]ruleReply](t, e.call(t, "GET", "/rules/list", c.Key, "")); !cmp.Equal(want, got[0]) {
+			t.Errorf("rule after refused updates = %+v, want %+v", got[0], want)
+		}
+	})
+}
+
 func TestExemptions(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		e := newEnv(t, b)
@@ -193,6 +264,7 @@ func TestTenantIsolation(t *testing.T) {
 		}
 		wantError(t, e.call(t, "POST", "/check", bb.Key, `{"identifier":"u","rule":"shared"}`), 404, "RULE_NOT_FOUND")
 		wantError(t, e.call(t, "DELETE", "/rules/shared", bb.Key, ""), 404, "RULE_NOT_FOUND")
+		wantError(t, e.call(t, "PUT", "/rules/shared", bb.Key, `{"algorithm":"fixed_window","limit":100,"window":60}`), 404, "RULE_NOT_FOUND")
 		wantError(t, e.call(t, "DELETE", "/exemptions/vip", bb.Key, ""), 404, "EXEMPTION_NOT_FOUND")
 		wantError(t, e.call(t, "GET", "/stats/"+a.ID, bb.Key, ""), 403, "FORBIDDEN")
 		if got, _ := e.check(t, bb, `{"identifier":"vip","limit":1,"window":60}`); got.Exempted {
