@@ -214,7 +214,7 @@ func TestStats(t *testing.T) {
 		e := newEnv(t, b)
 		c := e.register(t, "stats")
 		r := e.call(t, "GET", "/stats/"+c.ID, c.Key, "")
-		want := `{"client_id":"` + c.ID + `","total_checks":0,"allowed":0,"rejected":0,"by_algorithm":{"fixed_window":0,"sliding_window":0,"token_bucket":0}}`
+		want := `{"client_id":"` + c.ID + `","total_checks":0,"allowed":0,"rejected":0,"by_algorithm":{"fixed_window":0,"sliding_window":0,"token_bucket":0},"top_identifiers":[]}`
 		if r.status != http.StatusOK || strings.TrimSpace(r.body) != want {
 			t.Errorf("GET /stats with no checks = %d %s, want %s", r.status, r.body, want)
 		}
@@ -222,17 +222,52 @@ func TestStats(t *testing.T) {
 			e.check(t, c, `{"identifier":"u","limit":2,"window":60,"algorithm":"fixed_window"}`)
 		}
 		e.check(t, c, `{"identifier":"u","limit":2,"algorithm":"token_bucket"}`)
-		r = e.call(t, "GET", "/stats/"+c.ID, c.Key, "")
-		want = `{"client_id":"` + c.ID + `","total_checks":4,"allowed":3,"rejected":1,"by_algorithm":{"fixed_window":3,"sliding_window":0,"token_bucket":1}}`
-		if r.status != http.StatusOK || strings.TrimSpace(r.body) != want {
-			t.Errorf("GET /stats = %d %s, want %s", r.status, r.body, want)
+		e.check(t, c, `{"identifier":"v","limit":2,"algorithm":"token_bucket"}`)
+		if r := e.call(t, "POST", "/exemptions", c.Key, `{"identifier":"vip"}`); r.status != http.StatusCreated {
+			t.Fatalf("POST /exemptions = %d %s", r.status, r.body)
 		}
+		for range 2 {
+			e.check(t, c, `{"identifier":"vip","limit":1,"window":60,"algorithm":"fixed_window"}`)
+		}
+		wantStats := statsReply{
+			ClientID: c.ID, TotalChecks: 7, Allowed: 6, Rejected: 1,
+			ByAlgorithm: map[string]int64{"fixed_window": 5, "sliding_window": 0, "token_bucket": 2},
+			TopIdentifiers: []identifierStats{
+				{Identifier: "u", TotalChecks: 4, Allowed: 3, Rejected: 1},
+				{Identifier: "vip", TotalChecks: 2, Allowed: 2},
+				{Identifier: "v", TotalChecks: 1, Allowed: 1},
+			},
+		}
+		stats := func(when, query string, want statsReply) {
+			t.Helper()
+			r := e.call(t, "GET", "/stats/"+c.ID+query, c.Key, "")
+			if r.status != http.StatusOK {
+				t.Fatalf("%s: GET /stats%s = %d %s", when, query, r.status, r.body)
+			}
+			got := decodeReply[statsReply](t, r)
+			for _, id := range got.TopIdentifiers {
+				if time.Since(id.LastSeenAt) > time.Minute || id.LastSeenAt.After(time.Now()) {
+					t.Errorf("%s: %s last seen at %v, want about now", when, id.Identifier, id.LastSeenAt)
+				}
+			}
+			if diff := cmp.Diff(want, got, cmpopts.IgnoreFields(identifierStats{}, "LastSeenAt")); diff != "" {
+				t.Errorf("%s: GET /stats%s (-want +got):\n%s", when, query, diff)
+			}
+		}
+		stats("before a flush", "", wantStats)
 		// A flush to the database changes nothing the client sees.
 		if err := e.usage.Flush(t.Context()); err != nil {
 			t.Fatalf("flush usage: %v", err)
 		}
-		if r := e.call(t, "GET", "/stats/"+c.ID, c.Key, ""); strings.TrimSpace(r.body) != want {
-			t.Errorf("GET /stats after a flush = %s, want %s", r.body, want)
+		stats("after a flush", "", wantStats)
+		top1 := wantStats
+		top1.TopIdentifiers = wantStats.TopIdentifiers[:1]
+		stats("top 1", "?top=1", top1)
+		top0 := wantStats
+		top0.TopIdentifiers = []identifierStats{}
+		stats("top 0", "?top=0", top0)
+		for _, q := range []string{"?top=-1", "?top=101", "?top=ten", "?top="} {
+			wantError(t, e.call(t, "GET", "/stats/"+c.ID+q, c.Key, ""), 400, "INVALID_FIELD")
 		}
 	})
 }
