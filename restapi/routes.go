@@ -31,4 +31,5 @@ func addRoutes(mux *http.ServeMux, d Deps, m *metrics) {
 	mux.Handle("DELETE /exemptions/{identifier...}", auth(handleExemptionDelete(d.DB, d.Cache)))
 
 	mux.Handle("GET /stats/{client_id}", auth(handleStats(d.Usage)))
+	mux.Handle("GET /descriptors", auth(handleDescriptors(d.Descriptors)))
 }
