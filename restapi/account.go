@@ -107,6 +107,13 @@ func handleStats(usage *store.UsageRecorder) http.Handler {
 	})
 }
 
+// handleNotFound answers as an unknown route does.
+func handleNotFound() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, r, &apiError{http.StatusNotFound, "NOT_FOUND", fmt.Sprintf("no such route: %s %s", r.Method, r.URL.Path)})
+	})
+}
+
 // handleHealth answers while the process serves HTTP (liveness).
 func handleHealth() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

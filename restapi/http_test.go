@@ -36,6 +36,16 @@ func TestRoutingErrors(t *testing.T) {
 		t.Errorf("Allow = %q, want DELETE, PUT", allow)
 	}
 
+	// The dashboard: its page, JSON 404s for files it does not have, and a
+	// redirect from /ui.
+	if r := e.call(t, "GET", "/ui/", "", ""); r.status != http.StatusOK || !strings.Contains(r.body, "<title>Throttle · Dashboard</title>") {
+		t.Errorf("GET /ui/ = %d %.80q", r.status, r.body)
+	}
+	wantError(t, e.call(t, "GET", "/ui/missing.js", "", ""), http.StatusNotFound, "NOT_FOUND")
+	if w := serve(e.handler, newRequest(t, "GET", "/ui", "")); w.Code/100 != 3 || w.Header().Get("Location") != "/ui/" {
+		t.Errorf("GET /ui = %d Location %q, want a redirect to /ui/", w.Code, w.Header().Get("Location"))
+	}
+
 	big := `{"identifier":"` + strings.Repeat("x", maxBodyBytes) + `"}`
 	wantError(t, e.call(t, "POST", "/check", c.Key, big), http.StatusRequestEntityTooLarge, "BODY_TOO_LARGE")
 	wantError(t, e.call(t, "POST", "/register", "", big), http.StatusRequestEntityTooLarge, "BODY_TOO_LARGE")

@@ -4,6 +4,8 @@ import (
 	"net/http"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/throttle-rl/throttle/restapi/ui"
 )
 
 // addRoutes lists the whole REST surface.
@@ -32,4 +34,6 @@ func addRoutes(mux *http.ServeMux, d Deps, m *metrics) {
 
 	mux.Handle("GET /stats/{client_id}", auth(handleStats(d.Usage)))
 	mux.Handle("GET /descriptors", auth(handleDescriptors(d.Descriptors)))
+
+	mux.Handle("GET /ui/", ui.Handler("/ui/", handleNotFound()))
 }
