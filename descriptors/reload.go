@@ -4,13 +4,17 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	yaml "go.yaml.in/yaml/v2"
 )
 
 // Reloader follows a directory of descriptor files: it polls the files'
@@ -27,6 +31,7 @@ type Reloader struct {
 	now   func() time.Time
 
 	current atomic.Pointer[Config]
+	state   atomic.Pointer[reloadState]
 	mu      sync.Mutex // serialises Reload
 	seen    [sha256.Size]byte
 	lastErr string // the last failure reported, so a poll does not repeat it
@@ -90,23 +95,29 @@ func (r *Reloader) Current() *Config { return r.current.Load() }
 func (r *Reloader) Reload() (bool, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	now := r.now()
 	srcs, err := readDir(r.dir)
 	if err != nil {
 		r.seen = [sha256.Size]byte{} // reload whatever comes back
+		r.setState(now, nil, &loadFailure{})
 		r.failed(err)
 		return false, err
 	}
 	sum := hashSources(srcs)
 	if sum == r.seen && r.current.Load() != nil {
+		r.setState(now, nil, nil)
 		return false, nil
 	}
 	first := r.current.Load() == nil
 	c, err := Load(r.opts, srcs...)
 	r.seen = sum // a bad edit is reported once, not at every poll
 	if err != nil {
+		addLines(err, srcs)
+		r.setState(now, nil, r.failure(err, srcs))
 		r.failed(err)
 		return false, err
 	}
+	r.setState(now, &loaded{at: now, files: filesByDomain(srcs)}, nil)
 	r.current.Store(c)
 	r.lastErr = ""
 	r.valid.Set(1)
@@ -160,4 +171,152 @@ func hashSources(srcs []Source) [sha256.Size]byte {
 	var sum [sha256.Size]byte
 	copy(sum[:], h.Sum(nil))
 	return sum
+}
+
+// DomainStatus is what a Reloader reports about one domain: the files in use
+// for it and whether the directory's latest files loaded.
+type DomainStatus struct {
+	// Files are the files of the configuration in use that describe the
+	// domain, by name (the file's base name, not its path); none when the
+	// YAML does not describe the domain.
+	Files []Source
+	// LoadedAt is when the configuration in use was loaded.
+	LoadedAt time.Time
+	// CheckedAt is when the directory was last read.
+	CheckedAt time.Time
+	// Valid reports whether the files on disk are the ones in use. It is
+	// false while a bad edit of any file is kept out, since a configuration
+	// loads whole or not at all.
+	Valid bool
+	// Problems are those of the files on disk that describe the domain (by
+	// the domain they name, or the file's name in the configuration in
+	// use), each "file:line: path: message" with the file's base name. An
+	// invalid configuration without problems of this domain is another
+	// domain's, or the directory's (which the log names).
+	Problems []string
+}
+
+// DomainStatus reports on domain, for the operators of that domain only: no
+// file or problem of another domain is in it.
+func (r *Reloader) DomainStatus(domain string) DomainStatus {
+	st := r.state.Load()
+	if st == nil {
+		return DomainStatus{}
+	}
+	ds := DomainStatus{CheckedAt: st.checkedAt, Valid: st.failure == nil}
+	if st.loaded != nil {
+		ds.LoadedAt = st.loaded.at
+		ds.Files = slices.Clone(st.loaded.files[domain])
+	}
+	if st.failure != nil {
+		ds.Problems = slices.Clone(st.failure.problems[domain])
+	}
+	return ds
+}
+
+// reloadState is what DomainStatus reads: replaced whole at every Reload.
+type reloadState struct {
+	checkedAt time.Time
+	loaded    *loaded      // the configuration in use
+	failure   *loadFailure // nil when the files on disk are in use
+}
+
+type loaded struct {
+	at    time.Time
+	files map[string][]Source // by domain, base names
+}
+
+type loadFailure struct {
+	problems map[string][]string // by domain
+}
+
+// setState records a poll at now. A nil l keeps the configuration in use; a
+// nil f says the files on disk are in use, unless l is nil and a failure is
+// on record: the same bad files are still there.
+func (r *Reloader) setState(now time.Time, l *loaded, f *loadFailure) {
+	next := reloadState{checkedAt: now, loaded: l, failure: f}
+	if prev := r.state.Load(); prev != nil {
+		if l == nil {
+			next.loaded = prev.loaded
+			if f == nil {
+				next.failure = prev.failure
+			}
+		}
+	}
+	r.state.Store(&next)
+}
+
+// failure sorts the problems of err (joined *ConfigError values, lines set)
+// by the domain of the file each is in: the domain the file on disk names,
+// or else the one its namesake in the configuration in use describes.
+func (r *Reloader) failure(err error, srcs []Source) *loadFailure {
+	domainOf := map[string]string{}
+	if st := r.state.Load(); st != nil && st.loaded != nil {
+		for d, files := range st.loaded.files {
+			for _, f := range files {
+				domainOf[f.Name] = d
+			}
+		}
+	}
+	for _, s := range srcs {
+		if d := fileDomain(s.Data); d != "" {
+			domainOf[filepath.Base(s.Name)] = d
+		}
+	}
+	f := &loadFailure{problems: map[string][]string{}}
+	for _, ce := range configErrors(err) {
+		ce := *ce
+		ce.File = filepath.Base(ce.File)
+		if d, ok := domainOf[ce.File]; ok {
+			f.problems[d] = append(f.problems[d], ce.Error())
+		}
+	}
+	return f
+}
+
+// configErrors lists the *ConfigError values in err, a tree of joined errors.
+func configErrors(err error) []*ConfigError {
+	var out []*ConfigError
+	var visit func(error)
+	visit = func(err error) {
+		if j, ok := err.(interface{ Unwrap() []error }); ok {
+			for _, e := range j.Unwrap() {
+				visit(e)
+			}
+			return
+		}
+		var ce *ConfigError
+		if errors.As(err, &ce) {
+			out = append(out, ce)
+		}
+	}
+	if err != nil {
+		visit(err)
+	}
+	return out
+}
+
+// filesByDomain groups srcs (which loaded) by the domain each describes,
+// under their base names.
+func filesByDomain(srcs []Source) map[string][]Source {
+	m := map[string][]Source{}
+	for _, s := range srcs {
+		d := fileDomain(s.Data)
+		m[d] = append(m[d], Source{Name: filepath.Base(s.Name), Data: s.Data})
+	}
+	return m
+}
+
+// fileDomain returns the top-level domain a YAML file names, read leniently
+// so a file with other problems still says whose it is; "" when it names
+// none.
+func fileDomain(data []byte) string {
+	var f struct {
+		Domain any `yaml:"domain"`
+	}
+	if err := yaml.Unmarshal(data, &f); err != nil {
+		return ""
+	}
+	d, _ := f.Domain.(string)
+	return d
 }

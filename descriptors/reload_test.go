@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -162,3 +163,93 @@ func FuzzLoad(f *testing.F) {
 		}
 	})
 }
+
+// TestReloaderDomainStatus: each domain sees its own files and problems,
+// and that the configuration as a whole is kept out while any file is bad.
+func TestReloaderDomainStatus(t *testing.T) {
+	dir := t.TempDir()
+	alpha := "domain: alpha\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 5}\n"
+	beta := "domain: beta\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 9}\n"
+	writeFile(t, filepath.Join(dir, "a.yaml"), alpha)
+	writeFile(t, filepath.Join(dir, "b.yaml"), beta)
+	start := time.Now()
+	r, err := NewReloader(dir, time.Hour, Options{}, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	must(t, err)
+	first := r.DomainStatus("alpha")
+	if first.LoadedAt.Before(start) || first.LoadedAt.After(time.Now()) || !first.CheckedAt.Equal(first.LoadedAt) {
+		t.Errorf("first load at %v, checked at %v; want both about now", first.LoadedAt, first.CheckedAt)
+	}
+	loadedAt := first.LoadedAt
+	at := func(sec int) time.Time { return loadedAt.Add(time.Duration(sec) * time.Second) }
+	status := func(when, domain string, want DomainStatus) {
+		t.Helper()
+		if diff := cmp.Diff(want, r.DomainStatus(domain)); diff != "" {
+			t.Errorf("%s: DomainStatus(%q) (-want +got):\n%s", when, domain, diff)
+		}
+	}
+	alphaFiles := []Source{{Name: "a.yaml", Data: []byte(alpha)}}
+	betaFiles := []Source{{Name: "b.yaml", Data: []byte(beta)}}
+	status("first load", "alpha", DomainStatus{Files: alphaFiles, LoadedAt: loadedAt, CheckedAt: loadedAt, Valid: true})
+	status("first load", "beta", DomainStatus{Files: betaFiles, LoadedAt: loadedAt, CheckedAt: loadedAt, Valid: true})
+	status("first load", "gamma", DomainStatus{LoadedAt: loadedAt, CheckedAt: loadedAt, Valid: true})
+
+	// A bad edit of beta's file: beta sees why, alpha only that it is held back.
+	r.now = func() time.Time { return at(10) }
+	writeFile(t, filepath.Join(dir, "b.yaml"), "domain: beta\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n")
+	if _, err := r.Reload(); err == nil {
+		t.Fatal("Reload of a bad edit: no error")
+	}
+	badUnit := []string{`b.yaml:4: domain "beta" › descriptors[0] › rate_limit: invalid rate limit unit 'fortnight'`}
+	status("bad edit", "beta", DomainStatus{Files: betaFiles, LoadedAt: loadedAt, CheckedAt: at(10), Problems: badUnit})
+	status("bad edit", "alpha", DomainStatus{Files: alphaFiles, LoadedAt: loadedAt, CheckedAt: at(10)})
+
+	// A poll of the same files keeps the problems and moves CheckedAt.
+	r.now = func() time.Time { return at(20) }
+	must(t, errorsOnly(r.Reload()))
+	status("second poll", "beta", DomainStatus{Files: betaFiles, LoadedAt: loadedAt, CheckedAt: at(20), Problems: badUnit})
+
+	// A file that is not YAML at all is still beta's: its name was beta's.
+	r.now = func() time.Time { return at(30) }
+	writeFile(t, filepath.Join(dir, "b.yaml"), "domain: beta\ndescriptors: [\n")
+	if _, err := r.Reload(); err == nil {
+		t.Fatal("Reload of broken YAML: no error")
+	}
+	if got := r.DomainStatus("beta"); len(got.Problems) != 1 || !strings.HasPrefix(got.Problems[0], "b.yaml") || got.Valid {
+		t.Errorf("broken YAML: beta's status %+v, want one problem in b.yaml", got)
+	}
+	if got := r.DomainStatus("alpha"); len(got.Problems) != 0 || got.Valid {
+		t.Errorf("broken YAML: alpha's status %+v, want invalid without problems", got)
+	}
+
+	// A new file that takes alpha's domain is alpha's problem.
+	writeFile(t, filepath.Join(dir, "b.yaml"), beta)
+	writeFile(t, filepath.Join(dir, "c.yaml"), alpha)
+	if _, err := r.Reload(); err == nil {
+		t.Fatal("Reload with alpha twice: no error")
+	}
+	status("duplicate domain", "alpha", DomainStatus{Files: alphaFiles, LoadedAt: loadedAt, CheckedAt: at(30),
+		Problems: []string{"c.yaml:1: duplicate domain 'alpha' in config file"}})
+	status("duplicate domain", "beta", DomainStatus{Files: betaFiles, LoadedAt: loadedAt, CheckedAt: at(30)})
+
+	// Fixed: valid again, a new load time, the new files.
+	r.now = func() time.Time { return at(40) }
+	must(t, os.Remove(filepath.Join(dir, "c.yaml")))
+	beta2 := strings.Replace(beta, "requests_per_unit: 9", "requests_per_unit: 90", 1)
+	writeFile(t, filepath.Join(dir, "b.yaml"), beta2)
+	if changed, err := r.Reload(); !changed || err != nil {
+		t.Fatalf("Reload of the fix = %v, %v", changed, err)
+	}
+	status("fixed", "beta", DomainStatus{Files: []Source{{Name: "b.yaml", Data: []byte(beta2)}}, LoadedAt: at(40), CheckedAt: at(40), Valid: true})
+	status("fixed", "alpha", DomainStatus{Files: alphaFiles, LoadedAt: at(40), CheckedAt: at(40), Valid: true})
+
+	// The directory itself gone: invalid, no domain's problem, files kept.
+	r.now = func() time.Time { return at(50) }
+	must(t, os.RemoveAll(dir))
+	if _, err := r.Reload(); err == nil {
+		t.Fatal("Reload of a missing directory: no error")
+	}
+	status("no directory", "alpha", DomainStatus{Files: alphaFiles, LoadedAt: at(40), CheckedAt: at(50)})
+}
+
+// errorsOnly drops Reload's changed flag.
+func errorsOnly(_ bool, err error) error { return err }

@@ -2,7 +2,9 @@ package restapi
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/throttle-rl/throttle/algorithms"
@@ -34,15 +36,29 @@ func handleMe() http.Handler {
 }
 
 type statsReply struct {
-	ClientID    string           `json:"client_id"`
-	TotalChecks int64            `json:"total_checks"`
-	Allowed     int64            `json:"allowed"`
-	Rejected    int64            `json:"rejected"`
-	ByAlgorithm map[string]int64 `json:"by_algorithm"`
+	ClientID       string            `json:"client_id"`
+	TotalChecks    int64             `json:"total_checks"`
+	Allowed        int64             `json:"allowed"`
+	Rejected       int64             `json:"rejected"`
+	ByAlgorithm    map[string]int64  `json:"by_algorithm"`
+	TopIdentifiers []identifierStats `json:"top_identifiers"`
 }
 
-// handleStats reports the caller's /check counts. A key may only read its own
-// client's stats: any other client id is 403.
+// identifierStats is one identifier's /check counts.
+type identifierStats struct {
+	Identifier  string    `json:"identifier"`
+	TotalChecks int64     `json:"total_checks"`
+	Allowed     int64     `json:"allowed"`
+	Rejected    int64     `json:"rejected"`
+	LastSeenAt  time.Time `json:"last_seen_at"`
+}
+
+// defaultTopIdentifiers is how many identifiers /stats lists without ?top=.
+const defaultTopIdentifiers = 10
+
+// handleStats reports the caller's /check counts, and its most checked
+// identifiers (?top=N, 0 to store.MaxTopIdentifiers, default 10). A key may
+// only read its own client's stats: any other client id is 403.
 func handleStats(usage *store.UsageRecorder) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c := clientFrom(r.Context())
@@ -50,22 +66,51 @@ func handleStats(usage *store.UsageRecorder) http.Handler {
 			writeError(w, r, &apiError{http.StatusForbidden, "FORBIDDEN", "an API key can only read its own client's stats"})
 			return
 		}
+		n := defaultTopIdentifiers
+		if q := r.URL.Query(); q.Has("top") {
+			v, err := strconv.Atoi(q.Get("top"))
+			if err != nil || v < 0 || v > store.MaxTopIdentifiers {
+				writeError(w, r, invalidField(fmt.Sprintf("top must be a whole number between 0 and %d", store.MaxTopIdentifiers)))
+				return
+			}
+			n = v
+		}
 		u, err := usage.Usage(r.Context(), c.ID)
 		if err != nil {
 			writeError(w, r, err)
 			return
+		}
+		idents, err := usage.TopIdentifiers(r.Context(), c.ID, n)
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		top := make([]identifierStats, 0, len(idents))
+		for _, id := range idents {
+			top = append(top, identifierStats{
+				Identifier: id.Identifier, TotalChecks: id.Total(), Allowed: id.Allowed, Rejected: id.Rejected,
+				LastSeenAt: id.LastSeen.UTC(),
+			})
 		}
 		by := make(map[string]int64, len(algorithms.Algorithms))
 		for _, a := range algorithms.Algorithms {
 			by[string(a)] = u.ByAlgorithm[string(a)]
 		}
 		encode(w, r, http.StatusOK, statsReply{
-			ClientID:    c.ID,
-			TotalChecks: u.TotalChecks,
-			Allowed:     u.Allowed,
-			Rejected:    u.Rejected,
-			ByAlgorithm: by,
+			ClientID:       c.ID,
+			TotalChecks:    u.TotalChecks,
+			Allowed:        u.Allowed,
+			Rejected:       u.Rejected,
+			ByAlgorithm:    by,
+			TopIdentifiers: top,
 		})
+	})
+}
+
+// handleNotFound answers as an unknown route does.
+func handleNotFound() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, r, &apiError{http.StatusNotFound, "NOT_FOUND", fmt.Sprintf("no such route: %s %s", r.Method, r.URL.Path)})
 	})
 }
 

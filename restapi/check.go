@@ -106,7 +106,7 @@ func handleCheck(d Deps, m *metrics, byIP bool) http.Handler {
 		alg := string(limit.Algorithm)
 
 		if d.Cache.Exempt(c.ID, identifier) {
-			d.Usage.Record(c.ID, alg, true)
+			d.Usage.Record(c.ID, identifier, alg, true)
 			m.decisions.WithLabelValues("rest", alg, "exempt").Inc()
 			h := w.Header()
 			h.Set("X-RateLimit-Limit", strconv.FormatInt(limit.Limit, 10))
@@ -136,7 +136,7 @@ func handleCheck(d Deps, m *metrics, byIP bool) http.Handler {
 		if dec.Limit == 0 {
 			dec.Limit = limit.Limit
 		}
-		d.Usage.Record(c.ID, alg, dec.Allowed)
+		d.Usage.Record(c.ID, identifier, alg, dec.Allowed)
 		outcome := "allowed"
 		if !dec.Allowed {
 			outcome = "rejected"

@@ -47,6 +47,10 @@ type Deps struct {
 	// RegisterLimit limits POST /register per client IP. Default (zero
 	// value): 10 per hour, fixed window.
 	RegisterLimit algorithms.Limit
+	// Descriptors reports the descriptor YAML of a domain for GET
+	// /descriptors (only ever asked about the caller's own domain). Default
+	// nil: the server has no DESCRIPTORS_DIR.
+	Descriptors func(domain string) DescriptorStatus
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
 }

@@ -30,10 +30,20 @@ func TestRoutingErrors(t *testing.T) {
 	if want := `{"error":"method GET is not allowed on /check; allowed: POST","code":"METHOD_NOT_ALLOWED"}`; strings.TrimSpace(r.body) != want {
 		t.Errorf("405 body = %s, want %s", r.body, want)
 	}
-	r = e.call(t, "PUT", "/rules/x", c.Key, "")
+	r = e.call(t, "PATCH", "/rules/x", c.Key, "")
 	wantError(t, r, http.StatusMethodNotAllowed, "METHOD_NOT_ALLOWED")
-	if allow := r.header.Get("Allow"); allow != "DELETE" {
-		t.Errorf("Allow = %q, want DELETE", allow)
+	if allow := r.header.Get("Allow"); allow != "DELETE, PUT" {
+		t.Errorf("Allow = %q, want DELETE, PUT", allow)
+	}
+
+	// The dashboard: its page, JSON 404s for files it does not have, and a
+	// redirect from /ui.
+	if r := e.call(t, "GET", "/ui/", "", ""); r.status != http.StatusOK || !strings.Contains(r.body, "<title>Throttle · Dashboard</title>") {
+		t.Errorf("GET /ui/ = %d %.80q", r.status, r.body)
+	}
+	wantError(t, e.call(t, "GET", "/ui/missing.js", "", ""), http.StatusNotFound, "NOT_FOUND")
+	if w := serve(e.handler, newRequest(t, "GET", "/ui", "")); w.Code/100 != 3 || w.Header().Get("Location") != "/ui/" {
+		t.Errorf("GET /ui = %d Location %q, want a redirect to /ui/", w.Code, w.Header().Get("Location"))
 	}
 
 	big := `{"identifier":"` + strings.Repeat("x", maxBodyBytes) + `"}`

@@ -4,6 +4,8 @@ import (
 	"net/http"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/throttle-rl/throttle/restapi/ui"
 )
 
 // addRoutes lists the whole REST surface.
@@ -23,6 +25,7 @@ func addRoutes(mux *http.ServeMux, d Deps, m *metrics) {
 
 	mux.Handle("POST /rules", auth(handleRuleCreate(d.DB, d.Cache)))
 	mux.Handle("GET /rules/list", auth(handleRuleList(d.DB)))
+	mux.Handle("PUT /rules/{name}", auth(handleRuleUpdate(d.DB, d.Cache)))
 	mux.Handle("DELETE /rules/{name}", auth(handleRuleDelete(d.DB, d.Cache)))
 
 	mux.Handle("POST /exemptions", auth(handleExemptionCreate(d.DB, d.Cache)))
@@ -30,4 +33,7 @@ func addRoutes(mux *http.ServeMux, d Deps, m *metrics) {
 	mux.Handle("DELETE /exemptions/{identifier...}", auth(handleExemptionDelete(d.DB, d.Cache)))
 
 	mux.Handle("GET /stats/{client_id}", auth(handleStats(d.Usage)))
+	mux.Handle("GET /descriptors", auth(handleDescriptors(d.Descriptors)))
+
+	mux.Handle("GET /ui/", ui.Handler("/ui/", handleNotFound()))
 }

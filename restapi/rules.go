@@ -10,7 +10,7 @@ import (
 	"github.com/throttle-rl/throttle/store"
 )
 
-// ruleRequest is the body of POST /rules.
+// ruleRequest is the body of POST /rules and PUT /rules/{name}.
 type ruleRequest struct {
 	Name        string                  `json:"name"`
 	Algorithm   string                  `json:"algorithm"`
@@ -47,7 +47,6 @@ func newRuleReply(r store.Rule) ruleReply {
 // defaults to the client's default algorithm.
 func handleRuleCreate(db *store.DB, cache *store.Cache) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c := clientFrom(r.Context())
 		req, err := decode[ruleRequest](w, r)
 		if err != nil {
 			writeError(w, r, err)
@@ -57,42 +56,87 @@ func handleRuleCreate(db *store.DB, cache *store.Cache) http.Handler {
 			writeError(w, r, missingField("name is required"))
 			return
 		}
-		name := req.Algorithm
-		if name == "" {
-			name = c.DefaultAlgorithm
+		rule, err := ruleFromRequest(clientFrom(r.Context()), req)
+		if err == nil {
+			rule, err = db.CreateRule(r.Context(), rule)
 		}
-		alg, err := algorithms.ParseAlgorithm(name)
-		if err != nil {
-			writeError(w, r, invalidField("algorithm must be fixed_window, sliding_window or token_bucket"))
-			return
-		}
-		limit, err := inlineLimit(alg, req.Limit, req.Window, req.RefillRate)
-		if err != nil {
-			writeError(w, r, err)
-			return
-		}
-		rule, err := db.CreateRule(r.Context(), store.Rule{
-			ClientID:    c.ID,
-			Name:        req.Name,
-			Algorithm:   string(limit.Algorithm),
-			Limit:       limit.Limit,
-			Window:      limit.Window,
-			RefillRate:  limit.RefillRate,
-			Descriptors: req.Descriptors,
-		})
-		switch {
-		case errors.Is(err, store.ErrDuplicateDescriptors):
-			err = &apiError{http.StatusConflict, "DESCRIPTORS_EXIST", "another rule already has these descriptors: an Envoy request must match one rule"}
-		case errors.Is(err, store.ErrConflict):
+		if errors.Is(err, store.ErrConflict) && !errors.Is(err, store.ErrDuplicateDescriptors) {
 			err = &apiError{http.StatusConflict, "RULE_EXISTS", fmt.Sprintf("rule %q already exists", req.Name)}
 		}
 		if err != nil {
-			writeError(w, r, err)
+			writeError(w, r, ruleError(err))
 			return
 		}
 		refresh(r, cache)
 		encode(w, r, http.StatusCreated, newRuleReply(rule))
 	})
+}
+
+// handleRuleUpdate replaces one of the caller's rules: the body is that of
+// POST /rules, and every field it leaves out takes its default, as on
+// create. The name cannot change (a body naming another is 400); the
+// creation time is kept.
+func handleRuleUpdate(db *store.DB, cache *store.Cache) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		name := r.PathValue("name")
+		req, err := decode[ruleRequest](w, r)
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		if req.Name != "" && req.Name != name {
+			writeError(w, r, invalidField(fmt.Sprintf("name %q differs from the rule's name %q in the path: a rule cannot be renamed (create the new one, then delete the old)", req.Name, name)))
+			return
+		}
+		req.Name = name
+		rule, err := ruleFromRequest(clientFrom(r.Context()), req)
+		if err == nil {
+			rule, err = db.UpdateRule(r.Context(), rule)
+		}
+		if errors.Is(err, store.ErrNotFound) {
+			err = &apiError{http.StatusNotFound, "RULE_NOT_FOUND", fmt.Sprintf("rule %q not found", name)}
+		}
+		if err != nil {
+			writeError(w, r, ruleError(err))
+			return
+		}
+		refresh(r, cache)
+		encode(w, r, http.StatusOK, newRuleReply(rule))
+	})
+}
+
+// ruleFromRequest checks a POST /rules or PUT /rules/{name} body and turns
+// it into the rule to store for client c.
+func ruleFromRequest(c store.Client, req ruleRequest) (store.Rule, error) {
+	name := req.Algorithm
+	if name == "" {
+		name = c.DefaultAlgorithm
+	}
+	alg, err := algorithms.ParseAlgorithm(name)
+	if err != nil {
+		return store.Rule{}, invalidField("algorithm must be fixed_window, sliding_window or token_bucket")
+	}
+	limit, err := inlineLimit(alg, req.Limit, req.Window, req.RefillRate)
+	if err != nil {
+		return store.Rule{}, err
+	}
+	return store.Rule{
+		ClientID:    c.ID,
+		Name:        req.Name,
+		Algorithm:   string(limit.Algorithm),
+		Limit:       limit.Limit,
+		Window:      limit.Window,
+		RefillRate:  limit.RefillRate,
+		Descriptors: req.Descriptors,
+	}, nil
+}
+
+// ruleError maps the store's rule errors that both create and update share.
+func ruleError(err error) error {
+	if errors.Is(err, store.ErrDuplicateDescriptors) {
+		return &apiError{http.StatusConflict, "DESCRIPTORS_EXIST", "another rule already has these descriptors: an Envoy request must match one rule"}
+	}
+	return err
 }
 
 // handleRuleList lists the caller's rules by name; [] when there are none.

@@ -96,6 +96,77 @@ func TestRules(t *testing.T) {
 	})
 }
 
+// TestRuleUpdate: PUT /rules/{name} replaces a rule, keeps its name and
+// creation time, and takes effect on /check at once.
+func TestRuleUpdate(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		e := newEnv(t, b)
+		c := e.register(t, "rule-update", `"default_algorithm":"sliding_window"`)
+		r := e.call(t, "POST", "/rules", c.Key, `{"name":"api","algorithm":"fixed_window","limit":2,"window":60}`)
+		if r.status != http.StatusCreated {
+			t.Fatalf("POST /rules = %d %s", r.status, r.body)
+		}
+		created := decodeReply[ruleReply](t, r)
+		if _, err := e.db.CreateRule(t.Context(), store.Rule{ClientID: c.ID, Name: "edge", Algorithm: "fixed_window", Limit: 1, Window: time.Minute,
+			Descriptors: []store.DescriptorEntry{{Key: "path", Value: "/login"}}}); err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			e.check(t, c, `{"identifier":"u","rule":"api"}`)
+		}
+		if got, _ := e.check(t, c, `{"identifier":"u","rule":"api"}`); got.Allowed {
+			t.Fatalf("third check under limit 2 = %+v, want rejected", got)
+		}
+
+		// Same algorithm, higher limit: the counter is kept (2 used of 5).
+		r = e.call(t, "PUT", "/rules/api", c.Key, `{"algorithm":"fixed_window","limit":5,"window":60}`)
+		if r.status != http.StatusOK {
+			t.Fatalf("PUT /rules/api = %d %s, want 200", r.status, r.body)
+		}
+		want := ruleReply{Name: "api", Algorithm: "fixed_window", Limit: 5, Window: 60, CreatedAt: created.CreatedAt}
+		if diff := cmp.Diff(want, decodeReply[ruleReply](t, r)); diff != "" {
+			t.Errorf("PUT /rules/api reply (-want +got):\n%s", diff)
+		}
+		if got, _ := e.check(t, c, `{"identifier":"u","rule":"api"}`); !got.Allowed || got.Limit != 5 || got.Remaining != 2 {
+			t.Errorf("check after raising the limit = %+v, want allowed, limit 5, remaining 2", got)
+		}
+
+		// Fields left out take their defaults; the body may repeat the name.
+		r = e.call(t, "PUT", "/rules/api", c.Key, `{"name":"api","limit":10,"window":3600,"descriptors":[{"key":"user_id"}]}`)
+		want = ruleReply{Name: "api", Algorithm: "sliding_window", Limit: 10, Window: 3600,
+			Descriptors: []store.DescriptorEntry{{Key: "user_id"}}, CreatedAt: created.CreatedAt}
+		if diff := cmp.Diff(want, decodeReply[ruleReply](t, r)); r.status != http.StatusOK || diff != "" {
+			t.Errorf("PUT /rules/api with defaults = %d (-want +got):\n%s", r.status, diff)
+		}
+		list := decodeReply[[]ruleReply](t, e.call(t, "GET", "/rules/list", c.Key, ""))
+		if len(list) != 2 || !cmp.Equal(want, list[0]) {
+			t.Errorf("GET /rules/list after PUT = %+v, want %+v first", list, want)
+		}
+
+		for _, tt := range []struct {
+			name, path, body string
+			status           int
+			code             string
+		}{
+			{"unknown rule", "/rules/nope", `{"algorithm":"fixed_window","limit":1,"window":60}`, 404, "RULE_NOT_FOUND"},
+			{"rename", "/rules/api", `{"name":"other","algorithm":"fixed_window","limit":1,"window":60}`, 400, "INVALID_FIELD"},
+			{"missing limit", "/rules/api", `{"algorithm":"fixed_window","window":60}`, 400, "MISSING_FIELD"},
+			{"bad algorithm", "/rules/api", `{"algorithm":"leaky","limit":1,"window":60}`, 400, "INVALID_FIELD"},
+			{"typo", "/rules/api", `{"algorithm":"fixed_window","limit":1,"windwo":60}`, 400, "UNKNOWN_FIELD"},
+			{"empty body", "/rules/api", ``, 400, "INVALID_JSON"},
+			{"descriptors of another rule", "/rules/api", `{"algorithm":"fixed_window","limit":1,"window":60,"descriptors":[{"key":"path","value":"/login"}]}`, 409, "DESCRIPTORS_EXIST"},
+		} {
+			t.Run(tt.name, func(t *testing.T) {
+				wantError(t, e.call(t, "PUT", tt.path, c.Key, tt.body), tt.status, tt.code)
+			})
+		}
+		// The refused updates changed nothing.
+		if got := decodeReply[[]ruleReply](t, e.call(t, "GET", "/rules/list", c.Key, "")); !cmp.Equal(want, got[0]) {
+			t.Errorf("rule after refused updates = %+v, want %+v", got[0], want)
+		}
+	})
+}
+
 func TestExemptions(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		e := newEnv(t, b)
@@ -143,7 +214,7 @@ func TestStats(t *testing.T) {
 		e := newEnv(t, b)
 		c := e.register(t, "stats")
 		r := e.call(t, "GET", "/stats/"+c.ID, c.Key, "")
-		want := `{"client_id":"` + c.ID + `","total_checks":0,"allowed":0,"rejected":0,"by_algorithm":{"fixed_window":0,"sliding_window":0,"token_bucket":0}}`
+		want := `{"client_id":"` + c.ID + `","total_checks":0,"allowed":0,"rejected":0,"by_algorithm":{"fixed_window":0,"sliding_window":0,"token_bucket":0},"top_identifiers":[]}`
 		if r.status != http.StatusOK || strings.TrimSpace(r.body) != want {
 			t.Errorf("GET /stats with no checks = %d %s, want %s", r.status, r.body, want)
 		}
@@ -151,17 +222,52 @@ func TestStats(t *testing.T) {
 			e.check(t, c, `{"identifier":"u","limit":2,"window":60,"algorithm":"fixed_window"}`)
 		}
 		e.check(t, c, `{"identifier":"u","limit":2,"algorithm":"token_bucket"}`)
-		r = e.call(t, "GET", "/stats/"+c.ID, c.Key, "")
-		want = `{"client_id":"` + c.ID + `","total_checks":4,"allowed":3,"rejected":1,"by_algorithm":{"fixed_window":3,"sliding_window":0,"token_bucket":1}}`
-		if r.status != http.StatusOK || strings.TrimSpace(r.body) != want {
-			t.Errorf("GET /stats = %d %s, want %s", r.status, r.body, want)
+		e.check(t, c, `{"identifier":"v","limit":2,"algorithm":"token_bucket"}`)
+		if r := e.call(t, "POST", "/exemptions", c.Key, `{"identifier":"vip"}`); r.status != http.StatusCreated {
+			t.Fatalf("POST /exemptions = %d %s", r.status, r.body)
 		}
+		for range 2 {
+			e.check(t, c, `{"identifier":"vip","limit":1,"window":60,"algorithm":"fixed_window"}`)
+		}
+		wantStats := statsReply{
+			ClientID: c.ID, TotalChecks: 7, Allowed: 6, Rejected: 1,
+			ByAlgorithm: map[string]int64{"fixed_window": 5, "sliding_window": 0, "token_bucket": 2},
+			TopIdentifiers: []identifierStats{
+				{Identifier: "u", TotalChecks: 4, Allowed: 3, Rejected: 1},
+				{Identifier: "vip", TotalChecks: 2, Allowed: 2},
+				{Identifier: "v", TotalChecks: 1, Allowed: 1},
+			},
+		}
+		stats := func(when, query string, want statsReply) {
+			t.Helper()
+			r := e.call(t, "GET", "/stats/"+c.ID+query, c.Key, "")
+			if r.status != http.StatusOK {
+				t.Fatalf("%s: GET /stats%s = %d %s", when, query, r.status, r.body)
+			}
+			got := decodeReply[statsReply](t, r)
+			for _, id := range got.TopIdentifiers {
+				if time.Since(id.LastSeenAt) > time.Minute || id.LastSeenAt.After(time.Now()) {
+					t.Errorf("%s: %s last seen at %v, want about now", when, id.Identifier, id.LastSeenAt)
+				}
+			}
+			if diff := cmp.Diff(want, got, cmpopts.IgnoreFields(identifierStats{}, "LastSeenAt")); diff != "" {
+				t.Errorf("%s: GET /stats%s (-want +got):\n%s", when, query, diff)
+			}
+		}
+		stats("before a flush", "", wantStats)
 		// A flush to the database changes nothing the client sees.
 		if err := e.usage.Flush(t.Context()); err != nil {
 			t.Fatalf("flush usage: %v", err)
 		}
-		if r := e.call(t, "GET", "/stats/"+c.ID, c.Key, ""); strings.TrimSpace(r.body) != want {
-			t.Errorf("GET /stats after a flush = %s, want %s", r.body, want)
+		stats("after a flush", "", wantStats)
+		top1 := wantStats
+		top1.TopIdentifiers = wantStats.TopIdentifiers[:1]
+		stats("top 1", "?top=1", top1)
+		top0 := wantStats
+		top0.TopIdentifiers = []identifierStats{}
+		stats("top 0", "?top=0", top0)
+		for _, q := range []string{"?top=-1", "?top=101", "?top=ten", "?top="} {
+			wantError(t, e.call(t, "GET", "/stats/"+c.ID+q, c.Key, ""), 400, "INVALID_FIELD")
 		}
 	})
 }
@@ -193,6 +299,7 @@ func TestTenantIsolation(t *testing.T) {
 		}
 		wantError(t, e.call(t, "POST", "/check", bb.Key, `{"identifier":"u","rule":"shared"}`), 404, "RULE_NOT_FOUND")
 		wantError(t, e.call(t, "DELETE", "/rules/shared", bb.Key, ""), 404, "RULE_NOT_FOUND")
+		wantError(t, e.call(t, "PUT", "/rules/shared", bb.Key, `{"algorithm":"fixed_window","limit":100,"window":60}`), 404, "RULE_NOT_FOUND")
 		wantError(t, e.call(t, "DELETE", "/exemptions/vip", bb.Key, ""), 404, "EXEMPTION_NOT_FOUND")
 		wantError(t, e.call(t, "GET", "/stats/"+a.ID, bb.Key, ""), 403, "FORBIDDEN")
 		if got, _ := e.check(t, bb, `{"identifier":"vip","limit":1,"window":60}`); got.Exempted {

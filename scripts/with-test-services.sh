@@ -3,7 +3,9 @@
 #
 # Runs CMD with a throw-away Redis and PostgreSQL on free loopback ports, then
 # stops them and removes their data. Installs redis-server and postgresql with
-# apt-get when they are missing (CI runs as root on a fresh Debian machine).
+# apt-get when they are missing (CI runs as root on a fresh Debian machine),
+# and the other programs the tests run: python3, nodejs, curl, and chromium
+# with a font for the dashboard's browser test.
 # CMD sees:
 #   THROTTLE_TEST_REDIS_URL      redis://127.0.0.1:PORT/0
 #   THROTTLE_TEST_REDIS_SERVER   path of redis-server (tests that stop/start Redis use it)
@@ -27,6 +29,9 @@ find_pg_bin >/dev/null || need+=(postgresql)
 command -v python3 >/dev/null 2>&1 || need+=(python3)
 command -v node >/dev/null 2>&1 || need+=(nodejs)
 command -v curl >/dev/null 2>&1 || need+=(curl)
+# The dashboard test drives Debian's headless Chromium (cmd/throttle/dashboard_test.go).
+[ -x /usr/bin/chromium ] || need+=(chromium)
+[ -d /usr/share/fonts/truetype/dejavu ] || need+=(fonts-dejavu-core)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     log "missing ${need[*]}: install them (apt-get install ${need[*]}) or run as root"

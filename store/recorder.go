@@ -13,6 +13,17 @@ import (
 // clients rarely meet on one mutex.
 const recorderShards = 32
 
+// MaxIdentifiersPerFlush bounds the identifiers of one client that a
+// UsageRecorder counts per identifier between two flushes (so, with
+// serve's flush every second, per second and replica): decisions of further
+// identifiers still count in the client's totals, not per identifier. It
+// bounds the recorder's memory and the rows one flush writes.
+const MaxIdentifiersPerFlush = 1000
+
+// pruneEvery is how often Run deletes the counts of identifiers unseen for
+// IdentifierRetention.
+const pruneEvery = time.Hour
+
 // UsageRecorder counts /check decisions in memory and adds them to the
 // database in batches, so the hot path never waits on a write.
 type UsageRecorder struct {
@@ -30,8 +41,48 @@ type UsageRecorder struct {
 }
 
 type recorderShard struct {
-	mu     sync.Mutex
+	mu sync.Mutex
+	pending
+	// tracked counts each client's keys in idents, for MaxIdentifiersPerFlush.
+	tracked map[string]int
+}
+
+// pending is what a shard counted since the last flush.
+type pending struct {
 	counts map[usageKey]*usageCount
+	idents map[identifierKey]*usageCount
+}
+
+// take empties the shard and returns what it held. s.mu must be held.
+func (s *recorderShard) take() pending {
+	t := s.pending
+	s.counts = map[usageKey]*usageCount{}
+	s.idents = map[identifierKey]*usageCount{}
+	s.tracked = map[string]int{}
+	return t
+}
+
+// merge adds t's counts (a failed flush's) back into s. s.mu must be held.
+func (s *recorderShard) merge(t pending) {
+	for k, c := range t.counts {
+		if cur := s.counts[k]; cur != nil {
+			cur.allowed += c.allowed
+			cur.rejected += c.rejected
+		} else {
+			s.counts[k] = c
+		}
+	}
+	for k, c := range t.idents {
+		if cur := s.idents[k]; cur != nil {
+			cur.allowed += c.allowed
+			cur.rejected += c.rejected
+		} else {
+			// A put-back may go over MaxIdentifiersPerFlush once; it is
+			// what was already counted, so nothing is dropped.
+			s.idents[k] = c
+			s.tracked[k.clientID]++
+		}
+	}
 }
 
 // NewUsageRecorder returns a recorder that Run flushes to db every `every`
@@ -45,7 +96,7 @@ func NewUsageRecorder(db *DB, every time.Duration, log *slog.Logger) *UsageRecor
 	}
 	r := &UsageRecorder{db: db, every: every, log: log, seed: maphash.MakeSeed()}
 	for i := range r.shards {
-		r.shards[i].counts = map[usageKey]*usageCount{}
+		r.shards[i].take()
 	}
 	return r
 }
@@ -54,10 +105,12 @@ func (r *UsageRecorder) shard(clientID string) *recorderShard {
 	return &r.shards[maphash.String(r.seed, clientID)%recorderShards]
 }
 
-// Record counts one decision. It takes one short, sharded lock and never
-// touches the database. Calls without a client id are ignored; an
-// algorithm name the database would refuse is counted under no algorithm.
-func (r *UsageRecorder) Record(clientID, algorithm string, allowed bool) {
+// Record counts one decision of identifier. It takes one short, sharded
+// lock and never touches the database. Calls without a client id are
+// ignored; an algorithm name the database would refuse is counted under no
+// algorithm; an identifier that is empty or not an exemption's kind of text,
+// or one past MaxIdentifiersPerFlush, counts in the totals only.
+func (r *UsageRecorder) Record(clientID, identifier, algorithm string, allowed bool) {
 	if clientID == "" {
 		return
 	}
@@ -67,26 +120,50 @@ func (r *UsageRecorder) Record(clientID, algorithm string, allowed bool) {
 	s := r.shard(clientID)
 	k := usageKey{clientID, algorithm}
 	s.mu.Lock()
-	c := s.counts[k]
+	defer s.mu.Unlock()
+	count(s.counts, k, allowed)
+	if identifier == "" {
+		return
+	}
+	ik := identifierKey{clientID, identifier}
+	if s.idents[ik] == nil {
+		if s.tracked[clientID] >= MaxIdentifiersPerFlush || !trackedIdentifier(identifier) {
+			return
+		}
+		s.tracked[clientID]++
+	}
+	count(s.idents, ik, allowed)
+}
+
+// count adds one decision to m[k].
+func count[K comparable](m map[K]*usageCount, k K, allowed bool) {
+	c := m[k]
 	if c == nil {
 		c = &usageCount{}
-		s.counts[k] = c
+		m[k] = c
 	}
 	if allowed {
 		c.allowed++
 	} else {
 		c.rejected++
 	}
-	s.mu.Unlock()
 }
 
 // Run flushes every `every` until ctx ends, then flushes once more with its
 // own 5-second deadline and returns nil. A failed flush keeps its counts for
-// the next one.
+// the next one. Every hour (and when it starts) it also deletes the counts
+// of identifiers unseen for IdentifierRetention.
 func (r *UsageRecorder) Run(ctx context.Context) error {
 	t := time.NewTicker(r.every)
 	defer t.Stop()
+	var pruned time.Time
 	for {
+		if now := r.db.now(); now.Sub(pruned) >= pruneEvery {
+			pruned = now
+			if _, err := r.db.PruneIdentifierUsage(ctx, now.Add(-IdentifierRetention)); err != nil && ctx.Err() == nil {
+				r.log.Warn("prune identifier usage; will retry", "err", err)
+			}
+		}
 		select {
 		case <-ctx.Done():
 			final, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -110,44 +187,38 @@ func (r *UsageRecorder) Flush(ctx context.Context) error {
 	r.flushMu.Lock()
 	defer r.flushMu.Unlock()
 
-	taken := make([]map[usageKey]*usageCount, recorderShards)
-	var deltas []Usage
+	taken := make([]pending, recorderShards)
+	var (
+		deltas []Usage
+		idents []IdentifierUsage
+	)
+	seen := r.db.now()
 	for i := range r.shards {
 		s := &r.shards[i]
 		s.mu.Lock()
-		if len(s.counts) > 0 {
-			taken[i] = s.counts
-			s.counts = map[usageKey]*usageCount{}
-		}
+		taken[i] = s.take()
 		s.mu.Unlock()
-		for k, c := range taken[i] {
+		for k, c := range taken[i].counts {
 			deltas = append(deltas, usageDelta(k, *c))
 		}
+		for k, c := range taken[i].idents {
+			idents = append(idents, IdentifierUsage{ClientID: k.clientID, Identifier: k.identifier, Allowed: c.allowed, Rejected: c.rejected, LastSeen: seen})
+		}
 	}
-	if len(deltas) == 0 {
+	if len(deltas) == 0 && len(idents) == 0 {
 		return nil
 	}
-	err := r.db.AddUsage(ctx, deltas)
+	err := r.db.addUsage(ctx, deltas, idents)
 	if err == nil {
 		return nil
 	}
-	for i, counts := range taken {
-		if counts == nil {
-			continue
-		}
+	for i := range taken {
 		s := &r.shards[i]
 		s.mu.Lock()
-		for k, c := range counts {
-			if cur := s.counts[k]; cur != nil {
-				cur.allowed += c.allowed
-				cur.rejected += c.rejected
-			} else {
-				s.counts[k] = c
-			}
-		}
+		s.merge(taken[i])
 		s.mu.Unlock()
 	}
-	return fmt.Errorf("flush %d usage counts: %w", len(deltas), err)
+	return fmt.Errorf("flush %d usage counts: %w", len(deltas)+len(idents), err)
 }
 
 func usageDelta(k usageKey, c usageCount) Usage {
@@ -176,4 +247,65 @@ func (r *UsageRecorder) Usage(ctx context.Context, clientID string) (Usage, erro
 		}
 	}
 	return u, nil
+}
+
+// TopIdentifiers returns the client's n most checked identifiers, as
+// DB.TopIdentifiers orders them, counting those in the database and those
+// recorded here and not yet flushed (whose LastSeen is now). n is capped at
+// MaxTopIdentifiers.
+func (r *UsageRecorder) TopIdentifiers(ctx context.Context, clientID string, n int) ([]IdentifierUsage, error) {
+	n = min(n, MaxTopIdentifiers)
+	if n <= 0 {
+		return []IdentifierUsage{}, nil
+	}
+	r.flushMu.RLock()
+	defer r.flushMu.RUnlock()
+	top, err := r.db.TopIdentifiers(ctx, clientID, n)
+	if err != nil {
+		return nil, err
+	}
+	unflushed := map[string]usageCount{}
+	s := r.shard(clientID)
+	s.mu.Lock()
+	for k, c := range s.idents {
+		if k.clientID == clientID {
+			unflushed[k.identifier] = *c
+		}
+	}
+	s.mu.Unlock()
+	if len(unflushed) == 0 {
+		return top, nil
+	}
+	// An identifier with unflushed counts may be missing from the stored top
+	// n: read its stored counts, add the pending ones, and rank again. One
+	// without is ranked by its stored counts, which the top n already holds.
+	names := make([]string, 0, len(unflushed))
+	for id := range unflushed {
+		names = append(names, id)
+	}
+	stored, err := r.db.identifierUsage(ctx, clientID, names)
+	if err != nil {
+		return nil, err
+	}
+	all := map[string]IdentifierUsage{}
+	for _, list := range [][]IdentifierUsage{top, stored} {
+		for _, u := range list {
+			all[u.Identifier] = u
+		}
+	}
+	now := r.db.now().UTC().Truncate(time.Second)
+	for id, c := range unflushed {
+		u := all[id]
+		u.ClientID, u.Identifier = clientID, id
+		u.Allowed += c.allowed
+		u.Rejected += c.rejected
+		u.LastSeen = now
+		all[id] = u
+	}
+	merged := make([]IdentifierUsage, 0, len(all))
+	for _, u := range all {
+		merged = append(merged, u)
+	}
+	sortIdentifierUsage(merged)
+	return merged[:min(n, len(merged))], nil
 }

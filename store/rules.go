@@ -34,9 +34,72 @@ func scanRule(row rowScanner) (Rule, error) {
 // empty Algorithm takes the client's DefaultAlgorithm. A name the client
 // already uses is ErrConflict; an unknown client is ErrNotFound.
 func (db *DB) CreateRule(ctx context.Context, r Rule) (Rule, error) {
+	r, descriptors, err := db.prepareRule(ctx, r)
+	if err != nil {
+		return Rule{}, err
+	}
+	r.CreatedAt = db.timestamp()
+	err = db.inTx(ctx, nil, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, db.q(`INSERT INTO rules
+			(client_id, name, algorithm, "limit", window_seconds, refill_rate, descriptors, created_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?)`),
+			r.ClientID, r.Name, r.Algorithm, r.Limit, int64(r.Window/time.Second), r.RefillRate, descriptors, r.CreatedAt)
+		if err != nil {
+			return err
+		}
+		return db.bumpRevision(ctx, tx)
+	})
+	if err != nil {
+		return Rule{}, ruleWriteError("create", r, descriptors, err)
+	}
+	return r, nil
+}
+
+// UpdateRule replaces the algorithm, limit, window, refill rate and
+// descriptors of the client's rule called r.Name with r's, keeping its name
+// and CreatedAt, and returns the rule as stored. An empty Algorithm takes the
+// client's DefaultAlgorithm, as in CreateRule. No such rule (for this
+// client) is ErrNotFound; descriptors another rule of the client has are
+// ErrDuplicateDescriptors.
+//
+// Counters are keyed by the rule's name and algorithm, so a rule that keeps
+// its algorithm keeps its counters (hits already counted in the current
+// window count against the new limit), and one that changes it starts afresh.
+func (db *DB) UpdateRule(ctx context.Context, r Rule) (Rule, error) {
+	r, descriptors, err := db.prepareRule(ctx, r)
+	if err != nil {
+		return Rule{}, err
+	}
+	err = db.inTx(ctx, nil, func(tx *sql.Tx) error {
+		row := tx.QueryRowContext(ctx, db.q(`UPDATE rules
+			SET algorithm = ?, "limit" = ?, window_seconds = ?, refill_rate = ?, descriptors = ?
+			WHERE client_id = ? AND name = ?
+			RETURNING created_at`),
+			r.Algorithm, r.Limit, int64(r.Window/time.Second), r.RefillRate, descriptors, r.ClientID, r.Name)
+		if err := row.Scan(timeScanner{&r.CreatedAt}); err != nil {
+			if errors.Is(err, sql.ErrNoRows) {
+				return fmt.Errorf("rule %q: %w", r.Name, ErrNotFound)
+			}
+			return err
+		}
+		return db.bumpRevision(ctx, tx)
+	})
+	if errors.Is(err, ErrNotFound) {
+		return Rule{}, err
+	}
+	if err != nil {
+		return Rule{}, ruleWriteError("update", r, descriptors, err)
+	}
+	return r, nil
+}
+
+// prepareRule checks r for CreateRule and UpdateRule: its client id in
+// canonical form, the client's default algorithm when it has none, and its
+// descriptors encoded for the descriptors column.
+func (db *DB) prepareRule(ctx context.Context, r Rule) (Rule, string, error) {
 	clientID, ok := clientUUID(r.ClientID)
 	if !ok {
-		return Rule{}, fmt.Errorf("client %q: %w", r.ClientID, ErrNotFound)
+		return Rule{}, "", fmt.Errorf("client %q: %w", r.ClientID, ErrNotFound)
 	}
 	r.ClientID = clientID
 	if r.Algorithm == "" {
@@ -44,48 +107,40 @@ func (db *DB) CreateRule(ctx context.Context, r Rule) (Rule, error) {
 		probe := r
 		probe.Algorithm = TokenBucket
 		if _, err := normalizeRule(probe); err != nil {
-			return Rule{}, err
+			return Rule{}, "", err
 		}
 		c, err := db.ClientByID(ctx, clientID)
 		if err != nil {
-			return Rule{}, err
+			return Rule{}, "", err
 		}
 		r.Algorithm = c.DefaultAlgorithm
 	}
 	r, err := normalizeRule(r)
 	if err != nil {
-		return Rule{}, err
+		return Rule{}, "", err
 	}
 	descriptors := []byte("[]")
 	if len(r.Descriptors) > 0 {
 		if descriptors, err = json.Marshal(r.Descriptors); err != nil {
-			return Rule{}, fmt.Errorf("rule %q: encode descriptors: %w", r.Name, err)
+			return Rule{}, "", fmt.Errorf("rule %q: encode descriptors: %w", r.Name, err)
 		}
 	}
-	r.CreatedAt = db.timestamp()
-	err = db.inTx(ctx, nil, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, db.q(`INSERT INTO rules
-			(client_id, name, algorithm, "limit", window_seconds, refill_rate, descriptors, created_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?)`),
-			r.ClientID, r.Name, r.Algorithm, r.Limit, int64(r.Window/time.Second), r.RefillRate, string(descriptors), r.CreatedAt)
-		if err != nil {
-			return err
+	return r, string(descriptors), nil
+}
+
+// ruleWriteError turns a failed INSERT or UPDATE of rule r into the error
+// callers branch on.
+func ruleWriteError(op string, r Rule, descriptors string, err error) error {
+	switch kind, constraint := classify(err); kind {
+	case uniqueViolation:
+		if strings.Contains(constraint, "descriptors") {
+			return fmt.Errorf("rule %q: descriptors %s: %w", r.Name, descriptors, ErrDuplicateDescriptors)
 		}
-		return db.bumpRevision(ctx, tx)
-	})
-	if err != nil {
-		switch kind, constraint := classify(err); kind {
-		case uniqueViolation:
-			if strings.Contains(constraint, "descriptors") {
-				return Rule{}, fmt.Errorf("rule %q: descriptors %s: %w", r.Name, descriptors, ErrDuplicateDescriptors)
-			}
-			return Rule{}, fmt.Errorf("rule %q: %w", r.Name, ErrConflict)
-		case foreignKeyViolation:
-			return Rule{}, fmt.Errorf("client %q: %w", r.ClientID, ErrNotFound)
-		}
-		return Rule{}, fmt.Errorf("create rule %q: %w", r.Name, err)
+		return fmt.Errorf("rule %q: %w", r.Name, ErrConflict)
+	case foreignKeyViolation:
+		return fmt.Errorf("client %q: %w", r.ClientID, ErrNotFound)
 	}
-	return r, nil
+	return fmt.Errorf("%s rule %q: %w", op, r.Name, err)
 }
 
 // Rules returns the client's rules ordered by name.

@@ -117,6 +117,7 @@ The *DB type offers:
 	(*DB).CreateRule(ctx, r Rule) (Rule, error)         // ErrConflict on duplicate name; empty Algorithm = client's default
 	(*DB).Rules(ctx, clientID string) ([]Rule, error)   // ordered by name
 	(*DB).Rule(ctx, clientID, name string) (Rule, error)
+	(*DB).UpdateRule(ctx, r Rule) (Rule, error)         // ErrNotFound, ErrDuplicateDescriptors; keeps CreatedAt
 	(*DB).DeleteRule(ctx, clientID, name string) error  // ErrNotFound
 
 	(*DB).CreateExemption(ctx, e Exemption) (Exemption, error) // ErrConflict on duplicate
@@ -126,6 +127,8 @@ The *DB type offers:
 
 	(*DB).AddUsage(ctx, deltas []Usage) error           // atomic increments, one transaction; one algorithm per delta
 	(*DB).Usage(ctx, clientID string) (Usage, error)
+	(*DB).TopIdentifiers(ctx, clientID string, n int) ([]IdentifierUsage, error)  // per-identifier counts, most checked first
+	(*DB).PruneIdentifierUsage(ctx, before time.Time) (int64, error)
 
 	(*DB).Revision(ctx) (int64, error)                  // bumped by every write above except AddUsage
 	(*DB).Snapshot(ctx) (Snapshot, error)
@@ -148,7 +151,8 @@ Cache (NewCache(db *DB, every time.Duration, log *slog.Logger) *Cache):
 	(*Cache).Exempt(clientID, identifier) bool
 
 Usage recorder (NewUsageRecorder(db *DB, every time.Duration, log *slog.Logger) *UsageRecorder):
-	(*UsageRecorder).Record(clientID, algorithm string, allowed bool)   // lock-cheap, never blocks on the DB
+	(*UsageRecorder).Record(clientID, identifier, algorithm string, allowed bool)   // lock-cheap, never blocks on the DB
+	(*UsageRecorder).TopIdentifiers(ctx, clientID, n) ([]IdentifierUsage, error)  // DB + not yet flushed, most checked first
 	(*UsageRecorder).Run(ctx) error      // flushes every `every`; on ctx end flushes once more (with its own short deadline) and returns
 	(*UsageRecorder).Flush(ctx) error    // flush now; on failure the counts are kept for the next flush
 	(*UsageRecorder).Usage(ctx, clientID) (Usage, error)   // DB + not yet flushed; failed flushes are kept and retried, never dropped

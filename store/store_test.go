@@ -637,17 +637,17 @@ func TestMigrate(t *testing.T) {
 			t.Fatalf("version of an empty database = %d, %v, %v; want 0, false, nil", version, dirty, err)
 		}
 		version, dirty, err = Migrate(ctx, url, "up")
-		if err != nil || version != 2 || dirty {
-			t.Fatalf("up = %d, %v, %v; want 2, false, nil", version, dirty, err)
+		if err != nil || version != 3 || dirty {
+			t.Fatalf("up = %d, %v, %v; want 3, false, nil", version, dirty, err)
 		}
-		if version, _, err = Migrate(ctx, url, "up"); err != nil || version != 2 {
-			t.Fatalf("up again = %d, %v; want 2, nil", version, err)
+		if version, _, err = Migrate(ctx, url, "up"); err != nil || version != 3 {
+			t.Fatalf("up again = %d, %v; want 3, nil", version, err)
 		}
 
 		db := mustOpen(t, url)
 		mustCreateClient(t, db, "Alpha")
 
-		for _, want := range []uint{1, 0} {
+		for _, want := range []uint{2, 1, 0} {
 			version, dirty, err = Migrate(ctx, url, "down")
 			if err != nil || version != want || dirty {
 				t.Fatalf("down = %d, %v, %v; want %d, false, nil", version, dirty, err, want)
@@ -660,8 +660,8 @@ func TestMigrate(t *testing.T) {
 			t.Error("down on an empty schema: want an error")
 		}
 		version, _, err = Migrate(ctx, url, "up")
-		if err != nil || version != 2 {
-			t.Fatalf("up after down = %d, %v; want 2, nil", version, err)
+		if err != nil || version != 3 {
+			t.Fatalf("up after down = %d, %v; want 3, nil", version, err)
 		}
 		rev, err := db.Revision(ctx)
 		if err != nil || rev != 0 {
@@ -746,5 +746,73 @@ func TestRuleDescriptorsUnique(t *testing.T) {
 		}
 		_, err = db.CreateRule(ctx, Rule{ClientID: a.ID, Name: "huge", Algorithm: FixedWindow, Limit: 1 << 32, Window: time.Minute, Descriptors: []DescriptorEntry{{Key: "k"}}})
 		wantErr(t, err, ErrInvalid, "4294967295")
+	})
+}
+
+// TestUpdateRule: an update replaces everything but the name and creation
+// time, bumps the revision, and refuses what CreateRule refuses.
+func TestUpdateRule(t *testing.T) {
+	eachDialect(t, func(t *testing.T, url string) {
+		ctx := t.Context()
+		db := mustOpen(t, url)
+		a, b := mustCreateClient(t, db, "Alpha"), mustCreateClient(t, db, "Beta")
+		orig, err := db.CreateRule(ctx, Rule{ClientID: a.ID, Name: "api", Algorithm: FixedWindow, Limit: 5, Window: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.CreateRule(ctx, Rule{ClientID: a.ID, Name: "edge", Algorithm: FixedWindow, Limit: 5, Window: time.Minute,
+			Descriptors: []DescriptorEntry{{Key: "path", Value: "/login"}}}); err != nil {
+			t.Fatal(err)
+		}
+		rev, err := db.Revision(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		// No algorithm: the client's default (sliding_window).
+		got, err := db.UpdateRule(ctx, Rule{ClientID: a.ID, Name: "api", Limit: 50, Window: time.Hour,
+			Descriptors: []DescriptorEntry{{Key: "user_id"}}})
+		if err != nil {
+			t.Fatalf("UpdateRule: %v", err)
+		}
+		want := Rule{ClientID: a.ID, Name: "api", Algorithm: SlidingWindow, Limit: 50, Window: time.Hour,
+			Descriptors: []DescriptorEntry{{Key: "user_id"}}, CreatedAt: orig.CreatedAt}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("UpdateRule reply (-want +got):\n%s", diff)
+		}
+		stored, err := db.Rule(ctx, a.ID, "api")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(want, stored); diff != "" {
+			t.Errorf("rule after UpdateRule (-want +got):\n%s", diff)
+		}
+		if now, err := db.Revision(ctx); err != nil || now != rev+1 {
+			t.Errorf("revision after UpdateRule = %d, %v; want %d", now, err, rev+1)
+		}
+
+		// Back to no descriptors, as a token bucket.
+		got, err = db.UpdateRule(ctx, Rule{ClientID: a.ID, Name: "api", Algorithm: TokenBucket, Limit: 7, RefillRate: 0.5})
+		if err != nil {
+			t.Fatalf("UpdateRule to a token bucket: %v", err)
+		}
+		if got.Descriptors != nil || got.Window != 0 || got.RefillRate != 0.5 || got.Algorithm != TokenBucket {
+			t.Errorf("UpdateRule to a token bucket = %+v", got)
+		}
+
+		_, err = db.UpdateRule(ctx, Rule{ClientID: a.ID, Name: "api", Algorithm: FixedWindow, Limit: 1, Window: time.Second,
+			Descriptors: []DescriptorEntry{{Key: "path", Value: "/login"}}})
+		wantErr(t, err, ErrDuplicateDescriptors, "api")
+		_, err = db.UpdateRule(ctx, Rule{ClientID: a.ID, Name: "missing", Algorithm: FixedWindow, Limit: 1, Window: time.Second})
+		wantErr(t, err, ErrNotFound, "missing")
+		_, err = db.UpdateRule(ctx, Rule{ClientID: b.ID, Name: "api", Algorithm: FixedWindow, Limit: 1, Window: time.Second})
+		wantErr(t, err, ErrNotFound, "api")
+		_, err = db.UpdateRule(ctx, Rule{ClientID: a.ID, Name: "api", Algorithm: FixedWindow, Limit: 0, Window: time.Second})
+		wantErr(t, err, ErrInvalid, "limit")
+		_, err = db.UpdateRule(ctx, Rule{ClientID: "nope", Name: "api", Algorithm: FixedWindow, Limit: 1, Window: time.Second})
+		wantErr(t, err, ErrNotFound, "client")
+		if now, err := db.Revision(ctx); err != nil || now != rev+2 {
+			t.Errorf("revision after refused updates = %d, %v; want %d (unchanged)", now, err, rev+2)
+		}
 	})
 }

@@ -24,6 +24,12 @@ type usageCount struct{ allowed, rejected int64 }
 // INSERT … ON CONFLICT DO UPDATE, so concurrent callers (several replicas)
 // never lose an increment.
 func (db *DB) AddUsage(ctx context.Context, deltas []Usage) error {
+	return db.addUsage(ctx, deltas, nil)
+}
+
+// addUsage is AddUsage that also adds per-identifier counts (checked by the
+// caller), all in one transaction.
+func (db *DB) addUsage(ctx context.Context, deltas []Usage, idents []IdentifierUsage) error {
 	sum := make(map[usageKey]usageCount, len(deltas))
 	for i, d := range deltas {
 		k, c, err := usageRow(d)
@@ -35,7 +41,7 @@ func (db *DB) AddUsage(ctx context.Context, deltas []Usage) error {
 		s.rejected += c.rejected
 		sum[k] = s
 	}
-	if len(sum) == 0 {
+	if len(sum) == 0 && len(idents) == 0 {
 		return nil
 	}
 	// A fixed order: two concurrent batches lock rows in the same order, so
@@ -48,6 +54,9 @@ func (db *DB) AddUsage(ctx context.Context, deltas []Usage) error {
 		return cmp.Or(strings.Compare(a.clientID, b.clientID), strings.Compare(a.algorithm, b.algorithm))
 	})
 	return db.inTx(ctx, nil, func(tx *sql.Tx) error {
+		if len(keys) == 0 {
+			return db.addIdentifierUsage(ctx, tx, idents)
+		}
 		stmt, err := tx.PrepareContext(ctx, db.q(`INSERT INTO usage (client_id, algorithm, allowed, rejected)
 			VALUES (?, ?, ?, ?)
 			ON CONFLICT (client_id, algorithm) DO UPDATE SET
@@ -66,7 +75,7 @@ func (db *DB) AddUsage(ctx context.Context, deltas []Usage) error {
 				return fmt.Errorf("add usage: %w", err)
 			}
 		}
-		return nil
+		return db.addIdentifierUsage(ctx, tx, idents)
 	})
 }
 

@@ -91,8 +91,8 @@ func TestMigrateCommand(t *testing.T) {
 	var out bytes.Buffer
 	for _, step := range []struct{ arg, want string }{
 		{"version", "database schema version 0\n"},
-		{"up", "database schema version 2\n"},
-		{"down", "database schema version 1\n"},
+		{"up", "database schema version 3\n"},
+		{"down", "database schema version 2\n"},
 	} {
 		out.Reset()
 		if err := run(context.Background(), []string{"migrate", step.arg}, env(map[string]string{"DATABASE_URL": dbURL}), &out, &out); err != nil {

@@ -82,13 +82,16 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer) error {
 		return err
 	}
 
-	var current func() *descriptors.Config
+	var (
+		current    func() *descriptors.Config
+		descStatus func(string) restapi.DescriptorStatus
+	)
 	if cfg.DescriptorsDir != "" {
 		r, err := descriptors.NewReloader(cfg.DescriptorsDir, cfg.ReloadInterval, descriptors.Options{MergeDomains: cfg.MergeDomains}, log, reg)
 		if err != nil {
 			return fmt.Errorf("DESCRIPTORS_DIR: %w", err)
 		}
-		current = r.Current
+		current, descStatus = r.Current, domainStatus(r)
 		goBG("descriptors", r.Run)
 		log.Info("descriptor configuration loaded", "dir", cfg.DescriptorsDir, "domains", r.Current().DomainCount())
 	}
@@ -104,6 +107,7 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer) error {
 		Log: log, DB: db, Cache: cache, Usage: usage, Limiter: limiter, Registerer: reg, Gatherer: reg,
 		TrustedProxies: cfg.TrustedProxies,
 		RegisterLimit:  algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: cfg.RegisterLimit, Window: time.Hour},
+		Descriptors:    descStatus,
 	})
 	httpSrv := restapi.NewServer(net.JoinHostPort(cfg.BindAddress, strconv.Itoa(cfg.Port)), handler)
 
@@ -207,4 +211,19 @@ func newLimiter(ctx context.Context, cfg *config, log *slog.Logger, reg promethe
 	}
 	goBG("circuit probe", g.Run)
 	return g, "redis", nil
+}
+
+// domainStatus hands the reloader's view of a domain to the REST API in its
+// own types.
+func domainStatus(r *descriptors.Reloader) func(string) restapi.DescriptorStatus {
+	return func(domain string) restapi.DescriptorStatus {
+		s := r.DomainStatus(domain)
+		files := make([]restapi.DescriptorFile, len(s.Files))
+		for i, f := range s.Files {
+			files[i] = restapi.DescriptorFile{Name: f.Name, Content: string(f.Data)}
+		}
+		return restapi.DescriptorStatus{
+			Files: files, LoadedAt: s.LoadedAt, CheckedAt: s.CheckedAt, Valid: s.Valid, Problems: s.Problems,
+		}
+	}
 }

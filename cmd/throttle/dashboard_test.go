@@ -1,0 +1,317 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/throttle-rl/throttle/internal/throttletest"
+)
+
+// chromiumPath is Debian's chromium, which scripts/with-test-services.sh
+// installs.
+const chromiumPath = "/usr/bin/chromium"
+
+// TestDashboard drives the operator dashboard at /ui/ in a real headless
+// Chromium against the built binary: sign in with a key, create and edit a
+// rule, add an exemption, and watch checks made over HTTP show up in the
+// chart and the top identifiers. Screenshots go to the test's temp dir (or
+// THROTTLE_SCREENSHOT_DIR, to keep them); with THROTTLE_UPDATE_SCREENSHOT=1
+// the last one also replaces docs/dashboard.png.
+func TestDashboard(t *testing.T) {
+	browser, err := exec.LookPath(chromiumPath)
+	if err != nil {
+		t.Fatalf("%s not found (%v): run the tests via scripts/with-test-services.sh (make test), which installs Debian's chromium package", chromiumPath, err)
+	}
+	descDir := t.TempDir()
+	edgeYAML, err := os.ReadFile("testdata/edge.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(descDir, "edge.yaml"), edgeYAML, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := throttletest.Start(t, "DESCRIPTORS_DIR="+descDir)
+	code, _, reg := doJSON(t, "POST", s.URL+"/register", "", `{"name":"Edge gateway","email":"edge-ops@example.com","domain":"edge","default_algorithm":"sliding_window"}`)
+	key, _ := reg["api_key"].(string)
+	if code != 201 || !strings.HasPrefix(key, "thr_") {
+		t.Fatalf("register: %d %v", code, reg)
+	}
+
+	shots := t.TempDir()
+	if dir := os.Getenv("THROTTLE_SCREENSHOT_DIR"); dir != "" {
+		shots = dir // kept after the test, to look at
+	}
+	ctx := newBrowser(t, browser)
+	console := watchConsole(t, ctx)
+	shot := func(name string) []byte {
+		t.Helper()
+		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+		if err != nil {
+			t.Fatalf("screenshot %s: %v", name, err)
+		}
+		p := filepath.Join(shots, name)
+		if err := os.WriteFile(p, png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("screenshot: %s", p)
+		return png
+	}
+	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(ctx, steps...); err != nil {
+			shot("failed.png")
+			t.Fatalf("%s: %v\nbrowser console: %q", what, err, console())
+		}
+	}
+	eval := func(what, js string) string {
+		t.Helper()
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](js))
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		return v
+	}
+	waitFor := func(what, js string) {
+		t.Helper()
+		if _, err := chromedp.Run(ctx, chromedp.Poll[chromedp.Void](js, chromedp.WithPollingInterval(100*time.Millisecond), chromedp.WithPollingTimeout(20*time.Second))); err != nil {
+			shot("failed.png")
+			t.Fatalf("waiting for %s (%s): %v\nbrowser console: %q", what, js, err, console())
+		}
+	}
+
+	// Sign in.
+	do("load /ui/", chromedp.Navigate(s.URL+"/ui/"), chromedp.WaitVisible(chromedp.ID("api-key")))
+	if title := eval("title", `document.title`); title != "Throttle · Dashboard" {
+		t.Errorf("title = %q", title)
+	}
+	do("bad key", chromedp.SendKeys(chromedp.ID("api-key"), "thr_wrong"), chromedp.Click(chromedp.ID("login-submit")))
+	waitFor("the bad key refused", `!document.getElementById('login-error').hidden`)
+	if msg := eval("login error", `document.getElementById('login-error').textContent`); !strings.Contains(msg, "INVALID_API_KEY") {
+		t.Errorf("login error = %q, want INVALID_API_KEY", msg)
+	}
+	do("paste the key", chromedp.SetValue(chromedp.ID("api-key"), key))
+	shot("01-login.png")
+	do("sign in", chromedp.Click(chromedp.ID("login-submit")))
+	waitFor("the dashboard", `document.getElementById('app').dataset.state === 'ready'`)
+	if who := eval("client", `document.getElementById('client-name').textContent + ' ' + document.getElementById('client-domain').textContent`); who != "Edge gateway edge" {
+		t.Errorf("signed in as %q, want Edge gateway edge", who)
+	}
+	// The key is in this tab's session only: not in local storage, cookies or the URL.
+	if got := eval("storage", `[sessionStorage.getItem('throttle.apiKey') === `+strconv.Quote(key)+`, localStorage.length, document.cookie, location.href].join('|')`); got != "true|0||"+s.URL+"/ui/" {
+		t.Errorf("storage = %q, want the key in sessionStorage only", got)
+	}
+
+	// Create a rule, then edit it.
+	do("create a rule",
+		chromedp.Click(chromedp.ID("rule-new")),
+		chromedp.SendKeys(chromedp.ID("rule-name"), "api_default"),
+		chromedp.SetValue(chromedp.ID("rule-algorithm"), "fixed_window"),
+		chromedp.SendKeys(chromedp.ID("rule-limit"), "5"),
+		chromedp.SendKeys(chromedp.ID("rule-window"), "3600"),
+		chromedp.Click(chromedp.ID("rule-submit")),
+		chromedp.WaitVisible(chromedp.CSS(`tr[data-rule="api_default"]`)),
+	)
+	if got := eval("rule row", `document.querySelector('tr[data-rule="api_default"]').innerText.replace(/\s+/g, ' ').trim()`); !strings.HasPrefix(got, "api_default fixed_window 5 3,600 s") {
+		t.Errorf("rule row = %q, want api_default fixed_window 5 3,600 s", got)
+	}
+	do("edit the rule",
+		chromedp.Click(chromedp.CSS(`tr[data-rule="api_default"] button[data-action="edit"]`)),
+		chromedp.WaitVisible(chromedp.ID("rule-form")),
+		chromedp.SetValue(chromedp.ID("rule-limit"), "20"),
+		chromedp.Click(chromedp.ID("rule-submit")),
+	)
+	waitFor("the edited limit", `(document.querySelector('tr[data-rule="api_default"] td[data-field="limit"]') || {}).textContent === '20'`)
+	do("create a descriptor rule",
+		chromedp.Click(chromedp.ID("rule-new")),
+		chromedp.SendKeys(chromedp.ID("rule-name"), "login"),
+		chromedp.SetValue(chromedp.ID("rule-algorithm"), "token_bucket"),
+		chromedp.SendKeys(chromedp.ID("rule-limit"), "5"),
+		chromedp.SendKeys(chromedp.ID("rule-refill"), "0.1"),
+		chromedp.SendKeys(chromedp.ID("rule-descriptors"), "path=/login, remote_address"),
+		chromedp.Click(chromedp.ID("rule-submit")),
+		chromedp.WaitVisible(chromedp.CSS(`tr[data-rule="login"]`)),
+	)
+	rules := getJSONList(t, s.URL+"/rules/list", key)
+	if len(rules) != 2 || rules[0]["name"] != "api_default" || rules[0]["limit"] != float64(20) ||
+		rules[1]["name"] != "login" || rules[1]["refill_rate"] != 0.1 || fmt.Sprint(rules[1]["descriptors"]) != "[map[key:path value:/login] map[key:remote_address]]" {
+		t.Errorf("rules over HTTP after the UI made them = %v", rules)
+	}
+
+	// An exemption.
+	do("add an exemption",
+		chromedp.SendKeys(chromedp.ID("exemption-identifier"), "internal-service"),
+		chromedp.SendKeys(chromedp.ID("exemption-reason"), "health checker"),
+		chromedp.Click(chromedp.ID("exemption-submit")),
+		chromedp.WaitVisible(chromedp.CSS(`tr[data-exemption="internal-service"]`)),
+	)
+	shot("02-rules.png")
+
+	// Traffic over HTTP, in rounds across several polls: alice goes over
+	// the rule's 20 per hour, the exempt identifier never does.
+	perRound := func(id string, round int) int {
+		switch id {
+		case "alice":
+			return 3 + round%3
+		case "bob":
+			return 1 + round%2
+		case "carol":
+			return 1
+		case "dave":
+			return min(1, round%3)
+		}
+		return 2 + round%2 // internal-service
+	}
+	var allowed, rejected, alice int
+	const rounds = 10
+	for round := range rounds {
+		for _, id := range []string{"alice", "bob", "carol", "dave", "internal-service"} {
+			for range perRound(id, round) {
+				code, _, body := doJSON(t, "POST", s.URL+"/check", key, `{"identifier":"`+id+`","rule":"api_default"}`)
+				if code != 200 {
+					t.Fatalf("check %s: %d %v", id, code, body)
+				}
+				if body["allowed"] == true {
+					allowed++
+				} else {
+					rejected++
+				}
+				if id == "alice" {
+					alice++
+				}
+			}
+		}
+		if round < rounds-1 {
+			time.Sleep(time.Second)
+		}
+	}
+	if rejected != alice-20 {
+		t.Fatalf("rejected %d checks, want %d (alice's beyond 20)", rejected, alice-20)
+	}
+	waitFor(fmt.Sprintf("the chart to count %d allowed and %d rejected", allowed, rejected),
+		fmt.Sprintf(`(c => c.dataset.allowed === '%d' && c.dataset.rejected === '%d')(document.getElementById('chart'))`, allowed, rejected))
+	if n := eval("chart bars", `String(document.querySelectorAll('#chart rect.bar-bad').length)`); n == "0" {
+		t.Error("the chart draws no rejected bar")
+	}
+	if got := eval("top identifier", `document.querySelector('#identifiers tbody tr').innerText.replace(/\s+/g, ' ').trim()`); !strings.HasPrefix(got, fmt.Sprintf("alice %d 20 %d", alice, rejected)) {
+		t.Errorf("top identifier row = %q, want alice %d 20 %d", got, alice, rejected)
+	}
+	if got := eval("rejected stat", `document.getElementById('stat-rejected').textContent`); got != strconv.Itoa(rejected) {
+		t.Errorf("rejected stat = %q, want %d", got, rejected)
+	}
+
+	// The descriptor YAML of the client's domain, loaded.
+	if got := eval("descriptors", `document.getElementById('desc-badge').textContent + '|' + document.querySelector('pre[data-file="edge.yaml"]').textContent`); got != "loaded|"+string(edgeYAML) {
+		t.Errorf("descriptors panel = %q, want loaded and edge.yaml", got)
+	}
+	final := shot("03-dashboard.png")
+	if os.Getenv("THROTTLE_UPDATE_SCREENSHOT") == "1" {
+		if err := os.WriteFile("../../docs/dashboard.png", final, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// A reload of the tab keeps the session; signing out forgets the key.
+	do("reload", chromedp.Reload())
+	waitFor("the dashboard after a reload", `document.getElementById('app').dataset.state === 'ready'`)
+	do("sign out", chromedp.Click(chromedp.ID("signout")), chromedp.WaitVisible(chromedp.ID("api-key")))
+	if got := eval("storage after sign out", `String(sessionStorage.length + localStorage.length)`); got != "0" {
+		t.Errorf("storage entries after sign out = %s, want 0", got)
+	}
+
+	for _, m := range console() {
+		t.Errorf("browser console: %s", m)
+	}
+}
+
+// newBrowser starts headless Chromium with a fresh profile; it is stopped
+// when the test ends.
+func newBrowser(t *testing.T, path string) context.Context {
+	t.Helper()
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(path),
+		chromedp.Headless,
+		chromedp.NoSandbox, // CI runs as root
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1360, 900),
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.Flag("disable-extensions", true),
+		chromedp.Flag("force-device-scale-factor", "1"),
+	}
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(alloc)
+	t.Cleanup(func() { cancel(); cancelAlloc() })
+	if err := chromedp.Do(ctx); err != nil { // starts the browser
+		t.Fatalf("start %s: %v", path, err)
+	}
+	return ctx
+}
+
+// watchConsole collects the page's console errors, uncaught exceptions and
+// browser log errors (a Content-Security-Policy violation is one); the
+// returned func lists those seen so far.
+func watchConsole(t *testing.T, ctx context.Context) func() []string {
+	t.Helper()
+	var (
+		mu   sync.Mutex
+		seen []string
+	)
+	messages := chromedp.Console(ctx)
+	go func() {
+		for m, err := range messages {
+			if err != nil {
+				return
+			}
+			// The refused sign-in with a bad key is expected to 401.
+			expected := m.Source == "network" && strings.Contains(m.Text, "status of 401")
+			if (m.Type == chromedp.ConsoleError || m.IsException()) && !expected {
+				mu.Lock()
+				seen = append(seen, m.String())
+				mu.Unlock()
+			}
+		}
+	}()
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), seen...)
+	}
+}
+
+// getJSONList GETs url with key and decodes a JSON array of objects.
+func getJSONList(t *testing.T, url, key string) []map[string]any {
+	t.Helper()
+	req, err := http.NewRequest("GET", url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("X-API-Key", key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	var list []map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("GET %s: %d %v", url, resp.StatusCode, err)
+	}
+	return list
+}

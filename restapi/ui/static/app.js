@@ -1,0 +1,533 @@
+// Throttle operator dashboard: a thin client of the REST API on the same
+// origin. The API key lives in this tab's sessionStorage only (nothing
+// persistent, no cookie, never in the URL) and is sent as X-API-Key.
+'use strict';
+
+(function () {
+  const KEY_STORE = 'throttle.apiKey';
+  const STATS_EVERY_MS = 2000;
+  const DESCRIPTORS_EVERY_MS = 10000;
+  const SLOTS = 60; // samples the chart shows (2 minutes at 2 s)
+  const SVG = 'http://www.w3.org/2000/svg';
+
+  const $ = (id) => document.getElementById(id);
+  const nf = new Intl.NumberFormat('en-US');
+  const fmt = (n) => nf.format(n);
+
+  let state = fresh();
+
+  function fresh() {
+    return {
+      key: '', me: null, timers: [], lastTotals: null, lastIdents: new Map(), lastAt: 0,
+      samples: [], editing: null, rules: [],
+    };
+  }
+
+  // ---- API -------------------------------------------------------------
+
+  class APIError extends Error {
+    constructor(status, code, message) { super(message); this.status = status; this.code = code; }
+  }
+
+  async function api(method, path, body, key) {
+    const headers = { 'X-API-Key': key || state.key };
+    const init = { method, headers, cache: 'no-store', credentials: 'omit', referrerPolicy: 'no-referrer' };
+    if (body !== undefined) {
+      headers['Content-Type'] = 'application/json';
+      init.body = JSON.stringify(body);
+    }
+    let res;
+    try {
+      res = await fetch(path, init);
+    } catch (e) {
+      throw new APIError(0, 'NETWORK', 'the server cannot be reached');
+    }
+    let data = null;
+    try { data = await res.json(); } catch (e) { /* no JSON body */ }
+    if (!res.ok) {
+      const msg = data && data.error ? data.error : res.status + ' ' + res.statusText;
+      throw new APIError(res.status, data && data.code ? data.code : 'HTTP_' + res.status, msg);
+    }
+    return data;
+  }
+
+  function describe(err) {
+    return err.code && err.code !== 'NETWORK' ? err.message + ' (' + err.code + ')' : err.message;
+  }
+
+  // ---- DOM helpers -----------------------------------------------------
+
+  function el(tag, attrs, ...children) {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (k === 'class') e.className = v;
+      else if (k === 'text') e.textContent = v;
+      else if (k === 'style') e.style.cssText = v; // CSSOM: allowed by the page's CSP
+      else if (k.startsWith('on')) e.addEventListener(k.slice(2), v);
+      else e.setAttribute(k, v);
+    }
+    for (const c of children) {
+      if (c !== null && c !== undefined) e.append(c);
+    }
+    return e;
+  }
+
+  function svg(tag, attrs, text) {
+    const e = document.createElementNS(SVG, tag);
+    for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
+    if (text !== undefined) e.textContent = text;
+    return e;
+  }
+
+  function showError(id, err) {
+    const p = $(id);
+    if (!err) { p.hidden = true; p.textContent = ''; return; }
+    p.textContent = typeof err === 'string' ? err : describe(err);
+    p.hidden = false;
+  }
+
+  let toastTimer = 0;
+  function toast(msg, bad) {
+    const t = $('toast');
+    t.textContent = msg;
+    t.className = bad ? 'toast bad' : 'toast';
+    t.hidden = false;
+    clearTimeout(toastTimer);
+    toastTimer = setTimeout(() => { t.hidden = true; }, 3500);
+  }
+
+  function timeOf(iso) {
+    const d = new Date(iso);
+    return isNaN(d) ? '' : d.toLocaleTimeString('en-GB', { hour12: false });
+  }
+
+  function dateTimeOf(iso) {
+    const d = new Date(iso);
+    if (isNaN(d)) return '';
+    return d.toLocaleDateString('en-CA') + ' ' + d.toLocaleTimeString('en-GB', { hour12: false });
+  }
+
+  function ago(iso) {
+    const s = Math.max(0, Math.round((Date.now() - new Date(iso).getTime()) / 1000));
+    if (s < 5) return 'just now';
+    if (s < 60) return s + ' s ago';
+    if (s < 3600) return Math.floor(s / 60) + ' min ago';
+    if (s < 86400) return Math.floor(s / 3600) + ' h ago';
+    return Math.floor(s / 86400) + ' d ago';
+  }
+
+  // Two clicks delete: the first arms the button, the second confirms.
+  function confirmButton(label, onConfirm) {
+    const b = el('button', { type: 'button', class: 'btn small danger', text: label });
+    let armed = 0;
+    b.addEventListener('click', () => {
+      if (!armed) {
+        b.textContent = 'Confirm';
+        armed = setTimeout(() => { armed = 0; b.textContent = label; }, 4000);
+        return;
+      }
+      clearTimeout(armed);
+      armed = 0;
+      onConfirm();
+    });
+    return b;
+  }
+
+  // ---- session ---------------------------------------------------------
+
+  async function signIn(key, quiet) {
+    showError('login-error', null);
+    let me;
+    try {
+      me = await api('GET', '/me', undefined, key);
+    } catch (err) {
+      if (err.status === 401) sessionStorage.removeItem(KEY_STORE);
+      if (!quiet || err.status !== 401) showError('login-error', err);
+      return;
+    }
+    state.key = key;
+    state.me = me;
+    sessionStorage.setItem(KEY_STORE, key);
+    $('api-key').value = '';
+    $('client-name').textContent = me.name;
+    $('client-domain').textContent = me.domain;
+    $('login').hidden = true;
+    $('dashboard').hidden = false;
+    $('session').hidden = false;
+    $('app').dataset.state = 'signed-in';
+    drawChart();
+    await Promise.all([loadRules(), loadExemptions(), pollStats(), loadDescriptors()]);
+    state.timers.push(setInterval(pollStats, STATS_EVERY_MS));
+    state.timers.push(setInterval(loadDescriptors, DESCRIPTORS_EVERY_MS));
+    $('app').dataset.state = 'ready';
+  }
+
+  function signOut(message) {
+    for (const t of state.timers) clearInterval(t);
+    sessionStorage.removeItem(KEY_STORE);
+    state = fresh();
+    $('dashboard').hidden = true;
+    $('session').hidden = true;
+    $('login').hidden = false;
+    $('app').dataset.state = 'signed-out';
+    for (const id of ['rules', 'exemptions', 'identifiers']) $(id).tBodies[0].replaceChildren();
+    closeRuleForm();
+    showError('login-error', message || null);
+    $('api-key').focus();
+  }
+
+  // A key that stops working (client gone, key rotated) signs the tab out.
+  function handleAuth(err) {
+    if (err.status === 401) {
+      signOut('The API key is no longer accepted: ' + describe(err));
+      return true;
+    }
+    return false;
+  }
+
+  // ---- stats and chart -------------------------------------------------
+
+  async function pollStats() {
+    if (!state.me) return;
+    let s;
+    try {
+      s = await api('GET', '/stats/' + encodeURIComponent(state.me.client_id) + '?top=10');
+    } catch (err) {
+      if (handleAuth(err)) return;
+      $('live').classList.add('stale');
+      $('live-text').textContent = 'not updating: ' + err.message;
+      return;
+    }
+    const now = Date.now();
+    const interval = state.lastAt ? (now - state.lastAt) / 1000 : 0;
+    const prev = state.lastTotals;
+    const sample = { at: now, allowed: 0, rejected: 0 };
+    if (prev) {
+      sample.allowed = Math.max(0, s.allowed - prev.allowed);
+      sample.rejected = Math.max(0, s.rejected - prev.rejected);
+    }
+    state.samples.push(sample);
+    if (state.samples.length > SLOTS) state.samples.shift();
+    state.lastTotals = { allowed: s.allowed, rejected: s.rejected };
+    state.lastAt = now;
+
+    $('live').classList.remove('stale');
+    $('live-text').textContent = 'live · ' + new Date(now).toLocaleTimeString('en-GB', { hour12: false });
+    renderStats(s, sample, interval);
+    renderIdentifiers(s.top_identifiers || [], interval);
+    drawChart();
+  }
+
+  function renderStats(s, sample, interval) {
+    $('stat-total').textContent = fmt(s.total_checks);
+    $('stat-allowed').textContent = fmt(s.allowed);
+    $('stat-rejected').textContent = fmt(s.rejected);
+    $('stat-ratio').textContent = s.total_checks ? (100 * s.rejected / s.total_checks).toFixed(1) + '%' : '0%';
+    const algos = Object.entries(s.by_algorithm || {}).filter(([, n]) => n > 0).map(([a, n]) => a.replace('_', ' ') + ' ' + fmt(n));
+    $('stat-algos').textContent = algos.length ? algos.join(' · ') : 'no checks yet';
+    const rate = (n) => interval > 0 ? fmt(Math.round(60 * n / interval)) + ' / min now' : '';
+    $('stat-allowed-rate').textContent = rate(sample.allowed);
+    $('stat-rejected-rate').textContent = rate(sample.rejected);
+  }
+
+  function renderIdentifiers(list, interval) {
+    const body = $('identifiers').tBodies[0];
+    const rows = list.map((u) => {
+      const prev = state.lastIdents.get(u.identifier);
+      const delta = prev === undefined ? 0 : Math.max(0, u.total_checks - prev);
+      const share = u.total_checks ? u.rejected / u.total_checks : 0;
+      const rate = interval > 0 && prev !== undefined ? fmt(Math.round(60 * delta / interval)) + '/min' : '–';
+      return el('tr', { 'data-identifier': u.identifier },
+        el('td', { class: 'ident', title: u.identifier, text: u.identifier }),
+        el('td', { class: 'num', text: fmt(u.total_checks) }),
+        el('td', { class: 'num', text: fmt(u.allowed) }),
+        el('td', { class: 'num' + (u.rejected ? ' rejected' : ''), text: fmt(u.rejected) }),
+        el('td', {}, el('div', { class: 'share-bar', title: (100 * share).toFixed(1) + '% rejected' },
+          el('span', { style: 'width:' + (100 * share).toFixed(1) + '%' }))),
+        el('td', { class: 'num', text: rate }),
+        el('td', { class: 'muted seen', title: dateTimeOf(u.last_seen_at), text: ago(u.last_seen_at) }));
+    });
+    body.replaceChildren(...rows);
+    $('identifiers-empty').hidden = list.length > 0;
+    state.lastIdents = new Map(list.map((u) => [u.identifier, u.total_checks]));
+  }
+
+  // niceStep is the smallest 1, 2 or 5 × 10^k that is at least v.
+  function niceStep(v) {
+    const p = Math.pow(10, Math.floor(Math.log10(v)));
+    for (const m of [1, 2, 5, 10]) if (m * p >= v) return m * p;
+    return 10 * p;
+  }
+
+  function clock(ms) {
+    return new Date(ms).toLocaleTimeString('en-GB', { hour12: false });
+  }
+
+  // drawChart draws one stacked bar per poll interval (allowed below,
+  // rejected above), the newest at the right, SLOTS intervals wide. The
+  // sums of what it shows are in the element's data-allowed and
+  // data-rejected.
+  function drawChart() {
+    const box = $('chart');
+    const W = 1000, H = 230, L = 44, R = 8, T = 10, B = 26;
+    const samples = state.samples;
+    const allowed = samples.reduce((a, s) => a + s.allowed, 0);
+    const rejected = samples.reduce((a, s) => a + s.rejected, 0);
+    box.dataset.allowed = String(allowed);
+    box.dataset.rejected = String(rejected);
+    box.dataset.samples = String(samples.length);
+    $('chart-allowed').textContent = fmt(allowed);
+    $('chart-rejected').textContent = fmt(rejected);
+    $('chart-span').textContent = 'last ' + (SLOTS * STATS_EVERY_MS / 60000) + ' min, per ' + STATS_EVERY_MS / 1000 + ' s';
+
+    const root = svg('svg', { viewBox: `0 0 ${W} ${H}`, preserveAspectRatio: 'none' });
+    const peak = Math.max(1, ...samples.map((s) => s.allowed + s.rejected));
+    const step = Math.max(1, niceStep(peak / 4));
+    const max = step * Math.max(1, Math.ceil(peak / step));
+    const plotW = W - L - R, plotH = H - T - B;
+    const y = (v) => T + plotH - (v / max) * plotH;
+    for (let v = 0; v <= max; v += step) {
+      root.append(svg('line', { class: 'grid-line', x1: L, x2: W - R, y1: y(v), y2: y(v) }));
+      root.append(svg('text', { class: 'axis-label', x: L - 8, y: y(v) + 4, 'text-anchor': 'end' }, fmt(v)));
+    }
+    const slot = plotW / SLOTS;
+    const barW = Math.max(2, slot * 0.7);
+    const first = SLOTS - samples.length;
+    samples.forEach((s, i) => {
+      const x = L + (first + i) * slot + (slot - barW) / 2;
+      if (s.allowed > 0) {
+        root.append(svg('rect', { class: 'bar-ok', x, width: barW, y: y(s.allowed), height: y(0) - y(s.allowed) }));
+      }
+      if (s.rejected > 0) {
+        const top = s.allowed + s.rejected;
+        root.append(svg('rect', { class: 'bar-bad', x, width: barW, y: y(top), height: y(s.allowed) - y(top) }));
+      }
+    });
+    // Clock times every 10 slots, counted back from the newest sample.
+    const newest = samples.length ? samples[samples.length - 1].at : Date.now();
+    for (let k = 0; k < SLOTS; k += 10) {
+      const x = L + (SLOTS - 1 - k) * slot + slot / 2;
+      root.append(svg('line', { class: 'grid-line', x1: x, x2: x, y1: y(0), y2: y(0) + 4 }));
+      root.append(svg('text', { class: 'axis-label', x, y: H - 8, 'text-anchor': k === 0 ? 'end' : 'middle' },
+        clock(newest - k * STATS_EVERY_MS)));
+    }
+    if (allowed + rejected === 0) {
+      root.append(svg('text', { class: 'placeholder', x: L + plotW / 2, y: T + plotH / 2, 'text-anchor': 'middle' },
+        'Waiting for /check calls: each bar is one ' + STATS_EVERY_MS / 1000 + '-second interval'));
+    }
+    box.replaceChildren(root);
+  }
+
+  // ---- rules -----------------------------------------------------------
+
+  function descriptorsText(list) {
+    return (list || []).map((d) => (d.value ? d.key + '=' + d.value : d.key)).join(', ');
+  }
+
+  function parseDescriptors(text) {
+    const out = [];
+    for (const part of text.split(',')) {
+      const p = part.trim();
+      if (!p) continue;
+      const i = p.indexOf('=');
+      if (i < 0) out.push({ key: p });
+      else out.push({ key: p.slice(0, i).trim(), value: p.slice(i + 1).trim() });
+    }
+    return out;
+  }
+
+  async function loadRules() {
+    let rules;
+    try {
+      rules = await api('GET', '/rules/list');
+    } catch (err) {
+      if (!handleAuth(err)) toast('Rules: ' + describe(err), true);
+      return;
+    }
+    state.rules = rules;
+    const body = $('rules').tBodies[0];
+    body.replaceChildren(...rules.map((r) => el('tr', { 'data-rule': r.name, class: state.editing === r.name ? 'editing' : '' },
+      el('td', {}, el('strong', { text: r.name })),
+      el('td', {}, el('span', { class: 'pill ' + r.algorithm, text: r.algorithm })),
+      el('td', { class: 'num', 'data-field': 'limit', text: fmt(r.limit) }),
+      el('td', { class: 'num', text: r.window ? fmt(r.window) + ' s' : '–' }),
+      el('td', { class: 'num', text: r.refill_rate ? String(r.refill_rate) : '–' }),
+      el('td', {}, ...(r.descriptors && r.descriptors.length
+        ? r.descriptors.map((d) => el('span', { class: 'desc-entry', text: d.value ? d.key + '=' + d.value : d.key }))
+        : [el('span', { class: 'muted', text: '–' })])),
+      el('td', { class: 'actions' },
+        el('button', { type: 'button', class: 'btn small', 'data-action': 'edit', text: 'Edit', onclick: () => openRuleForm(r) }),
+        confirmButton('Delete', () => deleteRule(r.name))))));
+    $('rules-empty').hidden = rules.length > 0;
+  }
+
+  function openRuleForm(rule) {
+    const form = $('rule-form');
+    form.reset();
+    showError('rule-error', null);
+    state.editing = rule ? rule.name : null;
+    $('rule-form-title').textContent = rule ? 'Edit rule ' + rule.name : 'New rule';
+    $('rule-submit').textContent = rule ? 'Save changes' : 'Create rule';
+    $('rule-name').disabled = !!rule;
+    if (rule) {
+      $('rule-name').value = rule.name;
+      $('rule-algorithm').value = rule.algorithm;
+      $('rule-limit').value = rule.limit;
+      $('rule-window').value = rule.window || '';
+      $('rule-refill').value = rule.refill_rate || '';
+      $('rule-descriptors').value = descriptorsText(rule.descriptors);
+    }
+    for (const tr of $('rules').tBodies[0].rows) tr.classList.toggle('editing', !!rule && tr.dataset.rule === rule.name);
+    form.hidden = false;
+    (rule ? $('rule-limit') : $('rule-name')).focus();
+  }
+
+  function closeRuleForm() {
+    $('rule-form').hidden = true;
+    state.editing = null;
+    for (const tr of $('rules').tBodies[0].rows) tr.classList.remove('editing');
+  }
+
+  async function submitRule(ev) {
+    ev.preventDefault();
+    showError('rule-error', null);
+    const body = {};
+    const alg = $('rule-algorithm').value;
+    if (alg) body.algorithm = alg;
+    const num = (id) => ($(id).value.trim() === '' ? undefined : Number($(id).value));
+    body.limit = num('rule-limit');
+    if (num('rule-window') !== undefined) body.window = num('rule-window');
+    if (num('rule-refill') !== undefined) body.refill_rate = num('rule-refill');
+    const desc = parseDescriptors($('rule-descriptors').value);
+    if (desc.length) body.descriptors = desc;
+    const editing = state.editing;
+    try {
+      if (editing) {
+        await api('PUT', '/rules/' + encodeURIComponent(editing), body);
+      } else {
+        body.name = $('rule-name').value.trim();
+        await api('POST', '/rules', body);
+      }
+    } catch (err) {
+      if (!handleAuth(err)) showError('rule-error', err);
+      return;
+    }
+    closeRuleForm();
+    toast(editing ? 'Rule ' + editing + ' saved' : 'Rule ' + body.name + ' created');
+    await loadRules();
+  }
+
+  async function deleteRule(name) {
+    try {
+      await api('DELETE', '/rules/' + encodeURIComponent(name));
+    } catch (err) {
+      if (!handleAuth(err)) toast('Delete ' + name + ': ' + describe(err), true);
+      return;
+    }
+    if (state.editing === name) closeRuleForm();
+    toast('Rule ' + name + ' deleted');
+    await loadRules();
+  }
+
+  // ---- exemptions ------------------------------------------------------
+
+  async function loadExemptions() {
+    let list;
+    try {
+      list = await api('GET', '/exemptions/list');
+    } catch (err) {
+      if (!handleAuth(err)) toast('Exemptions: ' + describe(err), true);
+      return;
+    }
+    $('exemptions').tBodies[0].replaceChildren(...list.map((x) => el('tr', { 'data-exemption': x.identifier },
+      el('td', { class: 'ident', title: x.identifier, text: x.identifier }),
+      el('td', { text: x.reason || '–', class: x.reason ? '' : 'muted' }),
+      el('td', { class: 'muted', text: dateTimeOf(x.created_at) }),
+      el('td', { class: 'actions' }, confirmButton('Remove', () => deleteExemption(x.identifier))))));
+    $('exemptions-empty').hidden = list.length > 0;
+  }
+
+  async function submitExemption(ev) {
+    ev.preventDefault();
+    showError('exemption-error', null);
+    const body = { identifier: $('exemption-identifier').value.trim() };
+    const reason = $('exemption-reason').value.trim();
+    if (reason) body.reason = reason;
+    try {
+      await api('POST', '/exemptions', body);
+    } catch (err) {
+      if (!handleAuth(err)) showError('exemption-error', err);
+      return;
+    }
+    $('exemption-form').reset();
+    toast(body.identifier + ' is exempt');
+    await loadExemptions();
+  }
+
+  async function deleteExemption(identifier) {
+    try {
+      await api('DELETE', '/exemptions/' + encodeURIComponent(identifier));
+    } catch (err) {
+      if (!handleAuth(err)) toast('Remove ' + identifier + ': ' + describe(err), true);
+      return;
+    }
+    toast(identifier + ' is no longer exempt');
+    await loadExemptions();
+  }
+
+  // ---- descriptors -----------------------------------------------------
+
+  async function loadDescriptors() {
+    if (!state.me) return;
+    let d;
+    try {
+      d = await api('GET', '/descriptors');
+    } catch (err) {
+      if (!handleAuth(err)) toast('Descriptors: ' + describe(err), true);
+      return;
+    }
+    const badge = $('desc-badge');
+    const facts = [['Domain', el('code', { text: d.domain })]];
+    if (!d.configured) {
+      badge.textContent = 'no YAML directory';
+      badge.className = 'badge off';
+      facts.push(['Source', document.createTextNode('This server has no DESCRIPTORS_DIR: your rules with descriptors decide Envoy requests on your domain.')]);
+    } else {
+      badge.textContent = d.valid ? 'loaded' : 'reload failed';
+      badge.className = 'badge ' + (d.valid ? 'ok' : 'bad');
+      facts.push(['Source', document.createTextNode(d.yaml
+        ? 'YAML (' + d.files.length + ' file' + (d.files.length === 1 ? '' : 's') + '); it overrides your rules with descriptors'
+        : 'No YAML file names this domain: your rules with descriptors apply')]);
+      if (d.loaded_at) facts.push(['Loaded', document.createTextNode(dateTimeOf(d.loaded_at))]);
+      if (d.checked_at) facts.push(['Checked', document.createTextNode(dateTimeOf(d.checked_at) + ' (' + ago(d.checked_at) + ')')]);
+      if (!d.valid) {
+        facts.push(['Status', document.createTextNode(d.problems.length
+          ? 'The files on disk were refused; the last good configuration is still serving.'
+          : "Another domain's file (or the directory) failed to load; the last good configuration is still serving.")]);
+      }
+    }
+    $('desc-facts').replaceChildren(...facts.flatMap(([k, v]) => [el('dt', { text: k }), el('dd', {}, v)]));
+    $('desc-problems').replaceChildren(...d.problems.map((p) => el('li', { text: p })));
+    $('desc-files').replaceChildren(...d.files.flatMap((f) => [
+      el('div', { class: 'file-name', text: f.name }),
+      el('pre', { class: 'yaml', 'data-file': f.name, text: f.content })]));
+  }
+
+  // ---- wiring ----------------------------------------------------------
+
+  document.addEventListener('DOMContentLoaded', () => {
+    $('login-form').addEventListener('submit', (ev) => {
+      ev.preventDefault();
+      const key = $('api-key').value.trim();
+      if (key) signIn(key, false);
+    });
+    $('signout').addEventListener('click', () => signOut());
+    $('rule-new').addEventListener('click', () => openRuleForm(null));
+    $('rule-cancel').addEventListener('click', closeRuleForm);
+    $('rule-form').addEventListener('submit', submitRule);
+    $('exemption-form').addEventListener('submit', submitExemption);
+    const saved = sessionStorage.getItem(KEY_STORE);
+    if (saved) signIn(saved, true);
+    else $('api-key').focus();
+  });
+})();
