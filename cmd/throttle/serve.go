@@ -34,10 +34,13 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer) error {
 		}
 	}
 
-	// Background work has one owner: bg ends it, wg waits for it.
+	// Background work has one owner: bg ends it, wg waits for it. Deferred
+	// in this order so that an early return (a start that fails) first
+	// ends the work, then waits for it.
+	var wg sync.WaitGroup
+	defer wg.Wait()
 	bg, stopBG := context.WithCancel(context.Background())
 	defer stopBG()
-	var wg sync.WaitGroup
 	goBG := func(name string, f func(context.Context) error) {
 		wg.Add(1)
 		go func() {
@@ -47,7 +50,6 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer) error {
 			}
 		}()
 	}
-	defer wg.Wait()
 
 	openCtx, cancelOpen := context.WithTimeout(ctx, 30*time.Second)
 	db, err := store.Open(openCtx, cfg.DatabaseURL, log)
