@@ -86,17 +86,39 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer) error {
 
 	var current func() *descriptors.Config
 	if cfg.DescriptorsDir != "" {
-		r, err := descriptors.NewReloader(cfg.DescriptorsDir, cfg.ReloadInterval, descriptors.Options{MergeDomains: cfg.MergeDomains}, log, reg)
+		newReloader := descriptors.NewReloader
+		if cfg.ForceStart {
+			newReloader = descriptors.NewReloaderWithoutInitialConfig
+		}
+		r, err := newReloader(cfg.DescriptorsDir, cfg.ReloadInterval, descriptors.Options{MergeDomains: cfg.MergeDomains}, log, reg)
 		if err != nil {
+			if !cfg.ForceStart {
+				err = fmt.Errorf("%w (FORCE_START_WITHOUT_INITIAL_CONFIG=true starts without it)", err)
+			}
 			return fmt.Errorf("DESCRIPTORS_DIR: %w", err)
 		}
 		current = r.Current
 		goBG("descriptors", r.Run)
-		log.Info("descriptor configuration loaded", "dir", cfg.DescriptorsDir, "domains", r.Current().DomainCount())
+		if c := r.Current(); c != nil {
+			log.Info("descriptor configuration loaded", "dir", cfg.DescriptorsDir, "domains", c.DomainCount())
+		} else {
+			log.Warn("starting without the descriptor configuration (FORCE_START_WITHOUT_INITIAL_CONFIG); it loads when it appears", "dir", cfg.DescriptorsDir)
+		}
+	}
+	// GET /rlconfig: the YAML configuration in use, as the reference
+	// service's debug endpoint (REST client rules are private to their
+	// clients and not part of it).
+	configDump := func() string {
+		if current == nil {
+			return ""
+		}
+		return current().Dump()
 	}
 
 	rls, err := ratelimitsvc.New(ratelimitsvc.Options{
-		Limiter: limiter, Descriptors: current, Rules: cache, ResponseHeaders: cfg.ResponseHeaders, Log: log, Registerer: reg,
+		Limiter: limiter, Descriptors: current, Rules: cache, ResponseHeaders: cfg.ResponseHeaders,
+		ShadowMode: cfg.ShadowMode, DynamicMetadata: cfg.DynamicMetadata, MaxValueStatsKeys: maxValueKeys(cfg.MaxValueStatsKeys),
+		Log: log, Registerer: reg,
 	})
 	if err != nil {
 		return err
@@ -104,8 +126,8 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer) error {
 	grpcSrv, health := ratelimitsvc.NewGRPCServer(rls)
 	handler := restapi.NewHandler(restapi.Deps{
 		Log: log, DB: db, Cache: cache, Usage: usage, Limiter: limiter, Registerer: reg, Gatherer: reg,
-		TrustedProxies: cfg.TrustedProxies,
-		RegisterLimit:  algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: cfg.RegisterLimit, Window: time.Hour},
+		TrustedProxies: cfg.TrustedProxies, ConfigDump: configDump,
+		RegisterLimit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: cfg.RegisterLimit, Window: time.Hour},
 	})
 	httpSrv := restapi.NewServer(net.JoinHostPort(cfg.BindAddress, strconv.Itoa(cfg.Port)), handler)
 
@@ -209,4 +231,13 @@ func newLimiter(ctx context.Context, cfg *config, log *slog.Logger, reg promethe
 	}
 	goBG("circuit probe", g.Run)
 	return g, "redis", nil
+}
+
+// maxValueKeys maps STATS_MAX_VALUE_KEYS (0 = none) to
+// ratelimitsvc.Options.MaxValueStatsKeys (0 = default, negative = none).
+func maxValueKeys(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
 }
