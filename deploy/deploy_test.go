@@ -30,6 +30,7 @@ var settings = []string{
 	// The rest of what `throttle serve --help` lists.
 	"BIND_ADDRESS", "MERGE_DOMAIN_CONFIG", "DESCRIPTORS_RELOAD_INTERVAL", "BACKEND_TIMEOUT", "REST_BACKEND_TIMEOUT",
 	"CACHE_REFRESH_INTERVAL", "REGISTER_LIMIT_PER_HOUR", "SHUTDOWN_TIMEOUT",
+	"SHADOW_MODE", "RESPONSE_DYNAMIC_METADATA", "FORCE_START_WITHOUT_INITIAL_CONFIG", "STATS_MAX_VALUE_KEYS",
 }
 
 // metrics are the metric names Throttle exports; histograms also have their

@@ -482,8 +482,15 @@ type Match struct {
 	// do not modify.
 	Metadata map[string]any
 	// StatsKey is upstream's stats key for this match, the metric prefix
-	// before .total_hits, .over_limit, …
+	// before .total_hits, .over_limit, …; with detailed_metric or
+	// value_to_metric it carries the request's values.
 	StatsKey string
+	// ConfigKey is upstream's FullKey of the matched descriptor as
+	// configured: domain and the configured key or key_value of each level
+	// (the wildcard pattern for a wildcard). It is StatsKey without the
+	// request values detailed_metric and value_to_metric add, so the number
+	// of ConfigKeys is bounded by the configuration.
+	ConfigKey string
 	// SharePatterns has, when any matched descriptor has share_threshold, one
 	// element per entry: the wildcard pattern that entry's value was counted
 	// as, or "" (upstream's ShareThresholdKeyPattern). Nil otherwise.
@@ -575,6 +582,7 @@ func (d *Domain) Match(entries []Entry) *Match {
 		}
 	}
 	m.StatsKey = sb.String()
+	m.ConfigKey = found.fullKey
 	m.Counter = counterID(entries, patterns)
 	return m
 }

@@ -35,6 +35,7 @@ type Reloader struct {
 	mu      sync.Mutex // serialises Reload
 	seen    [sha256.Size]byte
 	lastErr string // the last failure reported, so a poll does not repeat it
+	waiting bool   // started without a configuration: log failures before the first load
 
 	loadErrors prometheus.Counter
 	valid      prometheus.Gauge
@@ -50,6 +51,34 @@ type Reloader struct {
 // 0 while a bad edit is kept out) and
 // throttle_descriptors_config_last_reload_timestamp_seconds.
 func NewReloader(dir string, every time.Duration, opts Options, log *slog.Logger, reg prometheus.Registerer) (*Reloader, error) {
+	r, err := newReloader(dir, every, opts, log, reg)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := r.Reload(); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// NewReloaderWithoutInitialConfig is NewReloader for a server that starts
+// before its configuration is there (the reference service's
+// FORCE_START_WITHOUT_INITIAL_CONFIG=true): it returns even when the first
+// load fails, because dir is missing or its files do not load. That failure
+// is logged (once per distinct error) and counted, Current returns nil until
+// a load succeeds, and Run keeps polling, so the configuration is picked up
+// when it appears.
+func NewReloaderWithoutInitialConfig(dir string, every time.Duration, opts Options, log *slog.Logger, reg prometheus.Registerer) (*Reloader, error) {
+	r, err := newReloader(dir, every, opts, log, reg)
+	if err != nil {
+		return nil, err
+	}
+	r.waiting = true
+	_, _ = r.Reload() // logged and counted by Reload
+	return r, nil
+}
+
+func newReloader(dir string, every time.Duration, opts Options, log *slog.Logger, reg prometheus.Registerer) (*Reloader, error) {
 	if every <= 0 {
 		return nil, fmt.Errorf("descriptors reload interval %s must be positive", every)
 	}
@@ -77,14 +106,12 @@ func NewReloader(dir string, every time.Duration, opts Options, log *slog.Logger
 			return nil, fmt.Errorf("register descriptors metrics: %w", err)
 		}
 	}
-	if _, err := r.Reload(); err != nil {
-		return nil, err
-	}
 	return r, nil
 }
 
 // Current returns the last configuration that loaded. It is never nil after
-// NewReloader succeeded.
+// NewReloader succeeded; after NewReloaderWithoutInitialConfig it is nil
+// until the first load succeeds.
 func (r *Reloader) Current() *Config { return r.current.Load() }
 
 // Reload reads the directory now and, if its files changed since the last
@@ -137,8 +164,11 @@ func (r *Reloader) failed(err error) {
 	r.lastErr = err.Error()
 	r.loadErrors.Inc()
 	r.valid.Set(0)
-	if r.current.Load() != nil {
+	switch {
+	case r.current.Load() != nil:
 		r.log.Error("descriptors not reloaded; keeping the last good configuration", "dir", r.dir, "err", err)
+	case r.waiting:
+		r.log.Error("descriptors not loaded; serving without them until they load", "dir", r.dir, "err", err)
 	}
 }
 

@@ -253,3 +253,58 @@ func TestReloaderDomainStatus(t *testing.T) {
 
 // errorsOnly drops Reload's changed flag.
 func errorsOnly(_ bool, err error) error { return err }
+
+// TestReloaderWithoutInitialConfig: FORCE_START_WITHOUT_INITIAL_CONFIG. A
+// missing directory, then a bad file, start a Reloader with no configuration;
+// the first good load is picked up by Run.
+func TestReloaderWithoutInitialConfig(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "not-yet")
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	reg := prometheus.NewRegistry()
+	r, err := NewReloaderWithoutInitialConfig(dir, 5*time.Millisecond, Options{}, log, reg)
+	must(t, err)
+	if r.Current() != nil {
+		t.Fatalf("Current() = %v before any load, want nil", r.Current())
+	}
+	if got := metric(t, reg, "throttle_descriptors_config_valid"); got != 0 {
+		t.Errorf("valid = %v, want 0", got)
+	}
+	if got := metric(t, reg, "throttle_descriptors_config_load_errors_total"); got != 1 {
+		t.Errorf("load errors = %v, want 1", got)
+	}
+	if !strings.Contains(logs.String(), "descriptors not loaded; serving without them until they load") {
+		t.Errorf("log does not say it waits:\n%s", logs.String())
+	}
+
+	must(t, os.Mkdir(dir, 0o755))
+	copyFile(t, upstream+"bad_limit_unit.yaml", filepath.Join(dir, "bad.yaml"))
+	if changed, err := r.Reload(); changed || err == nil || r.Current() != nil {
+		t.Fatalf("bad file: Reload() = %v, %v, Current %v; want false, an error, nil", changed, err, r.Current())
+	}
+	if !strings.Contains(logs.String(), "invalid rate limit unit 'foo'") {
+		t.Errorf("log does not name the bad unit:\n%s", logs.String())
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	must(t, os.Remove(filepath.Join(dir, "bad.yaml")))
+	copyFile(t, runtime+"config/basic.yaml", filepath.Join(dir, "basic.yaml"))
+	deadline := time.Now().Add(5 * time.Second)
+	for r.Current() == nil && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	must(t, <-done)
+	if c := r.Current(); c == nil || c.Domain("basic") == nil {
+		t.Fatalf("after the file appeared: Current() = %v, want domain basic", c)
+	}
+	if got := metric(t, reg, "throttle_descriptors_config_valid"); got != 1 {
+		t.Errorf("valid after the first load = %v, want 1", got)
+	}
+
+	if _, err := NewReloaderWithoutInitialConfig(dir, 0, Options{}, log, prometheus.NewRegistry()); err == nil {
+		t.Error("interval 0: no error")
+	}
+}

@@ -2,7 +2,10 @@ package ratelimitsvc
 
 import (
 	"context"
+	"sync"
 	"time"
+
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
@@ -19,14 +22,31 @@ const (
 
 // metrics follow the reference service's per-descriptor stats, as labels:
 // throttle_ratelimit_{hits,over_limit,near_limit,within_limit,shadow_mode}_total
-// {domain, key}, plus gRPC latency.
+// {domain, key}, where key is the reference's stats key without the domain
+// (ratelimit.service.rate_limit.DOMAIN.KEY.STAT there), plus the
+// service-level global_shadow_mode and gRPC latency.
+//
+// A key is bounded by the configuration, except where the reference puts
+// request values into it: detailed_metric, value_to_metric and limit
+// overrides. Those per-value keys are capped at maxValueKeys distinct
+// ones (per process, for its lifetime); once the cap is reached, a new
+// value's decisions count under the descriptor's configured key (the key
+// without detailed_metric and value_to_metric), and in
+// throttle_ratelimit_stats_keys_folded_total, so a descriptor keyed by user
+// id cannot grow Prometheus without bound.
 type metrics struct {
 	hits, overLimit, nearLimit, withinLimit, shadowMode *prometheus.CounterVec
-	domainNotFound                                      prometheus.Counter
+	domainNotFound, globalShadowMode, folded            prometheus.Counter
 	latency                                             *prometheus.HistogramVec
+
+	maxValueKeys int
+	mu           sync.RWMutex
+	valueKeys    map[valueKey]struct{}
 }
 
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+type valueKey struct{ domain, key string }
+
+func newMetrics(reg prometheus.Registerer, maxValueKeys int) (*metrics, error) {
 	labels := []string{"domain", "key"}
 	vec := func(name, help string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
@@ -40,14 +60,23 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		domainNotFound: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "throttle_ratelimit_domain_not_found_total", Help: "Requests for a domain no configuration or client has.",
 		}),
+		globalShadowMode: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "throttle_ratelimit_global_shadow_mode_total", Help: "Requests over a limit that SHADOW_MODE answered OK.",
+		}),
+		folded: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "throttle_ratelimit_stats_keys_folded_total",
+			Help: "Descriptor decisions counted under their configured key because STATS_MAX_VALUE_KEYS per-value keys exist.",
+		}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "throttle_grpc_request_duration_seconds",
 			Help:    "gRPC request latency by method and status code.",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .02, .05, .1, .5, 1},
 		}, []string{"method", "code"}),
+		maxValueKeys: maxValueKeys,
+		valueKeys:    map[valueKey]struct{}{},
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.hits, m.overLimit, m.nearLimit, m.withinLimit, m.shadowMode, m.domainNotFound, m.latency} {
+		for _, c := range []prometheus.Collector{m.hits, m.overLimit, m.nearLimit, m.withinLimit, m.shadowMode, m.domainNotFound, m.globalShadowMode, m.folded, m.latency} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
@@ -56,7 +85,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
-func (m *metrics) observe(domain, key string, hits int64, o outcome, shadow bool) {
+// observe counts one descriptor decision under domain and key, or under
+// rollup, its key without request values, once the per-value keys are
+// capped.
+func (m *metrics) observe(domain, key, rollup string, hits int64, o outcome, shadow bool) {
+	key = m.label(domain, key, rollup)
 	h := float64(hits)
 	m.hits.WithLabelValues(domain, key).Add(h)
 	switch o {
@@ -79,4 +112,43 @@ func (m *metrics) unaryLatency(ctx context.Context, req any, info *grpc.UnarySer
 	resp, err := handler(ctx, req)
 	m.latency.WithLabelValues(info.FullMethod, status.Code(err).String()).Observe(time.Since(start).Seconds())
 	return resp, err
+}
+
+// label returns key when it is bounded by the configuration (equal to
+// rollup), already counted, or still within the cap; else rollup.
+func (m *metrics) label(domain, key, rollup string) string {
+	if key == rollup {
+		return key
+	}
+	vk := valueKey{domain, key}
+	m.mu.RLock()
+	_, seen := m.valueKeys[vk]
+	m.mu.RUnlock()
+	if seen {
+		return key
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, seen := m.valueKeys[vk]; seen {
+		return key
+	}
+	if len(m.valueKeys) < m.maxValueKeys {
+		m.valueKeys[vk] = struct{}{}
+		return key
+	}
+	m.folded.Inc()
+	return rollup
+}
+
+// keysOnly is a descriptor's keys joined with '.': the configured key of a
+// limit override, whose stats key carries the request's values.
+func keysOnly(d *rlcommon.RateLimitDescriptor) string {
+	var b []byte
+	for i, e := range d.GetEntries() {
+		if i > 0 {
+			b = append(b, '.')
+		}
+		b = append(b, e.GetKey()...)
+	}
+	return string(b)
 }

@@ -41,14 +41,31 @@ type Options struct {
 	// Limiter decides; required. Usually an algorithms.Guard over Redis, or
 	// a MemoryStore.
 	Limiter algorithms.Store
-	// Descriptors returns the current YAML configuration; optional (nil, or
-	// returning nil, means no YAML domains).
+	// Descriptors returns the current YAML configuration; optional (nil
+	// means no YAML domains). When set, a nil Config means it has not loaded
+	// yet (FORCE_START_WITHOUT_INITIAL_CONFIG): as the reference service
+	// before its first configuration, a request for a domain no REST client
+	// owns fails with UNAVAILABLE "no rate limit configuration loaded".
 	Descriptors func() *descriptors.Config
 	// Rules gives the REST clients' descriptor rules; optional.
 	Rules ruleSource
 	// ResponseHeaders adds X-RateLimit-Limit, -Remaining and -Reset to every
 	// response with a limit (setting RATE_LIMIT_RESPONSE_HEADERS).
 	ResponseHeaders bool
+	// ShadowMode is the reference service's global SHADOW_MODE: every
+	// descriptor is decided, counted and reported as usual, but an overall
+	// OVER_LIMIT is answered as OK (and counted in
+	// throttle_ratelimit_global_shadow_mode_total).
+	ShadowMode bool
+	// DynamicMetadata sets the response's dynamic_metadata as the
+	// reference service's RESPONSE_DYNAMIC_METADATA does (see
+	// dynamicMetadata).
+	DynamicMetadata bool
+	// MaxValueStatsKeys caps the distinct metric keys that carry request
+	// values (detailed_metric, value_to_metric, limit overrides); beyond it
+	// a decision is counted under the descriptor's configured key. 0 means
+	// the default, 1000; negative means none are kept.
+	MaxValueStatsKeys int
 	// NearLimitRatio is the share of a limit above which a request within the
 	// limit counts as near_limit. Default 0.8, as the reference service.
 	NearLimitRatio float64
@@ -89,7 +106,10 @@ func New(opts Options) (*Server, error) {
 	if opts.NearLimitRatio <= 0 || opts.NearLimitRatio > 1 {
 		opts.NearLimitRatio = 0.8
 	}
-	m, err := newMetrics(opts.Registerer)
+	if opts.MaxValueStatsKeys == 0 {
+		opts.MaxValueStatsKeys = 1000
+	}
+	m, err := newMetrics(opts.Registerer, max(opts.MaxValueStatsKeys, 0))
 	if err != nil {
 		return nil, err
 	}
@@ -102,7 +122,10 @@ type limited struct {
 	limit    descriptors.RateLimit
 	unit     rlsv3.RateLimitResponse_RateLimit_Unit
 	shadow   bool
-	statsKey string // metric label
+	quota    bool           // quota_mode: over the limit fails the request only with every other quota
+	statsKey string         // metric label: the reference service's stats key without the domain
+	rollup   string         // statsKey without request values, for when value keys are capped
+	metadata map[string]any // the descriptor's metadata, for dynamic metadata
 	key      algorithms.Key
 	engine   algorithms.Limit
 	hits     int64
@@ -118,7 +141,11 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		requestHits = 1
 	}
 	domain := req.GetDomain()
+	if err := s.configPending(domain); err != nil {
+		return nil, err
+	}
 	matches := s.match(domain, req.GetDescriptors())
+	prepared := make([]*limited, len(req.GetDescriptors()))
 
 	resp := &rlsv3.RateLimitResponse{
 		OverallCode: rlsv3.RateLimitResponse_OK,
@@ -136,11 +163,12 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		if !ok {
 			continue // no limit applies
 		}
+		prepared[i] = &l
 		switch {
 		case l.limit.Unlimited:
 			st.LimitRemaining = math.MaxUint32
 		case l.limit.AlwaysOverLimit():
-			s.metrics.observe(domain, l.statsKey, hits, over, l.shadow)
+			s.metrics.observe(domain, l.statsKey, l.rollup, hits, over, l.shadow)
 			st.CurrentLimit = currentLimit(l)
 			st.DurationUntilReset = durationpb.New(untilUnitEnds(l.limit.WindowLength(), s.opts.Now()))
 			if !l.shadow {
@@ -187,18 +215,11 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 			} else if used := d.Limit - d.Remaining; float64(used) > s.opts.NearLimitRatio*float64(d.Limit) {
 				outcome = near
 			}
-			s.metrics.observe(domain, l.statsKey, l.hits, outcome, l.shadow)
+			s.metrics.observe(domain, l.statsKey, l.rollup, l.hits, outcome, l.shadow)
 		}
 	}
 
-	for _, st := range resp.Statuses {
-		if st.Code == rlsv3.RateLimitResponse_OVER_LIMIT {
-			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
-		}
-	}
-	if s.opts.ResponseHeaders {
-		resp.ResponseHeadersToAdd = rateLimitHeaders(resp.Statuses)
-	}
+	s.finish(ctx, req, resp, prepared)
 	return resp, nil
 }
 
@@ -280,7 +301,7 @@ func (s *Server) prepare(domain string, d *rlcommon.RateLimitDescriptor, m *desc
 			window *= time.Duration(mult.GetValue())
 		}
 		rl := descriptors.RateLimit{RequestsPerUnit: o.GetRequestsPerUnit(), Unit: descriptors.Unit(o.GetUnit()), Window: window}
-		l := limited{index: index, limit: rl, unit: rlsv3.RateLimitResponse_RateLimit_Unit(o.GetUnit()), statsKey: fullKey(d), hits: hits,
+		l := limited{index: index, limit: rl, unit: rlsv3.RateLimitResponse_RateLimit_Unit(o.GetUnit()), statsKey: fullKey(d), rollup: keysOnly(d), hits: hits,
 			key: algorithms.Key{Scope: domain, Identifier: overrideCounter(d)}}
 		if rl.Unlimited || rl.AlwaysOverLimit() {
 			return l, true
@@ -295,7 +316,8 @@ func (s *Server) prepare(domain string, d *rlcommon.RateLimitDescriptor, m *desc
 		return limited{}, false
 	}
 	l := limited{index: index, limit: m.Limit, unit: rlsv3.RateLimitResponse_RateLimit_Unit(m.Limit.Unit), shadow: m.ShadowMode,
-		statsKey: statsLabel(m), key: m.Key(), hits: hits}
+		quota: m.QuotaMode && !m.Limit.Unlimited, statsKey: withoutDomain(m.StatsKey, m.Domain), rollup: withoutDomain(m.ConfigKey, m.Domain),
+		metadata: m.Metadata, key: m.Key(), hits: hits}
 	if m.Limit.Unlimited || m.Limit.AlwaysOverLimit() {
 		return l, true
 	}
@@ -310,15 +332,11 @@ func (s *Server) prepare(domain string, d *rlcommon.RateLimitDescriptor, m *desc
 	return l, true
 }
 
-// statsLabel is the metric key of a match: its name when it has one, else
-// the reference service's stats key without the domain.
-func statsLabel(m *descriptors.Match) string {
-	if m.Limit.Name != "" {
-		return m.Limit.Name
-	}
-	k := m.StatsKey
-	if len(k) > len(m.Domain) && k[:len(m.Domain)] == m.Domain && k[len(m.Domain)] == '.' {
-		return k[len(m.Domain)+1:]
+// withoutDomain is a stats key without its leading domain: the metric
+// label key (the domain is a label of its own).
+func withoutDomain(k, domain string) string {
+	if len(k) > len(domain) && k[:len(domain)] == domain && k[len(domain)] == '.' {
+		return k[len(domain)+1:]
 	}
 	return k
 }

@@ -2,7 +2,7 @@
 // rules, exemptions, resets, usage stats, health and metrics, on net/http with
 // Go 1.22 method and path patterns.
 //
-// Every route but /health, /ready, /metrics and /register needs an API key
+// Every route but /health, /ready, /metrics, /rlconfig and /register needs an API key
 // (header X-API-Key, or Authorization: Bearer). A key only ever sees its own
 // client's rules, exemptions, counters and stats. Errors are JSON of the shape
 // {"error": "…", "code": "…"}; routes.go lists the whole surface.
@@ -51,6 +51,11 @@ type Deps struct {
 	// /descriptors (only ever asked about the caller's own domain). Default
 	// nil: the server has no DESCRIPTORS_DIR.
 	Descriptors func(domain string) DescriptorStatus
+	// ConfigDump returns the text GET /rlconfig serves: the descriptor
+	// configuration in use, in the reference service's format. Default: an
+	// empty text (no configuration), as the reference answers before it has
+	// one.
+	ConfigDump func() string
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
 }
@@ -69,6 +74,9 @@ func NewHandler(d Deps) http.Handler {
 	}
 	if d.Gatherer == nil {
 		d.Gatherer = prometheus.Gatherers{}
+	}
+	if d.ConfigDump == nil {
+		d.ConfigDump = func() string { return "" }
 	}
 	if d.RegisterLimit == (algorithms.Limit{}) {
 		d.RegisterLimit = algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 10, Window: time.Hour}

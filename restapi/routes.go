@@ -15,6 +15,7 @@ func addRoutes(mux *http.ServeMux, d Deps, m *metrics) {
 	mux.Handle("GET /health", handleHealth())
 	mux.Handle("GET /ready", handleReady(d.DB, d.Limiter))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(d.Gatherer, promhttp.HandlerOpts{}))
+	mux.Handle("GET /rlconfig", handleConfigDump(d.ConfigDump))
 
 	mux.Handle("POST /register", handleRegister(d.DB, d.Cache, d.Limiter, d.RegisterLimit, d.TrustedProxies))
 	mux.Handle("GET /me", auth(handleMe()))

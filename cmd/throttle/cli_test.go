@@ -21,6 +21,10 @@ func TestParseServeDefaults(t *testing.T) {
 	if c.Port != 8080 || c.GRPCPort != 8081 || c.DatabaseURL != "sqlite://throttle.db" || c.RedisURL != "" || c.FailureMode != "open" || c.RegisterLimit != 10 {
 		t.Errorf("defaults = %+v", c)
 	}
+	if c.ShadowMode || c.DynamicMetadata || c.ForceStart || c.MaxValueStatsKeys != 1000 {
+		t.Errorf("reference knobs' defaults = shadow %v, metadata %v, force start %v, max value keys %d; want false, false, false, 1000",
+			c.ShadowMode, c.DynamicMetadata, c.ForceStart, c.MaxValueStatsKeys)
+	}
 }
 
 func TestParseServeFlagBeatsEnv(t *testing.T) {
@@ -50,6 +54,10 @@ func TestParseServeErrors(t *testing.T) {
 		{map[string]string{"BACKEND_TIMEOUT": "fast"}, `BACKEND_TIMEOUT: "fast" is not a positive duration`},
 		{map[string]string{"REDIS_URL": "localhost:6379"}, "REDIS_URL: must start with redis://"},
 		{map[string]string{"REGISTER_LIMIT_PER_HOUR": "0"}, "REGISTER_LIMIT_PER_HOUR: 0 must be at least 1"},
+		{map[string]string{"SHADOW_MODE": "sometimes"}, `SHADOW_MODE: "sometimes" is not true or false`},
+		{map[string]string{"RESPONSE_DYNAMIC_METADATA": "y"}, `RESPONSE_DYNAMIC_METADATA: "y" is not true or false`},
+		{map[string]string{"FORCE_START_WITHOUT_INITIAL_CONFIG": "always"}, `FORCE_START_WITHOUT_INITIAL_CONFIG: "always" is not true or false`},
+		{map[string]string{"STATS_MAX_VALUE_KEYS": "-1"}, "STATS_MAX_VALUE_KEYS: -1 must be 0 or more"},
 	}
 	for _, tc := range cases {
 		_, err := parseServe(nil, env(tc.env), &bytes.Buffer{})

@@ -31,6 +31,10 @@ type config struct {
 	TrustedProxies    []netip.Prefix
 	LogLevel          slog.Level
 	ResponseHeaders   bool
+	ShadowMode        bool
+	DynamicMetadata   bool
+	ForceStart        bool
+	MaxValueStatsKeys int
 	CacheRefresh      time.Duration
 	RegisterLimit     int64
 	ShutdownTimeout   time.Duration
@@ -59,6 +63,10 @@ var serveSettings = []setting{
 	{"TRUSTED_PROXIES", "trusted-proxies", "", "comma-separated CIDRs whose X-Forwarded-For/X-Real-IP are believed"},
 	{"LOG_LEVEL", "log-level", "info", "debug, info, warn or error"},
 	{"RATE_LIMIT_RESPONSE_HEADERS", "rate-limit-response-headers", "false", "add X-RateLimit-* headers to gRPC rate-limit responses"},
+	{"SHADOW_MODE", "shadow-mode", "false", "answer every gRPC rate-limit request OK: limits are still decided, counted and reported per descriptor, only the overall OVER_LIMIT becomes OK"},
+	{"RESPONSE_DYNAMIC_METADATA", "response-dynamic-metadata", "false", "set dynamic_metadata on gRPC rate-limit responses: the request's domain, descriptors and hits_addend, and the metadata of the descriptors within their limits"},
+	{"FORCE_START_WITHOUT_INITIAL_CONFIG", "force-start-without-initial-config", "false", "start even when DESCRIPTORS_DIR is missing or does not load, and load it when it appears; until then gRPC requests for domains no client owns fail UNAVAILABLE"},
+	{"STATS_MAX_VALUE_KEYS", "stats-max-value-keys", "1000", "most distinct metric keys holding request values (detailed_metric, value_to_metric, limit overrides); further values count under the descriptor's configured key; 0 = none"},
 	{"CACHE_REFRESH_INTERVAL", "cache-refresh-interval", "2s", "how often rules, exemptions and keys changed on other replicas are picked up"},
 	{"REGISTER_LIMIT_PER_HOUR", "register-limit-per-hour", "10", "POST /register calls allowed per client IP per hour"},
 	{"SHUTDOWN_TIMEOUT", "shutdown-timeout", "15s", "how long SIGTERM waits for in-flight requests"},
@@ -129,8 +137,12 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*c
 	var reg int
 	intVar("REGISTER_LIMIT_PER_HOUR", &reg)
 	c.RegisterLimit = int64(reg)
+	intVar("STATS_MAX_VALUE_KEYS", &c.MaxValueStatsKeys)
 	boolVar("MERGE_DOMAIN_CONFIG", &c.MergeDomains)
 	boolVar("RATE_LIMIT_RESPONSE_HEADERS", &c.ResponseHeaders)
+	boolVar("SHADOW_MODE", &c.ShadowMode)
+	boolVar("RESPONSE_DYNAMIC_METADATA", &c.DynamicMetadata)
+	boolVar("FORCE_START_WITHOUT_INITIAL_CONFIG", &c.ForceStart)
 	durVar("DESCRIPTORS_RELOAD_INTERVAL", &c.ReloadInterval)
 	if get("BACKEND_TIMEOUT") != "" {
 		durVar("BACKEND_TIMEOUT", &c.BackendTimeout)
@@ -185,6 +197,9 @@ func (c *config) Validate() error {
 	}
 	if err := c.LogLevel.UnmarshalText([]byte(c.logLevelRaw)); err != nil {
 		errs = append(errs, fmt.Errorf("LOG_LEVEL: %q is not one of debug, info, warn, error", c.logLevelRaw))
+	}
+	if c.MaxValueStatsKeys < 0 {
+		errs = append(errs, fmt.Errorf("STATS_MAX_VALUE_KEYS: %d must be 0 or more", c.MaxValueStatsKeys))
 	}
 	if c.RegisterLimit < 1 {
 		errs = append(errs, fmt.Errorf("REGISTER_LIMIT_PER_HOUR: %d must be at least 1", c.RegisterLimit))

@@ -34,10 +34,13 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer) error {
 		}
 	}
 
-	// Background work has one owner: bg ends it, wg waits for it.
+	// Background work has one owner: bg ends it, wg waits for it. Deferred
+	// in this order so that an early return (a start that fails) first
+	// ends the work, then waits for it.
+	var wg sync.WaitGroup
+	defer wg.Wait()
 	bg, stopBG := context.WithCancel(context.Background())
 	defer stopBG()
-	var wg sync.WaitGroup
 	goBG := func(name string, f func(context.Context) error) {
 		wg.Add(1)
 		go func() {
@@ -47,7 +50,6 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer) error {
 			}
 		}()
 	}
-	defer wg.Wait()
 
 	openCtx, cancelOpen := context.WithTimeout(ctx, 30*time.Second)
 	db, err := store.Open(openCtx, cfg.DatabaseURL, log)
@@ -87,17 +89,39 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer) error {
 		descStatus func(string) restapi.DescriptorStatus
 	)
 	if cfg.DescriptorsDir != "" {
-		r, err := descriptors.NewReloader(cfg.DescriptorsDir, cfg.ReloadInterval, descriptors.Options{MergeDomains: cfg.MergeDomains}, log, reg)
+		newReloader := descriptors.NewReloader
+		if cfg.ForceStart {
+			newReloader = descriptors.NewReloaderWithoutInitialConfig
+		}
+		r, err := newReloader(cfg.DescriptorsDir, cfg.ReloadInterval, descriptors.Options{MergeDomains: cfg.MergeDomains}, log, reg)
 		if err != nil {
+			if !cfg.ForceStart {
+				err = fmt.Errorf("%w (FORCE_START_WITHOUT_INITIAL_CONFIG=true starts without it)", err)
+			}
 			return fmt.Errorf("DESCRIPTORS_DIR: %w", err)
 		}
 		current, descStatus = r.Current, domainStatus(r)
 		goBG("descriptors", r.Run)
-		log.Info("descriptor configuration loaded", "dir", cfg.DescriptorsDir, "domains", r.Current().DomainCount())
+		if c := r.Current(); c != nil {
+			log.Info("descriptor configuration loaded", "dir", cfg.DescriptorsDir, "domains", c.DomainCount())
+		} else {
+			log.Warn("starting without the descriptor configuration (FORCE_START_WITHOUT_INITIAL_CONFIG); it loads when it appears", "dir", cfg.DescriptorsDir)
+		}
+	}
+	// GET /rlconfig: the YAML configuration in use, as the reference
+	// service's debug endpoint (REST client rules are private to their
+	// clients and not part of it).
+	configDump := func() string {
+		if current == nil {
+			return ""
+		}
+		return current().Dump()
 	}
 
 	rls, err := ratelimitsvc.New(ratelimitsvc.Options{
-		Limiter: limiter, Descriptors: current, Rules: cache, ResponseHeaders: cfg.ResponseHeaders, Log: log, Registerer: reg,
+		Limiter: limiter, Descriptors: current, Rules: cache, ResponseHeaders: cfg.ResponseHeaders,
+		ShadowMode: cfg.ShadowMode, DynamicMetadata: cfg.DynamicMetadata, MaxValueStatsKeys: maxValueKeys(cfg.MaxValueStatsKeys),
+		Log: log, Registerer: reg,
 	})
 	if err != nil {
 		return err
@@ -105,9 +129,9 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer) error {
 	grpcSrv, health := ratelimitsvc.NewGRPCServer(rls)
 	handler := restapi.NewHandler(restapi.Deps{
 		Log: log, DB: db, Cache: cache, Usage: usage, Limiter: limiter, Registerer: reg, Gatherer: reg,
-		TrustedProxies: cfg.TrustedProxies,
-		RegisterLimit:  algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: cfg.RegisterLimit, Window: time.Hour},
-		Descriptors:    descStatus,
+		TrustedProxies: cfg.TrustedProxies, ConfigDump: configDump,
+		RegisterLimit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: cfg.RegisterLimit, Window: time.Hour},
+		Descriptors:   descStatus,
 	})
 	httpSrv := restapi.NewServer(net.JoinHostPort(cfg.BindAddress, strconv.Itoa(cfg.Port)), handler)
 
@@ -226,4 +250,13 @@ func domainStatus(r *descriptors.Reloader) func(string) restapi.DescriptorStatus
 			Files: files, LoadedAt: s.LoadedAt, CheckedAt: s.CheckedAt, Valid: s.Valid, Problems: s.Problems,
 		}
 	}
+}
+
+// maxValueKeys maps STATS_MAX_VALUE_KEYS (0 = none) to
+// ratelimitsvc.Options.MaxValueStatsKeys (0 = default, negative = none).
+func maxValueKeys(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
 }

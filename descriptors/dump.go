@@ -1,0 +1,65 @@
+package descriptors
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/throttle-rl/throttle/algorithms"
+)
+
+// Dump returns the configuration as text, one line per descriptor with a
+// rate_limit, in the reference service's /rlconfig format:
+//
+//	<full key>: unit=<UNIT> requests_per_unit=<n>, shadow_mode: <bool>
+//
+// The full key is the domain and each level's key or key_value, joined with
+// '.'. An unlimited descriptor shows unit=UNKNOWN, as upstream's does. Throttle's own settings follow only when they are set:
+// ", quota_mode: true", ", algorithm: <name>" (not fixed_window) and
+// ", refill_rate: <tokens per second>", so a configuration written for the
+// reference service dumps line for line as there. Unlike upstream, which
+// walks maps in random order, domains and the descriptors of each level come
+// sorted by name. A nil Config dumps as "".
+func (c *Config) Dump() string {
+	if c == nil {
+		return ""
+	}
+	names := make([]string, 0, len(c.domains))
+	for name := range c.domains {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	for _, name := range names {
+		c.domains[name].root.dump(&b)
+	}
+	return b.String()
+}
+
+func (l *level) dump(b *strings.Builder) {
+	nodes := make([]*node, 0, len(l.exact)+len(l.defaults))
+	for _, n := range l.exact {
+		nodes = append(nodes, n)
+	}
+	for _, n := range l.defaults {
+		nodes = append(nodes, n)
+	}
+	sort.Slice(nodes, func(i, j int) bool { return nodes[i].fullKey < nodes[j].fullKey })
+	for _, n := range nodes {
+		if lim := n.limit; lim != nil {
+			fmt.Fprintf(b, "%s: unit=%s requests_per_unit=%d, shadow_mode: %t", n.fullKey, lim.Unit, lim.RequestsPerUnit, n.shadowMode)
+			if n.quotaMode {
+				b.WriteString(", quota_mode: true")
+			}
+			if a := lim.EngineAlgorithm(); !lim.Unlimited && a != algorithms.FixedWindow {
+				fmt.Fprintf(b, ", algorithm: %s", a)
+			}
+			if lim.RefillRate != 0 {
+				b.WriteString(", refill_rate: " + strconv.FormatFloat(lim.RefillRate, 'g', -1, 64))
+			}
+			b.WriteByte('\n')
+		}
+		n.children.dump(b)
+	}
+}
