@@ -138,7 +138,7 @@ func TestServeRefusesMissingConfig(t *testing.T) {
 		dir, want string
 	}{
 		{missing, "DESCRIPTORS_DIR: read descriptors directory: open " + missing + ": no such file or directory (FORCE_START_WITHOUT_INITIAL_CONFIG=true starts without it)"},
-		{bad, "DESCRIPTORS_DIR: " + filepath.Join(bad, "bad.yaml") + `: domain "edge" › descriptors[0] › rate_limit: invalid rate limit unit 'fortnight' (FORCE_START_WITHOUT_INITIAL_CONFIG=true starts without it)`},
+		{bad, "DESCRIPTORS_DIR: " + filepath.Join(bad, "bad.yaml") + `:4: domain "edge" › descriptors[0] › rate_limit: invalid rate limit unit 'fortnight' (FORCE_START_WITHOUT_INITIAL_CONFIG=true starts without it)`},
 	} {
 		getenv := env(map[string]string{
 			"DESCRIPTORS_DIR": tc.dir, "BIND_ADDRESS": "127.0.0.1", "LOG_LEVEL": "error",
