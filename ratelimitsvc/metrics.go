@@ -36,6 +36,7 @@ const (
 // id cannot grow Prometheus without bound.
 type metrics struct {
 	hits, overLimit, nearLimit, withinLimit, shadowMode *prometheus.CounterVec
+	overLimitLocalCache                                 *prometheus.CounterVec
 	domainNotFound, globalShadowMode, folded            prometheus.Counter
 	latency                                             *prometheus.HistogramVec
 
@@ -57,6 +58,8 @@ func newMetrics(reg prometheus.Registerer, maxValueKeys int) (*metrics, error) {
 		nearLimit:   vec("throttle_ratelimit_near_limit_total", "Hits within a descriptor's limit but above the near-limit ratio."),
 		withinLimit: vec("throttle_ratelimit_within_limit_total", "Hits within a descriptor's limit."),
 		shadowMode:  vec("throttle_ratelimit_shadow_mode_total", "Hits over a shadow-mode limit that were let through."),
+		overLimitLocalCache: vec("throttle_ratelimit_over_limit_with_local_cache_total",
+			"Hits over a descriptor's limit that the local over-limit cache rejected without Redis (LOCAL_CACHE_SIZE_IN_BYTES)."),
 		domainNotFound: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "throttle_ratelimit_domain_not_found_total", Help: "Requests for a domain no configuration or client has.",
 		}),
@@ -76,7 +79,7 @@ func newMetrics(reg prometheus.Registerer, maxValueKeys int) (*metrics, error) {
 		valueKeys:    map[valueKey]struct{}{},
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.hits, m.overLimit, m.nearLimit, m.withinLimit, m.shadowMode, m.domainNotFound, m.globalShadowMode, m.folded, m.latency} {
+		for _, c := range []prometheus.Collector{m.hits, m.overLimit, m.overLimitLocalCache, m.nearLimit, m.withinLimit, m.shadowMode, m.domainNotFound, m.globalShadowMode, m.folded, m.latency} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
@@ -87,14 +90,17 @@ func newMetrics(reg prometheus.Registerer, maxValueKeys int) (*metrics, error) {
 
 // observe counts one descriptor decision under domain and key, or under
 // rollup, its key without request values, once the per-value keys are
-// capped.
-func (m *metrics) observe(domain, key, rollup string, hits int64, o outcome, shadow bool) {
+// capped. cached says the local over-limit cache made it.
+func (m *metrics) observe(domain, key, rollup string, hits int64, o outcome, shadow, cached bool) {
 	key = m.label(domain, key, rollup)
 	h := float64(hits)
 	m.hits.WithLabelValues(domain, key).Add(h)
 	switch o {
 	case over:
 		m.overLimit.WithLabelValues(domain, key).Add(h)
+		if cached {
+			m.overLimitLocalCache.WithLabelValues(domain, key).Add(h)
+		}
 		if shadow {
 			m.shadowMode.WithLabelValues(domain, key).Add(h)
 		}

@@ -168,7 +168,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		case l.limit.Unlimited:
 			st.LimitRemaining = math.MaxUint32
 		case l.limit.AlwaysOverLimit():
-			s.metrics.observe(domain, l.statsKey, l.rollup, hits, over, l.shadow)
+			s.metrics.observe(domain, l.statsKey, l.rollup, hits, over, l.shadow, false)
 			st.CurrentLimit = currentLimit(l)
 			st.DurationUntilReset = durationpb.New(untilUnitEnds(l.limit.WindowLength(), s.opts.Now()))
 			if !l.shadow {
@@ -215,7 +215,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 			} else if used := d.Limit - d.Remaining; float64(used) > s.opts.NearLimitRatio*float64(d.Limit) {
 				outcome = near
 			}
-			s.metrics.observe(domain, l.statsKey, l.rollup, l.hits, outcome, l.shadow)
+			s.metrics.observe(domain, l.statsKey, l.rollup, l.hits, outcome, l.shadow, d.Cached)
 		}
 	}
 

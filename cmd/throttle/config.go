@@ -28,6 +28,7 @@ type config struct {
 	FailureMode       algorithms.FailureMode
 	BackendTimeout    time.Duration // 0: derived from each call's deadline
 	RESTTimeout       time.Duration
+	LocalCacheBytes   int
 	TrustedProxies    []netip.Prefix
 	LogLevel          slog.Level
 	ResponseHeaders   bool
@@ -59,6 +60,7 @@ var serveSettings = []setting{
 	{"DESCRIPTORS_RELOAD_INTERVAL", "descriptors-reload-interval", "2s", "how often DESCRIPTORS_DIR is checked for changes"},
 	{"FAILURE_MODE", "failure-mode", "open", "when Redis fails: open (admit), closed (reject) or local (this replica's memory counters)"},
 	{"BACKEND_TIMEOUT", "backend-timeout", "", "fixed budget of every Redis call, overriding the derived ones; empty = a gRPC call's own deadline (Envoy's grpc-timeout) minus a margin of a fifth (2ms-100ms), REST_BACKEND_TIMEOUT for calls without one"},
+	{"LOCAL_CACHE_SIZE_IN_BYTES", "local-cache-size-in-bytes", "8388608", "memory for the Envoy path's over-limit cache (with REDIS_URL): a descriptor Redis rejected is rejected locally until Redis said it could pass; 0 = off"},
 	{"REST_BACKEND_TIMEOUT", "rest-backend-timeout", "500ms", "budget of a Redis call for a check that brings no deadline (REST /check, gRPC without grpc-timeout); past it: 503/UNAVAILABLE if Redis answers others (overload), else FAILURE_MODE"},
 	{"TRUSTED_PROXIES", "trusted-proxies", "", "comma-separated CIDRs whose X-Forwarded-For/X-Real-IP are believed"},
 	{"LOG_LEVEL", "log-level", "info", "debug, info, warn or error"},
@@ -134,6 +136,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*c
 	}
 	intVar("PORT", &c.Port)
 	intVar("GRPC_PORT", &c.GRPCPort)
+	intVar("LOCAL_CACHE_SIZE_IN_BYTES", &c.LocalCacheBytes)
 	var reg int
 	intVar("REGISTER_LIMIT_PER_HOUR", &reg)
 	c.RegisterLimit = int64(reg)
@@ -206,6 +209,9 @@ func (c *config) Validate() error {
 	}
 	if c.BackendTimeout > 10*time.Second {
 		errs = append(errs, fmt.Errorf("BACKEND_TIMEOUT: %s is longer than any proxy waits; leave it empty to follow each caller's deadline", c.BackendTimeout))
+	}
+	if c.LocalCacheBytes < 0 {
+		errs = append(errs, fmt.Errorf("LOCAL_CACHE_SIZE_IN_BYTES: %d must be 0 (off) or more", c.LocalCacheBytes))
 	}
 	if c.RESTTimeout > time.Minute {
 		errs = append(errs, fmt.Errorf("REST_BACKEND_TIMEOUT: %s is longer than any app waits for a rate-limit check", c.RESTTimeout))

@@ -118,8 +118,17 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer) error {
 		return current().Dump()
 	}
 
+	// The Envoy path rejects known over-limit descriptors without Redis.
+	// Only there: its counters are scoped by domain, which no REST /reset
+	// (made on any replica) can touch, so the cache cannot go stale.
+	rlsLimiter := limiter
+	if backend == "redis" && cfg.LocalCacheBytes > 0 {
+		if rlsLimiter, err = algorithms.NewOverLimitCache(limiter, algorithms.OverLimitCacheOptions{MaxBytes: cfg.LocalCacheBytes, Registerer: reg}); err != nil {
+			return err
+		}
+	}
 	rls, err := ratelimitsvc.New(ratelimitsvc.Options{
-		Limiter: limiter, Descriptors: current, Rules: cache, ResponseHeaders: cfg.ResponseHeaders,
+		Limiter: rlsLimiter, Descriptors: current, Rules: cache, ResponseHeaders: cfg.ResponseHeaders,
 		ShadowMode: cfg.ShadowMode, DynamicMetadata: cfg.DynamicMetadata, MaxValueStatsKeys: maxValueKeys(cfg.MaxValueStatsKeys),
 		Log: log, Registerer: reg,
 	})

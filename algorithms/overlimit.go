@@ -1,0 +1,274 @@
+package algorithms
+
+import (
+	"context"
+	"fmt"
+	"hash/maphash"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// OverLimitCache answers, without the backend, requests for a key that the
+// backend has just rejected, until the moment the backend said the same
+// request could next be admitted (the reference service's local cache,
+// LOCAL_CACHE_SIZE_IN_BYTES).
+//
+// It cannot change a decision. A rejected request consumes nothing, so
+// until its RetryAfter has passed the state of its key only moves further
+// from admitting it: the window's count only grows, the sliding window's
+// weighted count only falls as time passes (the retry time is when it has
+// fallen enough), the bucket only refills by then. A request of at least as
+// many hits on the same key and limit before then would be rejected by the
+// backend too. The time is taken before the backend call was sent, so the
+// cached moment is early by the round trip, never late. Decisions made by
+// the failure policy are never cached; a limit changed by a config reload is
+// another cache key.
+//
+// Two things it does not see: a Reset made through another replica (so it
+// wraps only the Envoy path, whose domain-scoped counters no REST call
+// resets), and counters lost by Redis (a flush, a restart without
+// persistence): it goes on rejecting what the key's limit says must be
+// rejected in that window, where Redis would have started again from zero.
+type OverLimitCache struct {
+	next     Store
+	seed     maphash.Seed
+	shards   [cacheShards]cacheShard
+	maxBytes int // per shard
+	now      func() time.Time
+	hits     prometheus.Counter
+}
+
+const cacheShards = 64
+
+type cacheShard struct {
+	mu    sync.Mutex
+	m     map[cacheKey]cacheEntry
+	bytes int
+}
+
+type cacheKey struct {
+	key   Key
+	limit Limit
+}
+
+type cacheEntry struct {
+	hits    int64     // the rejected request's cost: requests of at least this much are rejected
+	until   time.Time // when that request could first be admitted
+	resetAt time.Time // when the state is fresh again
+}
+
+// entryOverhead approximates a map entry's bytes beside its strings.
+const entryOverhead = 160
+
+// OverLimitCacheOptions configures an OverLimitCache.
+type OverLimitCacheOptions struct {
+	// MaxBytes bounds the cache's memory (approximately: key strings plus a
+	// fixed overhead per entry). Required, > 0.
+	MaxBytes int
+	// Registerer receives the cache's metrics. Optional.
+	Registerer prometheus.Registerer
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+}
+
+// NewOverLimitCache wraps next.
+func NewOverLimitCache(next Store, opts OverLimitCacheOptions) (*OverLimitCache, error) {
+	if opts.MaxBytes <= 0 {
+		return nil, fmt.Errorf("over-limit cache: size %d must be > 0", opts.MaxBytes)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	c := &OverLimitCache{
+		next: next, seed: maphash.MakeSeed(), now: opts.Now,
+		maxBytes: max(opts.MaxBytes/cacheShards, entryOverhead),
+		hits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "throttle_overlimit_cache_hits_total",
+			Help: "Requests rejected by the local over-limit cache without a backend call (LOCAL_CACHE_SIZE_IN_BYTES).",
+		}),
+	}
+	for i := range c.shards {
+		c.shards[i].m = map[cacheKey]cacheEntry{}
+	}
+	if opts.Registerer != nil {
+		size := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "throttle_overlimit_cache_bytes",
+			Help: "Approximate memory held by the local over-limit cache.",
+		}, func() float64 { return float64(c.bytes()) })
+		for _, m := range []prometheus.Collector{c.hits, size} {
+			if err := opts.Registerer.Register(m); err != nil {
+				return nil, fmt.Errorf("register over-limit cache metrics: %w", err)
+			}
+		}
+	}
+	return c, nil
+}
+
+// Check answers the requests the cache knows to be over their limit and
+// sends the others, in one batch, to the wrapped store.
+func (c *OverLimitCache) Check(ctx context.Context, reqs []Request) ([]Decision, error) {
+	now := c.now()
+	var out []Decision // nil until a request is answered here
+	for i, r := range reqs {
+		if r.Hits <= 0 || r.Hits > MaxLimit {
+			continue // a peek, or invalid: the store answers
+		}
+		e, ok := c.lookup(r, now)
+		if !ok {
+			continue
+		}
+		if out == nil {
+			out = make([]Decision, len(reqs))
+		}
+		out[i] = Decision{
+			Limit: r.Limit.Limit, ResetAfter: e.resetAt.Sub(now), RetryAfter: e.until.Sub(now),
+			Now: now, Cached: true,
+		}
+	}
+	if out == nil {
+		ds, err := c.next.Check(ctx, reqs)
+		if err == nil {
+			c.remember(reqs, ds, now)
+		}
+		return ds, err
+	}
+	var rest []Request
+	var index []int
+	for i, r := range reqs {
+		if !out[i].Cached {
+			rest = append(rest, r)
+			index = append(index, i)
+		}
+	}
+	c.hits.Add(float64(len(reqs) - len(rest)))
+	if len(rest) == 0 {
+		return out, nil
+	}
+	ds, err := c.next.Check(ctx, rest)
+	if err != nil {
+		return nil, err
+	}
+	c.remember(rest, ds, now)
+	for j, d := range ds {
+		out[index[j]] = d
+	}
+	return out, nil
+}
+
+// lookup returns r's entry when it still rejects r.
+func (c *OverLimitCache) lookup(r Request, now time.Time) (cacheEntry, bool) {
+	k := cacheKey{r.Key, r.Limit}
+	s := c.shard(k)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.m[k]
+	if !ok {
+		return cacheEntry{}, false
+	}
+	if !now.Before(e.until) {
+		s.drop(k)
+		return cacheEntry{}, false
+	}
+	return e, r.Hits >= e.hits
+}
+
+// remember caches the rejections among ds, decided on requests sent at sent.
+func (c *OverLimitCache) remember(reqs []Request, ds []Decision, sent time.Time) {
+	for i, d := range ds {
+		if d.Allowed || d.Degraded || d.Cached || d.RetryAfter <= 0 || reqs[i].Hits <= 0 {
+			continue
+		}
+		// A millisecond early, against rounding in the stores' retry times.
+		until := sent.Add(d.RetryAfter - time.Millisecond)
+		if !until.After(sent) {
+			continue
+		}
+		k := cacheKey{reqs[i].Key, reqs[i].Limit}
+		e := cacheEntry{hits: reqs[i].Hits, until: until, resetAt: sent.Add(d.ResetAfter)}
+		s := c.shard(k)
+		s.mu.Lock()
+		if old, ok := s.m[k]; ok && old.hits < e.hits && sent.Before(old.until) {
+			s.mu.Unlock()
+			continue // the entry already rejects smaller requests
+		}
+		s.put(k, e, c.maxBytes, sent)
+		s.mu.Unlock()
+	}
+}
+
+func (c *OverLimitCache) shard(k cacheKey) *cacheShard {
+	var h maphash.Hash
+	h.SetSeed(c.seed)
+	h.WriteString(k.key.Scope)
+	h.WriteByte(0)
+	h.WriteString(k.key.Identifier)
+	h.WriteByte(0)
+	h.WriteString(k.key.Name)
+	return &c.shards[h.Sum64()%cacheShards]
+}
+
+func entrySize(k cacheKey) int {
+	return entryOverhead + len(k.key.Scope) + len(k.key.Identifier) + len(k.key.Name) + len(k.limit.Algorithm)
+}
+
+// put stores e, first dropping expired entries and then others while the
+// shard would go over maxBytes: an entry dropped early only costs a
+// backend call.
+func (s *cacheShard) put(k cacheKey, e cacheEntry, maxBytes int, now time.Time) {
+	if _, ok := s.m[k]; ok {
+		s.m[k] = e
+		return
+	}
+	size := entrySize(k)
+	if s.bytes+size > maxBytes {
+		for old, v := range s.m {
+			if !now.Before(v.until) {
+				s.drop(old)
+			}
+		}
+		for old := range s.m {
+			if s.bytes+size <= maxBytes {
+				break
+			}
+			s.drop(old)
+		}
+	}
+	s.m[k] = e
+	s.bytes += size
+}
+
+func (s *cacheShard) drop(k cacheKey) {
+	if _, ok := s.m[k]; ok {
+		delete(s.m, k)
+		s.bytes -= entrySize(k)
+	}
+}
+
+func (c *OverLimitCache) bytes() int {
+	n := 0
+	for i := range c.shards {
+		s := &c.shards[i]
+		s.mu.Lock()
+		n += s.bytes
+		s.mu.Unlock()
+	}
+	return n
+}
+
+// Reset forgets the identifier's cached rejections, then resets it on the
+// wrapped store.
+func (c *OverLimitCache) Reset(ctx context.Context, scope, identifier string, alg Algorithm) (int, error) {
+	for i := range c.shards {
+		s := &c.shards[i]
+		s.mu.Lock()
+		for k := range s.m {
+			if k.key.Scope == scope && k.key.Identifier == identifier && (alg == "" || k.limit.Algorithm == alg) {
+				s.drop(k)
+			}
+		}
+		s.mu.Unlock()
+	}
+	return c.next.Reset(ctx, scope, identifier, alg)
+}
