@@ -33,6 +33,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -47,16 +49,28 @@ const (
 	TokenBucket   Algorithm = "token_bucket"
 )
 
-// Algorithms lists every algorithm, in documentation order.
+// Algorithms lists every algorithm, in documentation order. It is the one
+// list of algorithms: ParseAlgorithm accepts exactly these, and Names spells
+// them for every message that lists them.
 var Algorithms = []Algorithm{FixedWindow, SlidingWindow, TokenBucket}
 
 // ParseAlgorithm returns the algorithm named s, or an error wrapping ErrInvalid.
 func ParseAlgorithm(s string) (Algorithm, error) {
-	switch a := Algorithm(s); a {
-	case FixedWindow, SlidingWindow, TokenBucket:
+	if a := Algorithm(s); slices.Contains(Algorithms, a) {
 		return a, nil
 	}
-	return "", fmt.Errorf("%w: algorithm %q is not one of fixed_window, sliding_window, token_bucket", ErrInvalid, s)
+	return "", fmt.Errorf("%w: algorithm %q is not one of %s", ErrInvalid, s, Names())
+}
+
+// Names returns the names of Algorithms for a message, in documentation
+// order: "fixed_window, sliding_window or token_bucket".
+func Names() string {
+	names := make([]string, len(Algorithms))
+	for i, a := range Algorithms {
+		names[i] = string(a)
+	}
+	last := len(names) - 1
+	return strings.Join(names[:last], ", ") + " or " + names[last]
 }
 
 // ErrInvalid marks a request the engine refuses: a bad limit, window, refill

@@ -190,7 +190,7 @@ func (l RateLimit) validate() error {
 	}
 	if l.Algorithm != "" {
 		if _, err := algorithms.ParseAlgorithm(string(l.Algorithm)); err != nil {
-			return fmt.Errorf("unknown algorithm '%s' (want fixed_window, sliding_window or token_bucket)", l.Algorithm)
+			return fmt.Errorf("unknown algorithm '%s' (want %s)", l.Algorithm, algorithms.Names())
 		}
 	}
 	if l.RefillRate != 0 && l.Algorithm != algorithms.TokenBucket {

@@ -199,7 +199,7 @@ func resolveLimit(cache *store.Cache, c store.Client, req checkRequest) (algorit
 	}
 	alg, err := algorithms.ParseAlgorithm(name)
 	if err != nil {
-		return algorithms.Limit{}, "", invalidField("algorithm must be fixed_window, sliding_window or token_bucket")
+		return algorithms.Limit{}, "", invalidField("algorithm must be " + algorithms.Names())
 	}
 	if req.Limit == nil {
 		return algorithms.Limit{}, "", missingField("limit is required when no rule is named")
@@ -278,7 +278,7 @@ func handleReset(limiter algorithms.Store) http.Handler {
 		var alg algorithms.Algorithm
 		if req.Algorithm != "" {
 			if alg, err = algorithms.ParseAlgorithm(req.Algorithm); err != nil {
-				writeError(w, r, invalidField("algorithm must be fixed_window, sliding_window or token_bucket"))
+				writeError(w, r, invalidField("algorithm must be "+algorithms.Names()))
 				return
 			}
 		}

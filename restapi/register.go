@@ -63,7 +63,7 @@ func handleRegister(db *store.DB, cache *store.Cache, limiter algorithms.Store, 
 			return
 		case req.DefaultAlgorithm != "":
 			if _, err := algorithms.ParseAlgorithm(req.DefaultAlgorithm); err != nil {
-				writeError(w, r, invalidField("default_algorithm must be fixed_window, sliding_window or token_bucket"))
+				writeError(w, r, invalidField("default_algorithm must be "+algorithms.Names()))
 				return
 			}
 		}

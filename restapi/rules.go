@@ -114,7 +114,7 @@ func ruleFromRequest(c store.Client, req ruleRequest) (store.Rule, error) {
 	}
 	alg, err := algorithms.ParseAlgorithm(name)
 	if err != nil {
-		return store.Rule{}, invalidField("algorithm must be fixed_window, sliding_window or token_bucket")
+		return store.Rule{}, invalidField("algorithm must be " + algorithms.Names())
 	}
 	limit, err := inlineLimit(alg, req.Limit, req.Window, req.RefillRate)
 	if err != nil {

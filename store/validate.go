@@ -4,12 +4,16 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
 )
 
-// Algorithm names a rule or client may use.
+// Algorithm names a rule or client may use: the engine's algorithms
+// (algorithms.Algorithms). store does not import the engine (DESIGN.md: it
+// imports only migrations), so TestAlgorithmsMatchEngine keeps these names,
+// their order and the messages that list them equal to the engine's.
 const (
 	FixedWindow   = "fixed_window"
 	SlidingWindow = "sliding_window"
@@ -36,13 +40,22 @@ func invalid(format string, args ...any) error {
 	return fmt.Errorf(format+": %w", append(args, ErrInvalid)...)
 }
 
-// ValidAlgorithm reports whether name is one of the three algorithms.
+// algorithmNames lists the algorithms in the engine's documentation order.
+func algorithmNames() []string {
+	return []string{FixedWindow, SlidingWindow, TokenBucket}
+}
+
+// ValidAlgorithm reports whether name is one of the engine's algorithms.
 func ValidAlgorithm(name string) bool {
-	switch name {
-	case FixedWindow, SlidingWindow, TokenBucket:
-		return true
-	}
-	return false
+	return slices.Contains(algorithmNames(), name)
+}
+
+// algorithmList spells the algorithms for a message, exactly as
+// algorithms.Names does: "fixed_window, sliding_window or token_bucket".
+func algorithmList() string {
+	names := algorithmNames()
+	last := len(names) - 1
+	return strings.Join(names[:last], ", ") + " or " + names[last]
 }
 
 // normalizeClient checks c and returns it cleaned up: name trimmed, email
@@ -75,7 +88,7 @@ func normalizeClient(c Client) (Client, error) {
 		c.DefaultAlgorithm = SlidingWindow
 	}
 	if !ValidAlgorithm(c.DefaultAlgorithm) {
-		return c, invalid("default_algorithm must be fixed_window, sliding_window or token_bucket")
+		return c, invalid("default_algorithm must be %s", algorithmList())
 	}
 	return c, nil
 }
@@ -140,7 +153,7 @@ func normalizeRule(r Rule) (Rule, error) {
 		return r, invalid("name must be 1 to %d characters of A-Z, a-z, 0-9, '_', '.', ':', '-'", maxNameLen)
 	}
 	if !ValidAlgorithm(r.Algorithm) {
-		return r, invalid("algorithm must be fixed_window, sliding_window or token_bucket")
+		return r, invalid("algorithm must be %s", algorithmList())
 	}
 	if r.Limit <= 0 {
 		return r, invalid("limit must be greater than 0")
