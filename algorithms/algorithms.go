@@ -2,7 +2,7 @@
 // types, the Store contract, and its two implementations — RedisStore (each
 // algorithm one atomic Lua script) and MemoryStore (one process, sharded locks).
 //
-// Three algorithms decide a request of cost hits against a limit:
+// Four algorithms decide a request of cost hits against a limit:
 //
 //   - FixedWindow: time is cut into windows of length Window aligned to the
 //     Unix epoch. A window admits at most Limit hits; the count starts from zero
@@ -24,7 +24,29 @@
 //     Limit/60 when no window is given). A request takes hits tokens; it is
 //     admitted when that many tokens are there.
 //
-// In all three a rejected request consumes nothing, and hits = 0 reads the
+//   - GCRA, the generic cell rate algorithm: a token bucket of capacity
+//     Limit refilled at Limit per Window, kept as one number and computed
+//     exactly. Each hit costs the emission interval T = Window/Limit; the
+//     state is the theoretical arrival time TAT, taken as now when it is in
+//     the past or was never set. A request is admitted when
+//     max(TAT, now) + hits×T − now ≤ Window, and then moves TAT there.
+//     Time is counted in integer units of gcd(Limit, Window in µs)/Limit µs,
+//     in which T and every other quantity are whole numbers, so nothing is
+//     rounded and these hold exactly: (1) an idle identifier gets Limit hits
+//     at once, never Limit+1; (2) any span of time of length s, both ends
+//     included, holds at most Limit + ⌊s×Limit/Window⌋ admitted hits, and
+//     traffic can reach that (a full burst, then one hit every T) — so a
+//     span shorter than Window holds at most 2×Limit−1, one shorter than n
+//     windows at most (n+1)×Limit−1, and the long-run rate is at most Limit
+//     per Window; (3) Remaining is the largest hits admitted now; (4) a
+//     rejected request repeated RetryAfter later, with no other traffic, is
+//     admitted, and one microsecond sooner it is not; (5) ResetAfter is until
+//     TAT ≤ now, when the identifier is idle again. RefillRate does not
+//     apply. A limit whose Limit and Window in µs have a least common
+//     multiple of 2^53 or more is refused with ErrInvalid: it cannot be
+//     counted exactly in the IEEE doubles of Redis Lua.
+//
+// In all four a rejected request consumes nothing, and hits = 0 reads the
 // state without changing it (a peek).
 package algorithms
 
@@ -47,12 +69,13 @@ const (
 	FixedWindow   Algorithm = "fixed_window"
 	SlidingWindow Algorithm = "sliding_window"
 	TokenBucket   Algorithm = "token_bucket"
+	GCRA          Algorithm = "gcra"
 )
 
 // Algorithms lists every algorithm, in documentation order. It is the one
 // list of algorithms: ParseAlgorithm accepts exactly these, and Names spells
 // them for every message that lists them.
-var Algorithms = []Algorithm{FixedWindow, SlidingWindow, TokenBucket}
+var Algorithms = []Algorithm{FixedWindow, SlidingWindow, TokenBucket, GCRA}
 
 // ParseAlgorithm returns the algorithm named s, or an error wrapping ErrInvalid.
 func ParseAlgorithm(s string) (Algorithm, error) {
@@ -63,7 +86,7 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 }
 
 // Names returns the names of Algorithms for a message, in documentation
-// order: "fixed_window, sliding_window or token_bucket".
+// order: "fixed_window, sliding_window, token_bucket or gcra".
 func Names() string {
 	names := make([]string, len(Algorithms))
 	for i, a := range Algorithms {
@@ -96,15 +119,16 @@ const DefaultTokenBucketWindow = time.Minute
 type Limit struct {
 	// Algorithm is required.
 	Algorithm Algorithm
-	// Limit is required: requests per window, or the bucket's capacity; 1..MaxLimit.
+	// Limit is required: requests per window, or the bucket's capacity
+	// (GCRA: both); 1..MaxLimit.
 	Limit int64
 	// Window is the window length, MinWindow..MaxWindow. Required for the
-	// window algorithms; optional for TokenBucket, where it only derives the
-	// default refill rate.
+	// window algorithms and GCRA; optional for TokenBucket, where it only
+	// derives the default refill rate.
 	Window time.Duration
 	// RefillRate is TokenBucket's refill in tokens per second. Optional:
 	// 0 means Limit/Window (Limit/60 without a window). Ignored by the window
-	// algorithms.
+	// algorithms and GCRA (whose rate is Limit/Window).
 	RefillRate float64
 }
 
@@ -120,6 +144,12 @@ func (l Limit) Validate() error {
 	if l.Window != 0 || needWindow {
 		if l.Window < MinWindow || l.Window > MaxWindow {
 			return fmt.Errorf("%w: window %s must be between %s and %s", ErrInvalid, l.Window, MinWindow, MaxWindow)
+		}
+	}
+	if l.Algorithm == GCRA {
+		// Counted exactly in integers below 2^53 (see gcraUnits).
+		if _, c := gcraUnits(l.Limit, l.Window.Microseconds()); c > maxExact/l.Limit {
+			return fmt.Errorf("%w: gcra cannot count limit %d per %s exactly (the least common multiple of the limit and the window in µs must be below 2^53): choose a rounder limit or window", ErrInvalid, l.Limit, l.Window)
 		}
 	}
 	if l.Algorithm == TokenBucket {

@@ -18,6 +18,7 @@ var benchLimits = []Limit{
 	{Algorithm: FixedWindow, Limit: 1_000_000_000, Window: time.Hour},
 	{Algorithm: SlidingWindow, Limit: 1_000_000_000, Window: time.Hour},
 	{Algorithm: TokenBucket, Limit: 1_000_000_000, Window: time.Hour},
+	{Algorithm: GCRA, Limit: 1_000_000_000, Window: time.Hour},
 }
 
 func benchStores(b *testing.B) []struct {

@@ -10,8 +10,8 @@ import (
 
 // TestConcurrentNeverOverAdmits sends 240 goroutines over 4 independent
 // Redis clients (stand-ins for 4 Throttle replicas) at one key: fixed window,
-// sliding window and token bucket must admit exactly the limit. The memory
-// store gets the same treatment.
+// sliding window, token bucket and GCRA must admit exactly the limit. The
+// memory store gets the same treatment.
 func TestConcurrentNeverOverAdmits(t *testing.T) {
 	const (
 		replicas   = 4
@@ -24,6 +24,8 @@ func TestConcurrentNeverOverAdmits(t *testing.T) {
 		{Algorithm: SlidingWindow, Limit: limit, Window: time.Hour},
 		// 0.001 tokens/s: the test's second or two refills nothing whole.
 		{Algorithm: TokenBucket, Limit: limit, RefillRate: 0.001},
+		// T = 1 h: the test's second or two admits nothing past the burst.
+		{Algorithm: GCRA, Limit: limit, Window: limit * time.Hour},
 	}
 	newStores := map[string]func(t *testing.T) []Store{
 		"redis": func(t *testing.T) []Store {
@@ -95,7 +97,7 @@ func hammer(t *testing.T, stores []Store, l Limit, goroutines, perG int) (int64,
 				if ds[0].Allowed {
 					admitted.Add(1)
 				}
-				if l.Algorithm != TokenBucket {
+				if l.Algorithm == FixedWindow || l.Algorithm == SlidingWindow {
 					w := ds[0].ResetAt().Add(-l.Window).Unix()
 					mu.Lock()
 					windows[w] = true

@@ -165,6 +165,74 @@ var conformanceCases = []struct {
 		},
 	},
 	{
+		name:  "gcra drains then admits one hit per emission interval",
+		limit: Limit{Algorithm: GCRA, Limit: 10, Window: 10 * time.Second}, // T = 1 s
+		steps: join(
+			repeat(10, func(i int) step { return step{0, 1, ok(int64(9-i), time.Duration(i+1)*time.Second)} }),
+			[]step{
+				{0, 1, deny(0, 10*time.Second, time.Second)},
+				{500 * time.Millisecond, 1, deny(0, 9500*time.Millisecond, 500*time.Millisecond)},
+				{500 * time.Millisecond, 1, ok(0, 10*time.Second)},
+				{5 * time.Second, 3, ok(2, 8*time.Second)},
+				{0, 0, ok(2, 8*time.Second)}, // peek
+				// 3 more fit once TAT − now ≤ 10 s − 3 T.
+				{0, 3, deny(2, 8*time.Second, time.Second)},
+				{time.Hour, 0, ok(10, 0)}, // idle again
+			},
+		),
+	},
+	{
+		name:  "gcra counts an emission interval of a third of a second exactly",
+		limit: Limit{Algorithm: GCRA, Limit: 3, Window: time.Second}, // T = 333333⅓ µs
+		steps: []step{
+			{0, 1, ok(2, 333334*time.Microsecond)},
+			{0, 1, ok(1, 666667*time.Microsecond)},
+			{0, 1, ok(0, time.Second)},
+			{0, 1, deny(0, time.Second, 333334*time.Microsecond)},
+			// One µs short of T: TAT − now = 666666⅔ µs, ⅓ µs too far.
+			{333333 * time.Microsecond, 1, deny(0, 666667*time.Microsecond, time.Microsecond)},
+			{time.Microsecond, 1, ok(0, time.Second)}, // TAT − now = 999999⅓ µs
+			{3 * time.Second, 3, ok(0, time.Second)},
+		},
+	},
+	{
+		name:  "gcra emission interval below a microsecond",
+		limit: Limit{Algorithm: GCRA, Limit: MaxLimit, Window: time.Second}, // T = 1 ps
+		steps: []step{
+			{0, MaxLimit, ok(0, time.Second)},
+			// 1 µs later exactly 10⁶ hits fit again.
+			{time.Microsecond, 1_000_001, deny(1_000_000, 999999*time.Microsecond, time.Microsecond)},
+			{0, 1_000_000, ok(0, time.Second)},
+		},
+	},
+	{
+		name:  "gcra hits above one and larger than the limit",
+		limit: Limit{Algorithm: GCRA, Limit: 5, Window: time.Minute}, // T = 12 s
+		steps: []step{
+			{0, 6, deny(5, 0, 0)}, // never admitted; idle, so nothing to wait for
+			{0, 3, ok(2, 36*time.Second)},
+			{0, 3, deny(2, 36*time.Second, 12*time.Second)},
+			{0, 2, ok(0, time.Minute)},
+			{0, 1, deny(0, time.Minute, 12*time.Second)},
+			{0, 6, deny(0, time.Minute, time.Minute)},
+		},
+	},
+	{
+		name:  "gcra peek changes nothing, and TAT in the past is idle",
+		limit: Limit{Algorithm: GCRA, Limit: 4, Window: time.Second}, // T = 250 ms
+		steps: []step{
+			{0, 0, ok(4, 0)},
+			{0, 1, ok(3, 250*time.Millisecond)},
+			{0, 0, ok(3, 250*time.Millisecond)},
+			{100 * time.Millisecond, 0, ok(3, 150*time.Millisecond)},
+			{0, 3, ok(0, 900*time.Millisecond)},
+			{0, 1, deny(0, 900*time.Millisecond, 150*time.Millisecond)},
+			{250 * time.Millisecond, 1, ok(0, 900*time.Millisecond)},
+			{time.Second, 0, ok(4, 0)},
+			{0, 4, ok(0, time.Second)},
+		},
+	},
+	{
 		name:  "token bucket default refill is limit/60 without a window",
 		limit: Limit{Algorithm: TokenBucket, Limit: 60},
 		steps: []step{
@@ -290,6 +358,9 @@ func conformanceIsolation(t *testing.T, factories []storeFactory) {
 				{Key{scope, "bob", ""}, Limit{Algorithm: SlidingWindow, Limit: 1, Window: time.Minute}},
 				{Key{scope, "bob", ""}, Limit{Algorithm: TokenBucket, Limit: 1, Window: time.Minute}},
 				{Key{scope, "bob", ""}, Limit{Algorithm: TokenBucket, Limit: 1, RefillRate: 0.5}},
+				{Key{scope, "bob", ""}, Limit{Algorithm: GCRA, Limit: 1, Window: time.Minute}},
+				{Key{scope, "bob", ""}, Limit{Algorithm: GCRA, Limit: 1, Window: time.Hour}},
+				{Key{scope, "bob", "rule-a"}, Limit{Algorithm: GCRA, Limit: 1, Window: time.Minute}},
 			}
 			for i, k := range keys {
 				ds, err := s.Check(ctx, []Request{{Key: k.key, Limit: k.limit, Hits: 1}})
@@ -316,6 +387,7 @@ func conformanceReset(t *testing.T, factories []storeFactory) {
 			fw := Limit{Algorithm: FixedWindow, Limit: 1, Window: time.Minute}
 			sw := Limit{Algorithm: SlidingWindow, Limit: 1, Window: time.Minute}
 			tb := Limit{Algorithm: TokenBucket, Limit: 1, Window: time.Minute}
+			gc := Limit{Algorithm: GCRA, Limit: 1, Window: time.Minute}
 			use := func(id, name string, l Limit) {
 				t.Helper()
 				if _, err := s.Check(ctx, []Request{{Key: Key{scope, id, name}, Limit: l, Hits: 1}}); err != nil {
@@ -334,6 +406,8 @@ func conformanceReset(t *testing.T, factories []storeFactory) {
 			use("bob", "r1", fw)
 			use("bob", "", sw)
 			use("bob", "", tb)
+			use("bob", "", gc)
+			use("bob", "r1", gc)
 			use("bob:1", "", fw)
 			use("bo", "", fw)
 
@@ -344,8 +418,15 @@ func conformanceReset(t *testing.T, factories []storeFactory) {
 			if !allowed("bob", "", fw) || !allowed("bob", "r1", fw) {
 				t.Error("bob's fixed windows still counted after reset")
 			}
-			if allowed("bob", "", sw) || allowed("bob", "", tb) {
+			if allowed("bob", "", sw) || allowed("bob", "", tb) || allowed("bob", "", gc) {
 				t.Error("reset of fixed_window also reset other algorithms")
+			}
+			n, err = s.Reset(ctx, scope, "bob", GCRA)
+			if err != nil || n != 2 {
+				t.Fatalf("Reset(bob, gcra) = %d, %v; want 2, nil", n, err)
+			}
+			if !allowed("bob", "", gc) || !allowed("bob", "r1", gc) {
+				t.Error("bob's gcra limits still counted after reset")
 			}
 			n, err = s.Reset(ctx, scope, "bob", "")
 			if err != nil || n != 2 {
@@ -387,6 +468,9 @@ func conformanceInvalid(t *testing.T, factories []storeFactory) {
 		{"refill negative", Request{key, Limit{Algorithm: TokenBucket, Limit: 1, RefillRate: -1}, 1}},
 		{"refill infinite", Request{key, Limit{Algorithm: TokenBucket, Limit: 1, RefillRate: math.Inf(1)}, 1}},
 		{"refill absurd", Request{key, Limit{Algorithm: TokenBucket, Limit: 1, RefillRate: 1e12}, 1}},
+		{"gcra without window", Request{key, Limit{Algorithm: GCRA, Limit: 1}, 1}},
+		// lcm(999999937, 366 days in µs) ≈ 3×10²² cannot be counted exactly.
+		{"gcra too fine to count exactly", Request{key, Limit{Algorithm: GCRA, Limit: 999_999_937, Window: MaxWindow}, 1}},
 		{"unknown algorithm", Request{key, Limit{Algorithm: "leaky_bucket", Limit: 1, Window: time.Minute}, 1}},
 		{"empty algorithm", Request{key, Limit{Limit: 1, Window: time.Minute}, 1}},
 		{"negative hits", Request{key, Limit{Algorithm: FixedWindow, Limit: 1, Window: time.Minute}, -1}},

@@ -134,3 +134,73 @@ func decideToken(st *tokenState, nowUS, limit int64, rate float64, hits int64) (
 	o.remaining = int64(math.Floor(tokens))
 	return tokenState{tokens: tokens, ts: nowUS}, o
 }
+
+// gcraState is a GCRA's theoretical arrival time (TAT): tat + rem/p µs, with
+// p from gcraUnits and 0 ≤ rem < p.
+type gcraState struct {
+	tat, rem int64
+}
+
+// maxExact bounds every integer GCRA computes: below 2^53 it is exact in an
+// IEEE double, and so in Redis Lua. Limit.Validate refuses a GCRA limit whose
+// capacity (limit × c of gcraUnits) exceeds it.
+const maxExact = 1<<53 - 1
+
+// gcraUnits returns the exact integer time unit of a GCRA limit of limit hits
+// per window µs: with g = gcd(limit, window), one µs is p = limit/g units and
+// the emission interval T = window/limit is c = window/g units. The capacity
+// (window = limit × T) is limit × c units.
+func gcraUnits(limit, windowUS int64) (p, c int64) {
+	g, b := limit, windowUS
+	for b > 0 {
+		g, b = b, g%b
+	}
+	return limit / g, windowUS / g
+}
+
+// ceilDiv returns ⌈a/b⌉ for a ≥ 0, b > 0.
+func ceilDiv(a, b int64) int64 {
+	q := a / b
+	if q*b < a {
+		q++
+	}
+	return q
+}
+
+// decideGCRA applies gcra.lua's rule to st (nil = idle). All arithmetic is
+// in integer units of gcraUnits, below maxExact, so it is exact.
+func decideGCRA(st *gcraState, nowUS, windowUS, limit, hits int64) (gcraState, outcome) {
+	p, c := gcraUnits(limit, windowUS)
+	capacity := limit * c
+	// level is how far TAT lies ahead of now, in units (0 when TAT ≤ now).
+	var level int64
+	if st != nil {
+		switch ahead := st.tat - nowUS; {
+		case ahead > windowUS:
+			// Only if the clock went back: as far ahead as TAT may be.
+			level = capacity
+		case ahead >= 0:
+			level = min(ahead*p+st.rem, capacity)
+		}
+	}
+	var o outcome
+	o.allowed = hits <= limit && hits*c <= capacity-level
+	if o.allowed && hits > 0 {
+		level += hits * c
+		o.wrote = true
+	}
+	o.resetUS = ceilDiv(level, p)
+	if o.wrote {
+		o.ttlUS = max(o.resetUS, 1000)
+	}
+	if !o.allowed {
+		if hits > limit {
+			o.retryUS = o.resetUS
+		} else {
+			// Until TAT has come close enough to now for hits more.
+			o.retryUS = ceilDiv(level-(limit-hits)*c, p)
+		}
+	}
+	o.remaining = (capacity - level) / c
+	return gcraState{tat: nowUS + level/p, rem: level % p}, o
+}

@@ -19,6 +19,8 @@ func algCode(a Algorithm) string {
 		return "sw"
 	case TokenBucket:
 		return "tb"
+	case GCRA:
+		return "gcra"
 	}
 	return ""
 }

@@ -40,6 +40,7 @@ type identity struct{ scope, identifier string }
 type memoryState struct {
 	window    windowState
 	bucket    tokenState
+	cell      gcraState
 	expiresUS int64
 }
 
@@ -117,6 +118,12 @@ func (s *MemoryStore) decide(r Request) Decision {
 			prev = &st.bucket
 		}
 		next.bucket, o = decideToken(prev, nowUS, r.Limit.Limit, r.Limit.Refill(), r.Hits)
+	case GCRA:
+		var prev *gcraState
+		if st != nil {
+			prev = &st.cell
+		}
+		next.cell, o = decideGCRA(prev, nowUS, r.Limit.Window.Microseconds(), r.Limit.Limit, r.Hits)
 	}
 	if o.wrote {
 		next.expiresUS = nowUS + o.ttlUS

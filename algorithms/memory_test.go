@@ -17,14 +17,15 @@ func TestMemorySweepBoundsState(t *testing.T) {
 		{Algorithm: FixedWindow, Limit: 5, Window: time.Second},
 		{Algorithm: SlidingWindow, Limit: 5, Window: time.Second},
 		{Algorithm: TokenBucket, Limit: 5, RefillRate: 5},
+		{Algorithm: GCRA, Limit: 5, Window: time.Second},
 	}
-	for i := range 3000 {
-		if _, err := s.Check(ctx, []Request{{Key: Key{"s", "id-" + strconv.Itoa(i), ""}, Limit: limits[i%3], Hits: 1}}); err != nil {
+	for i := range 4000 {
+		if _, err := s.Check(ctx, []Request{{Key: Key{"s", "id-" + strconv.Itoa(i), ""}, Limit: limits[i%4], Hits: 1}}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if got := s.Len(); got != 3000 {
-		t.Fatalf("Len = %d, want 3000", got)
+	if got := s.Len(); got != 4000 {
+		t.Fatalf("Len = %d, want 4000", got)
 	}
 	clock.Advance(1500 * time.Millisecond) // fixed windows over; sliding still weighs
 	s.Sweep()

@@ -1,5 +1,5 @@
 -- Prelude of every algorithm script: Go puts it in front of
--- fixed_window.lua, sliding_window.lua and token_bucket.lua.
+-- fixed_window.lua, sliding_window.lua, token_bucket.lua and gcra.lua.
 -- KEYS[1] is the limit's state, KEYS[2] the identifier's index (read by
 -- Reset); ARGV[1] is the time in µs ("" = Redis TIME), ARGV[5] the state's
 -- member in the index.

@@ -22,6 +22,8 @@ var (
 	slidingWindowLua string
 	//go:embed token_bucket.lua
 	tokenBucketLua string
+	//go:embed gcra.lua
+	gcraLua string
 	//go:embed reset.lua
 	resetLua string
 )
@@ -63,15 +65,14 @@ type RedisStore struct {
 // deadline bounds every call. Call Close when done if opts.Coalesce is set.
 func NewRedisStore(rdb redis.UniversalClient, opts RedisOptions) *RedisStore {
 	s := &RedisStore{
-		rdb: rdb,
-		now: opts.Now,
-		scripts: map[Algorithm]*redis.Script{
-			FixedWindow:   redis.NewScript(preludeLua + fixedWindowLua),
-			SlidingWindow: redis.NewScript(preludeLua + slidingWindowLua),
-			TokenBucket:   redis.NewScript(preludeLua + tokenBucketLua),
-		},
-		batch: batchScript(rdb),
-		reset: redis.NewScript(resetLua),
+		rdb:     rdb,
+		now:     opts.Now,
+		scripts: make(map[Algorithm]*redis.Script, len(Algorithms)),
+		batch:   batchScript(rdb),
+		reset:   redis.NewScript(resetLua),
+	}
+	for _, a := range Algorithms {
+		s.scripts[a] = redis.NewScript(preludeLua + scriptLua(a))
 	}
 	if opts.Coalesce > 0 && s.batch != nil {
 		if opts.MaxBatch <= 0 {
@@ -89,9 +90,25 @@ func (s *RedisStore) Close() {
 	}
 }
 
-// batchScript returns one script that runs the three algorithm scripts, as
-// functions, over a whole batch: one EVALSHA instead of one per request,
-// since each script call costs far more in Redis than the work inside it.
+// scriptLua returns the Lua of algorithm a's script, without the prelude.
+func scriptLua(a Algorithm) string {
+	switch a {
+	case FixedWindow:
+		return fixedWindowLua
+	case SlidingWindow:
+		return slidingWindowLua
+	case TokenBucket:
+		return tokenBucketLua
+	case GCRA:
+		return gcraLua
+	}
+	return ""
+}
+
+// batchScript returns one script that runs every algorithm's script, as a
+// function named by its algCode, over a whole batch: one EVALSHA instead of
+// one per request, since each script call costs far more in Redis than the
+// work inside it.
 // Redis Cluster gets nil: a batch's keys span slots, so each request there
 // is its own EVALSHA in a pipeline.
 func batchScript(rdb redis.UniversalClient) *redis.Script {
@@ -99,17 +116,17 @@ func batchScript(rdb redis.UniversalClient) *redis.Script {
 		return nil
 	}
 	var b strings.Builder
-	b.WriteString("-- Generated from prelude.lua, fixed_window.lua, sliding_window.lua, token_bucket.lua.\n")
-	for _, f := range []struct{ name, body string }{
-		{"fw", fixedWindowLua}, {"sw", slidingWindowLua}, {"tb", tokenBucketLua},
-	} {
+	b.WriteString("-- Generated from prelude.lua and the script of each algorithm.\n")
+	codes := make([]string, len(Algorithms))
+	for i, a := range Algorithms {
 		// The scripts read the globals KEYS and ARGV; as function
 		// parameters those names take one request's slice of the batch.
-		b.WriteString("local function " + f.name + "(KEYS, ARGV)\n" + preludeLua + f.body + "\nend\n")
+		codes[i] = algCode(a) + " = " + algCode(a)
+		b.WriteString("local function " + algCode(a) + "(KEYS, ARGV)\n" + preludeLua + scriptLua(a) + "\nend\n")
 	}
 	// One TIME for the whole batch, unless the caller passed a time.
-	b.WriteString(`local algs = {fw = fw, sw = sw, tb = tb}
-local now = ARGV[2]
+	b.WriteString("local algs = {" + strings.Join(codes, ", ") + "}\n")
+	b.WriteString(`local now = ARGV[2]
 if now == "" then
   local t = redis.call("TIME")
   now = string.format("%.0f", tonumber(t[1]) * 1000000 + tonumber(t[2]))

@@ -21,6 +21,7 @@ func TestRedisKeysExpire(t *testing.T) {
 		{Key: Key{scope, "ttl", ""}, Limit: Limit{Algorithm: FixedWindow, Limit: 5, Window: 100 * time.Millisecond}, Hits: 1},
 		{Key: Key{scope, "ttl", ""}, Limit: Limit{Algorithm: SlidingWindow, Limit: 5, Window: 100 * time.Millisecond}, Hits: 1},
 		{Key: Key{scope, "ttl", ""}, Limit: Limit{Algorithm: TokenBucket, Limit: 2, RefillRate: 20}, Hits: 2},
+		{Key: Key{scope, "ttl", ""}, Limit: Limit{Algorithm: GCRA, Limit: 4, Window: 100 * time.Millisecond}, Hits: 3},
 	}
 	if _, err := s.Check(ctx, reqs); err != nil {
 		t.Fatal(err)
@@ -39,7 +40,8 @@ func TestRedisKeysExpire(t *testing.T) {
 		}
 	}
 	// The sliding window needs its count until the end of the next window:
-	// at most 200 ms; the token bucket is full again after 100 ms.
+	// at most 200 ms; the token bucket is full again after 100 ms, and the
+	// GCRA's TAT is 75 ms ahead.
 	time.Sleep(1200 * time.Millisecond)
 	n, err := rdb.Exists(ctx, keys...).Result()
 	if err != nil {
@@ -75,6 +77,7 @@ func TestRedisNoScriptFallback(t *testing.T) {
 		{Key: Key{scope, "a", ""}, Limit: Limit{Algorithm: FixedWindow, Limit: 5, Window: time.Minute}, Hits: 1},
 		{Key: Key{scope, "a", ""}, Limit: Limit{Algorithm: SlidingWindow, Limit: 5, Window: time.Minute}, Hits: 1},
 		{Key: Key{scope, "a", ""}, Limit: Limit{Algorithm: TokenBucket, Limit: 5, Window: time.Minute}, Hits: 1},
+		{Key: Key{scope, "a", ""}, Limit: Limit{Algorithm: GCRA, Limit: 5, Window: time.Minute}, Hits: 1},
 	}
 	for round := range 2 {
 		if err := rdb.ScriptFlush(ctx).Err(); err != nil {
@@ -105,6 +108,8 @@ func TestRedisKeyLayout(t *testing.T) {
 			"throttle:{client-1:user_123}:sw:n:rule:api"},
 		{Request{Key: Key{"a:b", "c}{%", ""}, Limit: Limit{Algorithm: TokenBucket, Limit: 10}},
 			"throttle:{a%3Ab:c%7D%7B%25}:tb:l:10:0:0.16666666666666666"},
+		{Request{Key: Key{"client-1", "user_123", ""}, Limit: Limit{Algorithm: GCRA, Limit: 100, Window: time.Minute}},
+			"throttle:{client-1:user_123}:gcra:l:100:60000"},
 	}
 	for _, tc := range cases {
 		if got := stateKey(tc.req); got != tc.want {
@@ -133,11 +138,14 @@ func TestRedisIndexOutlivesState(t *testing.T) {
 		// (400 ms); checked at 480 ms.
 		{"sliding window", Limit{Algorithm: SlidingWindow, Limit: 100, Window: 200 * time.Millisecond}, 1, 250 * time.Millisecond, 1, 220 * time.Millisecond},
 		{"token bucket", Limit{Algorithm: TokenBucket, Limit: 10, RefillRate: 10}, 1, 500 * time.Millisecond, 10, 700 * time.Millisecond},
+		// TAT 500 ms ahead after the first write (state and index TTL),
+		// 200 + 800 ms at the second, 300 ms later; checked at 1000 ms.
+		{"gcra", Limit{Algorithm: GCRA, Limit: 10, Window: time.Second}, 5, 300 * time.Millisecond, 8, 700 * time.Millisecond},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			key := Key{Scope: uniqueScope(t), Identifier: "idx"}
-			if w := tc.limit.Window; w > 0 {
+			if w := tc.limit.Window; tc.limit.Algorithm == SlidingWindow {
 				// Start 10 ms into a window, by Redis's clock.
 				now, err := rdb.Time(ctx).Result()
 				if err != nil {
