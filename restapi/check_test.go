@@ -85,6 +85,80 @@ func TestCheckDecisionsAndHeaders(t *testing.T) {
 	})
 }
 
+// TestCheckGCRA: gcra inline, as a client's default, in a rule and in
+// /reset. 3 per 60 s is one hit every 20 s.
+func TestCheckGCRA(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		e := newEnv(t, b)
+		c := e.register(t, "gcra")
+		body := `{"identifier":"cell","limit":3,"window":60,"algorithm":"gcra"}`
+		for i := range 3 {
+			got, r := e.check(t, c, body)
+			// Reset: until TAT, 20 s per hit taken.
+			want := checkReply{Allowed: true, Identifier: "cell", Limit: 3, Remaining: int64(2 - i), Algorithm: "gcra",
+				ResetAt: testNow.Add(time.Duration(i+1) * 20 * time.Second).Unix(), Warning: i == 2}
+			if got != want {
+				t.Errorf("check %d = %+v, want %+v", i+1, got, want)
+			}
+			if h := r.header.Get("X-RateLimit-Algorithm"); h != "gcra" {
+				t.Errorf("check %d: X-RateLimit-Algorithm = %q, want gcra", i+1, h)
+			}
+		}
+		got, r := e.check(t, c, body)
+		want := checkReply{Identifier: "cell", Limit: 3, Remaining: 0, ResetAt: testNow.Add(time.Minute).Unix(), RetryAfter: 20, Algorithm: "gcra", Warning: true}
+		if got != want || r.header.Get("Retry-After") != "20" {
+			t.Errorf("4th check = %+v, Retry-After %q; want %+v, 20", got, r.header.Get("Retry-After"), want)
+		}
+		if got, _ := e.check(t, c, `{"identifier":"cell","limit":3,"window":60,"algorithm":"gcra","hits":0}`); !got.Allowed || got.Remaining != 0 {
+			t.Errorf("peek = %+v, want allowed with remaining 0", got)
+		}
+
+		r = e.call(t, "POST", "/reset", c.Key, `{"identifier":"cell","algorithm":"gcra"}`)
+		if r.status != http.StatusOK || !strings.Contains(r.body, `"keys_deleted":1`) {
+			t.Errorf("POST /reset gcra = %d %s, want 1 key deleted", r.status, r.body)
+		}
+		if got, _ := e.check(t, c, body); !got.Allowed || got.Remaining != 2 {
+			t.Errorf("after reset = %+v, want allowed with remaining 2", got)
+		}
+
+		d := e.register(t, "gcra-default", `"default_algorithm":"gcra"`)
+		if got, _ := e.check(t, d, `{"identifier":"u","limit":10,"window":60}`); got.Algorithm != "gcra" || got.Remaining != 9 {
+			t.Errorf("check = %+v, want the client's default gcra, remaining 9", got)
+		}
+		wantError(t, e.call(t, "POST", "/check", d.Key, `{"identifier":"u","limit":10}`), 400, "MISSING_FIELD")
+		r = e.call(t, "POST", "/rules", d.Key, `{"name":"cells","limit":2,"window":60}`)
+		if r.status != http.StatusCreated || decodeReply[ruleReply](t, r).Algorithm != "gcra" {
+			t.Fatalf("POST /rules without algorithm = %d %s, want 201 with the default gcra", r.status, r.body)
+		}
+		for i := range 3 {
+			got, _ := e.check(t, d, `{"identifier":"u","rule":"cells"}`)
+			if got.Algorithm != "gcra" || got.Rule != "cells" || got.Allowed != (i < 2) {
+				t.Errorf("check %d with rule = %+v, want gcra, allowed %v", i+1, got, i < 2)
+			}
+		}
+	})
+}
+
+// TestAlgorithmMessagesListEveryAlgorithm: every message that lists the
+// algorithms spells algorithms.Names, the one list.
+func TestAlgorithmMessagesListEveryAlgorithm(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		e := newEnv(t, b)
+		c := e.register(t, "names")
+		for _, req := range []struct{ path, key, body string }{
+			{"/register", "", `{"name":"x","email":"x@example.com","default_algorithm":"leaky_bucket"}`},
+			{"/rules", c.Key, `{"name":"x","algorithm":"leaky_bucket","limit":1,"window":1}`},
+			{"/check", c.Key, `{"identifier":"u","limit":1,"window":1,"algorithm":"leaky_bucket"}`},
+			{"/reset", c.Key, `{"identifier":"u","algorithm":"leaky_bucket"}`},
+		} {
+			r := e.call(t, "POST", req.path, req.key, req.body)
+			if r.status != http.StatusBadRequest || !strings.Contains(r.body, algorithms.Names()) {
+				t.Errorf("POST %s = %d %s, want 400 listing %s", req.path, r.status, r.body, algorithms.Names())
+			}
+		}
+	})
+}
+
 func TestCheckDefaultAlgorithm(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		e := newEnv(t, b)
@@ -132,6 +206,9 @@ func TestCheckValidation(t *testing.T) {
 			{"refill_rate 0", `{"identifier":"u","limit":10,"algorithm":"token_bucket","refill_rate":0}`, 400, "INVALID_FIELD"},
 			{"refill_rate negative", `{"identifier":"u","limit":10,"algorithm":"token_bucket","refill_rate":-1}`, 400, "INVALID_FIELD"},
 			{"refill_rate huge", `{"identifier":"u","limit":10,"algorithm":"token_bucket","refill_rate":1e300}`, 400, "INVALID_FIELD"},
+			{"gcra without window", `{"identifier":"u","limit":10,"algorithm":"gcra"}`, 400, "MISSING_FIELD"},
+			// lcm(999999937, 366 days in µs) is beyond 2^53: not countable exactly.
+			{"gcra too fine", `{"identifier":"u","limit":999999937,"window":31622400,"algorithm":"gcra"}`, 400, "INVALID_LIMIT"},
 			{"negative hits", `{"identifier":"u","limit":10,"window":60,"hits":-1}`, 400, "INVALID_FIELD"},
 			{"typo", `{"identifier":"u","limit":10,"windwo":60}`, 400, "UNKNOWN_FIELD"},
 			{"unknown rule", `{"identifier":"u","rule":"nope"}`, 404, "RULE_NOT_FOUND"},
@@ -151,12 +228,13 @@ func TestCheckValidation(t *testing.T) {
 
 // TestCheckIgnoresRefillRateOnWindows: the product description's clients
 // send one body, refill_rate included, whatever the algorithm. The window
-// algorithms accept it and ignore it: the same counter as without it.
+// algorithms and gcra (whose rate is limit/window) accept it and ignore it:
+// the same counter as without it.
 func TestCheckIgnoresRefillRateOnWindows(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		e := newEnv(t, b)
 		c := e.register(t, "refill")
-		for _, alg := range []string{"fixed_window", "sliding_window"} {
+		for _, alg := range []string{"fixed_window", "sliding_window", "gcra"} {
 			with := `{"identifier":"u-` + alg + `","limit":3,"window":3600,"algorithm":"` + alg + `","refill_rate":0.5}`
 			without := `{"identifier":"u-` + alg + `","limit":3,"window":3600,"algorithm":"` + alg + `"}`
 			for i, body := range []string{with, without, with} {
@@ -173,6 +251,9 @@ func TestCheckIgnoresRefillRateOnWindows(t *testing.T) {
 		}
 		if r := e.call(t, "POST", "/rules", c.Key, `{"name":"windowed","algorithm":"fixed_window","limit":5,"window":60,"refill_rate":2}`); r.status != http.StatusCreated || strings.Contains(string(r.body), "refill_rate") {
 			t.Errorf("POST /rules with refill_rate on fixed_window = %d %s, want 201 without refill_rate", r.status, r.body)
+		}
+		if r := e.call(t, "POST", "/rules", c.Key, `{"name":"cells","algorithm":"gcra","limit":5,"window":60,"refill_rate":2}`); r.status != http.StatusCreated || strings.Contains(string(r.body), "refill_rate") {
+			t.Errorf("POST /rules with refill_rate on gcra = %d %s, want 201 without refill_rate", r.status, r.body)
 		}
 	})
 }

@@ -74,6 +74,8 @@ func TestRules(t *testing.T) {
 			{"zero limit", `{"name":"x","algorithm":"fixed_window","limit":0,"window":1}`, 400, "INVALID_FIELD"},
 			{"missing window", `{"name":"x","algorithm":"fixed_window","limit":1}`, 400, "MISSING_FIELD"},
 			{"negative window", `{"name":"x","algorithm":"fixed_window","limit":1,"window":-5}`, 400, "INVALID_FIELD"},
+			{"gcra without window", `{"name":"x","algorithm":"gcra","limit":1}`, 400, "MISSING_FIELD"},
+			{"gcra too fine", `{"name":"x","algorithm":"gcra","limit":999999937,"window":31622400}`, 400, "INVALID_LIMIT"},
 			{"descriptor without key", `{"name":"x","algorithm":"fixed_window","limit":1,"window":1,"descriptors":[{"value":"v"}]}`, 400, "INVALID_FIELD"},
 			{"descriptor typo", `{"name":"x","algorithm":"fixed_window","limit":1,"window":1,"descriptors":[{"key":"k","vaule":"v"}]}`, 400, "UNKNOWN_FIELD"},
 			{"same descriptors as edge.login", `{"name":"x","algorithm":"fixed_window","limit":9,"window":60,"descriptors":[{"key":"path","value":"/login"},{"key":"user"}]}`, 409, "DESCRIPTORS_EXIST"},
@@ -214,7 +216,7 @@ func TestStats(t *testing.T) {
 		e := newEnv(t, b)
 		c := e.register(t, "stats")
 		r := e.call(t, "GET", "/stats/"+c.ID, c.Key, "")
-		want := `{"client_id":"` + c.ID + `","total_checks":0,"allowed":0,"rejected":0,"by_algorithm":{"fixed_window":0,"sliding_window":0,"token_bucket":0},"top_identifiers":[]}`
+		want := `{"client_id":"` + c.ID + `","total_checks":0,"allowed":0,"rejected":0,"by_algorithm":{"fixed_window":0,"gcra":0,"sliding_window":0,"token_bucket":0},"top_identifiers":[]}`
 		if r.status != http.StatusOK || strings.TrimSpace(r.body) != want {
 			t.Errorf("GET /stats with no checks = %d %s, want %s", r.status, r.body, want)
 		}
@@ -231,7 +233,7 @@ func TestStats(t *testing.T) {
 		}
 		wantStats := statsReply{
 			ClientID: c.ID, TotalChecks: 7, Allowed: 6, Rejected: 1,
-			ByAlgorithm: map[string]int64{"fixed_window": 5, "sliding_window": 0, "token_bucket": 2},
+			ByAlgorithm: map[string]int64{"fixed_window": 5, "gcra": 0, "sliding_window": 0, "token_bucket": 2},
 			TopIdentifiers: []identifierStats{
 				{Identifier: "u", TotalChecks: 4, Allowed: 3, Rejected: 1},
 				{Identifier: "vip", TotalChecks: 2, Allowed: 2},

@@ -42,7 +42,7 @@ type Client struct {
 	Name             string // required, 1..100 chars
 	Email            string // required, unique (case-insensitive), must contain one '@'
 	Domain           string // unique; defaults to a slug of Name ("My App!" → "my-app"); [a-z0-9][a-z0-9._-]{0,99}
-	DefaultAlgorithm string // fixed_window | sliding_window | token_bucket; default sliding_window
+	DefaultAlgorithm string // fixed_window | sliding_window | token_bucket | gcra; default sliding_window
 	CreatedAt        time.Time
 }
 
@@ -57,9 +57,9 @@ type DescriptorEntry struct {
 type Rule struct {
 	ClientID   string
 	Name       string        // required, unique per client; [A-Za-z0-9_.:-]{1,100}
-	Algorithm  string        // fixed_window | sliding_window | token_bucket
+	Algorithm  string        // fixed_window | sliding_window | token_bucket | gcra
 	Limit      int64         // > 0
-	Window     time.Duration // whole seconds; required (> 0) for window algorithms
+	Window     time.Duration // whole seconds; required (> 0) for the window algorithms and gcra
 	RefillRate float64       // token bucket tokens/second; 0 = default
 	// Descriptors, when not empty, makes the rule apply to Envoy requests on
 	// the client's domain whose descriptor matches these entries in order.
@@ -134,7 +134,7 @@ The *DB type offers:
 	(*DB).Snapshot(ctx) (Snapshot, error)
 
 Also: ValidAlgorithm(name) bool; the constants FixedWindow, SlidingWindow,
-TokenBucket, DialectSQLite, DialectPostgres.
+TokenBucket, GCRA, DialectSQLite, DialectPostgres.
 
 Migrations: Migrate(ctx, databaseURL string, cmd string) (version uint, dirty bool, err error)
 with cmd "up" | "down" (one step) | "version".

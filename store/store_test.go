@@ -257,7 +257,8 @@ func TestRuleValidation(t *testing.T) {
 		{"no name", Rule{Algorithm: FixedWindow, Limit: 1, Window: time.Second}, "name"},
 		{"bad name", Rule{Name: "a b", Algorithm: FixedWindow, Limit: 1, Window: time.Second}, "name"},
 		{"long name", Rule{Name: strings.Repeat("r", 101), Algorithm: FixedWindow, Limit: 1, Window: time.Second}, "name"},
-		{"bad algorithm", Rule{Name: "r", Algorithm: "gcra", Limit: 1, Window: time.Second}, "algorithm"},
+		{"bad algorithm", Rule{Name: "r", Algorithm: "leaky_bucket", Limit: 1, Window: time.Second}, "algorithm"},
+		{"gcra without window", Rule{Name: "r", Algorithm: GCRA, Limit: 1}, "window"},
 		{"zero limit", Rule{Name: "r", Algorithm: FixedWindow, Window: time.Second}, "limit"},
 		{"negative limit", Rule{Name: "r", Algorithm: FixedWindow, Limit: -1, Window: time.Second}, "limit"},
 		{"no window", Rule{Name: "r", Algorithm: SlidingWindow, Limit: 1}, "window"},
@@ -281,17 +282,19 @@ func TestRuleValidation(t *testing.T) {
 }
 
 // TestRuleRefillRateIgnoredOnWindows: a refill rate sent with a window
-// algorithm does not apply; the rule is stored without it.
+// algorithm or gcra does not apply; the rule is stored without it.
 func TestRuleRefillRateIgnoredOnWindows(t *testing.T) {
 	eachDialect(t, func(t *testing.T, url string) {
 		db := mustOpen(t, url)
 		c := mustCreateClient(t, db, "Alpha")
-		r, err := db.CreateRule(t.Context(), Rule{ClientID: c.ID, Name: "r", Algorithm: FixedWindow, Limit: 1, Window: time.Second, RefillRate: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if r.RefillRate != 0 {
-			t.Errorf("stored refill_rate = %v, want 0 (ignored for fixed_window)", r.RefillRate)
+		for _, alg := range []string{FixedWindow, GCRA} {
+			r, err := db.CreateRule(t.Context(), Rule{ClientID: c.ID, Name: "r-" + alg, Algorithm: alg, Limit: 1, Window: time.Second, RefillRate: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.RefillRate != 0 {
+				t.Errorf("stored refill_rate = %v, want 0 (ignored for %s)", r.RefillRate, alg)
+			}
 		}
 	})
 }

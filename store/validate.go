@@ -18,6 +18,7 @@ const (
 	FixedWindow   = "fixed_window"
 	SlidingWindow = "sliding_window"
 	TokenBucket   = "token_bucket"
+	GCRA          = "gcra"
 )
 
 // Field limits.
@@ -42,7 +43,7 @@ func invalid(format string, args ...any) error {
 
 // algorithmNames lists the algorithms in the engine's documentation order.
 func algorithmNames() []string {
-	return []string{FixedWindow, SlidingWindow, TokenBucket}
+	return []string{FixedWindow, SlidingWindow, TokenBucket, GCRA}
 }
 
 // ValidAlgorithm reports whether name is one of the engine's algorithms.
@@ -51,7 +52,7 @@ func ValidAlgorithm(name string) bool {
 }
 
 // algorithmList spells the algorithms for a message, exactly as
-// algorithms.Names does: "fixed_window, sliding_window or token_bucket".
+// algorithms.Names does: "fixed_window, sliding_window, token_bucket or gcra".
 func algorithmList() string {
 	names := algorithmNames()
 	last := len(names) - 1

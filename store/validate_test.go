@@ -40,3 +40,36 @@ func TestAlgorithmsMatchEngine(t *testing.T) {
 		}
 	}
 }
+
+// TestGCRAStored: a client defaulting to gcra, and its rules, are stored and
+// read back on both dialects (no schema constraint on algorithm names).
+func TestGCRAStored(t *testing.T) {
+	eachDialect(t, func(t *testing.T, url string) {
+		db := mustOpen(t, url)
+		ctx := t.Context()
+		c, err := db.CreateClient(ctx, Client{Name: "Cells", Email: "cells@example.com", DefaultAlgorithm: GCRA}, keyHash("gcra"))
+		if err != nil {
+			t.Fatalf("CreateClient: %v", err)
+		}
+		if got, err := db.ClientByID(ctx, c.ID); err != nil || got.DefaultAlgorithm != GCRA {
+			t.Fatalf("ClientByID = %+v, %v; want default_algorithm gcra", got, err)
+		}
+		byDefault, err := db.CreateRule(ctx, Rule{ClientID: c.ID, Name: "by_default", Limit: 7, Window: time.Minute})
+		if err != nil {
+			t.Fatalf("CreateRule: %v", err)
+		}
+		if byDefault.Algorithm != GCRA {
+			t.Errorf("rule without algorithm got %q, want the client's default gcra", byDefault.Algorithm)
+		}
+		if _, err := db.CreateRule(ctx, Rule{ClientID: c.ID, Name: "explicit", Algorithm: GCRA, Limit: 100, Window: time.Hour}); err != nil {
+			t.Fatalf("CreateRule: %v", err)
+		}
+		rules, err := db.Rules(ctx, c.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rules) != 2 || rules[0].Algorithm != GCRA || rules[1].Algorithm != GCRA || rules[1].Window != time.Hour {
+			t.Errorf("Rules = %+v, want two gcra rules", rules)
+		}
+	})
+}
