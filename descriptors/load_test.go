@@ -93,13 +93,17 @@ non_map_list.yaml: domain "test-domain" › descriptors[2]: config error, yaml f
 		{files: []string{ours + "unknown_top_key.yaml"},
 			want: `unknown_top_key.yaml: config error, unknown key 'descriptor'`},
 		{files: []string{ours + "bad_algorithm.yaml"},
-			want: `bad_algorithm.yaml: domain "test-domain" › descriptors[0] › rate_limit: unknown algorithm 'leaky_bucket' (want fixed_window, sliding_window or token_bucket)`},
+			want: `bad_algorithm.yaml: domain "test-domain" › descriptors[0] › rate_limit: unknown algorithm 'leaky_bucket' (want fixed_window, sliding_window, token_bucket or gcra)`},
 		{files: []string{ours + "refill_nan.yaml"},
 			want: `refill_nan.yaml: domain "test-domain" › descriptors[0] › rate_limit: refill_rate NaN must be a number between 0 and 1000000000 tokens per second`},
 		{files: []string{ours + "refill_negative.yaml"},
 			want: `refill_negative.yaml: domain "test-domain" › descriptors[0] › rate_limit: refill_rate -2 must be a number between 0 and 1000000000 tokens per second`},
 		{files: []string{ours + "refill_without_token_bucket.yaml"},
 			want: `refill_without_token_bucket.yaml: domain "test-domain" › descriptors[0] › rate_limit: refill_rate is only for algorithm token_bucket, not fixed_window`},
+		{files: []string{ours + "refill_with_gcra.yaml"},
+			want: `refill_with_gcra.yaml: domain "test-domain" › descriptors[0] › rate_limit: refill_rate is only for algorithm token_bucket, not gcra`},
+		{files: []string{ours + "gcra_inexact.yaml"},
+			want: `gcra_inexact.yaml: domain "test-domain" › descriptors[0] › rate_limit: gcra cannot count limit 999999937 per 8760h0m0s exactly (the least common multiple of the limit and the window in µs must be below 2^53): choose a rounder limit or window`},
 		{files: []string{ours + "share_threshold_no_wildcard.yaml"},
 			want: `share_threshold_no_wildcard.yaml: domain "test-domain" › descriptors[0]: share_threshold can only be used with wildcard values (containing '*'), but found key 'files_files'`},
 		{files: []string{ours + "unlimited_bad_unit.yaml"},
@@ -164,6 +168,7 @@ func TestLoadAccepts(t *testing.T) {
 		examples + "config.yaml",
 		examples + "example.yaml",
 		ours + "token_bucket.yaml",
+		ours + "gcra.yaml",
 	}
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {

@@ -405,7 +405,7 @@ func TestNewDomain(t *testing.T) {
 		{[]Rule{{Entries: entries("a", ""), Limit: RateLimit{RequestsPerUnit: 1}}}, `rule 0: domain "client-a": invalid rate limit unit 'unknown'`},
 		{[]Rule{{Entries: entries("a", ""), Limit: RateLimit{Unlimited: true, Unit: Day}}}, `rule 0: domain "client-a": should not specify rate limit unit when unlimited`},
 		{[]Rule{{Entries: entries("a", ""), Limit: RateLimit{RequestsPerUnit: 1, Unit: Day, Algorithm: "nope"}}},
-			`rule 0: domain "client-a": unknown algorithm 'nope' (want fixed_window, sliding_window or token_bucket)`},
+			`rule 0: domain "client-a": unknown algorithm 'nope' (want fixed_window, sliding_window, token_bucket or gcra)`},
 		{[]Rule{{Entries: entries("a", ""), Limit: RateLimit{RequestsPerUnit: 1, Window: time.Microsecond}}},
 			`rule 0: domain "client-a": window 1µs must be between 1ms and 8784h0m0s`},
 	}
@@ -413,6 +413,29 @@ func TestNewDomain(t *testing.T) {
 		_, err := NewDomain("client-a", tt.rules)
 		if err == nil || err.Error() != tt.want {
 			t.Errorf("NewDomain: got %v, want %s", err, tt.want)
+		}
+	}
+}
+
+// TestEngineLimitGCRA: algorithm gcra in the YAML gives the engine a gcra
+// limit of requests_per_unit per unit, at any depth.
+func TestEngineLimitGCRA(t *testing.T) {
+	c := mustLoad(t, Options{}, ours+"gcra.yaml")
+	tests := []struct {
+		kv   []string
+		want algorithms.Limit
+	}{
+		{kv("api", "x"), algorithms.Limit{Algorithm: algorithms.GCRA, Limit: 7, Window: time.Minute}},
+		{kv("user", "u1", "plan", "free"), algorithms.Limit{Algorithm: algorithms.GCRA, Limit: 100, Window: time.Hour}},
+	}
+	for _, tt := range tests {
+		m := c.Match("cells", entries(tt.kv...))
+		if m == nil {
+			t.Fatalf("no match for %q", tt.kv)
+		}
+		got, err := m.Limit.EngineLimit()
+		if err != nil || got != tt.want {
+			t.Errorf("%q: EngineLimit = %+v, %v; want %+v", tt.kv, got, err, tt.want)
 		}
 	}
 }

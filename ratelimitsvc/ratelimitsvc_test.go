@@ -201,9 +201,10 @@ var cases = []struct {
 		{descs: []*rlcommon.RateLimitDescriptor{desc("tenant", "t1")}, want: []*rlsv3.RateLimitResponse_DescriptorStatus{st(OVER, 1, MIN, "tenant_limit", 0, time.Minute)}},
 	}},
 	{"each algorithm behind a descriptor", []call{
-		{descs: []*rlcommon.RateLimitDescriptor{desc("sliding", "s"), desc("bucket", "b")}, want: []*rlsv3.RateLimitResponse_DescriptorStatus{st(OK, 2, MIN, "", 1, time.Minute), st(OK, 2, MIN, "", 1, 1000*time.Second)}},
-		{descs: []*rlcommon.RateLimitDescriptor{desc("sliding", "s"), desc("bucket", "b")}, want: []*rlsv3.RateLimitResponse_DescriptorStatus{st(OK, 2, MIN, "", 0, time.Minute), st(OK, 2, MIN, "", 0, 2000*time.Second)}},
-		{descs: []*rlcommon.RateLimitDescriptor{desc("sliding", "s"), desc("bucket", "b")}, want: []*rlsv3.RateLimitResponse_DescriptorStatus{st(OVER, 2, MIN, "", 0, time.Minute), st(OVER, 2, MIN, "", 0, 2000*time.Second)}},
+		// gcra, 2 per minute: TAT 30 s ahead per hit.
+		{descs: []*rlcommon.RateLimitDescriptor{desc("sliding", "s"), desc("bucket", "b"), desc("cell", "c")}, want: []*rlsv3.RateLimitResponse_DescriptorStatus{st(OK, 2, MIN, "", 1, time.Minute), st(OK, 2, MIN, "", 1, 1000*time.Second), st(OK, 2, MIN, "", 1, 30*time.Second)}},
+		{descs: []*rlcommon.RateLimitDescriptor{desc("sliding", "s"), desc("bucket", "b"), desc("cell", "c")}, want: []*rlsv3.RateLimitResponse_DescriptorStatus{st(OK, 2, MIN, "", 0, time.Minute), st(OK, 2, MIN, "", 0, 2000*time.Second), st(OK, 2, MIN, "", 0, time.Minute)}},
+		{descs: []*rlcommon.RateLimitDescriptor{desc("sliding", "s"), desc("bucket", "b"), desc("cell", "c")}, want: []*rlsv3.RateLimitResponse_DescriptorStatus{st(OVER, 2, MIN, "", 0, time.Minute), st(OVER, 2, MIN, "", 0, 2000*time.Second), st(OVER, 2, MIN, "", 0, time.Minute)}},
 	}},
 	{"(a, b_c) and (a_b, c) do not share a counter", []call{
 		{descs: []*rlcommon.RateLimitDescriptor{desc("a", "b_c")}, want: []*rlsv3.RateLimitResponse_DescriptorStatus{st(OK, 1, MIN, "", 0, time.Minute)}},
