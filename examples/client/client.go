@@ -32,8 +32,8 @@ type Limit struct {
 	Limit int64 `json:"limit,omitempty"`
 	// Window is the window in seconds; not used by token_bucket.
 	Window int64 `json:"window,omitempty"`
-	// Algorithm is fixed_window, sliding_window or token_bucket; empty means the
-	// client's default_algorithm.
+	// Algorithm is fixed_window, sliding_window, token_bucket or gcra; empty
+	// means the client's default_algorithm.
 	Algorithm string `json:"algorithm,omitempty"`
 	// RefillRate is token_bucket's refill in tokens per second; 0 means the
 	// server's default.

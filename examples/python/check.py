@@ -46,7 +46,7 @@ def main():
     p.add_argument("--limit", type=int, default=10)
     p.add_argument("--window", type=int, default=60, help="seconds")
     p.add_argument("--algorithm", default="sliding_window",
-                   choices=["fixed_window", "sliding_window", "token_bucket"])
+                   choices=["fixed_window", "sliding_window", "token_bucket", "gcra"])
     p.add_argument("--count", type=int, default=1, help="how many checks to make")
     args = p.parse_args()
 
