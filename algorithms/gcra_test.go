@@ -7,13 +7,16 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // gcraRef is GCRA in exact rationals: the definition, with none of the
 // stores' integer units. TestGCRAExact holds the stores to it.
 type gcraRef struct {
 	limit, windowUS int64
-	tat             *big.Rat // nil: never admitted
+	tat             *big.Rat      // nil: never admitted
+	ttl             time.Duration // of the state at the last admission: max(reset, 1 ms)
 }
 
 func (g *gcraRef) decide(nowUS, hits int64) want {
@@ -33,6 +36,9 @@ func (g *gcraRef) decide(nowUS, hits int64) want {
 	}
 	w.remaining = ratFloor(new(big.Rat).Quo(new(big.Rat).Sub(window, level), T))
 	w.reset = time.Duration(ratCeil(level)) * time.Microsecond
+	if w.allowed && hits > 0 {
+		g.ttl = max(w.reset, time.Millisecond)
+	}
 	if !w.allowed {
 		w.retry = w.reset
 		if hits <= g.limit {
@@ -79,7 +85,7 @@ func TestGCRAExact(t *testing.T) {
 				s := f.make(t, clock.Now)
 				key := Key{Scope: uniqueScope(t), Identifier: "exact"}
 				ref := &gcraRef{limit: l.Limit, windowUS: l.Window.Microseconds()}
-				persist := persister(t, s, Request{Key: key, Limit: l})
+				keep := keeper(t, s, Request{Key: key, Limit: l})
 				rng := rand.New(rand.NewPCG(uint64(l.Limit), 1))
 				T := max(1, l.Window.Microseconds()/l.Limit)
 				for i := range 300 {
@@ -104,12 +110,21 @@ func TestGCRAExact(t *testing.T) {
 					default:
 						hits = min(l.Limit+1, MaxLimit)
 					}
+					if g := ref.tat; g != nil && g.Cmp(new(big.Rat).SetInt64(clock.Now().UnixMicro())) > 0 && !keep.exists() {
+						// Expired on Redis's clock before persist took its TTL
+						// off, so the store sees an idle identifier: only a
+						// state with a short TTL may.
+						if ref.ttl > 100*time.Millisecond {
+							t.Fatalf("limit %d per %s, step %d: the state (TTL %s) is gone", l.Limit, l.Window, i, ref.ttl)
+						}
+						ref.tat = nil
+					}
 					wantD := ref.decide(clock.Now().UnixMicro(), hits)
 					ds, err := s.Check(context.Background(), []Request{{Key: key, Limit: l, Hits: hits}})
 					if err != nil {
 						t.Fatalf("limit %d per %s, step %d: %v", l.Limit, l.Window, i, err)
 					}
-					persist()
+					keep.persist()
 					got := want{ds[0].Allowed, ds[0].Remaining, ds[0].ResetAfter, ds[0].RetryAfter}
 					if got != wantD {
 						t.Fatalf("limit %d per %s, step %d (hits %d): got %+v, want %+v (exact)", l.Limit, l.Window, i, hits, got, wantD)
@@ -128,13 +143,14 @@ func TestGCRARetryAfterIsExact(t *testing.T) {
 			for _, l := range []Limit{
 				{Algorithm: GCRA, Limit: 3, Window: time.Second},
 				{Algorithm: GCRA, Limit: 7, Window: time.Minute},
-				{Algorithm: GCRA, Limit: 1000, Window: 7 * time.Millisecond},
+				{Algorithm: GCRA, Limit: 999_983, Window: 9 * time.Second}, // T ≈ 9.00015 µs
+				{Algorithm: GCRA, Limit: MaxLimit, Window: time.Second},    // T = 10⁻⁶ µs
 			} {
 				for _, hits := range []int64{1, 2, l.Limit} {
 					clock := &fakeClock{now: t0}
 					s := f.make(t, clock.Now)
 					key := Key{Scope: uniqueScope(t), Identifier: "retry"}
-					persist := persister(t, s, Request{Key: key, Limit: l})
+					keep := keeper(t, s, Request{Key: key, Limit: l})
 					at := func(us int64, hits int64) Decision {
 						t.Helper()
 						clock.Advance(t0.Add(time.Duration(us) * time.Microsecond).Sub(clock.Now()))
@@ -142,7 +158,7 @@ func TestGCRARetryAfterIsExact(t *testing.T) {
 						if err != nil {
 							t.Fatal(err)
 						}
-						persist()
+						keep.persist()
 						return ds[0]
 					}
 					if d := at(0, l.Limit); !d.Allowed {
@@ -165,23 +181,51 @@ func TestGCRARetryAfterIsExact(t *testing.T) {
 	}
 }
 
-// persister returns a function that takes the TTL off r's state key when s
-// is a RedisStore (a no-op for MemoryStore). Redis expires keys on its own
-// clock, while these tests move a fake one: a key that must live 1 ms of
-// fake time can vanish in the real milliseconds between two steps. Without
-// a TTL only the fake clock decides, as in production only Redis's does.
-func persister(t *testing.T, s Store, r Request) func() {
+// stateKeeper takes the TTL off one request's state key on a RedisStore (a
+// no-op for MemoryStore). Redis expires keys on its own clock, while these
+// tests move a fake one: a key that must live 1 ms of fake time can vanish
+// in the real milliseconds between two steps. Once persisted, only the fake
+// clock decides, as in production only Redis's does. A key can still expire
+// between the script's write and persist; exists tells, race-free, since a
+// persisted key cannot expire any more.
+type stateKeeper struct {
+	t   *testing.T
+	rdb *redis.Client // nil for MemoryStore
+	key string
+}
+
+func keeper(t *testing.T, s Store, r Request) stateKeeper {
 	t.Helper()
-	if _, ok := s.(*RedisStore); !ok {
-		return func() {}
+	k := stateKeeper{t: t, key: stateKey(r)}
+	if _, ok := s.(*RedisStore); ok {
+		k.rdb = newRedisClient(t, 1)
 	}
-	rdb := newRedisClient(t, 1)
-	return func() {
-		t.Helper()
-		if err := rdb.Persist(context.Background(), stateKey(r)).Err(); err != nil {
-			t.Fatal(err)
-		}
+	return k
+}
+
+// persist takes the TTL off the state key, if it exists.
+func (k stateKeeper) persist() {
+	k.t.Helper()
+	if k.rdb == nil {
+		return
 	}
+	if err := k.rdb.Persist(context.Background(), k.key).Err(); err != nil {
+		k.t.Fatal(err)
+	}
+}
+
+// exists reports whether the state key exists (always true in memory, where
+// state expires on the fake clock).
+func (k stateKeeper) exists() bool {
+	k.t.Helper()
+	if k.rdb == nil {
+		return true
+	}
+	n, err := k.rdb.Exists(context.Background(), k.key).Result()
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	return n == 1
 }
 
 // TestGCRAExactnessBound pins where GCRA stops being exact in a double: the
