@@ -19,7 +19,8 @@ import (
 // until its RetryAfter has passed the state of its key only moves further
 // from admitting it: the window's count only grows, the sliding window's
 // weighted count only falls as time passes (the retry time is when it has
-// fallen enough), the bucket only refills by then. A request of at least as
+// fallen enough), the bucket only refills by then, and GCRA's TAT only
+// comes closer to now by then. A request of at least as
 // many hits on the same key and limit before then would be rejected by the
 // backend too. The time is taken before the backend call was sent, so the
 // cached moment is early by the round trip, never late. Decisions made by

@@ -21,6 +21,8 @@ func TestOverLimitCacheChangesNoDecision(t *testing.T) {
 		{Algorithm: SlidingWindow, Limit: 5, Window: 10 * time.Second},
 		{Algorithm: TokenBucket, Limit: 5, Window: 10 * time.Second},
 		{Algorithm: TokenBucket, Limit: 3, RefillRate: 0.7},
+		{Algorithm: GCRA, Limit: 5, Window: 10 * time.Second},
+		{Algorithm: GCRA, Limit: 3, Window: 7 * time.Second}, // T = 2333333 1/3 µs
 	}
 	backends := map[string]func(t *testing.T, clock *fakeClock) (Store, Store){
 		"memory": func(t *testing.T, clock *fakeClock) (Store, Store) {
