@@ -457,25 +457,25 @@ func conformanceInvalid(t *testing.T, factories []storeFactory) {
 		name string
 		req  Request
 	}{
-		{"limit zero", Request{key, Limit{Algorithm: FixedWindow, Limit: 0, Window: time.Minute}, 1}},
-		{"limit negative", Request{key, Limit{Algorithm: SlidingWindow, Limit: -5, Window: time.Minute}, 1}},
-		{"limit too large", Request{key, Limit{Algorithm: FixedWindow, Limit: MaxLimit + 1, Window: time.Minute}, 1}},
-		{"window zero", Request{key, Limit{Algorithm: FixedWindow, Limit: 1}, 1}},
-		{"window negative", Request{key, Limit{Algorithm: SlidingWindow, Limit: 1, Window: -time.Second}, 1}},
-		{"window too long", Request{key, Limit{Algorithm: FixedWindow, Limit: 1, Window: MaxWindow + 1}, 1}},
-		{"token bucket negative window", Request{key, Limit{Algorithm: TokenBucket, Limit: 1, Window: -time.Second}, 1}},
-		{"refill NaN", Request{key, Limit{Algorithm: TokenBucket, Limit: 1, RefillRate: math.NaN()}, 1}},
-		{"refill negative", Request{key, Limit{Algorithm: TokenBucket, Limit: 1, RefillRate: -1}, 1}},
-		{"refill infinite", Request{key, Limit{Algorithm: TokenBucket, Limit: 1, RefillRate: math.Inf(1)}, 1}},
-		{"refill absurd", Request{key, Limit{Algorithm: TokenBucket, Limit: 1, RefillRate: 1e12}, 1}},
-		{"gcra without window", Request{key, Limit{Algorithm: GCRA, Limit: 1}, 1}},
+		{"limit zero", Request{Key: key, Limit: Limit{Algorithm: FixedWindow, Limit: 0, Window: time.Minute}, Hits: 1}},
+		{"limit negative", Request{Key: key, Limit: Limit{Algorithm: SlidingWindow, Limit: -5, Window: time.Minute}, Hits: 1}},
+		{"limit too large", Request{Key: key, Limit: Limit{Algorithm: FixedWindow, Limit: MaxLimit + 1, Window: time.Minute}, Hits: 1}},
+		{"window zero", Request{Key: key, Limit: Limit{Algorithm: FixedWindow, Limit: 1}, Hits: 1}},
+		{"window negative", Request{Key: key, Limit: Limit{Algorithm: SlidingWindow, Limit: 1, Window: -time.Second}, Hits: 1}},
+		{"window too long", Request{Key: key, Limit: Limit{Algorithm: FixedWindow, Limit: 1, Window: MaxWindow + 1}, Hits: 1}},
+		{"token bucket negative window", Request{Key: key, Limit: Limit{Algorithm: TokenBucket, Limit: 1, Window: -time.Second}, Hits: 1}},
+		{"refill NaN", Request{Key: key, Limit: Limit{Algorithm: TokenBucket, Limit: 1, RefillRate: math.NaN()}, Hits: 1}},
+		{"refill negative", Request{Key: key, Limit: Limit{Algorithm: TokenBucket, Limit: 1, RefillRate: -1}, Hits: 1}},
+		{"refill infinite", Request{Key: key, Limit: Limit{Algorithm: TokenBucket, Limit: 1, RefillRate: math.Inf(1)}, Hits: 1}},
+		{"refill absurd", Request{Key: key, Limit: Limit{Algorithm: TokenBucket, Limit: 1, RefillRate: 1e12}, Hits: 1}},
+		{"gcra without window", Request{Key: key, Limit: Limit{Algorithm: GCRA, Limit: 1}, Hits: 1}},
 		// lcm(999999937, 366 days in µs) ≈ 3×10²² cannot be counted exactly.
-		{"gcra too fine to count exactly", Request{key, Limit{Algorithm: GCRA, Limit: 999_999_937, Window: MaxWindow}, 1}},
-		{"unknown algorithm", Request{key, Limit{Algorithm: "leaky_bucket", Limit: 1, Window: time.Minute}, 1}},
-		{"empty algorithm", Request{key, Limit{Limit: 1, Window: time.Minute}, 1}},
-		{"negative hits", Request{key, Limit{Algorithm: FixedWindow, Limit: 1, Window: time.Minute}, -1}},
-		{"empty identifier", Request{Key{Scope: "s"}, Limit{Algorithm: FixedWindow, Limit: 1, Window: time.Minute}, 1}},
-		{"empty scope", Request{Key{Identifier: "i"}, Limit{Algorithm: FixedWindow, Limit: 1, Window: time.Minute}, 1}},
+		{"gcra too fine to count exactly", Request{Key: key, Limit: Limit{Algorithm: GCRA, Limit: 999_999_937, Window: MaxWindow}, Hits: 1}},
+		{"unknown algorithm", Request{Key: key, Limit: Limit{Algorithm: "leaky_bucket", Limit: 1, Window: time.Minute}, Hits: 1}},
+		{"empty algorithm", Request{Key: key, Limit: Limit{Limit: 1, Window: time.Minute}, Hits: 1}},
+		{"negative hits", Request{Key: key, Limit: Limit{Algorithm: FixedWindow, Limit: 1, Window: time.Minute}, Hits: -1}},
+		{"empty identifier", Request{Key: Key{Scope: "s"}, Limit: Limit{Algorithm: FixedWindow, Limit: 1, Window: time.Minute}, Hits: 1}},
+		{"empty scope", Request{Key: Key{Identifier: "i"}, Limit: Limit{Algorithm: FixedWindow, Limit: 1, Window: time.Minute}, Hits: 1}},
 	}
 	for _, f := range factories {
 		t.Run(f.name, func(t *testing.T) {

@@ -15,8 +15,12 @@ end
 
 -- keep gives the state a TTL of ttl ms, lists a new state in the
 -- identifier's index, and makes the index outlive every state it lists.
+-- An empty member (ARGV[5]) means a state that is never reset: no index.
 local function keep(ttl, new)
   redis.call("PEXPIRE", KEYS[1], ttl)
+  if ARGV[5] == "" then
+    return
+  end
   if new then
     redis.call("SADD", KEYS[2], ARGV[5])
   end

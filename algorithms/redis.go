@@ -141,16 +141,25 @@ return out
 	return redis.NewScript(b.String())
 }
 
-// scriptArgs returns the keys and arguments of r's script.
-func (s *RedisStore) scriptArgs(r Request, now string) ([]string, []any) {
-	keys := []string{stateKey(r), indexKey(r.Key.Scope, r.Key.Identifier)}
+// scriptArgs returns the keys and arguments of r's script. The keys share
+// one prefix, built once; numbers go as strings, as Redis reads them. A
+// request that is never reset (Unindexed) passes its state key twice and an
+// empty member: the script then keeps no index entry for it.
+func (s *RedisStore) scriptArgs(r Request, now string) (state, index string, args [5]any) {
+	prefix := identityPrefix(r.Key.Scope, r.Key.Identifier)
+	member := stateMember(r)
+	state = prefix + member
+	index = prefix + "i"
+	if r.Unindexed {
+		index, member = state, ""
+	}
 	var third string
 	if r.Limit.Algorithm == TokenBucket {
 		third = strconv.FormatFloat(r.Limit.Refill(), 'g', -1, 64)
 	} else {
 		third = strconv.FormatInt(r.Limit.Window.Microseconds(), 10)
 	}
-	return keys, []any{now, r.Limit.Limit, third, r.Hits, stateMember(r)}
+	return state, index, [5]any{now, strconv.FormatInt(r.Limit.Limit, 10), third, strconv.FormatInt(r.Hits, 10), member}
 }
 
 // Check decides the batch in one round trip (two if Redis had lost the
@@ -198,8 +207,8 @@ func (s *RedisStore) run(ctx context.Context, reqs []Request) ([]Decision, error
 	cmds := make([]*redis.Cmd, len(reqs))
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, r := range reqs {
-			keys, args := s.scriptArgs(r, now)
-			cmds[i] = s.scripts[r.Limit.Algorithm].EvalSha(ctx, p, keys, args...)
+			state, index, args := s.scriptArgs(r, now)
+			cmds[i] = s.scripts[r.Limit.Algorithm].EvalSha(ctx, p, []string{state, index}, args[:]...)
 		}
 		return nil
 	})
@@ -209,8 +218,8 @@ func (s *RedisStore) run(ctx context.Context, reqs []Request) ([]Decision, error
 		_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i, r := range reqs {
 				if isNoScript(cmds[i].Err()) {
-					keys, args := s.scriptArgs(r, now)
-					cmds[i] = s.scripts[r.Limit.Algorithm].Eval(ctx, p, keys, args...)
+					state, index, args := s.scriptArgs(r, now)
+					cmds[i] = s.scripts[r.Limit.Algorithm].Eval(ctx, p, []string{state, index}, args[:]...)
 				}
 			}
 			return nil
@@ -235,10 +244,10 @@ func (s *RedisStore) checkBatch(ctx context.Context, reqs []Request, now string)
 	keys := make([]string, 0, 2*len(reqs))
 	args := make([]any, 0, 6*len(reqs))
 	for _, r := range reqs {
-		k, a := s.scriptArgs(r, now)
-		keys = append(keys, k...)
+		state, index, a := s.scriptArgs(r, now)
+		keys = append(keys, state, index)
 		args = append(args, algCode(r.Limit.Algorithm))
-		args = append(args, a...)
+		args = append(args, a[:]...)
 	}
 	res, err := s.batch.Run(ctx, s.rdb, keys, args...).Slice()
 	if err != nil {
@@ -253,13 +262,16 @@ func (s *RedisStore) checkBatch(ctx context.Context, reqs []Request, now string)
 		if !ok {
 			return nil, fmt.Errorf("redis: request %d: unexpected reply %T", i, v)
 		}
-		c := redis.NewCmd(ctx)
-		c.SetVal(vals)
-		d, err := parseDecision(c, reqs[i].Limit.Limit)
-		if err != nil {
-			return nil, fmt.Errorf("redis: request %d: %w", i, err)
+		var n [5]int64
+		if len(vals) != len(n) {
+			return nil, fmt.Errorf("redis: request %d: script returned %d values, want 5", i, len(vals))
 		}
-		out[i] = d
+		for j, x := range vals {
+			if n[j], ok = x.(int64); !ok {
+				return nil, fmt.Errorf("redis: request %d: value %d is %T, not an integer", i, j, x)
+			}
+		}
+		out[i] = newDecision(n, reqs[i].Limit.Limit)
 	}
 	return out, nil
 }
@@ -274,14 +286,18 @@ func parseDecision(c *redis.Cmd, limit int64) (Decision, error) {
 	if len(vals) != 5 {
 		return Decision{}, fmt.Errorf("script returned %d values, want 5", len(vals))
 	}
+	return newDecision([5]int64(vals), limit), nil
+}
+
+func newDecision(v [5]int64, limit int64) Decision {
 	return Decision{
-		Allowed:    vals[0] == 1,
+		Allowed:    v[0] == 1,
 		Limit:      limit,
-		Remaining:  vals[1],
-		ResetAfter: time.Duration(vals[2]) * time.Microsecond,
-		RetryAfter: time.Duration(vals[3]) * time.Microsecond,
-		Now:        time.UnixMicro(vals[4]),
-	}, nil
+		Remaining:  v[1],
+		ResetAfter: time.Duration(v[2]) * time.Microsecond,
+		RetryAfter: time.Duration(v[3]) * time.Microsecond,
+		Now:        time.UnixMicro(v[4]),
+	}
 }
 
 func isNoScript(err error) bool {

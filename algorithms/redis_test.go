@@ -221,3 +221,41 @@ func TestRedisCluster(t *testing.T) {
 		t.Errorf("30 identifiers fell in only %d slots", len(slots))
 	}
 }
+
+// TestRedisUnindexed: a state that is never reset keeps no index entry,
+// still has its TTL, and decides exactly as an indexed one.
+func TestRedisUnindexed(t *testing.T) {
+	rdb := newRedisClient(t, 0)
+	s := NewRedisStore(rdb, RedisOptions{})
+	ctx := context.Background()
+	scope := uniqueScope(t)
+	for _, l := range []Limit{
+		{Algorithm: FixedWindow, Limit: 3, Window: time.Minute},
+		{Algorithm: SlidingWindow, Limit: 3, Window: time.Minute},
+		{Algorithm: TokenBucket, Limit: 3, Window: time.Minute},
+		{Algorithm: GCRA, Limit: 3, Window: time.Minute},
+	} {
+		indexed := Request{Key: Key{scope, "indexed", ""}, Limit: l, Hits: 1}
+		unindexed := Request{Key: Key{scope, "unindexed", ""}, Limit: l, Hits: 1, Unindexed: true}
+		for i := range 5 {
+			ds, err := s.Check(ctx, []Request{indexed, unindexed})
+			if err != nil {
+				t.Fatal(err)
+			}
+			a, b := ds[0], ds[1]
+			if a.Allowed != b.Allowed || a.Remaining != b.Remaining || a.RetryAfter != b.RetryAfter {
+				t.Errorf("%s check %d: indexed %+v, unindexed %+v", l.Algorithm, i, a, b)
+			}
+		}
+		if n := rdb.Exists(ctx, indexKey(scope, "unindexed")).Val(); n != 0 {
+			t.Errorf("%s: an unindexed state has an index key", l.Algorithm)
+		}
+		// The sliding window keeps its count through the next window.
+		if ttl := rdb.PTTL(ctx, stateKey(unindexed)).Val(); ttl <= 0 || ttl > 2*time.Minute {
+			t.Errorf("%s: unindexed state PTTL = %v, want (0, 2m]", l.Algorithm, ttl)
+		}
+		if n := rdb.Exists(ctx, indexKey(scope, "indexed")).Val(); n != 1 {
+			t.Errorf("%s: the indexed state has no index key", l.Algorithm)
+		}
+	}
+}

@@ -182,7 +182,9 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	if len(todo) > 0 {
 		reqs := make([]algorithms.Request, len(todo))
 		for i, l := range todo {
-			reqs[i] = algorithms.Request{Key: l.key, Limit: l.engine, Hits: l.hits}
+			// Domain-scoped counters: no API resets them, so Redis keeps
+			// no index for them.
+			reqs[i] = algorithms.Request{Key: l.key, Limit: l.engine, Hits: l.hits, Unindexed: true}
 		}
 		decisions, err := s.opts.Limiter.Check(ctx, reqs)
 		if err != nil {
