@@ -29,6 +29,7 @@ type config struct {
 	BackendTimeout    time.Duration // 0: derived from each call's deadline
 	RESTTimeout       time.Duration
 	LocalCacheBytes   int
+	DebugAddress      string
 	TrustedProxies    []netip.Prefix
 	LogLevel          slog.Level
 	ResponseHeaders   bool
@@ -64,6 +65,7 @@ var serveSettings = []setting{
 	{"REST_BACKEND_TIMEOUT", "rest-backend-timeout", "500ms", "budget of a Redis call for a check that brings no deadline (REST /check, gRPC without grpc-timeout); past it: 503/UNAVAILABLE if Redis answers others (overload), else FAILURE_MODE"},
 	{"TRUSTED_PROXIES", "trusted-proxies", "", "comma-separated CIDRs whose X-Forwarded-For/X-Real-IP are believed"},
 	{"LOG_LEVEL", "log-level", "info", "debug, info, warn or error"},
+	{"DEBUG_ADDRESS", "debug-address", "", "host:port serving Go's profiler at /debug/pprof/ (bind it to loopback, e.g. 127.0.0.1:6070); empty = off"},
 	{"RATE_LIMIT_RESPONSE_HEADERS", "rate-limit-response-headers", "false", "add X-RateLimit-* headers to gRPC rate-limit responses"},
 	{"SHADOW_MODE", "shadow-mode", "false", "answer every gRPC rate-limit request OK: limits are still decided, counted and reported per descriptor, only the overall OVER_LIMIT becomes OK"},
 	{"RESPONSE_DYNAMIC_METADATA", "response-dynamic-metadata", "false", "set dynamic_metadata on gRPC rate-limit responses: the request's domain, descriptors and hits_addend, and the metadata of the descriptors within their limits"},
@@ -105,6 +107,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*c
 	get := func(env string) string { return strings.TrimSpace(*vals[env]) }
 	c := &config{
 		BindAddress:       get("BIND_ADDRESS"),
+		DebugAddress:      get("DEBUG_ADDRESS"),
 		RedisURL:          get("REDIS_URL"),
 		DatabaseURL:       get("DATABASE_URL"),
 		DescriptorsDir:    get("DESCRIPTORS_DIR"),

@@ -168,3 +168,24 @@ func TestRestartKeepsData(t *testing.T) {
 		t.Fatalf("check with the rule after restart: %d %v", code, body)
 	}
 }
+
+// TestDebugAddress: DEBUG_ADDRESS serves Go's profiler, and nothing does
+// without it.
+func TestDebugAddress(t *testing.T) {
+	port := throttletest.FreePort(t)
+	s := throttletest.Start(t, "DEBUG_ADDRESS=127.0.0.1:"+strconv.Itoa(port))
+	resp, err := http.Get("http://127.0.0.1:" + strconv.Itoa(port) + "/debug/pprof/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var body bytes.Buffer
+	body.ReadFrom(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(body.String(), "goroutine") {
+		t.Errorf("GET /debug/pprof/ = %d %.200s", resp.StatusCode, body.String())
+	}
+	// Not on the REST port.
+	if resp, err := http.Get(s.URL + "/debug/pprof/"); err != nil || resp.StatusCode != http.StatusNotFound {
+		t.Errorf("REST port /debug/pprof/: %v %v, want 404", resp.StatusCode, err)
+	}
+}

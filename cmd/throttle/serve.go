@@ -154,6 +154,16 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer) error {
 		httpLis.Close()
 		return fmt.Errorf("GRPC_PORT: %w", err)
 	}
+	if cfg.DebugAddress != "" {
+		dl, err := net.Listen("tcp", cfg.DebugAddress)
+		if err != nil {
+			httpLis.Close()
+			grpcLis.Close()
+			return fmt.Errorf("DEBUG_ADDRESS: %w", err)
+		}
+		log.Info("serving /debug/pprof", "addr", dl.Addr().String())
+		goBG("debug server", func(ctx context.Context) error { return serveDebug(ctx, dl) })
+	}
 	log.Info("throttle serving", "version", version, "rest", httpLis.Addr().String(), "grpc", grpcLis.Addr().String(),
 		"counters", backend, "database", db.Dialect(), "failure_mode", string(cfg.FailureMode))
 
