@@ -32,6 +32,7 @@ GO=${GO:-go}
 
 work=$(mktemp -d /tmp/throttle-bench-rls.XXXXXX)
 throttle_pid=""
+rlsload_pid=""
 stop_throttle() {
   if [ -n "$throttle_pid" ]; then
     kill "$throttle_pid" 2>/dev/null || true
@@ -41,6 +42,7 @@ stop_throttle() {
 }
 cleanup() {
   set +e
+  [ -n "$rlsload_pid" ] && kill "$rlsload_pid" 2>/dev/null && wait "$rlsload_pid" 2>/dev/null
   stop_throttle
   rm -rf "$work"
 }
@@ -92,10 +94,18 @@ start_throttle() {
 run_base=$(date +%s)-$$
 n=0
 # bench ARGS…: one bounded rlsload run; its RESULT line goes to the results.
+# It runs in the background so that a signal to this script stops it at once.
 bench() {
   n=$((n + 1))
   bin/rlsload -requests "$requests" -duration "$duration" -concurrency "$concurrency" \
-    -redis "$redis_url" -run "$run_base-$n" "$@" | tee -a "$work/out"
+    -redis "$redis_url" -run "$run_base-$n" "$@" >"$work/run.out" 2>&1 &
+  rlsload_pid=$!
+  local status=0
+  wait "$rlsload_pid" || status=$?
+  rlsload_pid=""
+  cat "$work/run.out"
+  [ "$status" = 0 ] || { log "rlsload $* failed (exit $status)"; exit 1; }
+  cat "$work/run.out" >>"$work/out"
 }
 
 cache_knob=yes

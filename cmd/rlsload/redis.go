@@ -143,6 +143,6 @@ func runFloor(ctx context.Context, o *options) (*result, error) {
 	if ctx.Err() != nil {
 		return nil, fmt.Errorf("interrupted after %d operations", t.calls)
 	}
-	return &result{caseName: "floor", alg: "incrby_expire", cache: "-", perCall: 1, t: t,
+	return &result{caseName: "floor", alg: "incrby_expire", cache: "-", perCall: 1, concurrency: o.concurrency, t: t,
 		redis: diffRedis(before, after, "incrby", "expire")}, nil
 }

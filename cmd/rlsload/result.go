@@ -14,6 +14,7 @@ import (
 type result struct {
 	caseName, alg, cache string
 	perCall              int // decisions (descriptors) per call
+	concurrency          int
 	t                    *tally
 	serviceCPU           time.Duration
 	hasServiceCPU        bool
@@ -72,7 +73,7 @@ func (r *result) fields() [][2]string {
 		codes = strings.Join(parts, ",")
 	}
 	return [][2]string{
-		{"case", r.caseName}, {"alg", r.alg}, {"cache", cache},
+		{"case", r.caseName}, {"alg", r.alg}, {"cache", cache}, {"concurrency", strconv.Itoa(r.concurrency)},
 		{"calls", strconv.Itoa(t.calls)}, {"decisions", strconv.Itoa(r.decisions())},
 		{"seconds", strconv.FormatFloat(t.elapsed.Seconds(), 'f', 3, 64)}, {"rps", rps},
 		{"p50_us", micros(t.quantile(0.5))}, {"p99_us", micros(t.quantile(0.99))},

@@ -46,7 +46,7 @@ func runRLS(ctx context.Context, o *options) (*result, error) {
 		}
 	}
 
-	res := &result{caseName: o.caseName, alg: o.algorithm, cache: o.cache, perCall: descriptorsPerCall(o.caseName)}
+	res := &result{caseName: o.caseName, alg: o.algorithm, cache: o.cache, perCall: descriptorsPerCall(o.caseName), concurrency: o.concurrency}
 	ticks := clockTicks()
 	var cpuBefore procCPU
 	if o.pid > 0 {
