@@ -31,26 +31,38 @@ func TestAgainstThrottle(t *testing.T) {
 	s := throttletest.Start(t, "REDIS_URL="+redisURL, "DESCRIPTORS_DIR="+dir)
 	common := []string{"-addr", s.GRPCAddr, "-concurrency", "16", "-duration", "30s", "-warmup", "20",
 		"-pid", strconv.Itoa(s.PID()), "-redis", redisURL}
+	// (A later flag wins: the hot cases name their own server.)
 
-	for _, alg := range algorithmNames {
-		t.Run("hot/"+alg, func(t *testing.T) {
-			// Windows are aligned to the hour: a run across an hour
-			// boundary may rightly admit more, and gets a second try.
-			var got map[string]string
-			for try := 0; try < 2; try++ {
-				hour := time.Now().Truncate(time.Hour)
-				got = load(t, slices.Concat(common, []string{"-case", "hot", "-algorithm", alg, "-requests", "300"})...)
-				if time.Now().Truncate(time.Hour).Equal(hour) {
-					break
+	// The hot cases on a server with the local over-limit cache (the
+	// default) and on one without: the same exact counts.
+	noCache := throttletest.Start(t, "REDIS_URL="+redisURL, "DESCRIPTORS_DIR="+dir, "LOCAL_CACHE_SIZE_IN_BYTES=0")
+	for _, srv := range []struct {
+		cache string
+		s     *throttletest.Server
+	}{{"on", s}, {"off", noCache}} {
+		for _, alg := range algorithmNames {
+			t.Run("hot/"+alg+"/cache="+srv.cache, func(t *testing.T) {
+				args := []string{"-addr", srv.s.GRPCAddr, "-pid", strconv.Itoa(srv.s.PID()), "-cache", srv.cache,
+					"-case", "hot", "-algorithm", alg, "-requests", "300"}
+				// Windows are aligned to the hour: a run across an hour
+				// boundary may rightly admit more, and gets a second try.
+				var got map[string]string
+				for try := 0; try < 2; try++ {
+					hour := time.Now().Truncate(time.Hour)
+					got = load(t, slices.Concat(common, args)...)
+					if time.Now().Truncate(time.Hour).Equal(hour) {
+						break
+					}
 				}
-			}
-			want := map[string]string{"calls": "300", "decisions": "300", "ok": strconv.Itoa(hotLimit), "over": strconv.Itoa(300 - hotLimit), "errors": "0", "error_codes": "-"}
-			for k, v := range want {
-				if got[k] != v {
-					t.Errorf("%s = %s, want %s", k, got[k], v)
+				want := map[string]string{"cache": srv.cache, "calls": "300", "decisions": "300", "ok": strconv.Itoa(hotLimit),
+					"over": strconv.Itoa(300 - hotLimit), "errors": "0", "error_codes": "-"}
+				for k, v := range want {
+					if got[k] != v {
+						t.Errorf("%s = %s, want %s", k, got[k], v)
+					}
 				}
-			}
-		})
+			})
+		}
 	}
 
 	t.Run("distinct", func(t *testing.T) {
