@@ -121,7 +121,7 @@ cache_on=()
 [ -n "${LOCAL_CACHE_SIZE_IN_BYTES:-}" ] && cache_on=("LOCAL_CACHE_SIZE_IN_BYTES=$LOCAL_CACHE_SIZE_IN_BYTES")
 start_throttle "${cache_on[@]}"
 for c in distinct hot multi4; do
-  for alg in fixed_window sliding_window token_bucket; do
+  for alg in fixed_window sliding_window token_bucket gcra; do
     log "$c / $alg, local cache on"
     bench -addr "$grpc_addr" -pid "$throttle_pid" -case "$c" -algorithm "$alg" -cache on
   done
@@ -129,7 +129,7 @@ done
 stop_throttle
 
 start_throttle LOCAL_CACHE_SIZE_IN_BYTES=0
-for alg in fixed_window sliding_window token_bucket; do
+for alg in fixed_window sliding_window token_bucket gcra; do
   log "hot / $alg, local cache off"
   bench -addr "$grpc_addr" -pid "$throttle_pid" -case hot -algorithm "$alg" -cache off
 done

@@ -27,6 +27,8 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 1000000000, algorithm: sliding_window}
   - key: token_bucket
     rate_limit: {unit: hour, requests_per_unit: 1000000000, algorithm: token_bucket}
+  - key: gcra
+    rate_limit: {unit: hour, requests_per_unit: 1000000000, algorithm: gcra}
   # hot: one value for a whole run, OVER_LIMIT after the first 100.
   - key: hot_fixed_window
     rate_limit: {unit: hour, requests_per_unit: 100}
@@ -34,6 +36,8 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 100, algorithm: sliding_window}
   - key: hot_token_bucket
     rate_limit: {unit: hour, requests_per_unit: 100, algorithm: token_bucket}
+  - key: hot_gcra
+    rate_limit: {unit: hour, requests_per_unit: 100, algorithm: gcra}
 `
 
 // descriptorsPerCall is how many descriptors one call of the case carries.

@@ -59,7 +59,7 @@ type options struct {
 
 var (
 	cases          = []string{"distinct", "hot", "multi4"}
-	algorithmNames = []string{"fixed_window", "sliding_window", "token_bucket"}
+	algorithmNames = []string{"fixed_window", "sliding_window", "token_bucket", "gcra"}
 )
 
 func parseFlags(args []string, stderr io.Writer) (*options, bool, error) {
@@ -69,7 +69,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, bool, error) {
 	fs.StringVar(&o.addr, "addr", "127.0.0.1:8081", "Throttle's gRPC address, host:port (loopback only)")
 	fs.StringVar(&o.domain, "domain", benchDomain, "rate-limit domain (its descriptors as -print-config writes them)")
 	fs.StringVar(&o.caseName, "case", "distinct", "distinct (one unique descriptor per request), hot (one shared descriptor, limit 100/hour) or multi4 (4 unique descriptors per request)")
-	fs.StringVar(&o.algorithm, "algorithm", "fixed_window", "fixed_window, sliding_window or token_bucket: which descriptor keys to send")
+	fs.StringVar(&o.algorithm, "algorithm", "fixed_window", "fixed_window, sliding_window, token_bucket or gcra: which descriptor keys to send")
 	fs.StringVar(&o.cache, "cache", "", "label for the report: whether the server's local over-limit cache is on (on, off)")
 	fs.IntVar(&o.concurrency, "concurrency", 64, "concurrent calls (goroutines)")
 	fs.IntVar(&o.conns, "conns", 2, "gRPC connections the calls are spread over (Envoy opens about one per worker thread)")
