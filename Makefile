@@ -4,7 +4,7 @@ BIN ?= bin/throttle
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: run build test test-short bench bench-overload lint fmt
+.PHONY: run build test test-short bench bench-overload bench-rls lint fmt
 
 run: ## run Throttle with the embedded default (memory counters, SQLite)
 	$(GO) run ./cmd/throttle serve
@@ -20,6 +20,9 @@ bench: ## benchmarks of the engine against memory and a throw-away Redis
 
 bench-overload: ## 3 replicas of the built binary on a throw-away Redis and PostgreSQL, REST and gRPC at rising concurrency: checks/s, p50/p99, admitted vs limit, degraded and shed
 	scripts/with-test-services.sh $(GO) test -run '^$$' -bench Overload -benchtime 4000x -timeout 20m ./cmd/throttle/
+
+bench-rls: ## the built binary's Envoy rate-limit service on a throw-away Redis, driven by cmd/rlsload: req/s, p50/p99/p999, Throttle CPU per request, Redis CPU per decision vs a plain INCRBY+EXPIRE pipeline; distinct keys, a hot key, 4 descriptors, each algorithm, local cache on and off (BENCH_REQUESTS, BENCH_DURATION, BENCH_CONCURRENCY)
+	scripts/with-test-services.sh scripts/bench-rls.sh
 
 lint: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -137,6 +137,9 @@ func Start(t testing.TB, env ...string) *Server {
 	}
 }
 
+// PID is the server's process id (for /proc/PID readings).
+func (s *Server) PID() int { return s.cmd.Process.Pid }
+
 // Signal sends sig to the server process.
 func (s *Server) Signal(sig syscall.Signal) error { return s.cmd.Process.Signal(sig) }
 

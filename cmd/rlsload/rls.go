@@ -1,0 +1,95 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+)
+
+// runRLS drives ShouldRateLimit with the case's requests: a warmup on other
+// descriptor values, then the measured run between two readings of the
+// service's and Redis's counters.
+func runRLS(ctx context.Context, o *options) (*result, error) {
+	clients := make([]rlsv3.RateLimitServiceClient, o.conns)
+	for i := range clients {
+		conn, err := grpc.NewClient(o.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return nil, fmt.Errorf("-addr %s: %w", o.addr, err)
+		}
+		defer conn.Close()
+		clients[i] = rlsv3.NewRateLimitServiceClient(conn)
+	}
+	calls := func(run string) callFunc {
+		return func(ctx context.Context, i int) (bool, string, error) {
+			req := requestFor(o.domain, o.caseName, o.algorithm, run, i)
+			resp, err := clients[i%len(clients)].ShouldRateLimit(ctx, req)
+			if err != nil {
+				return false, status.Code(err).String(), err
+			}
+			switch resp.GetOverallCode() {
+			case rlsv3.RateLimitResponse_OK:
+				return false, "", nil
+			case rlsv3.RateLimitResponse_OVER_LIMIT:
+				return true, "", nil
+			}
+			return false, "overall_code_" + resp.GetOverallCode().String(), fmt.Errorf("overall code %s", resp.GetOverallCode())
+		}
+	}
+	if o.warmup > 0 {
+		w := drive(ctx, o, o.warmup, 0, calls(o.runID+"-warmup"))
+		if w.calls > 0 && w.errorCount() == w.calls {
+			return nil, fmt.Errorf("warmup: all %d calls failed: %v", w.calls, w.firstErr)
+		}
+	}
+
+	res := &result{caseName: o.caseName, alg: o.algorithm, cache: o.cache, perCall: descriptorsPerCall(o.caseName), concurrency: o.concurrency}
+	ticks := clockTicks()
+	var cpuBefore procCPU
+	if o.pid > 0 {
+		var err error
+		if cpuBefore, err = readProcCPU(o.pid, ticks); err != nil {
+			return nil, err
+		}
+	}
+	var rdbStats func(context.Context) (redisStats, error)
+	var redisBefore redisStats
+	if o.redisURL != "" {
+		rdb, err := openRedis(o.redisURL, 1)
+		if err != nil {
+			return nil, err
+		}
+		defer rdb.Close()
+		rdbStats = func(ctx context.Context) (redisStats, error) { return readRedisStats(ctx, rdb) }
+		if redisBefore, err = rdbStats(ctx); err != nil {
+			return nil, err
+		}
+	}
+
+	res.t = drive(ctx, o, o.requests, o.duration, calls(o.runID))
+
+	if o.pid > 0 {
+		after, err := readProcCPU(o.pid, ticks)
+		if err != nil {
+			return nil, err
+		}
+		if after.startTime != cpuBefore.startTime {
+			return nil, fmt.Errorf("service CPU: process %d is not the one measured at the start (restarted?)", o.pid)
+		}
+		res.serviceCPU, res.hasServiceCPU = after.cpu-cpuBefore.cpu, true
+	}
+	if rdbStats != nil {
+		after, err := rdbStats(context.WithoutCancel(ctx))
+		if err != nil {
+			return nil, err
+		}
+		res.redis = diffRedis(redisBefore, after, "evalsha", "eval")
+	}
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("interrupted after %d calls", res.t.calls)
+	}
+	return res, nil
+}
