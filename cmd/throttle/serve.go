@@ -233,7 +233,7 @@ func newLimiter(ctx context.Context, cfg *config, log *slog.Logger, reg promethe
 	redis.SetLogger(&redisLog{log: log})
 	// Concurrent checks share script calls: under load one round trip
 	// decides many requests.
-	counters := algorithms.NewRedisStore(rdb, algorithms.RedisOptions{Coalesce: 16})
+	counters := algorithms.NewRedisStore(rdb, algorithms.RedisOptions{Coalesce: 4, MaxBatch: 128})
 	goBG("redis close", func(ctx context.Context) error {
 		<-ctx.Done()
 		counters.Close()
