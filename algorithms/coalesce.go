@@ -21,6 +21,7 @@ type coalescer struct {
 	maxBatch int
 	stop     context.CancelFunc
 	wg       sync.WaitGroup
+	pool     sync.Pool // of *waiting, with their done channels
 }
 
 type waiting struct {
@@ -38,6 +39,7 @@ type checkResult struct {
 func newCoalescer(workers, maxBatch int, decide func(context.Context, []Request) ([]Decision, error)) *coalescer {
 	ctx, stop := context.WithCancel(context.Background())
 	c := &coalescer{decide: decide, queue: make(chan *waiting, 4*workers*maxBatch), maxBatch: maxBatch, stop: stop}
+	c.pool.New = func() any { return &waiting{done: make(chan checkResult, 1)} }
 	for range workers {
 		c.wg.Add(1)
 		go func() {
@@ -52,7 +54,9 @@ func newCoalescer(workers, maxBatch int, decide func(context.Context, []Request)
 // before a worker took the batch, nothing was sent: the error wraps
 // ErrOverloaded, since the time went in Throttle's own queue.
 func (c *coalescer) check(ctx context.Context, reqs []Request) ([]Decision, error) {
-	w := &waiting{ctx: ctx, reqs: reqs, done: make(chan checkResult, 1)}
+	w := c.pool.Get().(*waiting)
+	w.ctx, w.reqs = ctx, reqs
+	w.taken.Store(false)
 	queued := time.Now()
 	select {
 	case c.queue <- w:
@@ -61,6 +65,10 @@ func (c *coalescer) check(ctx context.Context, reqs []Request) ([]Decision, erro
 	}
 	select {
 	case r := <-w.done:
+		// The worker is done with w: it sent last. (A w whose caller left
+		// is not reused: a worker may still send on it.)
+		w.ctx, w.reqs = nil, nil
+		c.pool.Put(w)
 		return r.ds, r.err
 	case <-ctx.Done():
 		if !w.taken.Load() {
@@ -125,12 +133,14 @@ func (c *coalescer) run(group []*waiting, n int) {
 	ds, err := c.decide(ctx, reqs)
 	cancel()
 	for _, w := range live {
+		// After the send w is its caller's again (and may be reused).
 		if err != nil {
 			w.done <- checkResult{err: err}
 			continue
 		}
-		w.done <- checkResult{ds: ds[:len(w.reqs):len(w.reqs)]}
-		ds = ds[len(w.reqs):]
+		n := len(w.reqs)
+		w.done <- checkResult{ds: ds[:n:n]}
+		ds = ds[n:]
 	}
 }
 

@@ -133,17 +133,20 @@ type Guard struct {
 	lastOK   atomic.Int64
 	answered func() time.Time
 
+	// open mirrors the circuit for the lock-free fast path of admit; it
+	// changes under mu.
+	open atomic.Bool
+
 	mu         sync.Mutex
 	outcomes   [breakerCalls]callOutcome // ring of the latest calls
 	next       int                       // where the next outcome goes
-	open       bool
-	openTill   time.Time // while open: no probe before this
-	probeUntil time.Time // a probe is in flight until its deadline
+	openTill   time.Time                 // while open: no probe before this
+	probeUntil time.Time                 // a probe is in flight until its deadline
 }
 
 // callOutcome is one backend call as the breaker remembers it.
 type callOutcome struct {
-	at     time.Time // zero: an empty slot
+	at     int64 // Unix ns of the breaker's clock; 0: an empty slot
 	failed bool
 }
 
@@ -311,9 +314,12 @@ func (g *Guard) answeredSince(t time.Time) bool {
 // circuit is closed; once it is open, one call at a time after OpenFor (the
 // probe). A probe's slot frees itself after budget, however the call ends.
 func (g *Guard) admit(budget time.Duration) (probe, ok bool) {
+	if !g.open.Load() {
+		return false, true
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if !g.open {
+	if !g.open.Load() {
 		return false, true
 	}
 	now := g.opts.Now()
@@ -332,7 +338,7 @@ func (g *Guard) record(ok, probe bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	now := g.opts.Now()
-	if g.open {
+	if g.open.Load() {
 		if !probe && !ok {
 			return // a call sent before the circuit opened
 		}
@@ -343,14 +349,15 @@ func (g *Guard) record(ok, probe bool) {
 		g.openLocked(now)
 		return
 	}
-	g.outcomes[g.next] = callOutcome{at: now, failed: !ok}
+	g.outcomes[g.next] = callOutcome{at: now.UnixNano(), failed: !ok}
 	g.next = (g.next + 1) % breakerCalls
 	if ok {
 		return
 	}
 	var calls, fails int
-	for _, o := range g.outcomes {
-		if !o.at.IsZero() && now.Sub(o.at) < g.opts.BreakerWindow {
+	since := now.Add(-g.opts.BreakerWindow).UnixNano()
+	for i := range g.outcomes { // by index: a copy of the ring would not fit a small stack
+		if o := &g.outcomes[i]; o.at != 0 && o.at > since {
 			calls++
 			if o.failed {
 				fails++
@@ -374,14 +381,14 @@ func (g *Guard) release(probe bool) {
 }
 
 func (g *Guard) openLocked(now time.Time) {
-	g.open = true
+	g.open.Store(true)
 	g.openTill = now.Add(g.opts.OpenFor)
 	g.probeUntil = time.Time{}
 	g.metrics.open.Set(1)
 }
 
 func (g *Guard) closeLocked() {
-	g.open = false
+	g.open.Store(false)
 	g.outcomes = [breakerCalls]callOutcome{}
 	g.probeUntil = time.Time{}
 	g.metrics.open.Set(0)
@@ -441,9 +448,7 @@ func (g *Guard) Reset(ctx context.Context, scope, identifier string, alg Algorit
 
 // Degraded reports whether the circuit is open now.
 func (g *Guard) Degraded() bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.open
+	return g.open.Load()
 }
 
 // degrade answers by the failure policy.

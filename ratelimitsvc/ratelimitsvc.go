@@ -151,7 +151,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		OverallCode: rlsv3.RateLimitResponse_OK,
 		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(req.GetDescriptors())),
 	}
-	var todo []limited
+	todo := make([]limited, 0, len(req.GetDescriptors()))
 	for i, d := range req.GetDescriptors() {
 		hits := requestHits
 		if h := d.GetHitsAddend(); h != nil {
