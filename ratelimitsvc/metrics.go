@@ -43,6 +43,7 @@ type metrics struct {
 	maxValueKeys int
 	mu           sync.RWMutex
 	valueKeys    map[valueKey]struct{}
+	counters     sync.Map // valueKey → *keyCounters
 }
 
 type valueKey struct{ domain, key string }
@@ -92,24 +93,49 @@ func newMetrics(reg prometheus.Registerer, maxValueKeys int) (*metrics, error) {
 // rollup, its key without request values, once the per-value keys are
 // capped. cached says the local over-limit cache made it.
 func (m *metrics) observe(domain, key, rollup string, hits int64, o outcome, shadow, cached bool) {
-	key = m.label(domain, key, rollup)
+	c := m.countersOf(domain, m.label(domain, key, rollup))
 	h := float64(hits)
-	m.hits.WithLabelValues(domain, key).Add(h)
+	c.hits.Add(h)
 	switch o {
 	case over:
-		m.overLimit.WithLabelValues(domain, key).Add(h)
+		c.overLimit.Add(h)
 		if cached {
-			m.overLimitLocalCache.WithLabelValues(domain, key).Add(h)
+			c.overLimitLocalCache.Add(h)
 		}
 		if shadow {
-			m.shadowMode.WithLabelValues(domain, key).Add(h)
+			c.shadowMode.Add(h)
 		}
 	case near:
-		m.nearLimit.WithLabelValues(domain, key).Add(h)
-		m.withinLimit.WithLabelValues(domain, key).Add(h)
+		c.nearLimit.Add(h)
+		c.withinLimit.Add(h)
 	default:
-		m.withinLimit.WithLabelValues(domain, key).Add(h)
+		c.withinLimit.Add(h)
 	}
+}
+
+// keyCounters are one (domain, key)'s counters, looked up in the vectors
+// once: a vector lookup hashes its labels on every call.
+type keyCounters struct {
+	hits, overLimit, overLimitLocalCache, nearLimit, withinLimit, shadowMode prometheus.Counter
+}
+
+// countersOf returns the counters of (domain, key). Keys are bounded by the
+// configuration and maxValueKeys, and so is this cache.
+func (m *metrics) countersOf(domain, key string) *keyCounters {
+	vk := valueKey{domain, key}
+	if c, ok := m.counters.Load(vk); ok {
+		return c.(*keyCounters)
+	}
+	c := &keyCounters{
+		hits:                m.hits.WithLabelValues(domain, key),
+		overLimit:           m.overLimit.WithLabelValues(domain, key),
+		overLimitLocalCache: m.overLimitLocalCache.WithLabelValues(domain, key),
+		nearLimit:           m.nearLimit.WithLabelValues(domain, key),
+		withinLimit:         m.withinLimit.WithLabelValues(domain, key),
+		shadowMode:          m.shadowMode.WithLabelValues(domain, key),
+	}
+	actual, _ := m.counters.LoadOrStore(vk, c)
+	return actual.(*keyCounters)
 }
 
 // unaryLatency records every unary call's latency by method and code.

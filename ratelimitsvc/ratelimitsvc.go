@@ -151,7 +151,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		OverallCode: rlsv3.RateLimitResponse_OK,
 		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(req.GetDescriptors())),
 	}
-	todo := make([]limited, 0, len(req.GetDescriptors()))
+	todo := make([]*limited, 0, len(req.GetDescriptors()))
 	for i, d := range req.GetDescriptors() {
 		hits := requestHits
 		if h := d.GetHitsAddend(); h != nil {
@@ -169,13 +169,13 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 			st.LimitRemaining = math.MaxUint32
 		case l.limit.AlwaysOverLimit():
 			s.metrics.observe(domain, l.statsKey, l.rollup, hits, over, l.shadow, false)
-			st.CurrentLimit = currentLimit(l)
+			st.CurrentLimit = currentLimit(&l)
 			st.DurationUntilReset = durationpb.New(untilUnitEnds(l.limit.WindowLength(), s.opts.Now()))
 			if !l.shadow {
 				st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 			}
 		default:
-			todo = append(todo, l)
+			todo = append(todo, &l)
 		}
 	}
 
@@ -376,7 +376,7 @@ func overrideCounter(d *rlcommon.RateLimitDescriptor) string {
 	return string(b)
 }
 
-func currentLimit(l limited) *rlsv3.RateLimitResponse_RateLimit {
+func currentLimit(l *limited) *rlsv3.RateLimitResponse_RateLimit {
 	return &rlsv3.RateLimitResponse_RateLimit{Name: l.limit.Name, RequestsPerUnit: l.limit.RequestsPerUnit, Unit: l.unit}
 }
 
