@@ -24,6 +24,8 @@ var (
 	tokenBucketLua string
 	//go:embed gcra.lua
 	gcraLua string
+	//go:embed batch.lua
+	batchLua string
 	//go:embed reset.lua
 	resetLua string
 )
@@ -43,16 +45,17 @@ type RedisOptions struct {
 	MaxBatch int
 }
 
-// RedisStore keeps counters in Redis, each algorithm one Lua script run with
-// EVALSHA (EVAL when Redis answers NOSCRIPT), so every decision is atomic
-// across any number of Throttle replicas. A batch is one pipelined round trip.
-// It works with a single Redis, Sentinel or Cluster: all keys of one
-// identifier share a hash tag.
+// RedisStore keeps counters in Redis. One Lua script, run with EVALSHA (EVAL
+// when Redis answers NOSCRIPT), decides a batch of requests, each by its
+// algorithm's function, so every decision is atomic across any number of
+// Throttle replicas, and a batch is one round trip. It works with a single
+// Redis, Sentinel or Cluster: all keys of one identifier share a hash tag;
+// on Cluster a batch is a pipeline of one script call per request.
 type RedisStore struct {
 	rdb     redis.UniversalClient
 	now     func() time.Time
-	scripts map[Algorithm]*redis.Script
-	batch   *redis.Script // nil on Redis Cluster, where a batch spans slots
+	script  *redis.Script
+	cluster bool // a batch's keys span slots: one call per request
 	reset   *redis.Script
 	merge   *coalescer // nil unless RedisOptions.Coalesce
 	// answered is when Redis last answered (Unix ns): Guard's
@@ -64,17 +67,15 @@ type RedisStore struct {
 // deadlines (go-redis: Options.ContextTimeoutEnabled), so that a caller's
 // deadline bounds every call. Call Close when done if opts.Coalesce is set.
 func NewRedisStore(rdb redis.UniversalClient, opts RedisOptions) *RedisStore {
+	_, cluster := rdb.(*redis.ClusterClient)
 	s := &RedisStore{
 		rdb:     rdb,
 		now:     opts.Now,
-		scripts: make(map[Algorithm]*redis.Script, len(Algorithms)),
-		batch:   batchScript(rdb),
+		script:  redis.NewScript(throttleScript()),
+		cluster: cluster,
 		reset:   redis.NewScript(resetLua),
 	}
-	for _, a := range Algorithms {
-		s.scripts[a] = redis.NewScript(preludeLua + scriptLua(a))
-	}
-	if opts.Coalesce > 0 && s.batch != nil {
+	if opts.Coalesce > 0 && !cluster {
 		if opts.MaxBatch <= 0 {
 			opts.MaxBatch = 64
 		}
@@ -90,8 +91,20 @@ func (s *RedisStore) Close() {
 	}
 }
 
-// scriptLua returns the Lua of algorithm a's script, without the prelude.
-func scriptLua(a Algorithm) string {
+// throttleScript is the one script: the prelude, a function per algorithm,
+// and batch.lua, which calls them for each request of a batch.
+func throttleScript() string {
+	var b strings.Builder
+	b.WriteString(preludeLua)
+	for _, a := range Algorithms {
+		b.WriteString(algorithmLua(a))
+	}
+	b.WriteString(batchLua)
+	return b.String()
+}
+
+// algorithmLua returns the Lua function of algorithm a.
+func algorithmLua(a Algorithm) string {
 	switch a {
 	case FixedWindow:
 		return fixedWindowLua
@@ -102,54 +115,17 @@ func scriptLua(a Algorithm) string {
 	case GCRA:
 		return gcraLua
 	}
-	return ""
+	panic("algorithms: no script for " + string(a)) // Algorithms lists only those above
 }
 
-// batchScript returns one script that runs every algorithm's script, as a
-// function named by its algCode, over a whole batch: one EVALSHA instead of
-// one per request, since each script call costs far more in Redis than the
-// work inside it.
-// Redis Cluster gets nil: a batch's keys span slots, so each request there
-// is its own EVALSHA in a pipeline.
-func batchScript(rdb redis.UniversalClient) *redis.Script {
-	if _, ok := rdb.(*redis.ClusterClient); ok {
-		return nil
-	}
-	var b strings.Builder
-	b.WriteString("-- Generated from prelude.lua and the script of each algorithm.\n")
-	codes := make([]string, len(Algorithms))
-	for i, a := range Algorithms {
-		// The scripts read the globals KEYS and ARGV; as function
-		// parameters those names take one request's slice of the batch.
-		codes[i] = algCode(a) + " = " + algCode(a)
-		b.WriteString("local function " + algCode(a) + "(KEYS, ARGV)\n" + preludeLua + scriptLua(a) + "\nend\n")
-	}
-	// One TIME for the whole batch, unless the caller passed a time.
-	b.WriteString("local algs = {" + strings.Join(codes, ", ") + "}\n")
-	b.WriteString(`local now = ARGV[2]
-if now == "" then
-  local t = redis.call("TIME")
-  now = string.format("%.0f", tonumber(t[1]) * 1000000 + tonumber(t[2]))
-end
-local out = {}
-for i = 1, #KEYS / 2 do
-  local a = (i - 1) * 6
-  out[i] = algs[ARGV[a + 1]]({KEYS[2 * i - 1], KEYS[2 * i]}, {now, ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6]})
-end
-return out
-`)
-	return redis.NewScript(b.String())
-}
-
-// scriptArgs returns the keys and arguments of r's script. The keys share
-// one prefix, built once; numbers go as strings, as Redis reads them. A
-// request that is never reset (Unindexed) passes its state key twice and an
-// empty member: the script then keeps no index entry for it.
-func (s *RedisStore) scriptArgs(r Request, now string) (state, index string, args [5]any) {
+// appendArgs appends r's keys and its five arguments of batch.lua. The
+// keys share one prefix, built once; numbers go as strings, as Redis reads
+// them. A request that is never reset (Unindexed) passes its state key as
+// its index and an empty member: the script then keeps no index for it.
+func appendArgs(keys []string, args []any, r Request) ([]string, []any) {
 	prefix := identityPrefix(r.Key.Scope, r.Key.Identifier)
 	member := stateMember(r)
-	state = prefix + member
-	index = prefix + "i"
+	state, index := prefix+member, prefix+"i"
 	if r.Unindexed {
 		index, member = state, ""
 	}
@@ -159,7 +135,8 @@ func (s *RedisStore) scriptArgs(r Request, now string) (state, index string, arg
 	} else {
 		third = strconv.FormatInt(r.Limit.Window.Microseconds(), 10)
 	}
-	return state, index, [5]any{now, strconv.FormatInt(r.Limit.Limit, 10), third, strconv.FormatInt(r.Hits, 10), member}
+	return append(keys, state, index),
+		append(args, algCode(r.Limit.Algorithm), strconv.FormatInt(r.Limit.Limit, 10), third, strconv.FormatInt(r.Hits, 10), member)
 }
 
 // Check decides the batch in one round trip (two if Redis had lost the
@@ -195,31 +172,44 @@ func (s *RedisStore) decide(ctx context.Context, reqs []Request) ([]Decision, er
 	return ds, err
 }
 
-// run sends a validated batch to Redis.
+// run sends a validated batch to Redis: one script call, or on Redis
+// Cluster a pipeline of one call per request.
 func (s *RedisStore) run(ctx context.Context, reqs []Request) ([]Decision, error) {
 	now := ""
 	if s.now != nil {
 		now = strconv.FormatInt(s.now().UnixMicro(), 10)
 	}
-	if s.batch != nil && len(reqs) > 1 {
-		return s.checkBatch(ctx, reqs, now)
+	if !s.cluster {
+		keys := make([]string, 0, 2*len(reqs))
+		args := make([]any, 1, 1+5*len(reqs))
+		args[0] = now
+		for _, r := range reqs {
+			keys, args = appendArgs(keys, args, r)
+		}
+		res, err := s.script.Run(ctx, s.rdb, keys, args...).Slice()
+		if err != nil {
+			return nil, fmt.Errorf("redis: %w", err)
+		}
+		return parseDecisions(res, reqs)
 	}
 	cmds := make([]*redis.Cmd, len(reqs))
+	send := func(p redis.Pipeliner, i int, eval func(context.Context, redis.Scripter, []string, ...any) *redis.Cmd) {
+		keys, args := appendArgs(make([]string, 0, 2), append(make([]any, 0, 6), now), reqs[i])
+		cmds[i] = eval(ctx, p, keys, args...)
+	}
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, r := range reqs {
-			state, index, args := s.scriptArgs(r, now)
-			cmds[i] = s.scripts[r.Limit.Algorithm].EvalSha(ctx, p, []string{state, index}, args[:]...)
+		for i := range reqs {
+			send(p, i, s.script.EvalSha)
 		}
 		return nil
 	})
 	if err != nil && hasNoScript(cmds) {
-		// Redis restarted or SCRIPT FLUSH: send the scripts themselves for
-		// the requests that missed. EVAL caches them for the next batch.
+		// Redis restarted or SCRIPT FLUSH: send the script itself for the
+		// requests that missed. EVAL caches it for the next batch.
 		_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for i, r := range reqs {
+			for i := range reqs {
 				if isNoScript(cmds[i].Err()) {
-					state, index, args := s.scriptArgs(r, now)
-					cmds[i] = s.scripts[r.Limit.Algorithm].Eval(ctx, p, []string{state, index}, args[:]...)
+					send(p, i, s.script.Eval)
 				}
 			}
 			return nil
@@ -228,33 +218,26 @@ func (s *RedisStore) run(ctx context.Context, reqs []Request) ([]Decision, error
 	if err != nil {
 		return nil, fmt.Errorf("redis: %w", err)
 	}
-	out := make([]Decision, len(reqs))
+	res := make([]any, len(reqs))
 	for i, c := range cmds {
-		d, err := parseDecision(c, reqs[i].Limit.Limit)
+		// Each call decided a batch of one.
+		r, err := c.Slice()
 		if err != nil {
 			return nil, fmt.Errorf("redis: request %d: %w", i, err)
 		}
-		out[i] = d
+		if len(r) != 1 {
+			return nil, fmt.Errorf("redis: request %d: script returned %d decisions for 1 request", i, len(r))
+		}
+		res[i] = r[0]
 	}
-	return out, nil
+	return parseDecisions(res, reqs)
 }
 
-// checkBatch decides reqs in one script call.
-func (s *RedisStore) checkBatch(ctx context.Context, reqs []Request, now string) ([]Decision, error) {
-	keys := make([]string, 0, 2*len(reqs))
-	args := make([]any, 0, 6*len(reqs))
-	for _, r := range reqs {
-		state, index, a := s.scriptArgs(r, now)
-		keys = append(keys, state, index)
-		args = append(args, algCode(r.Limit.Algorithm))
-		args = append(args, a[:]...)
-	}
-	res, err := s.batch.Run(ctx, s.rdb, keys, args...).Slice()
-	if err != nil {
-		return nil, fmt.Errorf("redis: %w", err)
-	}
+// parseDecisions turns the script's replies, one {allowed, remaining,
+// reset_us, retry_us, now_us} per request, into decisions.
+func parseDecisions(res []any, reqs []Request) ([]Decision, error) {
 	if len(res) != len(reqs) {
-		return nil, fmt.Errorf("redis: batch script returned %d decisions for %d requests", len(res), len(reqs))
+		return nil, fmt.Errorf("redis: script returned %d decisions for %d requests", len(res), len(reqs))
 	}
 	out := make([]Decision, len(reqs))
 	for i, v := range res {
@@ -271,33 +254,16 @@ func (s *RedisStore) checkBatch(ctx context.Context, reqs []Request, now string)
 				return nil, fmt.Errorf("redis: request %d: value %d is %T, not an integer", i, j, x)
 			}
 		}
-		out[i] = newDecision(n, reqs[i].Limit.Limit)
+		out[i] = Decision{
+			Allowed:    n[0] == 1,
+			Limit:      reqs[i].Limit.Limit,
+			Remaining:  n[1],
+			ResetAfter: time.Duration(n[2]) * time.Microsecond,
+			RetryAfter: time.Duration(n[3]) * time.Microsecond,
+			Now:        time.UnixMicro(n[4]),
+		}
 	}
 	return out, nil
-}
-
-// parseDecision turns a script's reply {allowed, remaining, reset_us,
-// retry_us, now_us} into a Decision.
-func parseDecision(c *redis.Cmd, limit int64) (Decision, error) {
-	vals, err := c.Int64Slice()
-	if err != nil {
-		return Decision{}, err
-	}
-	if len(vals) != 5 {
-		return Decision{}, fmt.Errorf("script returned %d values, want 5", len(vals))
-	}
-	return newDecision([5]int64(vals), limit), nil
-}
-
-func newDecision(v [5]int64, limit int64) Decision {
-	return Decision{
-		Allowed:    v[0] == 1,
-		Limit:      limit,
-		Remaining:  v[1],
-		ResetAfter: time.Duration(v[2]) * time.Microsecond,
-		RetryAfter: time.Duration(v[3]) * time.Microsecond,
-		Now:        time.UnixMicro(v[4]),
-	}
 }
 
 func isNoScript(err error) bool {

@@ -183,8 +183,8 @@ func TestRedisCluster(t *testing.T) {
 	t.Cleanup(func() { rdb.Close() })
 	cluster := []storeFactory{{"redis-cluster", func(t *testing.T, clock func() time.Time) Store {
 		s := NewRedisStore(rdb, RedisOptions{Now: clock, Coalesce: 2}) // Coalesce is ignored on a cluster
-		if s.batch != nil || s.merge != nil {
-			t.Fatal("a Cluster store must not use the batch script")
+		if !s.cluster || s.merge != nil {
+			t.Fatal("a Cluster store must send one script call per request, uncoalesced")
 		}
 		return s
 	}}}
