@@ -212,7 +212,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		}
 		for i, d := range decisions {
 			l := todo[i]
-			prepared[l.index].retry = d.RetryAfter
+			l.retry = d.RetryAfter
 			st := resp.Statuses[l.index]
 			st.CurrentLimit = currentLimit(l)
 			st.LimitRemaining = uint32(min(d.Remaining, math.MaxUint32))
