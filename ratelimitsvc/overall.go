@@ -43,7 +43,7 @@ func (s *Server) finish(ctx context.Context, req *rlsv3.RateLimitRequest, resp *
 		s.metrics.globalShadowMode.Inc()
 	}
 	if s.opts.ResponseHeaders {
-		resp.ResponseHeadersToAdd = rateLimitHeaders(resp.Statuses)
+		resp.ResponseHeadersToAdd = responseHeaders(s.opts.HeaderSets, resp, prepared)
 	}
 	if s.opts.DynamicMetadata {
 		md, err := dynamicMetadata(req, resp.Statuses, prepared)

@@ -25,6 +25,7 @@ import (
 
 	"github.com/throttle-rl/throttle/algorithms"
 	"github.com/throttle-rl/throttle/descriptors"
+	"github.com/throttle-rl/throttle/internal/ratelimitheader"
 	"github.com/throttle-rl/throttle/store"
 )
 
@@ -49,9 +50,15 @@ type Options struct {
 	Descriptors func() *descriptors.Config
 	// Rules gives the REST clients' descriptor rules; optional.
 	Rules ruleSource
-	// ResponseHeaders adds X-RateLimit-Limit, -Remaining and -Reset to every
-	// response with a limit (setting RATE_LIMIT_RESPONSE_HEADERS).
+	// ResponseHeaders adds rate-limit headers to every response with a
+	// limit, for Envoy to add to its reply (setting
+	// RATE_LIMIT_RESPONSE_HEADERS): the sets HeaderSets chooses, and
+	// Retry-After when the overall code is OVER_LIMIT (see responseHeaders).
 	ResponseHeaders bool
+	// HeaderSets chooses the sets ResponseHeaders adds (setting
+	// RATE_LIMIT_HEADERS): X-RateLimit-*, the IETF draft's RateLimit-Policy
+	// and RateLimit, or both (the zero value).
+	HeaderSets ratelimitheader.Sets
 	// ShadowMode is the reference service's global SHADOW_MODE: every
 	// descriptor is decided, counted and reported as usual, but an overall
 	// OVER_LIMIT is answered as OK (and counted in
@@ -129,6 +136,7 @@ type limited struct {
 	key      algorithms.Key
 	engine   algorithms.Limit
 	hits     int64
+	retry    time.Duration // the decision's RetryAfter, for the response headers
 }
 
 // ShouldRateLimit decides every descriptor of req in one engine batch.
@@ -204,6 +212,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		}
 		for i, d := range decisions {
 			l := todo[i]
+			l.retry = d.RetryAfter
 			st := resp.Statuses[l.index]
 			st.CurrentLimit = currentLimit(l)
 			st.LimitRemaining = uint32(min(d.Remaining, math.MaxUint32))
@@ -448,8 +457,9 @@ func unitOf(w time.Duration) descriptors.Unit {
 	return descriptors.UnitUnknown
 }
 
-// rateLimitHeaders builds the draft RateLimit headers from the most
-// restrictive limited status, as the reference service does.
+// rateLimitHeaders builds the X-RateLimit-* set (RATE_LIMIT_HEADERS x or
+// both) from the most restrictive limited status, as the reference service
+// does; headers.go adds the rest.
 func rateLimitHeaders(sts []*rlsv3.RateLimitResponse_DescriptorStatus) []*corev3.HeaderValue {
 	var min *rlsv3.RateLimitResponse_DescriptorStatus
 	for _, st := range sts {

@@ -297,6 +297,8 @@ func TestHealthAndHeaders(t *testing.T) {
 		{Key: "X-RateLimit-Limit", Value: "3, 3;w=60"},
 		{Key: "X-RateLimit-Remaining", Value: "2"},
 		{Key: "X-RateLimit-Reset", Value: "60"},
+		{Key: "RateLimit-Policy", Value: `"path";q=5;w=3600, "generic_key_api";q=3;w=60`},
+		{Key: "RateLimit", Value: `"path";r=4;t=3600, "generic_key_api";r=2;t=60`},
 	}
 	if diff := cmp.Diff(want, resp.GetResponseHeadersToAdd(), protocmp.Transform()); diff != "" {
 		t.Errorf("headers (-want +got):\n%s", diff)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"net/http"
-	"strconv"
 	"time"
 	"unicode/utf8"
 
@@ -108,10 +107,13 @@ func handleCheck(d Deps, m *metrics, byIP bool) http.Handler {
 		if d.Cache.Exempt(c.ID, identifier) {
 			d.Usage.Record(c.ID, identifier, alg, true)
 			m.decisions.WithLabelValues("rest", alg, "exempt").Inc()
-			h := w.Header()
-			h.Set("X-RateLimit-Limit", strconv.FormatInt(limit.Limit, 10))
-			h.Set("X-RateLimit-Remaining", strconv.FormatInt(limit.Limit, 10))
-			h.Set("X-RateLimit-Algorithm", alg)
+			// Nothing is counted, so there is no reset (and no t).
+			setLimitHeaders(w.Header(), d.HeaderSets, limitHeaders{
+				policy: policyName(req.Rule, limit), limit: limit, remaining: limit.Limit, reset: -1,
+			})
+			if d.HeaderSets.SendsX() {
+				w.Header().Set("X-RateLimit-Algorithm", alg)
+			}
 			encode(w, r, http.StatusOK, checkReply{
 				Allowed: true, Exempted: true, Identifier: identifier,
 				Limit: limit.Limit, Remaining: limit.Limit, ResetAt: ceilUnix(d.Now()),
@@ -157,15 +159,15 @@ func handleCheck(d Deps, m *metrics, byIP bool) http.Handler {
 			reply.RetryAfter = max(ceilSeconds(dec.RetryAfter), 1)
 		}
 		h := w.Header()
-		h.Set("X-RateLimit-Limit", strconv.FormatInt(reply.Limit, 10))
-		h.Set("X-RateLimit-Remaining", strconv.FormatInt(reply.Remaining, 10))
-		h.Set("X-RateLimit-Reset", strconv.FormatInt(reply.ResetAt, 10))
-		h.Set("X-RateLimit-Algorithm", alg)
-		if reply.Warning {
-			h.Set("X-RateLimit-Warning", "true")
-		}
-		if !reply.Allowed {
-			h.Set("Retry-After", strconv.FormatInt(reply.RetryAfter, 10))
+		setLimitHeaders(h, d.HeaderSets, limitHeaders{
+			policy: policyName(req.Rule, limit), limit: limit, remaining: reply.Remaining,
+			resetAt: reply.ResetAt, reset: ceilSeconds(dec.ResetAfter), retryAfter: reply.RetryAfter,
+		})
+		if d.HeaderSets.SendsX() {
+			h.Set("X-RateLimit-Algorithm", alg)
+			if reply.Warning {
+				h.Set("X-RateLimit-Warning", "true")
+			}
 		}
 		encode(w, r, http.StatusOK, reply)
 	})

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/throttle-rl/throttle/algorithms"
+	"github.com/throttle-rl/throttle/internal/ratelimitheader"
 	"github.com/throttle-rl/throttle/store"
 )
 
@@ -44,6 +45,11 @@ type Deps struct {
 	// TrustedProxies are the peers whose X-Forwarded-For and X-Real-IP are
 	// believed when finding a request's client IP. Default: none.
 	TrustedProxies []netip.Prefix
+	// HeaderSets chooses the rate-limit headers of /check, /check/ip and
+	// /register replies (setting RATE_LIMIT_HEADERS): X-RateLimit-*, the
+	// IETF draft's RateLimit-Policy and RateLimit, or both. Retry-After is
+	// on every rejection whatever it says. Default (zero value): both.
+	HeaderSets ratelimitheader.Sets
 	// RegisterLimit limits POST /register per client IP. Default (zero
 	// value): 10 per hour, fixed window.
 	RegisterLimit algorithms.Limit

@@ -8,10 +8,10 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
-	"strconv"
 	"time"
 
 	"github.com/throttle-rl/throttle/algorithms"
+	"github.com/throttle-rl/throttle/internal/ratelimitheader"
 	"github.com/throttle-rl/throttle/store"
 )
 
@@ -45,8 +45,9 @@ type registerReply struct {
 
 // handleRegister creates a client and returns its API key, the only time the
 // key is ever shown: only its SHA-256 is stored. Registrations are limited per
-// client IP by limit.
-func handleRegister(db *store.DB, cache *store.Cache, limiter algorithms.Store, limit algorithms.Limit, trusted []netip.Prefix) http.Handler {
+// client IP by limit; both the 201 and the 429 carry that limit's rate-limit
+// headers (the sets that sets chooses; the 429 always has Retry-After).
+func handleRegister(db *store.DB, cache *store.Cache, limiter algorithms.Store, limit algorithms.Limit, trusted []netip.Prefix, sets ratelimitheader.Sets) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx := r.Context()
 		req, err := decode[registerRequest](w, r)
@@ -84,9 +85,13 @@ func handleRegister(db *store.DB, cache *store.Cache, limiter algorithms.Store, 
 			writeError(w, r, err)
 			return
 		}
-		if !decs[0].Allowed {
-			retry := max(ceilSeconds(decs[0].RetryAfter), 1)
-			w.Header().Set("Retry-After", strconv.FormatInt(retry, 10))
+		dec := decs[0]
+		lh := limitHeaders{policy: registerPolicy, limit: limit, remaining: dec.Remaining,
+			resetAt: ceilUnix(dec.ResetAt()), reset: ceilSeconds(dec.ResetAfter)}
+		if !dec.Allowed {
+			retry := max(ceilSeconds(dec.RetryAfter), 1)
+			lh.retryAfter = retry
+			setLimitHeaders(w.Header(), sets, lh)
 			writeError(w, r, &apiError{http.StatusTooManyRequests, "RATE_LIMITED",
 				fmt.Sprintf("too many registrations from %s; retry in %d seconds", ip, retry)})
 			return
@@ -105,6 +110,7 @@ func handleRegister(db *store.DB, cache *store.Cache, limiter algorithms.Store, 
 		}
 		refresh(r, cache)
 		logFrom(ctx).Info("client registered", "client_id", c.ID, "domain", c.Domain)
+		setLimitHeaders(w.Header(), sets, lh)
 		w.Header().Set("Cache-Control", "no-store")
 		encode(w, r, http.StatusCreated, registerReply{
 			ClientID:         c.ID,

@@ -17,7 +17,7 @@ func addRoutes(mux *http.ServeMux, d Deps, m *metrics) {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(d.Gatherer, promhttp.HandlerOpts{}))
 	mux.Handle("GET /rlconfig", handleConfigDump(d.ConfigDump))
 
-	mux.Handle("POST /register", handleRegister(d.DB, d.Cache, d.Limiter, d.RegisterLimit, d.TrustedProxies))
+	mux.Handle("POST /register", handleRegister(d.DB, d.Cache, d.Limiter, d.RegisterLimit, d.TrustedProxies, d.HeaderSets))
 	mux.Handle("GET /me", auth(handleMe()))
 
 	mux.Handle("POST /check", auth(handleCheck(d, m, false)))

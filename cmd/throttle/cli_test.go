@@ -7,6 +7,8 @@ import (
 	"flag"
 	"strings"
 	"testing"
+
+	"github.com/throttle-rl/throttle/internal/ratelimitheader"
 )
 
 func env(m map[string]string) func(string) string {
@@ -40,6 +42,27 @@ func TestParseServeFlagBeatsEnv(t *testing.T) {
 	}
 }
 
+func TestParseServeHeaderSets(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		env  map[string]string
+		want ratelimitheader.Sets
+	}{
+		{nil, nil, ratelimitheader.Both},
+		{nil, map[string]string{"RATE_LIMIT_HEADERS": "ietf"}, ratelimitheader.IETF},
+		{[]string{"--rate-limit-headers", "x"}, map[string]string{"RATE_LIMIT_HEADERS": "ietf"}, ratelimitheader.X},
+	} {
+		c, err := parseServe(tt.args, env(tt.env), &bytes.Buffer{})
+		if err != nil {
+			t.Errorf("parseServe(%v, %v): %v", tt.args, tt.env, err)
+			continue
+		}
+		if c.HeaderSets != tt.want {
+			t.Errorf("parseServe(%v, %v): header sets %v, want %v", tt.args, tt.env, c.HeaderSets, tt.want)
+		}
+	}
+}
+
 func TestParseServeErrors(t *testing.T) {
 	cases := []struct {
 		env  map[string]string
@@ -58,6 +81,7 @@ func TestParseServeErrors(t *testing.T) {
 		{map[string]string{"RESPONSE_DYNAMIC_METADATA": "y"}, `RESPONSE_DYNAMIC_METADATA: "y" is not true or false`},
 		{map[string]string{"FORCE_START_WITHOUT_INITIAL_CONFIG": "always"}, `FORCE_START_WITHOUT_INITIAL_CONFIG: "always" is not true or false`},
 		{map[string]string{"STATS_MAX_VALUE_KEYS": "-1"}, "STATS_MAX_VALUE_KEYS: -1 must be 0 or more"},
+		{map[string]string{"RATE_LIMIT_HEADERS": "draft"}, `RATE_LIMIT_HEADERS: "draft" is not one of x (X-RateLimit-* only), ietf (RateLimit-Policy and RateLimit only), both`},
 	}
 	for _, tc := range cases {
 		_, err := parseServe(nil, env(tc.env), &bytes.Buffer{})

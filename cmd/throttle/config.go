@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/throttle-rl/throttle/algorithms"
+	"github.com/throttle-rl/throttle/internal/ratelimitheader"
 )
 
 // config is every setting of `throttle serve`. Each comes from a flag, else
@@ -33,6 +34,7 @@ type config struct {
 	TrustedProxies    []netip.Prefix
 	LogLevel          slog.Level
 	ResponseHeaders   bool
+	HeaderSets        ratelimitheader.Sets
 	ShadowMode        bool
 	DynamicMetadata   bool
 	ForceStart        bool
@@ -43,6 +45,7 @@ type config struct {
 	failureModeRaw    string
 	trustedProxiesRaw string
 	logLevelRaw       string
+	headerSetsRaw     string
 }
 
 // setting describes one variable for flags and --help.
@@ -66,7 +69,8 @@ var serveSettings = []setting{
 	{"TRUSTED_PROXIES", "trusted-proxies", "", "comma-separated CIDRs whose X-Forwarded-For/X-Real-IP are believed"},
 	{"LOG_LEVEL", "log-level", "info", "debug, info, warn or error"},
 	{"DEBUG_ADDRESS", "debug-address", "", "host:port serving Go's profiler at /debug/pprof/ (bind it to loopback, e.g. 127.0.0.1:6070); empty = off"},
-	{"RATE_LIMIT_RESPONSE_HEADERS", "rate-limit-response-headers", "false", "add X-RateLimit-* headers to gRPC rate-limit responses"},
+	{"RATE_LIMIT_HEADERS", "rate-limit-headers", "both", "rate-limit headers on REST /check, /check/ip and /register replies, and on gRPC responses with RATE_LIMIT_RESPONSE_HEADERS: x (X-RateLimit-* only), ietf (only RateLimit-Policy and RateLimit of draft-ietf-httpapi-ratelimit-headers-11) or both; Retry-After comes with every rejection whatever this says"},
+	{"RATE_LIMIT_RESPONSE_HEADERS", "rate-limit-response-headers", "false", "add the RATE_LIMIT_HEADERS headers (and Retry-After when over the limit) to gRPC rate-limit responses, for Envoy to add to its reply"},
 	{"SHADOW_MODE", "shadow-mode", "false", "answer every gRPC rate-limit request OK: limits are still decided, counted and reported per descriptor, only the overall OVER_LIMIT becomes OK"},
 	{"RESPONSE_DYNAMIC_METADATA", "response-dynamic-metadata", "false", "set dynamic_metadata on gRPC rate-limit responses: the request's domain, descriptors and hits_addend, and the metadata of the descriptors within their limits"},
 	{"FORCE_START_WITHOUT_INITIAL_CONFIG", "force-start-without-initial-config", "false", "start even when DESCRIPTORS_DIR is missing or does not load, and load it when it appears; until then gRPC requests for domains no client owns fail UNAVAILABLE"},
@@ -114,6 +118,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*c
 		failureModeRaw:    get("FAILURE_MODE"),
 		trustedProxiesRaw: get("TRUSTED_PROXIES"),
 		logLevelRaw:       get("LOG_LEVEL"),
+		headerSetsRaw:     get("RATE_LIMIT_HEADERS"),
 	}
 	var errs []error
 	intVar := func(env string, dst *int) {
@@ -204,6 +209,11 @@ func (c *config) Validate() error {
 	if err := c.LogLevel.UnmarshalText([]byte(c.logLevelRaw)); err != nil {
 		errs = append(errs, fmt.Errorf("LOG_LEVEL: %q is not one of debug, info, warn, error", c.logLevelRaw))
 	}
+	sets, err := ratelimitheader.ParseSets(c.headerSetsRaw)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("RATE_LIMIT_HEADERS: %w", err))
+	}
+	c.HeaderSets = sets
 	if c.MaxValueStatsKeys < 0 {
 		errs = append(errs, fmt.Errorf("STATS_MAX_VALUE_KEYS: %d must be 0 or more", c.MaxValueStatsKeys))
 	}

@@ -128,7 +128,7 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer) error {
 		}
 	}
 	rls, err := ratelimitsvc.New(ratelimitsvc.Options{
-		Limiter: rlsLimiter, Descriptors: current, Rules: cache, ResponseHeaders: cfg.ResponseHeaders,
+		Limiter: rlsLimiter, Descriptors: current, Rules: cache, ResponseHeaders: cfg.ResponseHeaders, HeaderSets: cfg.HeaderSets,
 		ShadowMode: cfg.ShadowMode, DynamicMetadata: cfg.DynamicMetadata, MaxValueStatsKeys: maxValueKeys(cfg.MaxValueStatsKeys),
 		Log: log, Registerer: reg,
 	})
@@ -138,7 +138,7 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer) error {
 	grpcSrv, health := ratelimitsvc.NewGRPCServer(rls)
 	handler := restapi.NewHandler(restapi.Deps{
 		Log: log, DB: db, Cache: cache, Usage: usage, Limiter: limiter, Registerer: reg, Gatherer: reg,
-		TrustedProxies: cfg.TrustedProxies, ConfigDump: configDump,
+		TrustedProxies: cfg.TrustedProxies, ConfigDump: configDump, HeaderSets: cfg.HeaderSets,
 		RegisterLimit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: cfg.RegisterLimit, Window: time.Hour},
 		Descriptors:   descStatus,
 	})

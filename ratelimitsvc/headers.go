@@ -1,0 +1,138 @@
+package ratelimitsvc
+
+import (
+	"strconv"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/throttle-rl/throttle/internal/ratelimitheader"
+)
+
+// responseHeaders is the response's response_headers_to_add
+// (RATE_LIMIT_RESPONSE_HEADERS), which Envoy adds to the upstream's reply
+// when the request passes and to its own 429 when it does not:
+//
+//   - with sets x or both, X-RateLimit-Limit, -Remaining and -Reset of the
+//     most restrictive descriptor, as the reference service (rateLimitHeaders);
+//   - with sets ietf or both, the draft's RateLimit-Policy and RateLimit with
+//     one list member per descriptor a limit applied to, in request order (see
+//     ietfHeaders);
+//   - when the overall code is OVER_LIMIT, Retry-After: the seconds until the
+//     request could pass, whatever sets says.
+//
+// prepared holds, per descriptor, the limit that applied to it, or nil.
+func responseHeaders(sets ratelimitheader.Sets, resp *rlsv3.RateLimitResponse, prepared []*limited) []*corev3.HeaderValue {
+	var out []*corev3.HeaderValue
+	if sets.SendsX() {
+		out = append(out, rateLimitHeaders(resp.Statuses)...)
+	}
+	if sets.SendsIETF() {
+		out = append(out, ietfHeaders(resp.Statuses, prepared)...)
+	}
+	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
+		if s := retryAfter(resp.Statuses, prepared); s > 0 {
+			out = append(out, &corev3.HeaderValue{Key: "Retry-After", Value: strconv.FormatInt(s, 10)})
+		}
+	}
+	return out
+}
+
+// ietfHeaders builds RateLimit-Policy and RateLimit: one policy per
+// descriptor with a current limit (unlimited ones and those no limit applies
+// to have none), named by the limit's name, else by the descriptor's stats
+// key as configured (without the domain or the values detailed_metric and
+// value_to_metric add, so a policy keeps its name across requests). A name
+// that an earlier descriptor of the request took gets "#" and the
+// descriptor's position (from 0) appended. q is requests_per_unit; w the
+// unit's window (a token bucket: the time its refill takes to fill it, see
+// ratelimitheader.Window); r the remaining; t the status's reset, or, for a
+// descriptor over its limit, the seconds until it would pass (as
+// Retry-After).
+func ietfHeaders(sts []*rlsv3.RateLimitResponse_DescriptorStatus, prepared []*limited) []*corev3.HeaderValue {
+	var policies []ratelimitheader.Policy
+	var limits []ratelimitheader.ServiceLimit
+	taken := map[string]bool{}
+	for i, st := range sts {
+		l := prepared[i]
+		if st.GetCurrentLimit() == nil || l == nil {
+			continue
+		}
+		name := l.limit.Name
+		if name == "" {
+			name = l.rollup
+		}
+		if taken[name] {
+			name += "#" + strconv.Itoa(i)
+		}
+		taken[name] = true
+
+		var w int64
+		switch {
+		case l.engine.Algorithm != "":
+			w = ratelimitheader.Window(l.engine)
+		case l.limit.WindowLength() > 0: // requests_per_unit 0: never decided by the engine
+			w = ratelimitheader.Seconds(l.limit.WindowLength())
+		}
+		reset := int64(st.GetDurationUntilReset().AsDuration() / time.Second)
+		if st.GetCode() == rlsv3.RateLimitResponse_OVER_LIMIT {
+			reset = retrySeconds(st, l)
+		}
+		policies = append(policies, ratelimitheader.Policy{Name: name, Quota: int64(st.GetCurrentLimit().GetRequestsPerUnit()), Window: w})
+		limits = append(limits, ratelimitheader.ServiceLimit{Name: name, Remaining: int64(st.GetLimitRemaining()), Reset: reset})
+	}
+	if len(policies) == 0 {
+		return nil
+	}
+	return []*corev3.HeaderValue{
+		{Key: ratelimitheader.PolicyField, Value: ratelimitheader.FormatPolicy(policies...)},
+		{Key: ratelimitheader.Field, Value: ratelimitheader.FormatServiceLimit(limits...)},
+	}
+}
+
+// retryAfter is the Retry-After of an OVER_LIMIT response, in seconds: the
+// request passes again once every descriptor not in quota mode that is over
+// its limit passes, and, when every quota-mode descriptor is over (which
+// alone fails the request, see finish), one of them does. 0 when no
+// descriptor is over.
+func retryAfter(sts []*rlsv3.RateLimitResponse_DescriptorStatus, prepared []*limited) int64 {
+	var need, quotaMin int64
+	quotas, quotasOver := 0, 0
+	for i, st := range sts {
+		l := prepared[i]
+		if l == nil {
+			continue
+		}
+		over := st.GetCode() == rlsv3.RateLimitResponse_OVER_LIMIT
+		if l.quota {
+			quotas++
+			if over {
+				quotasOver++
+				if s := retrySeconds(st, l); quotaMin == 0 || s < quotaMin {
+					quotaMin = s
+				}
+			}
+			continue
+		}
+		if over {
+			need = max(need, retrySeconds(st, l))
+		}
+	}
+	if quotas > 0 && quotasOver == quotas {
+		need = max(need, quotaMin)
+	}
+	return need
+}
+
+// retrySeconds is how long until the same request passes the descriptor of
+// st, over its limit, in whole seconds rounded up, at least 1: the engine's
+// retry-after, or, for a limit the engine did not decide (requests_per_unit
+// 0, never passing), the end of its unit.
+func retrySeconds(st *rlsv3.RateLimitResponse_DescriptorStatus, l *limited) int64 {
+	d := l.retry
+	if d <= 0 {
+		d = st.GetDurationUntilReset().AsDuration()
+	}
+	return max(int64((d+time.Second-1)/time.Second), 1)
+}
