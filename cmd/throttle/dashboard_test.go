@@ -75,6 +75,19 @@ func TestDashboard(t *testing.T) {
 			t.Fatalf("%s: %v\nbrowser console: %q", what, err, console())
 		}
 	}
+	// typeInto focuses the element with id and types text into it as key
+	// presses. (Not chromedp.SendKeys: it reads the node's attributes
+	// without their lock, a data race with DOM updates -race reports.)
+	typeInto := func(id, text string) chromedp.Action[chromedp.Void] {
+		focus := chromedp.Evaluate[bool](fmt.Sprintf(`(() => { const e = document.getElementById(%q); e.focus(); e.select && e.select(); return true })()`, id))
+		return chromedp.Steps(
+			func(ctx context.Context, t *chromedp.Target) (chromedp.Void, error) {
+				_, err := focus(ctx, t)
+				return chromedp.Void{}, err
+			},
+			chromedp.KeyEvent(text),
+		)
+	}
 	eval := func(what, js string) string {
 		t.Helper()
 		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](js))
@@ -96,7 +109,7 @@ func TestDashboard(t *testing.T) {
 	if title := eval("title", `document.title`); title != "Throttle · Dashboard" {
 		t.Errorf("title = %q", title)
 	}
-	do("bad key", chromedp.SendKeys(chromedp.ID("api-key"), "thr_wrong"), chromedp.Click(chromedp.ID("login-submit")))
+	do("bad key", typeInto("api-key", "thr_wrong"), chromedp.Click(chromedp.ID("login-submit")))
 	waitFor("the bad key refused", `!document.getElementById('login-error').hidden`)
 	if msg := eval("login error", `document.getElementById('login-error').textContent`); !strings.Contains(msg, "INVALID_API_KEY") {
 		t.Errorf("login error = %q, want INVALID_API_KEY", msg)
@@ -116,10 +129,10 @@ func TestDashboard(t *testing.T) {
 	// Create a rule, then edit it.
 	do("create a rule",
 		chromedp.Click(chromedp.ID("rule-new")),
-		chromedp.SendKeys(chromedp.ID("rule-name"), "api_default"),
+		typeInto("rule-name", "api_default"),
 		chromedp.SetValue(chromedp.ID("rule-algorithm"), "fixed_window"),
-		chromedp.SendKeys(chromedp.ID("rule-limit"), "5"),
-		chromedp.SendKeys(chromedp.ID("rule-window"), "3600"),
+		typeInto("rule-limit", "5"),
+		typeInto("rule-window", "3600"),
 		chromedp.Click(chromedp.ID("rule-submit")),
 		chromedp.WaitVisible(chromedp.CSS(`tr[data-rule="api_default"]`)),
 	)
@@ -135,11 +148,11 @@ func TestDashboard(t *testing.T) {
 	waitFor("the edited limit", `(document.querySelector('tr[data-rule="api_default"] td[data-field="limit"]') || {}).textContent === '20'`)
 	do("create a descriptor rule",
 		chromedp.Click(chromedp.ID("rule-new")),
-		chromedp.SendKeys(chromedp.ID("rule-name"), "login"),
+		typeInto("rule-name", "login"),
 		chromedp.SetValue(chromedp.ID("rule-algorithm"), "token_bucket"),
-		chromedp.SendKeys(chromedp.ID("rule-limit"), "5"),
-		chromedp.SendKeys(chromedp.ID("rule-refill"), "0.1"),
-		chromedp.SendKeys(chromedp.ID("rule-descriptors"), "path=/login, remote_address"),
+		typeInto("rule-limit", "5"),
+		typeInto("rule-refill", "0.1"),
+		typeInto("rule-descriptors", "path=/login, remote_address"),
 		chromedp.Click(chromedp.ID("rule-submit")),
 		chromedp.WaitVisible(chromedp.CSS(`tr[data-rule="login"]`)),
 	)
@@ -151,8 +164,8 @@ func TestDashboard(t *testing.T) {
 
 	// An exemption.
 	do("add an exemption",
-		chromedp.SendKeys(chromedp.ID("exemption-identifier"), "internal-service"),
-		chromedp.SendKeys(chromedp.ID("exemption-reason"), "health checker"),
+		typeInto("exemption-identifier", "internal-service"),
+		typeInto("exemption-reason", "health checker"),
 		chromedp.Click(chromedp.ID("exemption-submit")),
 		chromedp.WaitVisible(chromedp.CSS(`tr[data-exemption="internal-service"]`)),
 	)
