@@ -82,7 +82,7 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 	if a := Algorithm(s); slices.Contains(Algorithms, a) {
 		return a, nil
 	}
-	return "", fmt.Errorf("%w: algorithm %q is not one of %s", ErrInvalid, s, Names())
+	return "", invalidf("algorithm %q is not one of %s", s, Names())
 }
 
 // Names returns the names of Algorithms for a message, in documentation
@@ -98,8 +98,17 @@ func Names() string {
 
 // ErrInvalid marks a request the engine refuses: a bad limit, window, refill
 // rate, hits or key. Callers map it to a client error (HTTP 400, gRPC
-// INVALID_ARGUMENT).
+// INVALID_ARGUMENT). The refusals are errors.Is ErrInvalid and say only
+// their reason ("limit 0 must be between 1 and …"), ready to show.
 var ErrInvalid = errors.New("invalid rate limit")
+
+// invalidError is a refusal of kind ErrInvalid: its message is the reason.
+type invalidError string
+
+func (e invalidError) Error() string        { return string(e) }
+func (e invalidError) Is(target error) bool { return target == ErrInvalid }
+
+func invalidf(format string, args ...any) error { return invalidError(fmt.Sprintf(format, args...)) }
 
 // Bounds on a limit. They keep every number the engine computes exact in a
 // float64 (and so in Redis Lua) and refuse values no real policy needs.
@@ -138,27 +147,27 @@ func (l Limit) Validate() error {
 		return err
 	}
 	if l.Limit <= 0 || l.Limit > MaxLimit {
-		return fmt.Errorf("%w: limit %d must be between 1 and %d", ErrInvalid, l.Limit, int64(MaxLimit))
+		return invalidf("limit %d must be between 1 and %d", l.Limit, int64(MaxLimit))
 	}
 	needWindow := l.Algorithm != TokenBucket
 	if l.Window != 0 || needWindow {
 		if l.Window < MinWindow || l.Window > MaxWindow {
-			return fmt.Errorf("%w: window %s must be between %s and %s", ErrInvalid, l.Window, MinWindow, MaxWindow)
+			return invalidf("window %s must be between %s and %s", l.Window, MinWindow, MaxWindow)
 		}
 	}
 	if l.Algorithm == GCRA {
 		// Counted exactly in integers below 2^53 (see gcraUnits).
 		if _, c := gcraUnits(l.Limit, l.Window.Microseconds()); c > maxExact/l.Limit {
-			return fmt.Errorf("%w: gcra cannot count limit %d per %s exactly (the least common multiple of the limit and the window in µs must be below 2^53): choose a rounder limit or window", ErrInvalid, l.Limit, l.Window)
+			return invalidf("gcra cannot count limit %d per %s exactly (the least common multiple of the limit and the window in µs must be below 2^53): choose a rounder limit or window", l.Limit, l.Window)
 		}
 	}
 	if l.Algorithm == TokenBucket {
 		r := l.RefillRate
 		if math.IsNaN(r) || math.IsInf(r, 0) || r < 0 || r > MaxRefillRate {
-			return fmt.Errorf("%w: refill_rate %v must be a number between 0 and %d tokens per second", ErrInvalid, r, int64(MaxRefillRate))
+			return invalidf("refill_rate %v must be a number between 0 and %d tokens per second", r, int64(MaxRefillRate))
 		}
 		if rate := l.Refill(); rate < 1e-9 {
-			return fmt.Errorf("%w: refill rate %v tokens per second is too small", ErrInvalid, rate)
+			return invalidf("refill rate %v tokens per second is too small", rate)
 		}
 	}
 	return nil
@@ -207,13 +216,13 @@ type Request struct {
 // Validate reports why r cannot be decided, as an error wrapping ErrInvalid.
 func (r Request) Validate() error {
 	if r.Key.Scope == "" {
-		return fmt.Errorf("%w: empty scope", ErrInvalid)
+		return invalidf("empty scope")
 	}
 	if r.Key.Identifier == "" {
-		return fmt.Errorf("%w: empty identifier", ErrInvalid)
+		return invalidf("empty identifier")
 	}
 	if r.Hits < 0 || r.Hits > MaxLimit {
-		return fmt.Errorf("%w: hits %d must be between 0 and %d", ErrInvalid, r.Hits, int64(MaxLimit))
+		return invalidf("hits %d must be between 0 and %d", r.Hits, int64(MaxLimit))
 	}
 	return r.Limit.Validate()
 }

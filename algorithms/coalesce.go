@@ -61,7 +61,7 @@ func (c *coalescer) check(ctx context.Context, reqs []Request) ([]Decision, erro
 	select {
 	case c.queue <- w:
 	case <-ctx.Done():
-		return nil, fmt.Errorf("%w: the queue to Redis stayed full for %v", ErrOverloaded, time.Since(queued))
+		return nil, fmt.Errorf("the queue to Redis stayed full for %v: %w", time.Since(queued), ErrOverloaded)
 	}
 	select {
 	case r := <-w.done:
@@ -72,7 +72,7 @@ func (c *coalescer) check(ctx context.Context, reqs []Request) ([]Decision, erro
 		return r.ds, r.err
 	case <-ctx.Done():
 		if !w.taken.Load() {
-			return nil, fmt.Errorf("%w: waited %v in the queue to Redis", ErrOverloaded, time.Since(queued))
+			return nil, fmt.Errorf("waited %v in the queue to Redis: %w", time.Since(queued), ErrOverloaded)
 		}
 		return nil, ctx.Err()
 	}

@@ -229,7 +229,7 @@ func (g *Guard) Check(ctx context.Context, reqs []Request) ([]Decision, error) {
 	budget, ok := g.budget(ctx)
 	if !ok {
 		g.metrics.shed.Inc()
-		return nil, fmt.Errorf("%w: the caller's deadline leaves no time", ErrOverloaded)
+		return nil, fmt.Errorf("the caller's deadline leaves no time: %w", ErrOverloaded)
 	}
 	probe, allowed := g.admit(budget)
 	if !allowed {
@@ -261,7 +261,7 @@ func (g *Guard) Check(ctx context.Context, reqs []Request) ([]Decision, error) {
 		// goroutine that reads a reply may wait long to run).
 		g.release(probe)
 		g.metrics.shed.Inc()
-		return nil, fmt.Errorf("%w (budget %v): %v", ErrOverloaded, budget, err)
+		return nil, fmt.Errorf("no answer within the budget of %v (%v) while Redis answers others: %w", budget, err, ErrOverloaded)
 	}
 	g.metrics.errors.Inc()
 	g.record(false, probe)

@@ -102,6 +102,9 @@ func newReloader(dir string, every time.Duration, opts Options, log *slog.Logger
 		}),
 	}
 	for _, c := range []prometheus.Collector{r.loadErrors, r.valid, r.lastReload} {
+		if reg == nil {
+			break // nil: not registered, as everywhere
+		}
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register descriptors metrics: %w", err)
 		}

@@ -98,8 +98,7 @@ type Server struct {
 
 type ruleDomain struct {
 	revision int64
-	domain   *descriptors.Domain
-	err      error
+	domain   *descriptors.Domain // nil when the rules were refused (logged once)
 }
 
 // New returns a Server.
@@ -416,14 +415,13 @@ func (s *Server) ruleDomain(domain string) *descriptors.Domain {
 	}
 	rules := s.opts.Rules.DescriptorRules(c.ID)
 	var dom *descriptors.Domain
-	var err error
 	if len(rules) > 0 {
-		dom, err = descriptors.NewDomain(domain, toDescriptorRules(rules))
-		if err != nil {
+		var err error
+		if dom, err = descriptors.NewDomain(domain, toDescriptorRules(rules)); err != nil {
 			s.opts.Log.Error("client descriptor rules refused", "domain", domain, "client_id", c.ID, "err", err)
 		}
 	}
-	s.domains[c.ID] = ruleDomain{revision: rev, domain: dom, err: err}
+	s.domains[c.ID] = ruleDomain{revision: rev, domain: dom}
 	return dom
 }
 

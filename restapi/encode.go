@@ -143,7 +143,7 @@ func errorResponse(err error) (status int, code, message string) {
 	case errors.As(err, &be):
 		return http.StatusServiceUnavailable, "BACKEND_UNAVAILABLE", "the rate limit backend is unavailable; try again"
 	case errors.Is(err, store.ErrInvalid):
-		return http.StatusBadRequest, "INVALID_FIELD", strings.TrimSuffix(err.Error(), ": "+store.ErrInvalid.Error())
+		return http.StatusBadRequest, "INVALID_FIELD", err.Error()
 	case errors.Is(err, algorithms.ErrInvalid):
 		return http.StatusBadRequest, "INVALID_LIMIT", err.Error()
 	case errors.Is(err, store.ErrNotFound):

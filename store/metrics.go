@@ -18,6 +18,9 @@ import (
 //
 // Each carries a "dialect" label ("sqlite" or "postgres").
 func (db *DB) RegisterPoolMetrics(reg prometheus.Registerer) error {
+	if reg == nil {
+		return nil // nil: not registered, as everywhere
+	}
 	if err := reg.Register(newPoolCollector(db)); err != nil {
 		return fmt.Errorf("register database pool metrics: %w", err)
 	}

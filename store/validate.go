@@ -38,8 +38,15 @@ var (
 )
 
 func invalid(format string, args ...any) error {
-	return fmt.Errorf(format+": %w", append(args, ErrInvalid)...)
+	return invalidError(fmt.Sprintf(format, args...))
 }
+
+// invalidError is a refusal of kind ErrInvalid whose message is only the
+// reason, ready to show a client.
+type invalidError string
+
+func (e invalidError) Error() string        { return string(e) }
+func (e invalidError) Is(target error) bool { return target == ErrInvalid }
 
 // algorithmNames lists the algorithms in the engine's documentation order.
 func algorithmNames() []string {

@@ -31,7 +31,7 @@ func main() {
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	stop()
 	if err != nil {
-		if !errors.Is(err, flag.ErrHelp) && !errors.Is(err, errReported) {
+		if !errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(os.Stderr, "throttle:", err)
 		}
 		if errors.Is(err, flag.ErrHelp) {
@@ -40,9 +40,6 @@ func main() {
 		os.Exit(1)
 	}
 }
-
-// errReported is an error already printed for the user.
-var errReported = errors.New("reported")
 
 // run is the whole program, testable: it returns instead of exiting.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
