@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // maxCallWait bounds a merged call whose callers have no deadline.
@@ -22,6 +24,8 @@ type coalescer struct {
 	stop     context.CancelFunc
 	wg       sync.WaitGroup
 	pool     sync.Pool // of *waiting, with their done channels
+	// tracer makes the spans of trace.go; nil: none.
+	tracer trace.Tracer
 }
 
 type waiting struct {
@@ -130,7 +134,9 @@ func (c *coalescer) run(group []*waiting, n int) {
 		reqs = append(reqs, w.reqs...)
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	ctx, endSpan := c.traceBatch(ctx, live, n)
 	ds, err := c.decide(ctx, reqs)
+	endSpan(err)
 	cancel()
 	for _, w := range live {
 		// After the send w is its caller's again (and may be reused).

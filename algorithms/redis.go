@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 )
 
 var (
@@ -43,6 +44,10 @@ type RedisOptions struct {
 	Coalesce int
 	// MaxBatch bounds a merged call. Default 64.
 	MaxBatch int
+	// TracerProvider makes the spans of Redis calls ("redis.check",
+	// "redis.batch"; see trace.go), children of the caller's span. Default
+	// nil: no spans, nothing spent on tracing.
+	TracerProvider trace.TracerProvider
 }
 
 // RedisStore keeps counters in Redis. One Lua script, run with EVALSHA (EVAL
@@ -61,6 +66,8 @@ type RedisStore struct {
 	// answered is when Redis last answered (Unix ns): Guard's
 	// evidence that Redis is up when a call of its own times out.
 	answered atomic.Int64
+	// tracer makes the spans of trace.go; nil: none.
+	tracer trace.Tracer
 }
 
 // NewRedisStore returns a store over rdb. The client should honour context
@@ -80,6 +87,9 @@ func NewRedisStore(rdb redis.UniversalClient, opts RedisOptions) *RedisStore {
 			opts.MaxBatch = 64
 		}
 		s.merge = newCoalescer(opts.Coalesce, opts.MaxBatch, s.decide)
+	}
+	if s.tracer = newTracer(opts.TracerProvider); s.tracer != nil && s.merge != nil {
+		s.merge.tracer = s.tracer
 	}
 	return s
 }
@@ -148,6 +158,9 @@ func (s *RedisStore) Check(ctx context.Context, reqs []Request) ([]Decision, err
 	}
 	if len(reqs) == 0 {
 		return []Decision{}, nil
+	}
+	if s.tracer != nil {
+		return s.tracedCheck(ctx, reqs)
 	}
 	if s.merge != nil {
 		return s.merge.check(ctx, reqs)

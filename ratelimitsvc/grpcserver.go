@@ -22,9 +22,10 @@ const streamWorkers = 256
 // NewGRPCServer returns a gRPC server with the rate-limit service, the
 // standard health service (grpc.health.v1, SERVING for "" and the
 // rate-limit service) and server reflection registered. The health server is
-// returned so that shutdown can turn it NOT_SERVING first.
+// returned so that shutdown can turn it NOT_SERVING first. With
+// Options.TracerProvider every rate-limit call is traced (trace.go).
 func NewGRPCServer(s *Server) (*grpc.Server, *health.Server) {
-	g := grpc.NewServer(
+	opts := []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(s.metrics.unaryLatency, recoverer(s.opts.Log)),
 		// Streams run on long-lived workers whose stacks have grown once,
 		// instead of a new goroutine per call growing (copying) its stack
@@ -32,9 +33,15 @@ func NewGRPCServer(s *Server) (*grpc.Server, *health.Server) {
 		// workers, calls get goroutines of their own as before.
 		grpc.NumStreamWorkers(streamWorkers),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: 5 * time.Minute}),
-		grpc.MaxRecvMsgSize(1<<20),
-	)
-	rlsv3.RegisterRateLimitServiceServer(g, s)
+		grpc.MaxRecvMsgSize(1 << 20),
+	}
+	var rls rlsv3.RateLimitServiceServer = s
+	if s.tracing != nil {
+		opts = append(opts, grpc.StatsHandler(s.tracing.statsHandler()))
+		rls = &tracedServer{Server: s, tracer: s.tracing.tracer}
+	}
+	g := grpc.NewServer(opts...)
+	rlsv3.RegisterRateLimitServiceServer(g, rls)
 	h := health.NewServer()
 	h.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	h.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)

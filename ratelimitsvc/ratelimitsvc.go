@@ -19,6 +19,8 @@ import (
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -83,6 +85,13 @@ type Options struct {
 	Log *slog.Logger
 	// Registerer receives the service's metrics; optional.
 	Registerer prometheus.Registerer
+	// TracerProvider, when set, traces the calls NewGRPCServer serves with
+	// OpenTelemetry (see trace.go). Default nil, and the no-op provider
+	// alike: no spans, no cost.
+	TracerProvider trace.TracerProvider
+	// Propagator reads the caller's trace context from the call's metadata.
+	// Default: W3C Trace Context (traceparent, tracestate).
+	Propagator propagation.TextMapPropagator
 }
 
 // Server implements RateLimitService.
@@ -91,6 +100,7 @@ type Server struct {
 
 	opts    Options
 	metrics *metrics
+	tracing *tracing // nil: tracing off
 
 	mu      sync.Mutex
 	domains map[string]ruleDomain // client id → domain built from its rules
@@ -119,7 +129,11 @@ func New(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Server{opts: opts, metrics: m, domains: map[string]ruleDomain{}}, nil
+	tr := newTracing(opts.TracerProvider, opts.Propagator)
+	if tr != nil {
+		opts.Limiter = tracedLimiter{opts.Limiter}
+	}
+	return &Server{opts: opts, metrics: m, tracing: tr, domains: map[string]ruleDomain{}}, nil
 }
 
 // limited is one request descriptor's limit, ready for the engine.

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/throttle-rl/throttle/algorithms"
 	"github.com/throttle-rl/throttle/internal/ratelimitheader"
@@ -64,13 +66,22 @@ type Deps struct {
 	ConfigDump func() string
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
+	// TracerProvider, when set, traces requests with OpenTelemetry (see
+	// trace.go): a server span per request, in the caller's trace when its
+	// headers carry one, and a "throttle.decide" span per /check decision.
+	// Default nil, and the no-op provider alike: no spans, no cost.
+	TracerProvider trace.TracerProvider
+	// Propagator reads the caller's trace context from the request headers.
+	// Default: W3C Trace Context (traceparent, tracestate).
+	Propagator propagation.TextMapPropagator
 }
 
 // maxBodyBytes is the largest request body accepted (413 above it).
 const maxBodyBytes = 1 << 20
 
-// NewHandler returns the REST API with its middleware: request ids, access
-// logs and metrics, panic recovery, and JSON 404 and 405 replies.
+// NewHandler returns the REST API with its middleware: request ids, tracing
+// (with Deps.TracerProvider), access logs and metrics, panic recovery, and
+// JSON 404 and 405 replies.
 func NewHandler(d Deps) http.Handler {
 	if d.Log == nil {
 		d.Log = slog.New(slog.DiscardHandler)
@@ -88,13 +99,17 @@ func NewHandler(d Deps) http.Handler {
 		d.RegisterLimit = algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 10, Window: time.Hour}
 	}
 	m := newMetrics(d.Registerer, d.Log)
+	tr := newTracing(d.TracerProvider, d.Propagator)
 
 	mux := http.NewServeMux()
-	addRoutes(mux, d, m)
+	addRoutes(mux, d, m, tr)
 
 	var h http.Handler = jsonMuxErrors(mux)
 	h = recoverPanics(h)
 	h = observe(m, h)
+	if tr != nil {
+		h = tr.requests(h)
+	}
 	h = withRequestID(d.Log, h)
 	return h
 }

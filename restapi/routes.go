@@ -9,8 +9,10 @@ import (
 )
 
 // addRoutes lists the whole REST surface.
-func addRoutes(mux *http.ServeMux, d Deps, m *metrics) {
+func addRoutes(mux *http.ServeMux, d Deps, m *metrics, tr *tracing) {
 	auth := authenticate(d.Cache)
+	check := d // /check and /check/ip decide in a span of their own when traced
+	check.Limiter = tr.decisions(d.Limiter)
 
 	mux.Handle("GET /health", handleHealth())
 	mux.Handle("GET /ready", handleReady(d.DB, d.Limiter))
@@ -20,8 +22,8 @@ func addRoutes(mux *http.ServeMux, d Deps, m *metrics) {
 	mux.Handle("POST /register", handleRegister(d.DB, d.Cache, d.Limiter, d.RegisterLimit, d.TrustedProxies, d.HeaderSets))
 	mux.Handle("GET /me", auth(handleMe()))
 
-	mux.Handle("POST /check", auth(handleCheck(d, m, false)))
-	mux.Handle("POST /check/ip", auth(handleCheck(d, m, true)))
+	mux.Handle("POST /check", auth(handleCheck(check, m, false)))
+	mux.Handle("POST /check/ip", auth(handleCheck(check, m, true)))
 	mux.Handle("POST /reset", auth(handleReset(d.Limiter)))
 
 	mux.Handle("POST /rules", auth(handleRuleCreate(d.DB, d.Cache)))

@@ -42,6 +42,7 @@ type config struct {
 	CacheRefresh      time.Duration
 	RegisterLimit     int64
 	ShutdownTimeout   time.Duration
+	Tracing           tracingConfig
 	failureModeRaw    string
 	trustedProxiesRaw string
 	logLevelRaw       string
@@ -78,6 +79,16 @@ var serveSettings = []setting{
 	{"CACHE_REFRESH_INTERVAL", "cache-refresh-interval", "2s", "how often rules, exemptions and keys changed on other replicas are picked up"},
 	{"REGISTER_LIMIT_PER_HOUR", "register-limit-per-hour", "10", "POST /register calls allowed per client IP per hour"},
 	{"SHUTDOWN_TIMEOUT", "shutdown-timeout", "15s", "how long SIGTERM waits for in-flight requests"},
+	// OpenTelemetry tracing: the standard variables, named by its specification.
+	{"OTEL_EXPORTER_OTLP_ENDPOINT", "otel-exporter-otlp-endpoint", "", "OpenTelemetry tracing: base URL of the OTLP receiver, such as http://collector:4318 (http/protobuf; /v1/traces is appended) or http://collector:4317 (grpc); https:// uses TLS with the system's roots; empty = tracing off (no spans, no cost)"},
+	{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "otel-exporter-otlp-traces-endpoint", "", "URL for traces, used as it is (http/protobuf: with its path, such as http://collector:4318/v1/traces); wins over OTEL_EXPORTER_OTLP_ENDPOINT, and alone turns tracing on too"},
+	{"OTEL_EXPORTER_OTLP_PROTOCOL", "otel-exporter-otlp-protocol", protocolHTTP, "OTLP transport: grpc or http/protobuf"},
+	{"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "otel-exporter-otlp-traces-protocol", "", "OTLP transport for traces; empty = OTEL_EXPORTER_OTLP_PROTOCOL"},
+	{"OTEL_EXPORTER_OTLP_HEADERS", "otel-exporter-otlp-headers", "", "headers of every OTLP request (such as the tracing backend's API key): key=value pairs, comma-separated, values percent-encoded; never logged"},
+	{"OTEL_SERVICE_NAME", "otel-service-name", "throttle", "service.name of the spans (wins over one in OTEL_RESOURCE_ATTRIBUTES)"},
+	{"OTEL_RESOURCE_ATTRIBUTES", "otel-resource-attributes", "", "more resource attributes of the spans: key=value pairs, comma-separated, values percent-encoded (such as deployment.environment.name=prod)"},
+	{"OTEL_TRACES_SAMPLER", "otel-traces-sampler", "parentbased_always_on", "which traces are recorded: always_on, always_off, traceidratio, parentbased_always_on, parentbased_always_off or parentbased_traceidratio (parentbased_*: follow the caller's sampled flag when it sends a traceparent)"},
+	{"OTEL_TRACES_SAMPLER_ARG", "otel-traces-sampler-arg", "", "the ratio of traces the traceidratio samplers record, 0 to 1; empty = 1"},
 }
 
 // parseServe reads the settings from args and getenv.
@@ -119,6 +130,12 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*c
 		trustedProxiesRaw: get("TRUSTED_PROXIES"),
 		logLevelRaw:       get("LOG_LEVEL"),
 		headerSetsRaw:     get("RATE_LIMIT_HEADERS"),
+		Tracing: tracingConfig{
+			endpointRaw: get("OTEL_EXPORTER_OTLP_ENDPOINT"), tracesEndpointRaw: get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
+			protocolRaw: get("OTEL_EXPORTER_OTLP_PROTOCOL"), tracesProtocolRaw: get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"),
+			headersRaw: get("OTEL_EXPORTER_OTLP_HEADERS"), resourceRaw: get("OTEL_RESOURCE_ATTRIBUTES"),
+			ServiceName: get("OTEL_SERVICE_NAME"), Sampler: get("OTEL_TRACES_SAMPLER"), samplerArgRaw: get("OTEL_TRACES_SAMPLER_ARG"),
+		},
 	}
 	var errs []error
 	intVar := func(env string, dst *int) {
@@ -229,5 +246,6 @@ func (c *config) Validate() error {
 	if c.RESTTimeout > time.Minute {
 		errs = append(errs, fmt.Errorf("REST_BACKEND_TIMEOUT: %s is longer than any app waits for a rate-limit check", c.RESTTimeout))
 	}
+	errs = append(errs, c.Tracing.validate()...)
 	return errors.Join(errs...)
 }

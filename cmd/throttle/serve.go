@@ -15,6 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/throttle-rl/throttle/algorithms"
 	"github.com/throttle-rl/throttle/descriptors"
@@ -79,7 +81,31 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer) error {
 	}()
 	defer func() { stopUsage(); <-usageDone }()
 
-	limiter, backend, err := newLimiter(ctx, cfg, log, reg, goBG)
+	// Tracing: off (no provider, no spans) without an OTLP endpoint.
+	sdkTracer, err := newTracerProvider(ctx, &cfg.Tracing, log)
+	if err != nil {
+		return err
+	}
+	var tracer trace.TracerProvider // nil: off, in every package
+	stopTracing := func() {}
+	if sdkTracer != nil {
+		tracer = sdkTracer
+		var once sync.Once
+		stopTracing = func() {
+			once.Do(func() {
+				// Flush the spans of the drained requests.
+				fctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
+				defer cancel()
+				if err := sdkTracer.Shutdown(fctx); err != nil {
+					log.Warn("OpenTelemetry: spans not all sent before shutdown", "err", err)
+				}
+			})
+		}
+		defer stopTracing()
+	}
+	propagator := propagation.TraceContext{} // W3C traceparent, tracestate
+
+	limiter, backend, err := newLimiter(ctx, cfg, log, reg, tracer, goBG)
 	if err != nil {
 		return err
 	}
@@ -130,7 +156,7 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer) error {
 	rls, err := ratelimitsvc.New(ratelimitsvc.Options{
 		Limiter: rlsLimiter, Descriptors: current, Rules: cache, ResponseHeaders: cfg.ResponseHeaders, HeaderSets: cfg.HeaderSets,
 		ShadowMode: cfg.ShadowMode, DynamicMetadata: cfg.DynamicMetadata, MaxValueStatsKeys: maxValueKeys(cfg.MaxValueStatsKeys),
-		Log: log, Registerer: reg,
+		Log: log, Registerer: reg, TracerProvider: tracer, Propagator: propagator,
 	})
 	if err != nil {
 		return err
@@ -138,7 +164,7 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer) error {
 	grpcSrv, health := ratelimitsvc.NewGRPCServer(rls)
 	handler := restapi.NewHandler(restapi.Deps{
 		Log: log, DB: db, Cache: cache, Usage: usage, Limiter: limiter, Registerer: reg, Gatherer: reg,
-		TrustedProxies: cfg.TrustedProxies, ConfigDump: configDump, HeaderSets: cfg.HeaderSets,
+		TrustedProxies: cfg.TrustedProxies, ConfigDump: configDump, HeaderSets: cfg.HeaderSets, TracerProvider: tracer, Propagator: propagator,
 		RegisterLimit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: cfg.RegisterLimit, Window: time.Hour},
 		Descriptors:   descStatus,
 	})
@@ -165,7 +191,8 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer) error {
 		goBG("debug server", func(ctx context.Context) error { return serveDebug(ctx, dl) })
 	}
 	log.Info("throttle serving", "version", version, "rest", httpLis.Addr().String(), "grpc", grpcLis.Addr().String(),
-		"counters", backend, "database", db.Dialect(), "failure_mode", string(cfg.FailureMode))
+		"counters", backend, "database", db.Dialect(), "failure_mode", string(cfg.FailureMode),
+		"tracing", cfg.Tracing.String())
 
 	errc := make(chan error, 2)
 	go func() {
@@ -212,6 +239,7 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer) error {
 		}
 	}()
 	sd.Wait()
+	stopTracing()
 	stopBG()
 	log.Info("stopped")
 	return serveErr
@@ -219,7 +247,7 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer) error {
 
 // newLimiter builds the counter store: memory without REDIS_URL, else Redis
 // behind the failure policy.
-func newLimiter(ctx context.Context, cfg *config, log *slog.Logger, reg prometheus.Registerer, goBG func(string, func(context.Context) error)) (algorithms.Store, string, error) {
+func newLimiter(ctx context.Context, cfg *config, log *slog.Logger, reg prometheus.Registerer, tracer trace.TracerProvider, goBG func(string, func(context.Context) error)) (algorithms.Store, string, error) {
 	if cfg.RedisURL == "" {
 		mem := algorithms.NewMemoryStore(algorithms.MemoryOptions{})
 		goBG("memory sweep", mem.Run)
@@ -233,7 +261,7 @@ func newLimiter(ctx context.Context, cfg *config, log *slog.Logger, reg promethe
 	redis.SetLogger(&redisLog{log: log})
 	// Concurrent checks share script calls: under load one round trip
 	// decides many requests.
-	counters := algorithms.NewRedisStore(rdb, algorithms.RedisOptions{Coalesce: 4, MaxBatch: 128})
+	counters := algorithms.NewRedisStore(rdb, algorithms.RedisOptions{Coalesce: 4, MaxBatch: 128, TracerProvider: tracer})
 	goBG("redis close", func(ctx context.Context) error {
 		<-ctx.Done()
 		counters.Close()

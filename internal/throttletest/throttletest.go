@@ -40,12 +40,16 @@ type Server struct {
 
 // settings are Throttle's environment variables (every one `throttle serve
 // --help` lists): the test's own environment must not leak into the server
-// (make test exports some for other tests).
+// (make test exports some for other tests). cleanEnv drops every OTEL_*
+// variable as well.
 var settings = []string{
 	"PORT", "GRPC_PORT", "BIND_ADDRESS", "REDIS_URL", "DATABASE_URL", "DESCRIPTORS_DIR",
 	"MERGE_DOMAIN_CONFIG", "DESCRIPTORS_RELOAD_INTERVAL", "FAILURE_MODE", "BACKEND_TIMEOUT", "REST_BACKEND_TIMEOUT", "LOCAL_CACHE_SIZE_IN_BYTES", "DEBUG_ADDRESS",
 	"TRUSTED_PROXIES", "LOG_LEVEL", "RATE_LIMIT_HEADERS", "RATE_LIMIT_RESPONSE_HEADERS", "CACHE_REFRESH_INTERVAL", "REGISTER_LIMIT_PER_HOUR",
 	"SHUTDOWN_TIMEOUT", "SHADOW_MODE", "RESPONSE_DYNAMIC_METADATA", "FORCE_START_WITHOUT_INITIAL_CONFIG", "STATS_MAX_VALUE_KEYS",
+	// OpenTelemetry tracing (standard names).
+	"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+	"OTEL_EXPORTER_OTLP_HEADERS", "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES", "OTEL_TRACES_SAMPLER", "OTEL_TRACES_SAMPLER_ARG",
 }
 
 var build struct {
@@ -213,7 +217,9 @@ func cleanEnv() []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
-		if !slices.Contains(settings, k) {
+		// Every OTEL_* too: the OpenTelemetry libraries read some of the
+		// standard variables Throttle does not list by themselves.
+		if !slices.Contains(settings, k) && !strings.HasPrefix(k, "OTEL_") {
 			env = append(env, kv)
 		}
 	}

@@ -1,0 +1,166 @@
+package ratelimitsvc
+
+import (
+	"context"
+	"slices"
+	"strings"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc/filters"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+	"google.golang.org/grpc/stats"
+
+	"github.com/throttle-rl/throttle/algorithms"
+)
+
+// OpenTelemetry tracing of the service (Options.TracerProvider). With it:
+//
+//	envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit
+//	│                           server span (otelgrpc), Envoy's traceparent its parent
+//	└── throttle.decide         the whole decision of the request
+//	    └── redis.check         the counter backend's call (package algorithms)
+//
+// Envoy sends W3C trace context in the call's metadata when its tracing is
+// on (the OpenTelemetry tracer). The decision span carries the domain, the
+// number of descriptors and of those the engine decided, their algorithms
+// and hits, whether the answer was OK, how many descriptors were over the
+// limit, answered by the over-limit cache, or degraded (FAILURE_MODE); never
+// a descriptor value. gRPC health and reflection calls are not traced.
+// Without a tracer provider none of this runs: the server is built exactly
+// as without tracing.
+
+const tracerName = "github.com/throttle-rl/throttle/ratelimitsvc"
+
+// Attribute keys of the decision span, shared in meaning with package
+// restapi's.
+const (
+	attrAPI         = attribute.Key("throttle.api")
+	attrDomain      = attribute.Key("throttle.domain")
+	attrDescriptors = attribute.Key("throttle.descriptors")
+	attrDecided     = attribute.Key("throttle.decided")
+	attrAlgorithm   = attribute.Key("throttle.algorithm")
+	attrHits        = attribute.Key("throttle.hits")
+	attrAllowed     = attribute.Key("throttle.allowed")
+	attrOverLimit   = attribute.Key("throttle.over_limit")
+	attrCached      = attribute.Key("throttle.cached")
+	attrDegraded    = attribute.Key("throttle.degraded")
+)
+
+// tracing is the service's tracer provider and propagator; nil when tracing
+// is off.
+type tracing struct {
+	tp     trace.TracerProvider
+	prop   propagation.TextMapPropagator
+	tracer trace.Tracer
+}
+
+// newTracing returns nil when tp is nil or OpenTelemetry's no-op provider.
+// prop defaults to W3C Trace Context.
+func newTracing(tp trace.TracerProvider, prop propagation.TextMapPropagator) *tracing {
+	if tp == nil {
+		return nil
+	}
+	if _, ok := tp.(noop.TracerProvider); ok {
+		return nil
+	}
+	if prop == nil {
+		prop = propagation.TraceContext{}
+	}
+	return &tracing{tp: tp, prop: prop, tracer: tp.Tracer(tracerName)}
+}
+
+// statsHandler makes the server span of every call but health checks and
+// reflection. Its metrics go nowhere: Prometheus has the service's.
+func (tr *tracing) statsHandler() stats.Handler {
+	return otelgrpc.NewServerHandler(
+		otelgrpc.WithTracerProvider(tr.tp),
+		otelgrpc.WithPropagators(tr.prop),
+		otelgrpc.WithMeterProvider(metricnoop.NewMeterProvider()),
+		otelgrpc.WithFilter(filters.None(filters.HealthCheck(), filters.ServicePrefix("grpc.reflection."))),
+	)
+}
+
+// decision is what the engine saw of one traced request: tracedLimiter
+// fills it, tracedServer puts it on the decision span.
+type decision struct {
+	decided    int
+	algorithms []string
+	hits       int64
+	cached     int
+	degraded   bool
+}
+
+type decisionKey struct{}
+
+// tracedServer is the service with a decision span around each request.
+type tracedServer struct {
+	*Server
+	tracer trace.Tracer
+}
+
+func (t *tracedServer) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	if !trace.SpanFromContext(ctx).IsRecording() {
+		return t.Server.ShouldRateLimit(ctx, req)
+	}
+	ctx, span := t.tracer.Start(ctx, "throttle.decide")
+	defer span.End()
+	d := &decision{}
+	resp, err := t.Server.ShouldRateLimit(context.WithValue(ctx, decisionKey{}, d), req)
+	span.SetAttributes(
+		attrAPI.String("envoy"),
+		attrDomain.String(req.GetDomain()),
+		attrDescriptors.Int(len(req.GetDescriptors())),
+		attrDecided.Int(d.decided),
+		attrAlgorithm.String(strings.Join(d.algorithms, ",")),
+		attrHits.Int64(d.hits),
+		attrCached.Int(d.cached),
+		attrDegraded.Bool(d.degraded),
+	)
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+		return resp, err
+	}
+	over := 0
+	for _, st := range resp.GetStatuses() {
+		if st.GetCode() == rlsv3.RateLimitResponse_OVER_LIMIT {
+			over++
+		}
+	}
+	span.SetAttributes(attrAllowed.Bool(resp.GetOverallCode() == rlsv3.RateLimitResponse_OK), attrOverLimit.Int(over))
+	return resp, nil
+}
+
+// tracedLimiter notes the engine's batch and decisions in the request's
+// decision, when it has one.
+type tracedLimiter struct {
+	algorithms.Store
+}
+
+func (l tracedLimiter) Check(ctx context.Context, reqs []algorithms.Request) ([]algorithms.Decision, error) {
+	ds, err := l.Store.Check(ctx, reqs)
+	d, ok := ctx.Value(decisionKey{}).(*decision)
+	if !ok {
+		return ds, err
+	}
+	d.decided += len(reqs)
+	for _, r := range reqs {
+		d.hits += r.Hits
+		if a := string(r.Limit.Algorithm); !slices.Contains(d.algorithms, a) {
+			d.algorithms = append(d.algorithms, a)
+		}
+	}
+	for _, dec := range ds {
+		if dec.Cached {
+			d.cached++
+		}
+		d.degraded = d.degraded || dec.Degraded
+	}
+	return ds, err
+}

@@ -1,0 +1,158 @@
+package restapi
+
+import (
+	"context"
+	"net/http"
+	"strings"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/throttle-rl/throttle/algorithms"
+)
+
+// OpenTelemetry tracing of the REST API (Deps.TracerProvider). With it:
+//
+//	POST /check                 server span, the caller's traceparent its parent
+//	└── throttle.decide         the limiter's decision
+//	    └── redis.check         the counter backend's call (package algorithms)
+//
+// The server span is named by the route pattern ("POST /check", "DELETE
+// /rules/{name}"), never by the raw path, which may hold an identifier.
+// The decision span carries the client id, algorithm, hits, allowed and
+// degraded; never the identifier or the API key. Probes and scrapes (GET
+// /health, /ready, /metrics) are not traced. Without a tracer provider none
+// of this runs: the handler is the same as without tracing.
+
+const tracerName = "github.com/throttle-rl/throttle/restapi"
+
+// Attribute keys of the decision span, shared in meaning with package
+// ratelimitsvc's.
+const (
+	attrAPI       = attribute.Key("throttle.api")
+	attrClientID  = attribute.Key("throttle.client_id")
+	attrAlgorithm = attribute.Key("throttle.algorithm")
+	attrHits      = attribute.Key("throttle.hits")
+	attrAllowed   = attribute.Key("throttle.allowed")
+	attrDegraded  = attribute.Key("throttle.degraded")
+	attrRequestID = attribute.Key("throttle.request_id")
+)
+
+// tracing is the REST API's tracer and propagator; nil when tracing is off.
+type tracing struct {
+	tracer trace.Tracer
+	prop   propagation.TextMapPropagator
+}
+
+// newTracing returns nil when tp is nil or OpenTelemetry's no-op provider.
+// prop defaults to W3C Trace Context.
+func newTracing(tp trace.TracerProvider, prop propagation.TextMapPropagator) *tracing {
+	if tp == nil {
+		return nil
+	}
+	if _, ok := tp.(noop.TracerProvider); ok {
+		return nil
+	}
+	if prop == nil {
+		prop = propagation.TraceContext{}
+	}
+	return &tracing{tracer: tp.Tracer(tracerName), prop: prop}
+}
+
+// requests starts a server span per request, in the caller's trace when its
+// headers carry one, and names it by the route once the mux has matched.
+// It must wrap observe (which wraps the mux), so that the request it hands
+// on is the one whose Pattern the mux sets.
+func (tr *tracing) requests(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/health", "/ready", "/metrics":
+			next.ServeHTTP(w, r)
+			return
+		}
+		ctx := tr.prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+		method := methodLabel(r.Method)
+		if method == "other" {
+			method = "_OTHER" // semantic conventions' name for unknown methods
+		}
+		ctx, span := tr.tracer.Start(ctx, method, trace.WithSpanKind(trace.SpanKindServer))
+		defer span.End()
+		if st := stateFrom(ctx); st != nil && span.SpanContext().IsValid() {
+			st.log = st.log.With("trace_id", span.SpanContext().TraceID().String())
+		}
+		sw := &statusWriter{ResponseWriter: w}
+		r = r.WithContext(ctx)
+		next.ServeHTTP(sw, r)
+		if !span.IsRecording() {
+			return
+		}
+		status := sw.status
+		if status == 0 {
+			status = http.StatusOK
+		}
+		span.SetAttributes(
+			semconv.HTTPRequestMethodKey.String(method),
+			semconv.HTTPResponseStatusCode(status),
+			attrRequestID.String(requestIDFrom(ctx)),
+		)
+		if r.Pattern != "" {
+			route := r.Pattern
+			if _, path, ok := strings.Cut(route, " "); ok {
+				route = path
+			}
+			span.SetName(method + " " + route)
+			span.SetAttributes(semconv.HTTPRoute(route))
+		}
+		if status >= 500 {
+			span.SetStatus(codes.Error, http.StatusText(status))
+		}
+	})
+}
+
+// decisions returns limiter with a "throttle.decide" span around each
+// Check, or limiter itself when tracing is off.
+func (tr *tracing) decisions(limiter algorithms.Store) algorithms.Store {
+	if tr == nil {
+		return limiter
+	}
+	return &tracedLimiter{Store: limiter, tracer: tr.tracer}
+}
+
+// tracedLimiter is a Store whose Check makes the decision span.
+type tracedLimiter struct {
+	algorithms.Store
+	tracer trace.Tracer
+}
+
+func (l *tracedLimiter) Check(ctx context.Context, reqs []algorithms.Request) ([]algorithms.Decision, error) {
+	if !trace.SpanFromContext(ctx).IsRecording() {
+		return l.Store.Check(ctx, reqs)
+	}
+	ctx, span := l.tracer.Start(ctx, "throttle.decide")
+	defer span.End()
+	ds, err := l.Store.Check(ctx, reqs)
+	var hits int64
+	for _, r := range reqs {
+		hits += r.Hits
+	}
+	span.SetAttributes(attrAPI.String("rest"), attrClientID.String(clientFrom(ctx).ID), attrHits.Int64(hits))
+	if len(reqs) == 1 {
+		span.SetAttributes(attrAlgorithm.String(string(reqs[0].Limit.Algorithm)))
+	}
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+		return ds, err
+	}
+	allowed, degraded := true, false
+	for _, d := range ds {
+		allowed = allowed && d.Allowed
+		degraded = degraded || d.Degraded
+	}
+	span.SetAttributes(attrAllowed.Bool(allowed), attrDegraded.Bool(degraded))
+	return ds, err
+}
