@@ -88,7 +88,7 @@ func NewRedisStore(rdb redis.UniversalClient, opts RedisOptions) *RedisStore {
 		}
 		s.merge = newCoalescer(opts.Coalesce, opts.MaxBatch, s.decide)
 	}
-	if s.tracer = newTracer(opts.TracerProvider); s.tracer != nil && s.merge != nil {
+	if s.tracer = Tracer(opts.TracerProvider, tracerName); s.tracer != nil && s.merge != nil {
 		s.merge.tracer = s.tracer
 	}
 	return s

@@ -46,17 +46,29 @@ const (
 	attrCoalescedCallers = attribute.Key("throttle.coalesced.callers")
 )
 
-// newTracer returns the engine's tracer from tp, or nil when tp is nil or
-// OpenTelemetry's no-op provider: nil means no span is ever started.
-func newTracer(tp trace.TracerProvider) trace.Tracer {
+// Tracer returns tp's tracer called name, or nil when tp does not trace
+// (nil, or OpenTelemetry's no-op provider): nil means no span is ever
+// started. The engine and both front doors (restapi, ratelimitsvc) decide
+// "is tracing on" with it.
+func Tracer(tp trace.TracerProvider, name string) trace.Tracer {
 	if tp == nil {
 		return nil
 	}
 	if _, ok := tp.(noop.TracerProvider); ok {
 		return nil
 	}
-	return tp.Tracer(tracerName)
+	return tp.Tracer(name)
 }
+
+// The attributes of a decision span (throttle.decide), the same on REST and
+// gRPC.
+const (
+	AttrAPI       = attribute.Key("throttle.api")
+	AttrAlgorithm = attribute.Key("throttle.algorithm")
+	AttrHits      = attribute.Key("throttle.hits")
+	AttrAllowed   = attribute.Key("throttle.allowed")
+	AttrDegraded  = attribute.Key("throttle.degraded")
+)
 
 // tracedCheck is Check for a store with a tracer: reqs are validated and
 // not empty.

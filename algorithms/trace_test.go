@@ -110,8 +110,8 @@ func TestRedisSpanNeedsARecordingParent(t *testing.T) {
 
 func TestNoopTracerProviderIsOff(t *testing.T) {
 	for _, tp := range []trace.TracerProvider{nil, noop.NewTracerProvider()} {
-		if tr := newTracer(tp); tr != nil {
-			t.Errorf("newTracer(%T) = %T, want nil (no spans)", tp, tr)
+		if tr := Tracer(tp, tracerName); tr != nil {
+			t.Errorf("Tracer(%T) = %T, want nil (no spans)", tp, tr)
 		}
 		s := NewRedisStore(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), RedisOptions{TracerProvider: tp, Coalesce: 1})
 		if s.tracer != nil || s.merge.tracer != nil {

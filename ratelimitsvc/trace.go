@@ -13,7 +13,6 @@ import (
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/grpc/stats"
 
 	"github.com/throttle-rl/throttle/algorithms"
@@ -37,19 +36,14 @@ import (
 
 const tracerName = "github.com/throttle-rl/throttle/ratelimitsvc"
 
-// Attribute keys of the decision span, shared in meaning with package
-// restapi's.
+// Attribute keys of the decision span beside the shared ones
+// (algorithms.Attr*).
 const (
-	attrAPI         = attribute.Key("throttle.api")
 	attrDomain      = attribute.Key("throttle.domain")
 	attrDescriptors = attribute.Key("throttle.descriptors")
 	attrDecided     = attribute.Key("throttle.decided")
-	attrAlgorithm   = attribute.Key("throttle.algorithm")
-	attrHits        = attribute.Key("throttle.hits")
-	attrAllowed     = attribute.Key("throttle.allowed")
 	attrOverLimit   = attribute.Key("throttle.over_limit")
 	attrCached      = attribute.Key("throttle.cached")
-	attrDegraded    = attribute.Key("throttle.degraded")
 )
 
 // tracing is the service's tracer provider and propagator; nil when tracing
@@ -63,16 +57,14 @@ type tracing struct {
 // newTracing returns nil when tp is nil or OpenTelemetry's no-op provider.
 // prop defaults to W3C Trace Context.
 func newTracing(tp trace.TracerProvider, prop propagation.TextMapPropagator) *tracing {
-	if tp == nil {
-		return nil
-	}
-	if _, ok := tp.(noop.TracerProvider); ok {
+	tracer := algorithms.Tracer(tp, tracerName)
+	if tracer == nil {
 		return nil
 	}
 	if prop == nil {
 		prop = propagation.TraceContext{}
 	}
-	return &tracing{tp: tp, prop: prop, tracer: tp.Tracer(tracerName)}
+	return &tracing{tp: tp, prop: prop, tracer: tracer}
 }
 
 // statsHandler makes the server span of every call but health checks and
@@ -113,14 +105,14 @@ func (t *tracedServer) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimit
 	d := &decision{}
 	resp, err := t.Server.ShouldRateLimit(context.WithValue(ctx, decisionKey{}, d), req)
 	span.SetAttributes(
-		attrAPI.String("envoy"),
+		algorithms.AttrAPI.String("envoy"),
 		attrDomain.String(req.GetDomain()),
 		attrDescriptors.Int(len(req.GetDescriptors())),
 		attrDecided.Int(d.decided),
-		attrAlgorithm.String(strings.Join(d.algorithms, ",")),
-		attrHits.Int64(d.hits),
+		algorithms.AttrAlgorithm.String(strings.Join(d.algorithms, ",")),
+		algorithms.AttrHits.Int64(d.hits),
 		attrCached.Int(d.cached),
-		attrDegraded.Bool(d.degraded),
+		algorithms.AttrDegraded.Bool(d.degraded),
 	)
 	if err != nil {
 		span.RecordError(err)
@@ -133,7 +125,7 @@ func (t *tracedServer) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimit
 			over++
 		}
 	}
-	span.SetAttributes(attrAllowed.Bool(resp.GetOverallCode() == rlsv3.RateLimitResponse_OK), attrOverLimit.Int(over))
+	span.SetAttributes(algorithms.AttrAllowed.Bool(resp.GetOverallCode() == rlsv3.RateLimitResponse_OK), attrOverLimit.Int(over))
 	return resp, nil
 }
 

@@ -10,7 +10,6 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/throttle-rl/throttle/algorithms"
 )
@@ -30,15 +29,9 @@ import (
 
 const tracerName = "github.com/throttle-rl/throttle/restapi"
 
-// Attribute keys of the decision span, shared in meaning with package
-// ratelimitsvc's.
+// Attribute keys beside the decision span's shared ones (algorithms.Attr*).
 const (
-	attrAPI       = attribute.Key("throttle.api")
 	attrClientID  = attribute.Key("throttle.client_id")
-	attrAlgorithm = attribute.Key("throttle.algorithm")
-	attrHits      = attribute.Key("throttle.hits")
-	attrAllowed   = attribute.Key("throttle.allowed")
-	attrDegraded  = attribute.Key("throttle.degraded")
 	attrRequestID = attribute.Key("throttle.request_id")
 )
 
@@ -51,16 +44,14 @@ type tracing struct {
 // newTracing returns nil when tp is nil or OpenTelemetry's no-op provider.
 // prop defaults to W3C Trace Context.
 func newTracing(tp trace.TracerProvider, prop propagation.TextMapPropagator) *tracing {
-	if tp == nil {
-		return nil
-	}
-	if _, ok := tp.(noop.TracerProvider); ok {
+	tracer := algorithms.Tracer(tp, tracerName)
+	if tracer == nil {
 		return nil
 	}
 	if prop == nil {
 		prop = propagation.TraceContext{}
 	}
-	return &tracing{tracer: tp.Tracer(tracerName), prop: prop}
+	return &tracing{tracer: tracer, prop: prop}
 }
 
 // requests starts a server span per request, in the caller's trace when its
@@ -139,9 +130,9 @@ func (l *tracedLimiter) Check(ctx context.Context, reqs []algorithms.Request) ([
 	for _, r := range reqs {
 		hits += r.Hits
 	}
-	span.SetAttributes(attrAPI.String("rest"), attrClientID.String(clientFrom(ctx).ID), attrHits.Int64(hits))
+	span.SetAttributes(algorithms.AttrAPI.String("rest"), attrClientID.String(clientFrom(ctx).ID), algorithms.AttrHits.Int64(hits))
 	if len(reqs) == 1 {
-		span.SetAttributes(attrAlgorithm.String(string(reqs[0].Limit.Algorithm)))
+		span.SetAttributes(algorithms.AttrAlgorithm.String(string(reqs[0].Limit.Algorithm)))
 	}
 	if err != nil {
 		span.RecordError(err)
@@ -153,6 +144,6 @@ func (l *tracedLimiter) Check(ctx context.Context, reqs []algorithms.Request) ([
 		allowed = allowed && d.Allowed
 		degraded = degraded || d.Degraded
 	}
-	span.SetAttributes(attrAllowed.Bool(allowed), attrDegraded.Bool(degraded))
+	span.SetAttributes(algorithms.AttrAllowed.Bool(allowed), algorithms.AttrDegraded.Bool(degraded))
 	return ds, err
 }
