@@ -236,7 +236,13 @@ func (g *Guard) Check(ctx context.Context, reqs []Request) ([]Decision, error) {
 		return g.degrade(ctx, reqs)
 	}
 	cctx, cancel := context.WithTimeout(ctx, budget)
-	ds, err := g.primary.Check(cctx, reqs)
+	var ds []Decision
+	var err error
+	if v, ok := g.primary.(validChecker); ok {
+		ds, err = v.checkValid(cctx, reqs) // validated above: once per request
+	} else {
+		ds, err = g.primary.Check(cctx, reqs)
+	}
 	timedOut := cctx.Err() != nil
 	cancel()
 	switch {
@@ -266,6 +272,12 @@ func (g *Guard) Check(ctx context.Context, reqs []Request) ([]Decision, error) {
 	g.metrics.errors.Inc()
 	g.record(false, probe)
 	return g.degrade(ctx, reqs)
+}
+
+// validChecker is a store that can decide a batch its caller validated
+// (RedisStore), so that a request is validated once on its way.
+type validChecker interface {
+	checkValid(ctx context.Context, reqs []Request) ([]Decision, error)
 }
 
 // budget returns how long this call may wait for the backend, and false when

@@ -156,6 +156,11 @@ func (s *RedisStore) Check(ctx context.Context, reqs []Request) ([]Decision, err
 	if err := validateBatch(reqs); err != nil {
 		return nil, err
 	}
+	return s.checkValid(ctx, reqs)
+}
+
+// checkValid is Check of a batch its caller has validated (Guard).
+func (s *RedisStore) checkValid(ctx context.Context, reqs []Request) ([]Decision, error) {
 	if len(reqs) == 0 {
 		return []Decision{}, nil
 	}
@@ -163,6 +168,11 @@ func (s *RedisStore) Check(ctx context.Context, reqs []Request) ([]Decision, err
 		return s.tracedCheck(ctx, reqs)
 	}
 	if s.merge != nil {
+		// Hand the batch to a coalescing worker's goroutine: the checks
+		// that arrive while a script call is in flight leave together in
+		// the next one, so under load one round trip decides many callers,
+		// and an idle store waits for nothing (a worker takes the first at
+		// once).
 		return s.merge.check(ctx, reqs)
 	}
 	return s.decide(ctx, reqs)

@@ -1,12 +1,14 @@
 package ratelimitsvc
 
 import (
+	"fmt"
 	"strconv"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"github.com/throttle-rl/throttle/descriptors"
 	"github.com/throttle-rl/throttle/internal/ratelimitheader"
 )
 
@@ -135,4 +137,31 @@ func retrySeconds(st *rlsv3.RateLimitResponse_DescriptorStatus, l *limited) int6
 		d = st.GetDurationUntilReset().AsDuration()
 	}
 	return max(int64((d+time.Second-1)/time.Second), 1)
+}
+
+// rateLimitHeaders builds the X-RateLimit-* set (RATE_LIMIT_HEADERS x or
+// both) from the most restrictive limited status, as the reference service
+// does; headers.go adds the rest.
+func rateLimitHeaders(sts []*rlsv3.RateLimitResponse_DescriptorStatus) []*corev3.HeaderValue {
+	var min *rlsv3.RateLimitResponse_DescriptorStatus
+	for _, st := range sts {
+		if st.GetCurrentLimit() == nil {
+			continue
+		}
+		if min == nil || st.GetLimitRemaining() < min.GetLimitRemaining() {
+			min = st
+		}
+	}
+	if min == nil {
+		return nil
+	}
+	lim := strconv.FormatUint(uint64(min.GetCurrentLimit().GetRequestsPerUnit()), 10)
+	if w := descriptors.Unit(min.GetCurrentLimit().GetUnit()).Window(); w > 0 {
+		lim = fmt.Sprintf("%s, %s;w=%d", lim, lim, int64(w.Seconds()))
+	}
+	return []*corev3.HeaderValue{
+		{Key: "X-RateLimit-Limit", Value: lim},
+		{Key: "X-RateLimit-Remaining", Value: strconv.FormatUint(uint64(min.GetLimitRemaining()), 10)},
+		{Key: "X-RateLimit-Reset", Value: strconv.FormatInt(int64(min.GetDurationUntilReset().AsDuration().Seconds()), 10)},
+	}
 }

@@ -8,14 +8,12 @@ package ratelimitsvc
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"math"
 	"strconv"
 	"sync"
 	"time"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
@@ -28,16 +26,7 @@ import (
 	"github.com/throttle-rl/throttle/algorithms"
 	"github.com/throttle-rl/throttle/descriptors"
 	"github.com/throttle-rl/throttle/internal/ratelimitheader"
-	"github.com/throttle-rl/throttle/store"
 )
-
-// ruleSource is what the service needs of store.Cache: the client owning a
-// domain, its descriptor rules, and a revision that changes with them.
-type ruleSource interface {
-	ClientByDomain(domain string) (store.Client, bool)
-	DescriptorRules(clientID string) []store.Rule
-	Revision() int64
-}
 
 // Options configures a Server.
 type Options struct {
@@ -106,11 +95,6 @@ type Server struct {
 	domains map[string]ruleDomain // client id → domain built from its rules
 }
 
-type ruleDomain struct {
-	revision int64
-	domain   *descriptors.Domain // nil when the rules were refused (logged once)
-}
-
 // New returns a Server.
 func New(opts Options) (*Server, error) {
 	if opts.Limiter == nil || opts.Log == nil {
@@ -165,7 +149,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	if err := s.configPending(domain); err != nil {
 		return nil, err
 	}
-	matches := s.match(domain, req.GetDescriptors())
+	matches, known := s.match(domain, req.GetDescriptors())
 	prepared := make([]*limited, len(req.GetDescriptors()))
 
 	resp := &rlsv3.RateLimitResponse{
@@ -180,7 +164,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		}
 		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
 		resp.Statuses[i] = st
-		l, ok := s.prepare(domain, d, matches[i], i, hits)
+		l, ok := s.prepare(domain, known, d, matches[i], i, hits)
 		if !ok {
 			continue // no limit applies
 		}
@@ -271,8 +255,9 @@ func validate(req *rlsv3.RateLimitRequest) error {
 
 // match finds each descriptor's limit: in the YAML configuration when it has
 // the domain, else in the rules of the client that owns the domain. Limits
-// named in another match's replaces are dropped.
-func (s *Server) match(domain string, ds []*rlcommon.RateLimitDescriptor) []*descriptors.Match {
+// named in another match's replaces are dropped. It reports whether the
+// domain is configured at all, looked up once.
+func (s *Server) match(domain string, ds []*rlcommon.RateLimitDescriptor) ([]*descriptors.Match, bool) {
 	var dom *descriptors.Domain
 	if s.opts.Descriptors != nil {
 		if cfg := s.opts.Descriptors(); cfg != nil {
@@ -285,22 +270,12 @@ func (s *Server) match(domain string, ds []*rlcommon.RateLimitDescriptor) []*des
 	out := make([]*descriptors.Match, len(ds))
 	if dom == nil {
 		s.metrics.domainNotFound.Inc()
-		return out
+		return out, false
 	}
 	for i, d := range ds {
 		out[i] = dom.Match(entries(d))
 	}
-	return descriptors.ApplyReplaces(out)
-}
-
-// known reports whether domain is configured at all (YAML or a client's).
-func (s *Server) known(domain string) bool {
-	if s.opts.Descriptors != nil {
-		if cfg := s.opts.Descriptors(); cfg != nil && cfg.Domain(domain) != nil {
-			return true
-		}
-	}
-	return s.ruleDomain(domain) != nil
+	return descriptors.ApplyReplaces(out), true
 }
 
 func entries(d *rlcommon.RateLimitDescriptor) []descriptors.Entry {
@@ -313,11 +288,11 @@ func entries(d *rlcommon.RateLimitDescriptor) []descriptors.Entry {
 
 // prepare turns a descriptor and its match (or its limit override) into
 // what the engine decides. ok is false when no limit applies.
-func (s *Server) prepare(domain string, d *rlcommon.RateLimitDescriptor, m *descriptors.Match, index int, hits int64) (limited, bool) {
+func (s *Server) prepare(domain string, known bool, d *rlcommon.RateLimitDescriptor, m *descriptors.Match, index int, hits int64) (limited, bool) {
 	if o := d.GetLimit(); o != nil {
 		// The override wins over the configuration, in a known domain only
 		// (as the reference service). It never runs in shadow mode.
-		if !s.known(domain) {
+		if !known {
 			return limited{}, false
 		}
 		window := descriptors.Unit(o.GetUnit()).Window()
@@ -409,89 +384,4 @@ func untilUnitEnds(w time.Duration, now time.Time) time.Duration {
 		return 0
 	}
 	return (w - time.Duration(now.UnixNano())%w).Round(time.Second)
-}
-
-// ruleDomain returns the domain built from the descriptor rules of the
-// client that owns domain, or nil. It is rebuilt when the rules change.
-func (s *Server) ruleDomain(domain string) *descriptors.Domain {
-	if s.opts.Rules == nil {
-		return nil
-	}
-	c, ok := s.opts.Rules.ClientByDomain(domain)
-	if !ok {
-		return nil
-	}
-	rev := s.opts.Rules.Revision()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if rd, ok := s.domains[c.ID]; ok && rd.revision == rev {
-		return rd.domain
-	}
-	rules := s.opts.Rules.DescriptorRules(c.ID)
-	var dom *descriptors.Domain
-	if len(rules) > 0 {
-		var err error
-		if dom, err = descriptors.NewDomain(domain, toDescriptorRules(rules)); err != nil {
-			s.opts.Log.Error("client descriptor rules refused", "domain", domain, "client_id", c.ID, "err", err)
-		}
-	}
-	s.domains[c.ID] = ruleDomain{revision: rev, domain: dom}
-	return dom
-}
-
-// toDescriptorRules converts REST rules to descriptor rules.
-func toDescriptorRules(rules []store.Rule) []descriptors.Rule {
-	out := make([]descriptors.Rule, 0, len(rules))
-	for _, r := range rules {
-		es := make([]descriptors.Entry, len(r.Descriptors))
-		for i, e := range r.Descriptors {
-			es[i] = descriptors.Entry{Key: e.Key, Value: e.Value}
-		}
-		out = append(out, descriptors.Rule{Entries: es, Limit: descriptors.RateLimit{
-			RequestsPerUnit: uint32(min(r.Limit, math.MaxUint32)),
-			Unit:            unitOf(r.Window),
-			Window:          r.Window,
-			Name:            r.Name,
-			Algorithm:       algorithms.Algorithm(r.Algorithm),
-			RefillRate:      r.RefillRate,
-		}})
-	}
-	return out
-}
-
-// unitOf is the unit whose length is exactly w, or UnitUnknown.
-func unitOf(w time.Duration) descriptors.Unit {
-	for _, u := range []descriptors.Unit{descriptors.Second, descriptors.Minute, descriptors.Hour, descriptors.Day, descriptors.Week, descriptors.Month, descriptors.Year} {
-		if u.Window() == w {
-			return u
-		}
-	}
-	return descriptors.UnitUnknown
-}
-
-// rateLimitHeaders builds the X-RateLimit-* set (RATE_LIMIT_HEADERS x or
-// both) from the most restrictive limited status, as the reference service
-// does; headers.go adds the rest.
-func rateLimitHeaders(sts []*rlsv3.RateLimitResponse_DescriptorStatus) []*corev3.HeaderValue {
-	var min *rlsv3.RateLimitResponse_DescriptorStatus
-	for _, st := range sts {
-		if st.GetCurrentLimit() == nil {
-			continue
-		}
-		if min == nil || st.GetLimitRemaining() < min.GetLimitRemaining() {
-			min = st
-		}
-	}
-	if min == nil {
-		return nil
-	}
-	lim := strconv.FormatUint(uint64(min.GetCurrentLimit().GetRequestsPerUnit()), 10)
-	if w := descriptors.Unit(min.GetCurrentLimit().GetUnit()).Window(); w > 0 {
-		lim = fmt.Sprintf("%s, %s;w=%d", lim, lim, int64(w.Seconds()))
-	}
-	return []*corev3.HeaderValue{
-		{Key: "X-RateLimit-Limit", Value: lim},
-		{Key: "X-RateLimit-Remaining", Value: strconv.FormatUint(uint64(min.GetLimitRemaining()), 10)},
-		{Key: "X-RateLimit-Reset", Value: strconv.FormatInt(int64(min.GetDurationUntilReset().AsDuration().Seconds()), 10)},
-	}
 }

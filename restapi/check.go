@@ -1,14 +1,17 @@
 package restapi
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
 	"net/http"
+	"net/netip"
 	"time"
 	"unicode/utf8"
 
 	"github.com/throttle-rl/throttle/algorithms"
+	"github.com/throttle-rl/throttle/internal/ratelimitheader"
 	"github.com/throttle-rl/throttle/store"
 )
 
@@ -54,7 +57,7 @@ type checkReply struct {
 // client IP as identifier: /check with identifier "203.0.113.7" and the same
 // limit counts against the same counter, and POST /reset with that
 // identifier clears it.
-func handleCheck(d Deps, m *metrics, byIP bool) http.Handler {
+func handleCheck(d checkDeps, m *metrics, byIP bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx := r.Context()
 		c := clientFrom(ctx)
@@ -123,20 +126,10 @@ func handleCheck(d Deps, m *metrics, byIP bool) http.Handler {
 		}
 
 		key := algorithms.Key{Scope: c.ID, Identifier: identifier, Name: name}
-		decs, err := d.Limiter.Check(ctx, []algorithms.Request{{Key: key, Limit: limit, Hits: hits}})
-		if err == nil && len(decs) != 1 {
-			err = fmt.Errorf("limiter returned %d decisions for 1 request", len(decs))
-		}
+		dec, err := checkOne(ctx, d.Limiter, algorithms.Request{Key: key, Limit: limit, Hits: hits})
 		if err != nil {
-			if !errors.Is(err, algorithms.ErrInvalid) {
-				err = &backendError{err}
-			}
 			writeError(w, r, err)
 			return
-		}
-		dec := decs[0]
-		if dec.Limit == 0 {
-			dec.Limit = limit.Limit
 		}
 		d.Usage.Record(c.ID, identifier, alg, dec.Allowed)
 		outcome := "allowed"
@@ -171,6 +164,16 @@ func handleCheck(d Deps, m *metrics, byIP bool) http.Handler {
 		}
 		encode(w, r, http.StatusOK, reply)
 	})
+}
+
+// checkDeps is what /check and /check/ip use.
+type checkDeps struct {
+	Cache          *store.Cache
+	Usage          *store.UsageRecorder
+	Limiter        algorithms.Store
+	TrustedProxies []netip.Prefix
+	HeaderSets     ratelimitheader.Sets
+	Now            func() time.Time
 }
 
 // resolveLimit returns the limit a check asks for and the counter name: the
@@ -250,50 +253,41 @@ func inlineLimit(alg algorithms.Algorithm, limit, window *int64, refill *float64
 	return l, nil
 }
 
-// resetRequest is the body of POST /reset.
-type resetRequest struct {
-	Identifier string `json:"identifier"`
-	Algorithm  string `json:"algorithm"`
+// checkOne decides one request, the way /check, /check/ip and /register's
+// own limit do: an error comes back mapped for writeError (limiterError).
+func checkOne(ctx context.Context, limiter algorithms.Store, req algorithms.Request) (algorithms.Decision, error) {
+	decs, err := limiter.Check(ctx, []algorithms.Request{req})
+	if err == nil && len(decs) != 1 {
+		err = fmt.Errorf("limiter returned %d decisions for 1 request", len(decs))
+	}
+	if err != nil {
+		return algorithms.Decision{}, limiterError(err)
+	}
+	d := decs[0]
+	if d.Limit == 0 {
+		d.Limit = req.Limit.Limit
+	}
+	return d, nil
 }
 
-type resetReply struct {
-	Message     string `json:"message"`
-	Identifier  string `json:"identifier"`
-	KeysDeleted int    `json:"keys_deleted"`
+// limiterError marks a limiter's error that is not the client's (a refused
+// limit is) as the backend's: 503, its cause logged. ErrOverloaded stays
+// recognizable through it.
+func limiterError(err error) error {
+	if errors.Is(err, algorithms.ErrInvalid) {
+		return err
+	}
+	return &backendError{err}
 }
 
-// handleReset forgets the counters of one of the caller's identifiers: every
-// limit on it, or only those of one algorithm. Other identifiers, and other
-// clients' identical identifiers, are untouched.
-func handleReset(limiter algorithms.Store) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c := clientFrom(r.Context())
-		req, err := decode[resetRequest](w, r)
-		if err != nil {
-			writeError(w, r, err)
-			return
-		}
-		if req.Identifier == "" {
-			writeError(w, r, missingField("identifier is required"))
-			return
-		}
-		var alg algorithms.Algorithm
-		if req.Algorithm != "" {
-			if alg, err = algorithms.ParseAlgorithm(req.Algorithm); err != nil {
-				writeError(w, r, invalidField("algorithm must be "+algorithms.Names()))
-				return
-			}
-		}
-		n, err := limiter.Reset(r.Context(), c.ID, req.Identifier, alg)
-		if err != nil {
-			if !errors.Is(err, algorithms.ErrInvalid) {
-				err = &backendError{err}
-			}
-			writeError(w, r, err)
-			return
-		}
-		encode(w, r, http.StatusOK, resetReply{Message: "Identifier reset successfully", Identifier: req.Identifier, KeysDeleted: n})
-	})
+// decodeIdentified decodes a body whose identifier (as id reads it) is
+// required.
+func decodeIdentified[T any](w http.ResponseWriter, r *http.Request, id func(T) string) (T, error) {
+	v, err := decode[T](w, r)
+	if err == nil && id(v) == "" {
+		err = missingField("identifier is required")
+	}
+	return v, err
 }
 
 func missingField(msg string) error {

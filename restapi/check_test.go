@@ -523,7 +523,10 @@ func TestCheckOverloaded(t *testing.T) {
 	}
 	// Redis stops answering for a moment: it answered a moment ago, so this
 	// is not an outage (HungAfter), and the check is refused, not guessed.
-	if err := rdb.Do(t.Context(), "CLIENT", "PAUSE", 1000, "ALL").Err(); err != nil {
+	// From a client of its own: CLIENT PAUSE never pauses the connection
+	// that sent it, which the store's pool could reuse.
+	admin := redistest.NewClient(t, srv.URL())
+	if err := admin.Do(t.Context(), "CLIENT", "PAUSE", 1000, "ALL").Err(); err != nil {
 		t.Fatal(err)
 	}
 	r := check()

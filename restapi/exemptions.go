@@ -30,13 +30,9 @@ func newExemptionReply(e store.Exemption) exemptionReply {
 func handleExemptionCreate(db *store.DB, cache *store.Cache) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c := clientFrom(r.Context())
-		req, err := decode[exemptionRequest](w, r)
+		req, err := decodeIdentified(w, r, func(b exemptionRequest) string { return b.Identifier })
 		if err != nil {
 			writeError(w, r, err)
-			return
-		}
-		if req.Identifier == "" {
-			writeError(w, r, missingField("identifier is required"))
 			return
 		}
 		e, err := db.CreateExemption(r.Context(), store.Exemption{ClientID: c.ID, Identifier: req.Identifier, Reason: req.Reason})

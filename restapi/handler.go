@@ -106,11 +106,11 @@ func NewHandler(d Deps) http.Handler {
 
 	var h http.Handler = jsonMuxErrors(mux)
 	h = recoverPanics(h)
-	h = observe(m, h)
+	h = observe(m)(h)
 	if tr != nil {
 		h = tr.requests(h)
 	}
-	h = withRequestID(d.Log, h)
+	h = withRequestID(d.Log)(h)
 	return h
 }
 

@@ -106,7 +106,7 @@ func TestRequestID(t *testing.T) {
 func TestPanicRecovery(t *testing.T) {
 	logs := &logbuf.Buffer{}
 	log := slog.New(slog.NewJSONHandler(logs, nil))
-	h := withRequestID(log, recoverPanics(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+	h := withRequestID(log)(recoverPanics(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
 		panic("boom")
 	})))
 	req := newRequest(t, "GET", "/", "")

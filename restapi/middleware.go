@@ -58,16 +58,18 @@ func clientFrom(ctx context.Context) store.Client {
 // withRequestID gives every request an id, returned in X-Request-ID, and a
 // logger carrying it. A caller's own X-Request-ID is kept when it is 1 to 128
 // printable ASCII characters without spaces; otherwise a random one is made.
-func withRequestID(log *slog.Logger, next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id := r.Header.Get("X-Request-ID")
-		if !saneRequestID(id) {
-			id = newRequestID()
-		}
-		w.Header().Set("X-Request-ID", id)
-		st := &requestState{id: id, log: log.With("request_id", id)}
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), stateKey{}, st)))
-	})
+func withRequestID(log *slog.Logger) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			id := r.Header.Get("X-Request-ID")
+			if !saneRequestID(id) {
+				id = newRequestID()
+			}
+			w.Header().Set("X-Request-ID", id)
+			st := &requestState{id: id, log: log.With("request_id", id)}
+			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), stateKey{}, st)))
+		})
+	}
 }
 
 func saneRequestID(id string) bool {
@@ -116,43 +118,45 @@ func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 // observe counts and times every request by route (the mux pattern, never the
 // raw path), method and status, and writes one access log line. It must wrap
 // the mux with the same *http.Request, so that it sees r.Pattern the mux set.
-func observe(m *metrics, next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		start := time.Now()
-		m.inFlight.Inc()
-		defer m.inFlight.Dec()
-		sw := &statusWriter{ResponseWriter: w}
-		next.ServeHTTP(sw, r)
+func observe(m *metrics) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			start := time.Now()
+			m.inFlight.Inc()
+			defer m.inFlight.Dec()
+			sw := &statusWriter{ResponseWriter: w}
+			next.ServeHTTP(sw, r)
 
-		elapsed := time.Since(start)
-		status := sw.status
-		if status == 0 {
-			status = http.StatusOK
-		}
-		route := r.Pattern
-		if route == "" {
-			route = "unmatched"
-		}
-		method := methodLabel(r.Method)
-		code := strconv.Itoa(status)
-		m.requests.WithLabelValues(route, method, code).Inc()
-		m.duration.WithLabelValues(route, method, code).Observe(elapsed.Seconds())
+			elapsed := time.Since(start)
+			status := sw.status
+			if status == 0 {
+				status = http.StatusOK
+			}
+			route := r.Pattern
+			if route == "" {
+				route = "unmatched"
+			}
+			method := methodLabel(r.Method)
+			code := strconv.Itoa(status)
+			m.requests.WithLabelValues(route, method, code).Inc()
+			m.duration.WithLabelValues(route, method, code).Observe(elapsed.Seconds())
 
-		level := slog.LevelInfo
-		switch route {
-		case "GET /health", "GET /ready", "GET /metrics":
-			level = slog.LevelDebug
-		}
-		logFrom(r.Context()).LogAttrs(r.Context(), level, "request",
-			slog.String("method", r.Method),
-			slog.String("route", route),
-			slog.String("path", r.URL.Path),
-			slog.Int("status", status),
-			slog.Int64("bytes", sw.bytes),
-			slog.Duration("duration", elapsed),
-			slog.String("remote_addr", r.RemoteAddr),
-		)
-	})
+			level := slog.LevelInfo
+			switch route {
+			case "GET /health", "GET /ready", "GET /metrics":
+				level = slog.LevelDebug
+			}
+			logFrom(r.Context()).LogAttrs(r.Context(), level, "request",
+				slog.String("method", r.Method),
+				slog.String("route", route),
+				slog.String("path", r.URL.Path),
+				slog.Int("status", status),
+				slog.Int64("bytes", sw.bytes),
+				slog.Duration("duration", elapsed),
+				slog.String("remote_addr", r.RemoteAddr),
+			)
+		})
+	}
 }
 
 // methodLabel keeps the method label's values few: anything unusual is "other".

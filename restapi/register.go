@@ -4,7 +4,6 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/netip"
@@ -70,22 +69,11 @@ func handleRegister(db *store.DB, cache *store.Cache, limiter algorithms.Store, 
 		}
 
 		ip := clientIP(r, trusted)
-		decs, err := limiter.Check(ctx, []algorithms.Request{{
-			Key:   algorithms.Key{Scope: "_register", Identifier: ip},
-			Limit: limit,
-			Hits:  1,
-		}})
-		if err == nil && len(decs) != 1 {
-			err = fmt.Errorf("limiter returned %d decisions for 1 request", len(decs))
-		}
+		dec, err := checkOne(ctx, limiter, algorithms.Request{Key: algorithms.Key{Scope: "_register", Identifier: ip}, Limit: limit, Hits: 1})
 		if err != nil {
-			if !errors.Is(err, algorithms.ErrInvalid) {
-				err = &backendError{err}
-			}
 			writeError(w, r, err)
 			return
 		}
-		dec := decs[0]
 		lh := limitHeaders{policy: registerPolicy, limit: limit, remaining: dec.Remaining,
 			resetAt: ceilUnix(dec.ResetAt()), reset: ceilSeconds(dec.ResetAfter)}
 		if !dec.Allowed {

@@ -11,8 +11,10 @@ import (
 // addRoutes lists the whole REST surface.
 func addRoutes(mux *http.ServeMux, d Deps, m *metrics, tr *tracing) {
 	auth := authenticate(d.Cache)
-	check := d // /check and /check/ip decide in a span of their own when traced
-	check.Limiter = tr.decisions(d.Limiter)
+	check := checkDeps{
+		Cache: d.Cache, Usage: d.Usage, TrustedProxies: d.TrustedProxies, HeaderSets: d.HeaderSets, Now: d.Now,
+		Limiter: tr.decisions(d.Limiter), // /check and /check/ip decide in a span of their own when traced
+	}
 
 	mux.Handle("GET /health", handleHealth())
 	mux.Handle("GET /ready", handleReady(d.DB, d.Limiter))
