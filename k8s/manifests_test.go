@@ -493,6 +493,12 @@ func TestThrottleDeployment(t *testing.T) {
 
 	env := map[string]corev1.EnvVar{}
 	for _, e := range c.Env {
+		if e.Name == "GOMEMLIMIT" { // Go's own, from the container's memory limit
+			if r := e.ValueFrom; r == nil || r.ResourceFieldRef == nil || r.ResourceFieldRef.Resource != "limits.memory" {
+				t.Errorf("GOMEMLIMIT must come from the container's limits.memory, got %+v", e)
+			}
+			continue
+		}
 		if !slices.Contains(settings, e.Name) {
 			t.Errorf("env %s is not one of Throttle's settings %v", e.Name, settings)
 		}

@@ -30,6 +30,9 @@ type config struct {
 	BackendTimeout    time.Duration // 0: derived from each call's deadline
 	RESTTimeout       time.Duration
 	LocalCacheBytes   int
+	// GCPercent is the Go collector's target for serve: defaultGCPercent
+	// unless the environment sets GOGC (then 0: Go's own reading stands).
+	GCPercent int
 	DebugAddress      string
 	TrustedProxies    []netip.Prefix
 	LogLevel          slog.Level
@@ -48,6 +51,13 @@ type config struct {
 	logLevelRaw       string
 	headerSetsRaw     string
 }
+
+// defaultGCPercent is serve's GOGC. Go's default, 100, collects the small
+// live heap of a busy server many times a second; at 400 a loaded replica
+// spent 25-35 % less CPU per Envoy call and served 25-85 % more calls
+// (docs/benchmarks.md), for a heap up to 5× the live data instead of 2×.
+// GOGC and GOMEMLIMIT, Go's own variables, still rule when set.
+const defaultGCPercent = 400
 
 // setting describes one variable for flags and --help.
 type setting struct {
@@ -112,6 +122,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*c
 			}
 			fmt.Fprintf(stderr, "  --%s (env %s, default %s)\n      %s\n", s.flag, s.env, def, s.usage)
 		}
+		fmt.Fprintf(stderr, "\nGo's own GOGC (serve's default %d) and GOMEMLIMIT (a soft memory limit, e.g. the container's) are honoured.\n", defaultGCPercent)
 	}
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -120,7 +131,12 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*c
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	get := func(env string) string { return strings.TrimSpace(*vals[env]) }
+	gcPercent := defaultGCPercent
+	if getenv("GOGC") != "" {
+		gcPercent = 0
+	}
 	c := &config{
+		GCPercent:         gcPercent,
 		BindAddress:       get("BIND_ADDRESS"),
 		DebugAddress:      get("DEBUG_ADDRESS"),
 		RedisURL:          get("REDIS_URL"),

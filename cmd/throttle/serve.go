@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"time"
@@ -29,6 +30,10 @@ import (
 // drains in-flight requests within ShutdownTimeout.
 func serve(ctx context.Context, cfg *config, logOut io.Writer) error {
 	log := slog.New(slog.NewJSONHandler(logOut, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	if cfg.GCPercent > 0 {
+		// The collector's target is the process's; serve is the process.
+		debug.SetGCPercent(cfg.GCPercent)
+	}
 	reg := prometheus.NewRegistry()
 	for _, c := range []prometheus.Collector{collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		if err := reg.Register(c); err != nil {
