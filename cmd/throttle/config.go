@@ -18,21 +18,21 @@ import (
 // config is every setting of `throttle serve`. Each comes from a flag, else
 // from its environment variable, else from its default.
 type config struct {
-	Port              int
-	GRPCPort          int
-	BindAddress       string
-	RedisURL          string
-	DatabaseURL       string
-	DescriptorsDir    string
-	MergeDomains      bool
-	ReloadInterval    time.Duration
-	FailureMode       algorithms.FailureMode
-	BackendTimeout    time.Duration // 0: derived from each call's deadline
-	RESTTimeout       time.Duration
-	LocalCacheBytes   int
+	Port            int
+	GRPCPort        int
+	BindAddress     string
+	RedisURL        string
+	DatabaseURL     string
+	DescriptorsDir  string
+	MergeDomains    bool
+	ReloadInterval  time.Duration
+	FailureMode     algorithms.FailureMode
+	BackendTimeout  time.Duration // 0: derived from each call's deadline
+	RESTTimeout     time.Duration
+	LocalCacheBytes int
 	// GCPercent is the Go collector's target for serve: defaultGCPercent
 	// unless the environment sets GOGC (then 0: Go's own reading stands).
-	GCPercent int
+	GCPercent         int
 	DebugAddress      string
 	TrustedProxies    []netip.Prefix
 	LogLevel          slog.Level
