@@ -141,6 +141,17 @@ type Limit struct {
 	RefillRate float64
 }
 
+// fmtWindow writes a window as people give it: days, seconds, or finer.
+func fmtWindow(d time.Duration) string {
+	switch {
+	case d != 0 && d%(24*time.Hour) == 0:
+		return fmt.Sprintf("%d days", d/(24*time.Hour))
+	case d%time.Second == 0:
+		return fmt.Sprintf("%ds", d/time.Second)
+	}
+	return d.String()
+}
+
 // Validate reports why l cannot be enforced, as an error wrapping ErrInvalid.
 func (l Limit) Validate() error {
 	if _, err := ParseAlgorithm(string(l.Algorithm)); err != nil {
@@ -152,13 +163,13 @@ func (l Limit) Validate() error {
 	needWindow := l.Algorithm != TokenBucket
 	if l.Window != 0 || needWindow {
 		if l.Window < MinWindow || l.Window > MaxWindow {
-			return invalidf("window %s must be between %s and %s", l.Window, MinWindow, MaxWindow)
+			return invalidf("window %s must be between %s and %s", fmtWindow(l.Window), MinWindow, fmtWindow(MaxWindow))
 		}
 	}
 	if l.Algorithm == GCRA {
 		// Counted exactly in integers below 2^53 (see gcraUnits).
 		if _, c := gcraUnits(l.Limit, l.Window.Microseconds()); c > maxExact/l.Limit {
-			return invalidf("gcra cannot count limit %d per %s exactly (the least common multiple of the limit and the window in µs must be below 2^53): choose a rounder limit or window", l.Limit, l.Window)
+			return invalidf("gcra cannot count limit %d per %s exactly (the least common multiple of the limit and the window in µs must be below 2^53): choose a rounder limit or window", l.Limit, fmtWindow(l.Window))
 		}
 	}
 	if l.Algorithm == TokenBucket {

@@ -103,7 +103,7 @@ non_map_list.yaml: domain "test-domain" › descriptors[2]: config error, yaml f
 		{files: []string{ours + "refill_with_gcra.yaml"},
 			want: `refill_with_gcra.yaml: domain "test-domain" › descriptors[0] › rate_limit: refill_rate is only for algorithm token_bucket, not gcra`},
 		{files: []string{ours + "gcra_inexact.yaml"},
-			want: `gcra_inexact.yaml: domain "test-domain" › descriptors[0] › rate_limit: gcra cannot count limit 999999937 per 8760h0m0s exactly (the least common multiple of the limit and the window in µs must be below 2^53): choose a rounder limit or window`},
+			want: `gcra_inexact.yaml: domain "test-domain" › descriptors[0] › rate_limit: gcra cannot count limit 999999937 per 365 days exactly (the least common multiple of the limit and the window in µs must be below 2^53): choose a rounder limit or window`},
 		{files: []string{ours + "share_threshold_no_wildcard.yaml"},
 			want: `share_threshold_no_wildcard.yaml: domain "test-domain" › descriptors[0]: share_threshold can only be used with wildcard values (containing '*'), but found key 'files_files'`},
 		{files: []string{ours + "unlimited_bad_unit.yaml"},

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"net/http"
 	"net/netip"
 	"time"
@@ -221,34 +220,28 @@ func inlineLimit(alg algorithms.Algorithm, limit, window *int64, refill *float64
 	switch {
 	case limit == nil:
 		return l, missingField("limit is required")
-	case *limit <= 0 || *limit > algorithms.MaxLimit:
-		return l, invalidField(fmt.Sprintf("limit must be between 1 and %d", int64(algorithms.MaxLimit)))
-	}
-	l.Limit = *limit
-
-	maxWindow := int64(algorithms.MaxWindow / time.Second)
-	switch {
 	case window == nil && alg != algorithms.TokenBucket:
 		return l, missingField(fmt.Sprintf("window (seconds) is required for %s", alg))
-	case window == nil:
-	case *window <= 0 || *window > maxWindow:
-		return l, invalidField(fmt.Sprintf("window must be between 1 and %d seconds", maxWindow))
-	default:
-		l.Window = time.Duration(*window) * time.Second
+	case window != nil && *window <= 0:
+		return l, invalidField("window must be a positive number of seconds")
+	case refill != nil && alg == algorithms.TokenBucket && !(*refill > 0):
+		// The engine reads 0 as "the default rate"; a client sending 0
+		// means something else.
+		return l, invalidField("refill_rate must be greater than 0 tokens per second")
 	}
-
+	l.Limit = *limit
+	if window != nil {
+		// Past the engine's bound, without overflowing a Duration.
+		l.Window = time.Duration(min(*window, int64(algorithms.MaxWindow/time.Second)+1)) * time.Second
+	}
 	// refill_rate is accepted with every algorithm and ignored where it does
 	// not apply: the product description's clients send one body for all.
 	if refill != nil && alg == algorithms.TokenBucket {
-		switch r := *refill; {
-		case math.IsNaN(r) || r <= 0 || r > algorithms.MaxRefillRate:
-			return l, invalidField(fmt.Sprintf("refill_rate must be greater than 0 and at most %d tokens per second", int64(algorithms.MaxRefillRate)))
-		default:
-			l.RefillRate = r
-		}
+		l.RefillRate = *refill
 	}
+	// The engine owns the bounds (algorithms.Limit.Validate).
 	if err := l.Validate(); err != nil {
-		return l, err
+		return l, invalidField(err.Error())
 	}
 	return l, nil
 }

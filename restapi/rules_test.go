@@ -75,7 +75,7 @@ func TestRules(t *testing.T) {
 			{"missing window", `{"name":"x","algorithm":"fixed_window","limit":1}`, 400, "MISSING_FIELD"},
 			{"negative window", `{"name":"x","algorithm":"fixed_window","limit":1,"window":-5}`, 400, "INVALID_FIELD"},
 			{"gcra without window", `{"name":"x","algorithm":"gcra","limit":1}`, 400, "MISSING_FIELD"},
-			{"gcra too fine", `{"name":"x","algorithm":"gcra","limit":999999937,"window":31622400}`, 400, "INVALID_LIMIT"},
+			{"gcra too fine", `{"name":"x","algorithm":"gcra","limit":999999937,"window":31622400}`, 400, "INVALID_FIELD"},
 			{"descriptor without key", `{"name":"x","algorithm":"fixed_window","limit":1,"window":1,"descriptors":[{"value":"v"}]}`, 400, "INVALID_FIELD"},
 			{"descriptor typo", `{"name":"x","algorithm":"fixed_window","limit":1,"window":1,"descriptors":[{"key":"k","vaule":"v"}]}`, 400, "UNKNOWN_FIELD"},
 			{"same descriptors as edge.login", `{"name":"x","algorithm":"fixed_window","limit":9,"window":60,"descriptors":[{"key":"path","value":"/login"},{"key":"user"}]}`, 409, "DESCRIPTORS_EXIST"},
