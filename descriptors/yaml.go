@@ -12,37 +12,6 @@ import (
 	"github.com/throttle-rl/throttle/algorithms"
 )
 
-// ConfigError is one problem in a configuration. It wraps ErrInvalid.
-type ConfigError struct {
-	// File names the file as it was given to the loader (a path, or a bare
-	// name), or the rule ("rule 3") for NewDomain.
-	File string
-	// Path locates the problem inside the file, such as
-	// `domain "edge" › descriptors[2] › rate_limit`; empty for the whole file.
-	Path string
-	// Msg says what is wrong, in upstream's words where upstream has them.
-	Msg string
-	// Line is the line of Path in File, when known (Check sets it); 0
-	// otherwise.
-	Line int
-}
-
-// Error returns "file: path: message", or "file: message" without a path;
-// "file:line: …" when the line is known.
-func (e *ConfigError) Error() string {
-	file := e.File
-	if e.Line > 0 {
-		file += ":" + strconv.Itoa(e.Line)
-	}
-	if e.Path == "" {
-		return file + ": " + e.Msg
-	}
-	return file + ": " + e.Path + ": " + e.Msg
-}
-
-// Unwrap returns ErrInvalid.
-func (e *ConfigError) Unwrap() error { return ErrInvalid }
-
 // File is one descriptor YAML file, as read and checked by Parse.
 type File struct {
 	// Name is where the file came from; errors name it.

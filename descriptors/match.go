@@ -1,0 +1,249 @@
+package descriptors
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/throttle-rl/throttle/algorithms"
+)
+
+// Entry is one (key, value) of a request descriptor, or of a rule's match.
+// In a rule an empty Value matches any value of Key and '*' in Value is a
+// wildcard; in a request both are plain strings.
+type Entry struct {
+	Key   string
+	Value string
+}
+
+// Match returns the limit for the request descriptor entries in domain, or
+// nil when none applies (unknown domain, no entries, no match, whitelisted
+// value).
+func (c *Config) Match(domain string, entries []Entry) *Match {
+	return c.Domain(domain).Match(entries)
+}
+
+type matchKind int
+
+const (
+	byValue matchKind = iota
+	byWildcard
+	byDefault
+)
+
+// lookup finds the node for a request entry: exact value, then the first
+// matching wildcard, then the key's default.
+func (l *level) lookup(e Entry) (*node, matchKind) {
+	if e.Value != "" {
+		if n := l.exact[e]; n != nil {
+			return n, byValue
+		}
+	}
+	for _, n := range l.wildcards {
+		if n.key == e.Key && wildcardMatch(n.value, e.Value) {
+			return n, byWildcard
+		}
+	}
+	if n := l.defaults[e.Key]; n != nil {
+		return n, byDefault
+	}
+	return nil, byDefault
+}
+
+// wildcardMatch reports whether s matches pattern, where '*' matches zero or
+// more characters and every other byte matches itself.
+func wildcardMatch(pattern, s string) bool {
+	p, i := 0, 0
+	star, mark := -1, 0
+	for i < len(s) {
+		switch {
+		case p < len(pattern) && pattern[p] == '*':
+			star, mark = p, i
+			p++
+		case p < len(pattern) && pattern[p] == s[i]:
+			p++
+			i++
+		case star >= 0:
+			p = star + 1
+			mark++
+			i = mark
+		default:
+			return false
+		}
+	}
+	for p < len(pattern) && pattern[p] == '*' {
+		p++
+	}
+	return p == len(pattern)
+}
+
+// Match is the limit that applies to one request descriptor.
+type Match struct {
+	// Domain is the request's domain.
+	Domain string
+	// Entries are the request's entries.
+	Entries []Entry
+	// Limit is the limit that applies.
+	Limit RateLimit
+	// ShadowMode: decide and count, never deny.
+	ShadowMode bool
+	// DetailedMetric is the descriptor's detailed_metric.
+	DetailedMetric bool
+	// QuotaMode is the descriptor's quota_mode, kept for the caller.
+	QuotaMode bool
+	// Metadata is the descriptor's metadata map (JSON-compatible values:
+	// map[string]any, []any, string, float64/int, bool, nil), or nil. Shared:
+	// do not modify.
+	Metadata map[string]any
+	// StatsKey is upstream's stats key for this match, the metric prefix
+	// before .total_hits, .over_limit, …; with detailed_metric or
+	// value_to_metric it carries the request's values.
+	StatsKey string
+	// ConfigKey is upstream's FullKey of the matched descriptor as
+	// configured: domain and the configured key or key_value of each level
+	// (the wildcard pattern for a wildcard). It is StatsKey without the
+	// request values detailed_metric and value_to_metric add, so the number
+	// of ConfigKeys is bounded by the configuration.
+	ConfigKey string
+	// SharePatterns has, when any matched descriptor has share_threshold, one
+	// element per entry: the wildcard pattern that entry's value was counted
+	// as, or "" (upstream's ShareThresholdKeyPattern). Nil otherwise.
+	SharePatterns []string
+	// Counter identifies the rate-limit state: every request whose Counter
+	// (and Domain and Limit) is equal counts against the same state. It
+	// encodes each entry's key and value (or share_threshold pattern) with
+	// length prefixes, so unlike upstream's key_value joins, (a, b_c) and
+	// (a_b, c) never share a counter.
+	Counter string
+}
+
+// Key returns the engine key of the match's counter: scope the domain,
+// identifier Counter. Name is left empty so the limit itself (algorithm,
+// limit, window, refill) also names the state, and a limit changed by a
+// reload starts from fresh state instead of reusing a different window's.
+func (m *Match) Key() algorithms.Key {
+	return algorithms.Key{Scope: m.Domain, Identifier: m.Counter}
+}
+
+// Match returns the limit for the request descriptor entries, or nil when
+// none applies. d may be nil (unknown domain).
+func (d *Domain) Match(entries []Entry) *Match {
+	if d == nil || len(entries) == 0 {
+		return nil
+	}
+	var (
+		lvl      = &d.root
+		segs     = make([]string, len(entries))
+		patterns []string
+		found    *node
+	)
+	for i, e := range entries {
+		n, how := lvl.lookup(e)
+		if n == nil {
+			return nil
+		}
+		if n.shareThreshold && n.wildcard && how != byDefault {
+			if patterns == nil {
+				patterns = make([]string, len(entries))
+			}
+			patterns[i] = n.value
+		}
+		switch {
+		case patterns != nil && patterns[i] != "":
+			segs[i] = e.Key + "_" + patterns[i]
+		case n.valueToMetric && how != byValue:
+			segs[i] = joinKV(e.Key, e.Value)
+		case how == byDefault:
+			segs[i] = e.Key
+		default: // the configured key_value (the pattern for a wildcard)
+			segs[i] = n.segment()
+		}
+		if i == len(entries)-1 {
+			found = n
+			break
+		}
+		if len(n.children.exact)+len(n.children.defaults) == 0 {
+			return nil // the request is deeper than the configuration
+		}
+		lvl = &n.children
+	}
+	if found.limit == nil {
+		return nil // key/value with no rate_limit: whitelisted
+	}
+	m := &Match{
+		Domain:         d.name,
+		Entries:        entries,
+		Limit:          *found.limit,
+		ShadowMode:     found.shadowMode,
+		DetailedMetric: found.detailedMetric,
+		QuotaMode:      found.quotaMode,
+		Metadata:       found.metadata,
+		SharePatterns:  patterns,
+	}
+	var sb strings.Builder
+	sb.WriteString(d.name)
+	for i, e := range entries {
+		sb.WriteByte('.')
+		switch {
+		case !found.detailedMetric:
+			sb.WriteString(segs[i])
+		case patterns != nil && patterns[i] != "":
+			sb.WriteString(e.Key + "_" + patterns[i])
+		case patterns != nil:
+			sb.WriteString(joinKV(e.Key, e.Value))
+		default: // upstream writes key_value even for an empty value
+			sb.WriteString(e.Key + "_" + e.Value)
+		}
+	}
+	m.StatsKey = sb.String()
+	m.ConfigKey = found.fullKey
+	m.Counter = counterID(entries, patterns)
+	return m
+}
+
+func joinKV(k, v string) string {
+	if v == "" {
+		return k
+	}
+	return k + "_" + v
+}
+
+// counterID encodes entries unambiguously: len:key len:value for each, with
+// a share_threshold pattern in place of the value where one applies.
+func counterID(entries []Entry, patterns []string) string {
+	var sb strings.Builder
+	for i, e := range entries {
+		v := e.Value
+		if patterns != nil && patterns[i] != "" {
+			v = patterns[i]
+		}
+		sb.WriteString(strconv.Itoa(len(e.Key)))
+		sb.WriteByte(':')
+		sb.WriteString(e.Key)
+		sb.WriteString(strconv.Itoa(len(v)))
+		sb.WriteByte(':')
+		sb.WriteString(v)
+	}
+	return sb.String()
+}
+
+// ApplyReplaces drops, as upstream does, every match whose limit Name is
+// listed in the Replaces of another match of the same request. It returns a
+// new slice of the same length, with nil where a match was dropped (or was
+// nil already), so positions still line up with the request's descriptors.
+func ApplyReplaces(ms []*Match) []*Match {
+	replaced := map[string]bool{}
+	for _, m := range ms {
+		if m != nil {
+			for _, r := range m.Limit.Replaces {
+				replaced[r] = true
+			}
+		}
+	}
+	out := make([]*Match, len(ms))
+	for i, m := range ms {
+		if m != nil && (m.Limit.Name == "" || !replaced[m.Limit.Name]) {
+			out[i] = m
+		}
+	}
+	return out
+}
