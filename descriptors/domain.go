@@ -56,7 +56,7 @@ func (c *Config) DomainCount() int {
 // duplicate descriptor in YAML is. Errors wrap ErrInvalid.
 func NewDomain(name string, rules []Rule) (*Domain, error) {
 	if name == "" {
-		return nil, fmt.Errorf("%w: empty domain", ErrInvalid)
+		return nil, fmt.Errorf("empty domain: %w", ErrInvalid)
 	}
 	d := &Domain{name: name}
 	var errs []error
@@ -88,7 +88,7 @@ func (d *Domain) addRule(r Rule) error {
 			spec.limit = &lim
 			spec.shadowMode = r.ShadowMode
 		}
-		if err := spec.check(); err != nil {
+		if err := spec.checkShape(); err != nil {
 			return err
 		}
 		n := lvl.find(e.Key, e.Value)
@@ -120,18 +120,8 @@ type nodeSpec struct {
 	metadata       map[string]any
 }
 
-// check checks the descriptor and its limit.
-func (s nodeSpec) check() error {
-	if err := s.checkShape(); err != nil {
-		return err
-	}
-	if s.limit != nil {
-		return s.limit.validate()
-	}
-	return nil
-}
-
-// checkShape checks the descriptor without its limit.
+// checkShape checks the descriptor without its limit (checked once, by
+// RateLimit.validate or the parser).
 func (s nodeSpec) checkShape() error {
 	if s.key == "" {
 		return errors.New("descriptor has empty key")

@@ -63,10 +63,10 @@ func (l RateLimit) EngineAlgorithm() algorithms.Algorithm {
 // engine does not enforce: Unlimited, or AlwaysOverLimit.
 func (l RateLimit) EngineLimit() (algorithms.Limit, error) {
 	if l.Unlimited {
-		return algorithms.Limit{}, fmt.Errorf("%w: unlimited has no engine limit", ErrInvalid)
+		return algorithms.Limit{}, fmt.Errorf("unlimited has no engine limit: %w", ErrInvalid)
 	}
 	if l.AlwaysOverLimit() {
-		return algorithms.Limit{}, fmt.Errorf("%w: requests_per_unit 0 is always over the limit", ErrInvalid)
+		return algorithms.Limit{}, fmt.Errorf("requests_per_unit 0 is always over the limit: %w", ErrInvalid)
 	}
 	el := algorithms.Limit{
 		Algorithm:  l.EngineAlgorithm(),
@@ -77,15 +77,31 @@ func (l RateLimit) EngineLimit() (algorithms.Limit, error) {
 	return el, el.Validate()
 }
 
-// validate checks l, returning upstream's messages where upstream has them.
+// validate checks l, a rule's limit, in upstream's words where upstream has
+// them. The YAML parser runs the same two checks, checkUnit where it reads
+// the unit and checkSettings once everything is read.
 func (l RateLimit) validate() error {
-	if l.Unlimited {
-		if l.Unit != UnitUnknown || l.Window != 0 {
-			return errors.New("should not specify rate limit unit when unlimited")
-		}
-	} else if l.Unit.Window() == 0 && l.Window <= 0 {
-		return fmt.Errorf("invalid rate limit unit '%s'", strings.ToLower(l.Unit.String()))
+	if err := l.checkUnit(strings.ToLower(l.Unit.String())); err != nil {
+		return err
 	}
+	return l.checkSettings()
+}
+
+// checkUnit checks that l has a unit (or a Window), and none when
+// Unlimited. written is the unit as configured, for the message.
+func (l RateLimit) checkUnit(written string) error {
+	switch {
+	case l.Unlimited && (l.Unit != UnitUnknown || l.Window != 0):
+		return errors.New("should not specify rate limit unit when unlimited")
+	case !l.Unlimited && l.Unit.Window() == 0 && l.Window <= 0:
+		return unitError(written)
+	}
+	return nil
+}
+
+// checkSettings checks everything of l but its unit: replaces, algorithm,
+// refill_rate, and that the engine takes the limit.
+func (l RateLimit) checkSettings() error {
 	for _, r := range l.Replaces {
 		if r == "" {
 			return errors.New("should not have an empty replaces entry")
@@ -108,8 +124,6 @@ func (l RateLimit) validate() error {
 	if l.Unlimited || l.AlwaysOverLimit() {
 		return nil
 	}
-	if _, err := l.EngineLimit(); err != nil {
-		return errors.New(strings.TrimPrefix(err.Error(), algorithms.ErrInvalid.Error()+": "))
-	}
-	return nil
+	_, err := l.EngineLimit()
+	return err
 }

@@ -40,7 +40,7 @@ func Load(opts Options, srcs ...Source) (*Config, error) {
 		}
 		files = append(files, f)
 	}
-	c, err := Build(opts, files...)
+	c, err := build(opts, files)
 	if err != nil {
 		errs = append(errs, err)
 	}
@@ -50,17 +50,14 @@ func Load(opts Options, srcs ...Source) (*Config, error) {
 	return c, nil
 }
 
-// Build builds a Config from parsed files, in order, refusing a domain in
-// two files (unless opts.MergeDomains), duplicate descriptors, and anything
-// Parse refuses. Errors are joined *ConfigError values.
-func Build(opts Options, files ...*File) (*Config, error) {
+// build builds a Config from files Parse returned, in order, refusing what
+// only shows across files and levels: a domain in two files (unless
+// opts.MergeDomains) and duplicate descriptors. Parse has checked everything
+// else. Errors are joined *ConfigError values.
+func build(opts Options, files []*File) (*Config, error) {
 	c := &Config{domains: map[string]*Domain{}}
 	var errs []error
 	for _, f := range files {
-		if f.Domain == "" {
-			errs = append(errs, &ConfigError{File: f.Name, Msg: "config file cannot have empty domain"})
-			continue
-		}
 		d := c.domains[f.Domain]
 		if d == nil {
 			d = &Domain{name: f.Domain}
@@ -89,10 +86,6 @@ func (b *builder) add(lvl *level, parentKey string, ds []Descriptor, path []stri
 		p := append(path[:len(path):len(path)], fmt.Sprintf("descriptors[%d]", i))
 		s := d.spec()
 		fullKey := parentKey + "." + s.segment()
-		if err := s.check(); err != nil {
-			b.errs = append(b.errs, &ConfigError{File: b.file, Path: strings.Join(p, " › "), Msg: err.Error()})
-			continue
-		}
 		if lvl.find(d.Key, d.Value) != nil {
 			b.errs = append(b.errs, &ConfigError{File: b.file, Path: strings.Join(p, " › "),
 				Msg: fmt.Sprintf("duplicate descriptor composite key '%s'", fullKey)})

@@ -45,7 +45,13 @@ func ParseUnit(s string) (Unit, error) {
 			return u, nil
 		}
 	}
-	return UnitUnknown, fmt.Errorf("invalid rate limit unit '%s'", s)
+	return UnitUnknown, unitError(s)
+}
+
+// unitError is upstream's message for a unit it does not know, written as
+// the configuration wrote it.
+func unitError(written string) error {
+	return fmt.Errorf("invalid rate limit unit '%s'", written)
 }
 
 // String returns the proto enum name of u (SECOND, MINUTE, …).

@@ -291,19 +291,19 @@ func (p *parser) rateLimit(n *yamlNode, path []string) *RateLimit {
 	l := &RateLimit{
 		Unlimited: p.boolean(fs["unlimited"], path, "unlimited"),
 		Name:      p.str(fs["name"], path, "name"),
-		Algorithm: "",
 	}
 	unit := p.str(fs["unit"], path, "unit")
-	u, err := ParseUnit(unit)
-	switch {
-	case l.Unlimited && unit != "" && err == nil:
-		p.fail(path, "should not specify rate limit unit when unlimited")
-		ok = false
-	case err != nil && (unit != "" || !l.Unlimited):
+	var err error
+	if unit != "" {
+		l.Unit, err = ParseUnit(unit)
+	}
+	if err == nil {
+		err = l.checkUnit(unit)
+	}
+	if err != nil {
 		p.fail(path, "%s", err)
 		ok = false
 	}
-	l.Unit = u
 	if rpu := fs["requests_per_unit"]; rpu != nil && rpu.kind != kindNull {
 		v, good := wholeNumber(rpu.raw)
 		if !good || v < 0 || v > math.MaxUint32 {
@@ -341,7 +341,7 @@ func (p *parser) rateLimit(n *yamlNode, path []string) *RateLimit {
 		}
 	}
 	if ok {
-		if err := l.validate(); err != nil {
+		if err := l.checkSettings(); err != nil {
 			p.fail(path, "%s", err)
 		}
 	}
