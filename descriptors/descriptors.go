@@ -36,8 +36,9 @@ type ConfigError struct {
 	Path string
 	// Msg says what is wrong, in upstream's words where upstream has them.
 	Msg string
-	// Line is the line of Path in File, when known (Check sets it); 0
-	// otherwise.
+	// Line is the line of Path in File: where the descriptor, the
+	// rate_limit key or the file's top-level mapping starts. 0 for a rule,
+	// and for a file that is not YAML (the YAML error names its line).
 	Line int
 }
 

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 )
 
@@ -25,29 +24,38 @@ type Source struct {
 
 // Load parses and checks every source and builds one Config from them, in
 // order. It checks the whole configuration before returning: the error
-// joins every problem found (each a *ConfigError naming its source), and no
-// Config is returned unless there is none.
+// joins every problem found (each a *ConfigError naming its source and,
+// when known, the line), and no Config is returned unless there is none.
 func Load(opts Options, srcs ...Source) (*Config, error) {
+	c, _, err := load(opts, srcs)
+	return c, err
+}
+
+// load is Load, also returning the File of each source as parse returns it,
+// in the order of srcs, for the domain each names.
+func load(opts Options, srcs []Source) (*Config, []*File, error) {
 	var (
 		errs  []error
-		files []*File
+		files = make([]*File, len(srcs))
+		good  []*File
 	)
-	for _, s := range srcs {
-		f, err := Parse(s.Name, s.Data)
+	for i, s := range srcs {
+		f, err := parse(s.Name, s.Data)
+		files[i] = f
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		files = append(files, f)
+		good = append(good, f)
 	}
-	c, err := build(opts, files)
+	c, err := build(opts, good)
 	if err != nil {
 		errs = append(errs, err)
 	}
 	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
+		return nil, files, errors.Join(errs...)
 	}
-	return c, nil
+	return c, files, nil
 }
 
 // build builds a Config from files Parse returned, in order, refusing what
@@ -63,11 +71,11 @@ func build(opts Options, files []*File) (*Config, error) {
 			d = &Domain{name: f.Domain}
 			c.domains[f.Domain] = d
 		} else if !opts.MergeDomains {
-			errs = append(errs, &ConfigError{File: f.Name, Msg: fmt.Sprintf("duplicate domain '%s' in config file", f.Domain)})
+			errs = append(errs, &ConfigError{File: f.Name, Line: f.Line, Msg: fmt.Sprintf("duplicate domain '%s' in config file", f.Domain)})
 			continue
 		}
 		b := builder{file: f.Name}
-		b.add(&d.root, f.Domain, f.Descriptors, []string{"domain " + strconv.Quote(f.Domain)})
+		b.add(&d.root, f.Domain, f.Descriptors, domainPlace(f.Domain, f.Line))
 		errs = append(errs, b.errs...)
 	}
 	if len(errs) > 0 {
@@ -81,18 +89,18 @@ type builder struct {
 	errs []error
 }
 
-func (b *builder) add(lvl *level, parentKey string, ds []Descriptor, path []string) {
+func (b *builder) add(lvl *level, parentKey string, ds []Descriptor, at place) {
 	for i, d := range ds {
-		p := append(path[:len(path):len(path)], fmt.Sprintf("descriptors[%d]", i))
+		dat := at.in(fmt.Sprintf("descriptors[%d]", i), d.Line)
 		s := d.spec()
 		fullKey := parentKey + "." + s.segment()
 		if lvl.find(d.Key, d.Value) != nil {
-			b.errs = append(b.errs, &ConfigError{File: b.file, Path: strings.Join(p, " › "),
+			b.errs = append(b.errs, &ConfigError{File: b.file, Line: dat.line, Path: strings.Join(dat.path, " › "),
 				Msg: fmt.Sprintf("duplicate descriptor composite key '%s'", fullKey)})
 			continue
 		}
 		n := lvl.add(s, fullKey)
-		b.add(&n.children, fullKey, d.Descriptors, p)
+		b.add(&n.children, fullKey, d.Descriptors, dat)
 	}
 }
 
@@ -122,12 +130,11 @@ func readFiles(paths []string) ([]Source, error) {
 
 // Check loads the files at paths as LoadFiles does and returns every
 // problem, or nil when the configuration is valid: what `throttle config
-// check FILE…` reports. Its errors also give the line of each problem
-// ("file:line: path: message").
+// check FILE…` reports ("file:line: path: message" each). Unlike LoadFiles,
+// it also checks the files it can read when others cannot be read.
 func Check(opts Options, paths ...string) error {
 	srcs, err := readFiles(paths)
 	_, lerr := Load(opts, srcs...)
-	addLines(lerr, srcs)
 	return errors.Join(err, lerr)
 }
 

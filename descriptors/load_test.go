@@ -17,9 +17,9 @@ const (
 	ours     = "testdata/throttle/"
 )
 
-// load loads files as upstream's unit tests do: errors name each file by
+// loadFixtures loads files as upstream's unit tests do: errors name each file by
 // its bare name.
-func load(t *testing.T, opts Options, paths ...string) (*Config, error) {
+func loadFixtures(t *testing.T, opts Options, paths ...string) (*Config, error) {
 	t.Helper()
 	var srcs []Source
 	for _, p := range paths {
@@ -34,7 +34,7 @@ func load(t *testing.T, opts Options, paths ...string) (*Config, error) {
 
 func mustLoad(t *testing.T, opts Options, paths ...string) *Config {
 	t.Helper()
-	c, err := load(t, opts, paths...)
+	c, err := loadFixtures(t, opts, paths...)
 	if err != nil {
 		t.Fatalf("load %v: %v", paths, err)
 	}
@@ -49,83 +49,83 @@ func TestLoadRefuses(t *testing.T) {
 	}{
 		// Upstream's bad fixtures: upstream's message, with the path inside the file.
 		{files: []string{upstream + "bad_limit_unit.yaml"},
-			want: `bad_limit_unit.yaml: domain "test-domain" › descriptors[0] › rate_limit: invalid rate limit unit 'foo'`},
+			want: `bad_limit_unit.yaml:5: domain "test-domain" › descriptors[0] › rate_limit: invalid rate limit unit 'foo'`},
 		{files: []string{upstream + "bad_yaml.yaml"},
 			want: `bad_yaml.yaml: error loading config file: yaml: line 2: found unexpected end of stream`},
 		{files: []string{upstream + "duplicate_key.yaml"},
-			want: `duplicate_key.yaml: domain "test-domain" › descriptors[1]: duplicate descriptor composite key 'test-domain.key1_value1'`},
+			want: `duplicate_key.yaml:6: domain "test-domain" › descriptors[1]: duplicate descriptor composite key 'test-domain.key1_value1'`},
 		{files: []string{upstream + "empty_domain.yaml"},
-			want: `empty_domain.yaml: config file cannot have empty domain`},
+			want: `empty_domain.yaml:1: config file cannot have empty domain`},
 		{files: []string{upstream + "empty_key.yaml"},
-			want: `empty_key.yaml: domain "test-domain" › descriptors[0]: descriptor has empty key`},
+			want: `empty_key.yaml:3: domain "test-domain" › descriptors[0]: descriptor has empty key`},
 		{files: []string{upstream + "misspelled_key.yaml"},
-			want: `misspelled_key.yaml: domain "test-domain" › descriptors[0]: config error, unknown key 'ratelimit'`},
+			want: `misspelled_key.yaml:3: domain "test-domain" › descriptors[0]: config error, unknown key 'ratelimit'`},
 		{files: []string{upstream + "misspelled_key2.yaml"},
-			want: `misspelled_key2.yaml: domain "test-domain" › descriptors[0] › rate_limit: config error, unknown key 'requestsperunit'`},
+			want: `misspelled_key2.yaml:5: domain "test-domain" › descriptors[0] › rate_limit: config error, unknown key 'requestsperunit'`},
 		{files: []string{upstream + "non_map_list.yaml"},
-			want: `non_map_list.yaml: domain "test-domain" › descriptors[0]: config error, yaml file contains list of type other than map: a
-non_map_list.yaml: domain "test-domain" › descriptors[1]: config error, yaml file contains list of type other than map: b
-non_map_list.yaml: domain "test-domain" › descriptors[2]: config error, yaml file contains list of type other than map: c`},
+			want: `non_map_list.yaml:3: domain "test-domain" › descriptors[0]: config error, yaml file contains list of type other than map: a
+non_map_list.yaml:4: domain "test-domain" › descriptors[1]: config error, yaml file contains list of type other than map: b
+non_map_list.yaml:5: domain "test-domain" › descriptors[2]: config error, yaml file contains list of type other than map: c`},
 		{files: []string{upstream + "non_string_key.yaml"},
-			want: `non_string_key.yaml: config error, key is not of type string: 0.25`},
+			want: `non_string_key.yaml:1: config error, key is not of type string: 0.25`},
 		{files: []string{upstream + "replaces_empty.yaml"},
-			want: `replaces_empty.yaml: domain "test-domain" › descriptors[0] › descriptors[0] › rate_limit: should not have an empty replaces entry`},
+			want: `replaces_empty.yaml:7: domain "test-domain" › descriptors[0] › descriptors[0] › rate_limit: should not have an empty replaces entry`},
 		{files: []string{upstream + "replaces_self.yaml"},
-			want: `replaces_self.yaml: domain "test-domain" › descriptors[0] › descriptors[0] › rate_limit: replaces should not contain name of same descriptor`},
+			want: `replaces_self.yaml:7: domain "test-domain" › descriptors[0] › descriptors[0] › rate_limit: replaces should not contain name of same descriptor`},
 		{files: []string{upstream + "unlimited_with_unit.yaml"},
-			want: `unlimited_with_unit.yaml: domain "test-domain" › descriptors[0] › rate_limit: should not specify rate limit unit when unlimited`},
+			want: `unlimited_with_unit.yaml:4: domain "test-domain" › descriptors[0] › rate_limit: should not specify rate limit unit when unlimited`},
 
 		// Upstream's pairs.
 		{files: []string{upstream + "basic_config.yaml", upstream + "duplicate_domain.yaml"},
-			want: `duplicate_domain.yaml: duplicate domain 'test-domain' in config file`},
+			want: `duplicate_domain.yaml:1: duplicate domain 'test-domain' in config file`},
 		{files: []string{upstream + "merge_domain_key1.yaml", upstream + "merge_domain_key2.yaml"},
-			want: `merge_domain_key2.yaml: duplicate domain 'test-domain' in config file`},
+			want: `merge_domain_key2.yaml:2: duplicate domain 'test-domain' in config file`},
 		{files: []string{upstream + "merge_domain_key1.yaml", upstream + "merge_domain_key1.yaml"}, merge: true,
-			want: `merge_domain_key1.yaml: domain "test-domain" › descriptors[0]: duplicate descriptor composite key 'test-domain.key1_value1'`},
+			want: `merge_domain_key1.yaml:5: domain "test-domain" › descriptors[0]: duplicate descriptor composite key 'test-domain.key1_value1'`},
 
 		// Throttle's own cases.
 		{files: []string{ours + "negative_limit.yaml"},
-			want: `negative_limit.yaml: domain "test-domain" › descriptors[0] › rate_limit: requests_per_unit must be a whole number between 0 and 4294967295, not -1`},
+			want: `negative_limit.yaml:4: domain "test-domain" › descriptors[0] › rate_limit: requests_per_unit must be a whole number between 0 and 4294967295, not -1`},
 		{files: []string{ours + "overflow_limit.yaml"},
-			want: `overflow_limit.yaml: domain "test-domain" › descriptors[0] › rate_limit: requests_per_unit must be a whole number between 0 and 4294967295, not 4294967296`},
+			want: `overflow_limit.yaml:4: domain "test-domain" › descriptors[0] › rate_limit: requests_per_unit must be a whole number between 0 and 4294967295, not 4294967296`},
 		{files: []string{ours + "fractional_limit.yaml"},
-			want: `fractional_limit.yaml: domain "test-domain" › descriptors[0] › rate_limit: requests_per_unit must be a whole number between 0 and 4294967295, not 2.5`},
+			want: `fractional_limit.yaml:4: domain "test-domain" › descriptors[0] › rate_limit: requests_per_unit must be a whole number between 0 and 4294967295, not 2.5`},
 		{files: []string{ours + "unknown_top_key.yaml"},
-			want: `unknown_top_key.yaml: config error, unknown key 'descriptor'`},
+			want: `unknown_top_key.yaml:1: config error, unknown key 'descriptor'`},
 		{files: []string{ours + "bad_algorithm.yaml"},
-			want: `bad_algorithm.yaml: domain "test-domain" › descriptors[0] › rate_limit: unknown algorithm 'leaky_bucket' (want fixed_window, sliding_window, token_bucket or gcra)`},
+			want: `bad_algorithm.yaml:4: domain "test-domain" › descriptors[0] › rate_limit: unknown algorithm 'leaky_bucket' (want fixed_window, sliding_window, token_bucket or gcra)`},
 		{files: []string{ours + "refill_nan.yaml"},
-			want: `refill_nan.yaml: domain "test-domain" › descriptors[0] › rate_limit: refill_rate NaN must be a number between 0 and 1000000000 tokens per second`},
+			want: `refill_nan.yaml:4: domain "test-domain" › descriptors[0] › rate_limit: refill_rate NaN must be a number between 0 and 1000000000 tokens per second`},
 		{files: []string{ours + "refill_negative.yaml"},
-			want: `refill_negative.yaml: domain "test-domain" › descriptors[0] › rate_limit: refill_rate -2 must be a number between 0 and 1000000000 tokens per second`},
+			want: `refill_negative.yaml:4: domain "test-domain" › descriptors[0] › rate_limit: refill_rate -2 must be a number between 0 and 1000000000 tokens per second`},
 		{files: []string{ours + "refill_without_token_bucket.yaml"},
-			want: `refill_without_token_bucket.yaml: domain "test-domain" › descriptors[0] › rate_limit: refill_rate is only for algorithm token_bucket, not fixed_window`},
+			want: `refill_without_token_bucket.yaml:4: domain "test-domain" › descriptors[0] › rate_limit: refill_rate is only for algorithm token_bucket, not fixed_window`},
 		{files: []string{ours + "refill_with_gcra.yaml"},
-			want: `refill_with_gcra.yaml: domain "test-domain" › descriptors[0] › rate_limit: refill_rate is only for algorithm token_bucket, not gcra`},
+			want: `refill_with_gcra.yaml:4: domain "test-domain" › descriptors[0] › rate_limit: refill_rate is only for algorithm token_bucket, not gcra`},
 		{files: []string{ours + "gcra_inexact.yaml"},
-			want: `gcra_inexact.yaml: domain "test-domain" › descriptors[0] › rate_limit: gcra cannot count limit 999999937 per 365 days exactly (the least common multiple of the limit and the window in µs must be below 2^53): choose a rounder limit or window`},
+			want: `gcra_inexact.yaml:6: domain "test-domain" › descriptors[0] › rate_limit: gcra cannot count limit 999999937 per 365 days exactly (the least common multiple of the limit and the window in µs must be below 2^53): choose a rounder limit or window`},
 		{files: []string{ours + "share_threshold_no_wildcard.yaml"},
-			want: `share_threshold_no_wildcard.yaml: domain "test-domain" › descriptors[0]: share_threshold can only be used with wildcard values (containing '*'), but found key 'files_files'`},
+			want: `share_threshold_no_wildcard.yaml:3: domain "test-domain" › descriptors[0]: share_threshold can only be used with wildcard values (containing '*'), but found key 'files_files'`},
 		{files: []string{ours + "unlimited_bad_unit.yaml"},
-			want: `unlimited_bad_unit.yaml: domain "test-domain" › descriptors[0] › rate_limit: invalid rate limit unit 'fortnight'`},
+			want: `unlimited_bad_unit.yaml:4: domain "test-domain" › descriptors[0] › rate_limit: invalid rate limit unit 'fortnight'`},
 		{files: []string{ours + "missing_unit.yaml"},
-			want: `missing_unit.yaml: domain "test-domain" › descriptors[0] › rate_limit: invalid rate limit unit ''`},
+			want: `missing_unit.yaml:4: domain "test-domain" › descriptors[0] › rate_limit: invalid rate limit unit ''`},
 		{files: []string{ours + "duplicate_field.yaml"},
-			want: `duplicate_field.yaml: domain "test-domain" › descriptors[0]: config error, key 'key' appears twice`},
+			want: `duplicate_field.yaml:3: domain "test-domain" › descriptors[0]: config error, key 'key' appears twice`},
 		{files: []string{ours + "metadata_not_map.yaml"},
-			want: `metadata_not_map.yaml: domain "test-domain" › descriptors[0]: metadata must be a map, not [a b]`},
+			want: `metadata_not_map.yaml:3: domain "test-domain" › descriptors[0]: metadata must be a map, not [a b]`},
 		{files: []string{ours + "bad_bool.yaml"},
-			want: `bad_bool.yaml: domain "test-domain" › descriptors[0]: shadow_mode must be true or false, not sometimes`},
+			want: `bad_bool.yaml:3: domain "test-domain" › descriptors[0]: shadow_mode must be true or false, not sometimes`},
 		{files: []string{ours + "top_level_list.yaml"},
-			want: `top_level_list.yaml: error loading config file: the file must be a map with domain and descriptors, not [map[domain:test-domain]]`},
+			want: `top_level_list.yaml:1: error loading config file: the file must be a map with domain and descriptors, not [map[domain:test-domain]]`},
 		{files: []string{ours + "nested_problems.yaml"},
-			want: `nested_problems.yaml: domain "test-domain" › descriptors[0] › descriptors[0] › rate_limit: invalid rate limit unit 'minutes'
-nested_problems.yaml: domain "test-domain" › descriptors[0] › descriptors[1]: descriptor has empty key
-nested_problems.yaml: domain "test-domain" › descriptors[1]: value must be a string, not [1 2]`},
+			want: `nested_problems.yaml:6: domain "test-domain" › descriptors[0] › descriptors[0] › rate_limit: invalid rate limit unit 'minutes'
+nested_problems.yaml:9: domain "test-domain" › descriptors[0] › descriptors[1]: descriptor has empty key
+nested_problems.yaml:10: domain "test-domain" › descriptors[1]: value must be a string, not [1 2]`},
 		// Every file is checked: problems in two files are both reported.
 		{files: []string{upstream + "empty_key.yaml", ours + "missing_unit.yaml"},
-			want: `empty_key.yaml: domain "test-domain" › descriptors[0]: descriptor has empty key
-missing_unit.yaml: domain "test-domain" › descriptors[0] › rate_limit: invalid rate limit unit ''`},
+			want: `empty_key.yaml:3: domain "test-domain" › descriptors[0]: descriptor has empty key
+missing_unit.yaml:4: domain "test-domain" › descriptors[0] › rate_limit: invalid rate limit unit ''`},
 	}
 	for _, tt := range tests {
 		var names []string
@@ -133,7 +133,7 @@ missing_unit.yaml: domain "test-domain" › descriptors[0] › rate_limit: inval
 			names = append(names, filepath.Base(f))
 		}
 		t.Run(strings.Join(names, "+"), func(t *testing.T) {
-			c, err := load(t, Options{MergeDomains: tt.merge}, tt.files...)
+			c, err := loadFixtures(t, Options{MergeDomains: tt.merge}, tt.files...)
 			if err == nil {
 				t.Fatalf("loaded %d domains, want error %q", c.DomainCount(), tt.want)
 			}
@@ -232,7 +232,7 @@ func TestLoadDir(t *testing.T) {
 
 	writeFile(t, filepath.Join(dir, "bad.yaml"), "domain: x\ndescriptors:\n  - value: v\n")
 	_, err = LoadDir(dir, Options{})
-	if want := filepath.Join(dir, "bad.yaml") + `: domain "x" › descriptors[0]: descriptor has empty key`; err == nil || err.Error() != want {
+	if want := filepath.Join(dir, "bad.yaml") + `:3: domain "x" › descriptors[0]: descriptor has empty key`; err == nil || err.Error() != want {
 		t.Errorf("LoadDir with a bad file: got %v, want %s", err, want)
 	}
 	if _, err := LoadDir(filepath.Join(dir, "missing"), Options{}); err == nil {
@@ -267,12 +267,13 @@ func TestParseModel(t *testing.T) {
 	want := &File{
 		Name:   "token_bucket.yaml",
 		Domain: "tb",
+		Line:   2, // after the opening comment
 		Descriptors: []Descriptor{
-			{Key: "bucket", RateLimit: &RateLimit{RequestsPerUnit: 60, Unit: Minute, Algorithm: "token_bucket", RefillRate: 0.5}},
-			{Key: "sliding", RateLimit: &RateLimit{RequestsPerUnit: 100, Unit: Hour, Algorithm: "sliding_window"}},
+			{Key: "bucket", RateLimit: &RateLimit{RequestsPerUnit: 60, Unit: Minute, Algorithm: "token_bucket", RefillRate: 0.5}, Line: 4},
+			{Key: "sliding", RateLimit: &RateLimit{RequestsPerUnit: 100, Unit: Hour, Algorithm: "sliding_window"}, Line: 10},
 			// A number or a YAML 1.1 boolean as a value reads as its text, as upstream.
-			{Key: "fixed", Value: "500", RateLimit: &RateLimit{RequestsPerUnit: 7, Unit: Week}},
-			{Key: "onoff", Value: "on", RateLimit: &RateLimit{RequestsPerUnit: 365, Unit: Year}},
+			{Key: "fixed", Value: "500", RateLimit: &RateLimit{RequestsPerUnit: 7, Unit: Week}, Line: 15},
+			{Key: "onoff", Value: "on", RateLimit: &RateLimit{RequestsPerUnit: 365, Unit: Year}, Line: 20},
 		},
 	}
 	if diff := cmp.Diff(want, f); diff != "" {
@@ -288,8 +289,40 @@ func TestParseModel(t *testing.T) {
 		Key: "service", Value: "service_2", QuotaMode: true,
 		RateLimit: &RateLimit{RequestsPerUnit: 2, Unit: Minute},
 		Metadata:  map[string]any{"service_with_quota": map[string]any{"name": "service_2"}},
+		Line:      96,
 	}
 	if diff := cmp.Diff(wantSvc, svc); diff != "" {
 		t.Errorf("example.yaml service_2 (-want +got):\n%s", diff)
+	}
+}
+
+// TestCheckGivesLines: the line of each problem, also nested, as Check and
+// the loader report it.
+func TestCheckGivesLines(t *testing.T) {
+	cases := []struct {
+		name, yaml, want string
+	}{
+		{"bad unit", "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: minutes\n      requests_per_unit: 1\n",
+			`:4: domain "d" › descriptors[0] › rate_limit: invalid rate limit unit 'minutes'`},
+		{"nested unknown key", "domain: d\ndescriptors:\n  - key: a\n    descriptors:\n      - key: b\n      - key: c\n        ratelimit: {unit: second, requests_per_unit: 1}\n",
+			`:6: domain "d" › descriptors[0] › descriptors[1]: config error, unknown key 'ratelimit'`},
+		{"replaces", "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      name: x\n      replaces:\n        - name: x\n",
+			`:4: domain "d" › descriptors[0] › rate_limit: replaces should not contain name of same descriptor`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p := filepath.Join(t.TempDir(), "c.yaml")
+			if err := os.WriteFile(p, []byte(tc.yaml), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			err := Check(Options{}, p)
+			if err == nil || err.Error() != p+tc.want {
+				t.Errorf("Check = %v\nwant %s%s", err, p, tc.want)
+			}
+			// The loader gives the same lines: there is one parse.
+			if _, err := LoadFiles(Options{}, p); err == nil || err.Error() != p+tc.want {
+				t.Errorf("LoadFiles = %v\nwant %s%s", err, p, tc.want)
+			}
+		})
 	}
 }

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	yaml "go.yaml.in/yaml/v2"
 )
 
 // Reloader follows a directory of descriptor files: it polls the files'
@@ -139,15 +138,14 @@ func (r *Reloader) Reload() (bool, error) {
 		return false, nil
 	}
 	first := r.current.Load() == nil
-	c, err := Load(r.opts, srcs...)
+	c, files, err := load(r.opts, srcs)
 	r.seen = sum // a bad edit is reported once, not at every poll
 	if err != nil {
-		addLines(err, srcs)
-		r.setState(now, nil, r.failure(err, srcs))
+		r.setState(now, nil, r.failure(err, files))
 		r.failed(err)
 		return false, err
 	}
-	r.setState(now, &loaded{at: now, files: filesByDomain(srcs)}, nil)
+	r.setState(now, &loaded{at: now, files: filesByDomain(srcs, files)}, nil)
 	r.current.Store(c)
 	r.lastErr = ""
 	r.valid.Set(1)
@@ -279,21 +277,22 @@ func (r *Reloader) setState(now time.Time, l *loaded, f *loadFailure) {
 	r.state.Store(&next)
 }
 
-// failure sorts the problems of err (joined *ConfigError values, lines set)
-// by the domain of the file each is in: the domain the file on disk names,
-// or else the one its namesake in the configuration in use describes.
-func (r *Reloader) failure(err error, srcs []Source) *loadFailure {
+// failure sorts the problems of err (joined *ConfigError values) by the
+// domain of the file each is in: the domain the file on disk names (files,
+// as load read them), or else the one its namesake in the configuration in
+// use describes.
+func (r *Reloader) failure(err error, files []*File) *loadFailure {
 	domainOf := map[string]string{}
 	if st := r.state.Load(); st != nil && st.loaded != nil {
-		for d, files := range st.loaded.files {
-			for _, f := range files {
-				domainOf[f.Name] = d
+		for d, srcs := range st.loaded.files {
+			for _, s := range srcs {
+				domainOf[s.Name] = d
 			}
 		}
 	}
-	for _, s := range srcs {
-		if d := fileDomain(s.Data); d != "" {
-			domainOf[filepath.Base(s.Name)] = d
+	for _, f := range files {
+		if f.Domain != "" {
+			domainOf[filepath.Base(f.Name)] = f.Domain
 		}
 	}
 	f := &loadFailure{problems: map[string][]string{}}
@@ -329,27 +328,13 @@ func configErrors(err error) []*ConfigError {
 	return out
 }
 
-// filesByDomain groups srcs (which loaded) by the domain each describes,
-// under their base names.
-func filesByDomain(srcs []Source) map[string][]Source {
+// filesByDomain groups srcs (which loaded, as files) by the domain each
+// describes, under their base names.
+func filesByDomain(srcs []Source, files []*File) map[string][]Source {
 	m := map[string][]Source{}
-	for _, s := range srcs {
-		d := fileDomain(s.Data)
+	for i, s := range srcs {
+		d := files[i].Domain
 		m[d] = append(m[d], Source{Name: filepath.Base(s.Name), Data: s.Data})
 	}
 	return m
-}
-
-// fileDomain returns the top-level domain a YAML file names, read leniently
-// so a file with other problems still says whose it is; "" when it names
-// none.
-func fileDomain(data []byte) string {
-	var f struct {
-		Domain any `yaml:"domain"`
-	}
-	if err := yaml.Unmarshal(data, &f); err != nil {
-		return ""
-	}
-	d, _ := f.Domain.(string)
-	return d
 }

@@ -1,373 +1,233 @@
 package descriptors
 
+// Reading YAML as the reference service reads it. It decodes with yaml.v2;
+// Throttle parses once with yaml.v3, whose nodes carry lines, and takes
+// values the v2 way: YAML 1.1 booleans (yes, on, n, …), a string field gets
+// the scalar as written (`value: 500` is "500"), and a value decoded into
+// `any` is map[any]any, []any, string, int, int64, uint64, float64, bool or
+// nil, timestamps kept as strings, merge keys (<<) merged.
+
 import (
 	"errors"
 	"fmt"
-	"math"
-	"strconv"
-	"strings"
+	"time"
 
-	yaml "go.yaml.in/yaml/v2"
-
-	"github.com/throttle-rl/throttle/algorithms"
+	yaml "go.yaml.in/yaml/v3"
 )
 
-// File is one descriptor YAML file, as read and checked by Parse.
-type File struct {
-	// Name is where the file came from; errors name it.
-	Name string
-	// Domain is required.
-	Domain string
-	// Descriptors are the top-level descriptors, in file order.
-	Descriptors []Descriptor
-}
-
-// Descriptor is one descriptor of a File, with upstream's fields.
-type Descriptor struct {
-	Key   string // required
-	Value string // optional; '*' makes it a wildcard
-	// RateLimit is the limit, or nil: no limit at this level.
-	RateLimit      *RateLimit
-	Descriptors    []Descriptor
-	ShadowMode     bool
-	DetailedMetric bool
-	ShareThreshold bool
-	ValueToMetric  bool
-	QuotaMode      bool
-	// Metadata is free-form; values are JSON-compatible (map[string]any,
-	// []any, string, int, float64, bool, nil).
-	Metadata map[string]any
-}
-
-func (d Descriptor) spec() nodeSpec {
-	return nodeSpec{
-		key:            d.Key,
-		value:          d.Value,
-		limit:          d.RateLimit,
-		shadowMode:     d.ShadowMode,
-		detailedMetric: d.DetailedMetric,
-		shareThreshold: d.ShareThreshold,
-		valueToMetric:  d.ValueToMetric,
-		quotaMode:      d.QuotaMode,
-		metadata:       d.Metadata,
+// document parses data and returns the root node of its first document, or
+// nil when it has none. It also refuses what yaml.v2 refuses only when it
+// decodes (an alias inside its own anchor, excessive aliasing, a mapping or
+// sequence as a key, a merge of anything but mappings, a value that does not
+// fit its explicit tag), so every node below the root decodes without error.
+func document(data []byte) (*yaml.Node, error) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, err
 	}
-}
-
-// yamlNode is a YAML value with what the checks need: the resolved value
-// (for upstream's %v messages and types), the text a string field would get
-// (upstream decodes `value: 500` or `value: on` into a string field as
-// "500" and "on"), and, for mappings, the keys in document order.
-type yamlNode struct {
-	raw  any
-	text string
-	keys []any             // mapping: keys in order (duplicates kept)
-	vals map[any]*yamlNode // mapping: values; nil pointer = null
-	seq  []*yamlNode       // sequence
-	kind int               // kindNull, kindScalar, kindMap, kindSeq
-}
-
-const (
-	kindNull = iota
-	kindScalar
-	kindMap
-	kindSeq
-)
-
-// UnmarshalYAML implements yaml.Unmarshaler.
-func (n *yamlNode) UnmarshalYAML(unmarshal func(any) error) error {
-	if err := unmarshal(&n.raw); err != nil {
-		return err
+	if len(doc.Content) == 0 {
+		return nil, nil
 	}
-	switch n.raw.(type) {
-	case nil:
-		n.kind = kindNull
-	case map[any]any, yaml.MapSlice:
-		n.kind = kindMap
-		var ms yaml.MapSlice
-		if err := unmarshal(&ms); err != nil {
+	root := doc.Content[0]
+	d := decoder{limit: true}
+	if _, err := d.value(root); err != nil {
+		return nil, err
+	}
+	return root, nil
+}
+
+// deref returns the node an alias stands for, or n itself.
+func deref(n *yaml.Node) *yaml.Node {
+	if n != nil && n.Kind == yaml.AliasNode {
+		return n.Alias
+	}
+	return n
+}
+
+// isNull reports whether n is absent or null (~, null, or nothing).
+func isNull(n *yaml.Node) bool {
+	n = deref(n)
+	return n == nil || n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null"
+}
+
+// text returns what yaml.v2 puts in a string field for the scalar n: the
+// scalar as written, !!binary decoded.
+func text(n *yaml.Node) string {
+	n = deref(n)
+	if n.ShortTag() == "!!binary" {
+		var s string
+		_ = n.Decode(&s) // document has decoded it once
+		return s
+	}
+	return n.Value
+}
+
+// display returns n decoded, for a message or the metadata map. document
+// has decoded every node once, so this cannot fail.
+func display(n *yaml.Node) any {
+	var d decoder
+	v, _ := d.value(n)
+	return v
+}
+
+// yaml11Bools are the YAML 1.1 booleans yaml.v2 knows and yaml.v3 reads as
+// strings.
+var yaml11Bools = map[string]bool{
+	"y": true, "Y": true, "yes": true, "Yes": true, "YES": true, "on": true, "On": true, "ON": true,
+	"n": false, "N": false, "no": false, "No": false, "NO": false, "off": false, "Off": false, "OFF": false,
+}
+
+// scalar resolves the scalar n as yaml.v2 does.
+func scalar(n *yaml.Node) (any, error) {
+	if b, ok := yaml11Bools[n.Value]; ok && (n.Style == 0 || n.Tag == "!!bool") {
+		return b, nil
+	}
+	if n.ShortTag() == "!!str" {
+		return n.Value, nil
+	}
+	var v any
+	if err := n.Decode(&v); err != nil {
+		return nil, err
+	}
+	if _, ok := v.(time.Time); ok {
+		return n.Value, nil // yaml.v2 keeps a timestamp as written
+	}
+	return v, nil
+}
+
+// decoder decodes nodes into `any` as yaml.v2 does.
+type decoder struct {
+	// limit refuses excessive aliasing, as yaml.v2 does: document's first
+	// decoding sets it, so no later one can expand more.
+	limit bool
+	// nodes counts values decoded, aliased those of them under an alias,
+	// depth the aliases being followed.
+	nodes, aliased, depth int
+	following             map[*yaml.Node]bool
+}
+
+func (d *decoder) value(n *yaml.Node) (any, error) {
+	d.nodes++
+	if d.depth > 0 {
+		d.aliased++
+	}
+	if d.limit && d.aliased > 100 && d.nodes > 1000 && float64(d.aliased)/float64(d.nodes) > allowedAliasRatio(d.nodes) {
+		return nil, errors.New("yaml: document contains excessive aliasing")
+	}
+	switch n.Kind {
+	case yaml.AliasNode:
+		var v any
+		err := d.follow(n, func(target *yaml.Node) (err error) {
+			v, err = d.value(target)
 			return err
+		})
+		return v, err
+	case yaml.SequenceNode:
+		s := make([]any, len(n.Content))
+		for i, e := range n.Content {
+			v, err := d.value(e)
+			if err != nil {
+				return nil, err
+			}
+			s[i] = v
 		}
-		for _, it := range ms {
-			n.keys = append(n.keys, it.Key)
-		}
-		if err := unmarshal(&n.vals); err != nil {
+		return s, nil
+	case yaml.MappingNode:
+		m := map[any]any{}
+		err := d.pairs(n, func(k, v *yaml.Node) error {
+			key, err := d.value(k)
+			if err != nil {
+				return err
+			}
+			switch key.(type) {
+			case map[any]any, []any:
+				return fmt.Errorf("yaml: invalid map key: %#v", key)
+			}
+			val, err := d.value(v)
+			m[key] = val
 			return err
+		})
+		return m, err
+	}
+	return scalar(n)
+}
+
+// follow calls f with the node the alias n stands for, refusing an alias
+// inside its own anchor.
+func (d *decoder) follow(n *yaml.Node, f func(*yaml.Node) error) error {
+	if d.following[n] {
+		return fmt.Errorf("yaml: anchor '%s' value contains itself", n.Value)
+	}
+	if d.following == nil {
+		d.following = map[*yaml.Node]bool{}
+	}
+	d.following[n] = true
+	d.depth++
+	err := f(n.Alias)
+	d.depth--
+	delete(d.following, n)
+	return err
+}
+
+// pairs calls f with each key and value of the mapping n in the order
+// yaml.v2 assigns them: a merge key assigns the pairs of its mappings in its
+// place (of a sequence of mappings, the last first), so that, as there, the
+// last assignment of a key is its value.
+func (d *decoder) pairs(n *yaml.Node, f func(k, v *yaml.Node) error) error {
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		var err error
+		if isMerge(k) {
+			err = d.merge(v, f)
+		} else {
+			err = f(k, v)
 		}
-	case []any:
-		n.kind = kindSeq
-		if err := unmarshal(&n.seq); err != nil {
+		if err != nil {
 			return err
-		}
-	default:
-		n.kind = kindScalar
-		if err := unmarshal(&n.text); err != nil {
-			n.text = fmt.Sprint(n.raw)
 		}
 	}
 	return nil
 }
 
-// parser collects the problems of one file.
-type parser struct {
-	file string
-	errs []error
-}
+var errMerge = errors.New("yaml: map merge requires map or sequence of maps as the value")
 
-func (p *parser) fail(path []string, format string, args ...any) {
-	p.errs = append(p.errs, &ConfigError{File: p.file, Path: strings.Join(path, " › "), Msg: fmt.Sprintf(format, args...)})
-}
-
-// fields checks the keys of a mapping: each a string, known, and not
-// repeated. It returns the values by key (a nil *yamlNode is null).
-func (p *parser) fields(n *yamlNode, path []string, known ...string) (map[string]*yamlNode, bool) {
-	out := map[string]*yamlNode{}
-	ok := true
-	for _, k := range n.keys {
-		ks, isString := k.(string)
-		if !isString {
-			p.fail(path, "config error, key is not of type string: %v", k)
-			ok = false
-			continue
+func (d *decoder) merge(v *yaml.Node, f func(k, v *yaml.Node) error) error {
+	one := func(m *yaml.Node) error {
+		if deref(m).Kind != yaml.MappingNode {
+			return errMerge
 		}
-		if !contains(known, ks) {
-			p.fail(path, "config error, unknown key '%s'", ks)
-			ok = false
-			continue
+		if m.Kind == yaml.AliasNode {
+			return d.follow(m, func(target *yaml.Node) error { return d.pairs(target, f) })
 		}
-		if _, dup := out[ks]; dup {
-			p.fail(path, "config error, key '%s' appears twice", ks)
-			ok = false
-			continue
-		}
-		out[ks] = n.vals[k]
+		return d.pairs(m, f)
 	}
-	return out, ok
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
+	if v.Kind != yaml.SequenceNode {
+		return one(v)
+	}
+	for i := len(v.Content) - 1; i >= 0; i-- {
+		if err := one(v.Content[i]); err != nil {
+			return err
 		}
 	}
-	return false
+	return nil
 }
 
-func (p *parser) str(n *yamlNode, path []string, field string) string {
+// isMerge reports whether the mapping key k is the merge key <<.
+func isMerge(k *yaml.Node) bool {
+	return k.Kind == yaml.ScalarNode && k.Value == "<<" && k.Tag == "!!merge"
+}
+
+// allowedAliasRatio is yaml.v2's: the share of decoded values that may come
+// from aliases, 99% up to 400,000 values, down to 10% at 4,000,000.
+func allowedAliasRatio(nodes int) float64 {
+	const low, high = 400_000, 4_000_000
 	switch {
-	case n == nil || n.kind == kindNull:
-		return ""
-	case n.kind == kindScalar:
-		return n.text
+	case nodes <= low:
+		return 0.99
+	case nodes >= high:
+		return 0.10
 	}
-	p.fail(path, "%s must be a string, not %v", field, n.raw)
-	return ""
-}
-
-func (p *parser) boolean(n *yamlNode, path []string, field string) bool {
-	if n == nil || n.kind == kindNull {
-		return false
-	}
-	if b, ok := n.raw.(bool); ok {
-		return b
-	}
-	p.fail(path, "%s must be true or false, not %v", field, n.raw)
-	return false
-}
-
-// list returns the elements of a sequence of mappings, refusing other
-// elements with upstream's message.
-func (p *parser) list(n *yamlNode, path []string, field string) []*yamlNode {
-	if n == nil || n.kind == kindNull {
-		return nil
-	}
-	if n.kind != kindSeq {
-		p.fail(path, "%s must be a list, not %v", field, n.raw)
-		return nil
-	}
-	var out []*yamlNode
-	for i, e := range n.seq {
-		if e == nil || e.kind != kindMap {
-			var v any
-			if e != nil {
-				v = e.raw
-			}
-			p.fail(append(path, fmt.Sprintf("%s[%d]", field, i)), "config error, yaml file contains list of type other than map: %v", v)
-			out = append(out, nil)
-			continue
-		}
-		out = append(out, e)
-	}
-	return out
-}
-
-// Parse reads one descriptor YAML file strictly and checks everything that
-// does not depend on other files. name is used in errors. The errors are
-// *ConfigError values (joined with errors.Join when there are several).
-func Parse(name string, data []byte) (*File, error) {
-	p := &parser{file: name}
-	f := p.parse(data)
-	if len(p.errs) > 0 {
-		return nil, errors.Join(p.errs...)
-	}
-	return f, nil
-}
-
-func (p *parser) parse(data []byte) *File {
-	var root yamlNode
-	if err := yaml.Unmarshal(data, &root); err != nil {
-		p.fail(nil, "error loading config file: %s", err)
-		return nil
-	}
-	f := &File{Name: p.file}
-	if root.kind == kindNull {
-		p.fail(nil, "config file cannot have empty domain")
-		return f
-	}
-	if root.kind != kindMap {
-		p.fail(nil, "error loading config file: the file must be a map with domain and descriptors, not %v", root.raw)
-		return f
-	}
-	top, ok := p.fields(&root, nil, "domain", "descriptors")
-	if !ok {
-		return f
-	}
-	f.Domain = p.str(top["domain"], nil, "domain")
-	if f.Domain == "" {
-		p.fail(nil, "config file cannot have empty domain")
-		return f
-	}
-	path := []string{"domain " + strconv.Quote(f.Domain)}
-	f.Descriptors = p.descriptors(top["descriptors"], path)
-	return f
-}
-
-func (p *parser) descriptors(n *yamlNode, path []string) []Descriptor {
-	var out []Descriptor
-	for i, e := range p.list(n, path, "descriptors") {
-		if e == nil {
-			continue
-		}
-		out = append(out, p.descriptor(e, append(path[:len(path):len(path)], fmt.Sprintf("descriptors[%d]", i))))
-	}
-	return out
-}
-
-func (p *parser) descriptor(n *yamlNode, path []string) Descriptor {
-	fs, _ := p.fields(n, path, "key", "value", "rate_limit", "descriptors", "shadow_mode",
-		"detailed_metric", "share_threshold", "value_to_metric", "metadata", "quota_mode")
-	d := Descriptor{
-		Key:            p.str(fs["key"], path, "key"),
-		Value:          p.str(fs["value"], path, "value"),
-		ShadowMode:     p.boolean(fs["shadow_mode"], path, "shadow_mode"),
-		DetailedMetric: p.boolean(fs["detailed_metric"], path, "detailed_metric"),
-		ShareThreshold: p.boolean(fs["share_threshold"], path, "share_threshold"),
-		ValueToMetric:  p.boolean(fs["value_to_metric"], path, "value_to_metric"),
-		QuotaMode:      p.boolean(fs["quota_mode"], path, "quota_mode"),
-	}
-	if m := fs["metadata"]; m != nil && m.kind != kindNull {
-		if m.kind != kindMap {
-			p.fail(path, "metadata must be a map, not %v", m.raw)
-		} else {
-			d.Metadata, _ = jsonValue(m.raw).(map[string]any)
-		}
-	}
-	if rl := fs["rate_limit"]; rl != nil && rl.kind != kindNull {
-		d.RateLimit = p.rateLimit(rl, append(path[:len(path):len(path)], "rate_limit"))
-	}
-	if err := d.spec().checkShape(); err != nil {
-		p.fail(path, "%s", err)
-	}
-	d.Descriptors = p.descriptors(fs["descriptors"], path)
-	return d
-}
-
-func (p *parser) rateLimit(n *yamlNode, path []string) *RateLimit {
-	if n.kind != kindMap {
-		p.fail(path, "rate_limit must be a map, not %v", n.raw)
-		return nil
-	}
-	fs, ok := p.fields(n, path, "unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm", "refill_rate")
-	l := &RateLimit{
-		Unlimited: p.boolean(fs["unlimited"], path, "unlimited"),
-		Name:      p.str(fs["name"], path, "name"),
-	}
-	unit := p.str(fs["unit"], path, "unit")
-	var err error
-	if unit != "" {
-		l.Unit, err = ParseUnit(unit)
-	}
-	if err == nil {
-		err = l.checkUnit(unit)
-	}
-	if err != nil {
-		p.fail(path, "%s", err)
-		ok = false
-	}
-	if rpu := fs["requests_per_unit"]; rpu != nil && rpu.kind != kindNull {
-		v, good := wholeNumber(rpu.raw)
-		if !good || v < 0 || v > math.MaxUint32 {
-			p.fail(path, "requests_per_unit must be a whole number between 0 and %d, not %v", uint32(math.MaxUint32), rpu.raw)
-			ok = false
-		}
-		l.RequestsPerUnit = uint32(v)
-	}
-	for i, r := range p.list(fs["replaces"], path, "replaces") {
-		if r == nil {
-			ok = false
-			continue
-		}
-		rpath := append(path[:len(path):len(path)], fmt.Sprintf("replaces[%d]", i))
-		rf, good := p.fields(r, rpath, "name")
-		ok = ok && good
-		l.Replaces = append(l.Replaces, p.str(rf["name"], rpath, "name"))
-	}
-	if a := p.str(fs["algorithm"], path, "algorithm"); a != "" {
-		l.Algorithm = algorithms.Algorithm(a)
-	}
-	if rr := fs["refill_rate"]; rr != nil && rr.kind != kindNull {
-		switch v := rr.raw.(type) {
-		case int:
-			l.RefillRate = float64(v)
-		case int64:
-			l.RefillRate = float64(v)
-		case uint64:
-			l.RefillRate = float64(v)
-		case float64:
-			l.RefillRate = v
-		default:
-			p.fail(path, "refill_rate must be a number of tokens per second, not %v", rr.raw)
-			ok = false
-		}
-	}
-	if ok {
-		if err := l.checkSettings(); err != nil {
-			p.fail(path, "%s", err)
-		}
-	}
-	return l
-}
-
-// wholeNumber returns v as an integer when it is one (YAML ints, and floats
-// without a fraction, as upstream's decoder accepts them).
-func wholeNumber(v any) (int64, bool) {
-	switch v := v.(type) {
-	case int:
-		return int64(v), true
-	case int64:
-		return v, true
-	case uint64:
-		if v > math.MaxInt64 {
-			return 0, false
-		}
-		return int64(v), true
-	case float64:
-		if v != math.Trunc(v) || v < math.MinInt64 || v > math.MaxInt64 {
-			return 0, false
-		}
-		return int64(v), true
-	}
-	return 0, false
+	return 0.99 - 0.89*float64(nodes-low)/float64(high-low)
 }
 
 // jsonValue turns a decoded YAML value into JSON-compatible values: maps
@@ -378,12 +238,6 @@ func jsonValue(v any) any {
 		m := make(map[string]any, len(v))
 		for k, e := range v {
 			m[fmt.Sprint(k)] = jsonValue(e)
-		}
-		return m
-	case yaml.MapSlice:
-		m := make(map[string]any, len(v))
-		for _, it := range v {
-			m[fmt.Sprint(it.Key)] = jsonValue(it.Value)
 		}
 		return m
 	case []any:

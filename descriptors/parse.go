@@ -1,0 +1,357 @@
+package descriptors
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+
+	yaml "go.yaml.in/yaml/v3"
+
+	"github.com/throttle-rl/throttle/algorithms"
+)
+
+// File is one descriptor YAML file, as read and checked by Parse.
+type File struct {
+	// Name is where the file came from; errors name it.
+	Name string
+	// Domain is required.
+	Domain string
+	// Descriptors are the top-level descriptors, in file order.
+	Descriptors []Descriptor
+	// Line is where the file's top-level mapping starts: the line of
+	// problems of the whole file.
+	Line int
+}
+
+// Descriptor is one descriptor of a File, with upstream's fields.
+type Descriptor struct {
+	Key   string // required
+	Value string // optional; '*' makes it a wildcard
+	// RateLimit is the limit, or nil: no limit at this level.
+	RateLimit      *RateLimit
+	Descriptors    []Descriptor
+	ShadowMode     bool
+	DetailedMetric bool
+	ShareThreshold bool
+	ValueToMetric  bool
+	QuotaMode      bool
+	// Metadata is free-form; values are JSON-compatible (map[string]any,
+	// []any, string, int, float64, bool, nil).
+	Metadata map[string]any
+	// Line is where the descriptor starts in the file.
+	Line int
+}
+
+func (d Descriptor) spec() nodeSpec {
+	return nodeSpec{
+		key:            d.Key,
+		value:          d.Value,
+		limit:          d.RateLimit,
+		shadowMode:     d.ShadowMode,
+		detailedMetric: d.DetailedMetric,
+		shareThreshold: d.ShareThreshold,
+		valueToMetric:  d.ValueToMetric,
+		quotaMode:      d.QuotaMode,
+		metadata:       d.Metadata,
+	}
+}
+
+// place is where a problem is: a ConfigError's Path, step by step, and Line.
+type place struct {
+	path []string
+	line int
+}
+
+// in returns the place of step, at line, inside p.
+func (p place) in(step string, line int) place {
+	return place{path: append(p.path[:len(p.path):len(p.path)], step), line: line}
+}
+
+// domainPlace is the place of a file's descriptors: the domain they are in.
+func domainPlace(domain string, line int) place {
+	return place{path: []string{"domain " + strconv.Quote(domain)}, line: line}
+}
+
+// Parse reads one descriptor YAML file strictly and checks everything that
+// does not depend on other files. name is used in errors. The errors are
+// *ConfigError values (joined with errors.Join when there are several),
+// each with the line of the problem when the file is YAML at all.
+func Parse(name string, data []byte) (*File, error) {
+	f, err := parse(name, data)
+	if err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// parse is Parse, but returns the File even with errors: its Domain is then
+// the domain the file names, if it names one as a scalar, so that a
+// Reloader can tell whose problems they are.
+func parse(name string, data []byte) (*File, error) {
+	p := &parser{file: name}
+	f := &File{Name: name}
+	p.parse(f, data)
+	return f, errors.Join(p.errs...)
+}
+
+// parser collects the problems of one file.
+type parser struct {
+	file string
+	errs []error
+}
+
+func (p *parser) fail(at place, format string, args ...any) {
+	p.errs = append(p.errs, &ConfigError{File: p.file, Line: at.line, Path: strings.Join(at.path, " › "), Msg: fmt.Sprintf(format, args...)})
+}
+
+func (p *parser) parse(f *File, data []byte) {
+	root, err := document(data)
+	if err != nil {
+		p.fail(place{}, "error loading config file: %s", err)
+		return
+	}
+	if root != nil {
+		f.Line = root.Line
+	}
+	at := place{line: f.Line}
+	var top mapping
+	if !isNull(root) {
+		if root.Kind != yaml.MappingNode {
+			p.fail(at, "error loading config file: the file must be a map with domain and descriptors, not %v", display(root))
+			return
+		}
+		var ok bool
+		if top, ok = p.fields(root, at, "domain", "descriptors"); !ok {
+			if d := top["domain"].value; !isNull(d) && deref(d).Kind == yaml.ScalarNode {
+				f.Domain = text(d) // for the Reloader only: Parse returns no File
+			}
+			return
+		}
+		f.Domain = p.str(top["domain"].value, at, "domain")
+	}
+	if f.Domain == "" {
+		p.fail(at, "config file cannot have empty domain")
+		return
+	}
+	f.Descriptors = p.descriptors(top["descriptors"].value, domainPlace(f.Domain, f.Line))
+}
+
+// field is a key of a mapping and its value; both nil when the key is
+// absent.
+type field struct{ key, value *yaml.Node }
+
+// mapping is the keys of a mapping, by name.
+type mapping map[string]field
+
+// fields checks the keys of the mapping n as the reference service does:
+// each a string, known, and not repeated; a merge key (<<) is passed over.
+// A key's value is the last yaml.v2 assigns it, merges included.
+func (p *parser) fields(n *yaml.Node, at place, known ...string) (mapping, bool) {
+	n = deref(n)
+	last := map[string]*yaml.Node{}
+	var d decoder
+	_ = d.pairs(n, func(k, v *yaml.Node) error { // document has decoded them once
+		if name, ok := display(k).(string); ok {
+			last[name] = v
+		}
+		return nil
+	})
+	out := mapping{}
+	ok := true
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k := n.Content[i]
+		if isMerge(k) {
+			continue
+		}
+		name, isString := display(k).(string)
+		switch {
+		case !isString:
+			p.fail(at, "config error, key is not of type string: %v", display(k))
+		case !slices.Contains(known, name):
+			p.fail(at, "config error, unknown key '%s'", name)
+		case out[name].key != nil:
+			p.fail(at, "config error, key '%s' appears twice", name)
+		default:
+			out[name] = field{key: k, value: last[name]}
+			continue
+		}
+		ok = false
+	}
+	return out, ok
+}
+
+func (p *parser) str(n *yaml.Node, at place, name string) string {
+	switch {
+	case isNull(n):
+		return ""
+	case deref(n).Kind == yaml.ScalarNode:
+		return text(n)
+	}
+	p.fail(at, "%s must be a string, not %v", name, display(n))
+	return ""
+}
+
+func (p *parser) boolean(n *yaml.Node, at place, name string) bool {
+	if isNull(n) {
+		return false
+	}
+	v := display(n)
+	if b, ok := v.(bool); ok {
+		return b
+	}
+	p.fail(at, "%s must be true or false, not %v", name, v)
+	return false
+}
+
+// list returns the elements of a sequence of mappings, with nil (and
+// upstream's message) in place of any other element.
+func (p *parser) list(n *yaml.Node, at place, name string) []*yaml.Node {
+	if isNull(n) {
+		return nil
+	}
+	if deref(n).Kind != yaml.SequenceNode {
+		p.fail(at, "%s must be a list, not %v", name, display(n))
+		return nil
+	}
+	out := slices.Clone(deref(n).Content)
+	for i, e := range out {
+		if deref(e).Kind != yaml.MappingNode {
+			p.fail(at.in(fmt.Sprintf("%s[%d]", name, i), e.Line), "config error, yaml file contains list of type other than map: %v", display(e))
+			out[i] = nil
+		}
+	}
+	return out
+}
+
+func (p *parser) descriptors(n *yaml.Node, at place) []Descriptor {
+	var out []Descriptor
+	for i, e := range p.list(n, at, "descriptors") {
+		if e != nil {
+			out = append(out, p.descriptor(e, at.in(fmt.Sprintf("descriptors[%d]", i), e.Line)))
+		}
+	}
+	return out
+}
+
+func (p *parser) descriptor(n *yaml.Node, at place) Descriptor {
+	fs, _ := p.fields(n, at, "key", "value", "rate_limit", "descriptors", "shadow_mode",
+		"detailed_metric", "share_threshold", "value_to_metric", "metadata", "quota_mode")
+	d := Descriptor{
+		Key:            p.str(fs["key"].value, at, "key"),
+		Value:          p.str(fs["value"].value, at, "value"),
+		ShadowMode:     p.boolean(fs["shadow_mode"].value, at, "shadow_mode"),
+		DetailedMetric: p.boolean(fs["detailed_metric"].value, at, "detailed_metric"),
+		ShareThreshold: p.boolean(fs["share_threshold"].value, at, "share_threshold"),
+		ValueToMetric:  p.boolean(fs["value_to_metric"].value, at, "value_to_metric"),
+		QuotaMode:      p.boolean(fs["quota_mode"].value, at, "quota_mode"),
+		Line:           at.line,
+	}
+	if m := fs["metadata"].value; !isNull(m) {
+		if deref(m).Kind != yaml.MappingNode {
+			p.fail(at, "metadata must be a map, not %v", display(m))
+		} else {
+			d.Metadata, _ = jsonValue(display(m)).(map[string]any)
+		}
+	}
+	if rl := fs["rate_limit"]; !isNull(rl.value) {
+		d.RateLimit = p.rateLimit(rl.value, at.in("rate_limit", rl.key.Line))
+	}
+	if err := d.spec().checkShape(); err != nil {
+		p.fail(at, "%s", err)
+	}
+	d.Descriptors = p.descriptors(fs["descriptors"].value, at)
+	return d
+}
+
+// rateLimit reads a rate_limit and checks it: its unit where it reads it,
+// the rest (checkSettings) once everything read is well-formed.
+func (p *parser) rateLimit(n *yaml.Node, at place) *RateLimit {
+	if deref(n).Kind != yaml.MappingNode {
+		p.fail(at, "rate_limit must be a map, not %v", display(n))
+		return nil
+	}
+	fs, ok := p.fields(n, at, "unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm", "refill_rate")
+	l := &RateLimit{
+		Unlimited: p.boolean(fs["unlimited"].value, at, "unlimited"),
+		Name:      p.str(fs["name"].value, at, "name"),
+	}
+	unit := p.str(fs["unit"].value, at, "unit")
+	var err error
+	if unit != "" {
+		l.Unit, err = ParseUnit(unit)
+	}
+	if err == nil {
+		err = l.checkUnit(unit)
+	}
+	if err != nil {
+		p.fail(at, "%s", err)
+		ok = false
+	}
+	if rpu := fs["requests_per_unit"].value; !isNull(rpu) {
+		v, good := wholeNumber(display(rpu))
+		if !good || v < 0 || v > math.MaxUint32 {
+			p.fail(at, "requests_per_unit must be a whole number between 0 and %d, not %v", uint32(math.MaxUint32), display(rpu))
+			ok = false
+		}
+		l.RequestsPerUnit = uint32(v)
+	}
+	for i, r := range p.list(fs["replaces"].value, at, "replaces") {
+		if r == nil {
+			ok = false
+			continue
+		}
+		rat := at.in(fmt.Sprintf("replaces[%d]", i), r.Line)
+		rf, good := p.fields(r, rat, "name")
+		ok = ok && good
+		l.Replaces = append(l.Replaces, p.str(rf["name"].value, rat, "name"))
+	}
+	if a := p.str(fs["algorithm"].value, at, "algorithm"); a != "" {
+		l.Algorithm = algorithms.Algorithm(a)
+	}
+	if rr := fs["refill_rate"].value; !isNull(rr) {
+		switch v := display(rr).(type) {
+		case int:
+			l.RefillRate = float64(v)
+		case int64:
+			l.RefillRate = float64(v)
+		case uint64:
+			l.RefillRate = float64(v)
+		case float64:
+			l.RefillRate = v
+		default:
+			p.fail(at, "refill_rate must be a number of tokens per second, not %v", v)
+			ok = false
+		}
+	}
+	if ok {
+		if err := l.checkSettings(); err != nil {
+			p.fail(at, "%s", err)
+		}
+	}
+	return l
+}
+
+// wholeNumber returns v as an integer when it is one (YAML ints, and floats
+// without a fraction, as upstream's decoder accepts them).
+func wholeNumber(v any) (int64, bool) {
+	switch v := v.(type) {
+	case int:
+		return int64(v), true
+	case int64:
+		return v, true
+	case uint64:
+		if v > math.MaxInt64 {
+			return 0, false
+		}
+		return int64(v), true
+	case float64:
+		if v != math.Trunc(v) || v < math.MinInt64 || v > math.MaxInt64 {
+			return 0, false
+		}
+		return int64(v), true
+	}
+	return 0, false
+}
