@@ -131,10 +131,10 @@ func (d *Domain) Match(entries []Entry) *Match {
 		return nil
 	}
 	var (
-		lvl      = &d.root
-		segs     = make([]string, len(entries))
+		buf      [8]step // no allocation for the few entries of a usual descriptor
+		steps    = buf[:0]
 		patterns []string
-		found    *node
+		lvl      = &d.root
 	)
 	for i, e := range entries {
 		n, how := lvl.lookup(e)
@@ -147,25 +147,13 @@ func (d *Domain) Match(entries []Entry) *Match {
 			}
 			patterns[i] = n.value
 		}
-		switch {
-		case patterns != nil && patterns[i] != "":
-			segs[i] = e.Key + "_" + patterns[i]
-		case n.valueToMetric && how != byValue:
-			segs[i] = joinKV(e.Key, e.Value)
-		case how == byDefault:
-			segs[i] = e.Key
-		default: // the configured key_value (the pattern for a wildcard)
-			segs[i] = n.segment()
-		}
-		if i == len(entries)-1 {
-			found = n
-			break
-		}
-		if len(n.children.exact)+len(n.children.defaults) == 0 {
+		steps = append(steps, step{n, how})
+		if i < len(entries)-1 && len(n.children.exact)+len(n.children.defaults) == 0 {
 			return nil // the request is deeper than the configuration
 		}
 		lvl = &n.children
 	}
+	found := steps[len(steps)-1].node
 	if found.limit == nil {
 		return nil // key/value with no rate_limit: whitelisted
 	}
@@ -177,59 +165,106 @@ func (d *Domain) Match(entries []Entry) *Match {
 		DetailedMetric: found.detailedMetric,
 		QuotaMode:      found.quotaMode,
 		Metadata:       found.metadata,
+		ConfigKey:      found.fullKey,
 		SharePatterns:  patterns,
 	}
-	var sb strings.Builder
-	sb.WriteString(d.name)
-	for i, e := range entries {
-		sb.WriteByte('.')
-		switch {
-		case !found.detailedMetric:
-			sb.WriteString(segs[i])
-		case patterns != nil && patterns[i] != "":
-			sb.WriteString(e.Key + "_" + patterns[i])
-		case patterns != nil:
-			sb.WriteString(joinKV(e.Key, e.Value))
-		default: // upstream writes key_value even for an empty value
-			sb.WriteString(e.Key + "_" + e.Value)
-		}
-	}
-	m.StatsKey = sb.String()
-	m.ConfigKey = found.fullKey
-	m.Counter = counterID(entries, patterns)
+	m.StatsKey, m.Counter = matchKeys(d.name, entries, steps, patterns, found.detailedMetric)
 	return m
 }
 
-func joinKV(k, v string) string {
-	if v == "" {
-		return k
-	}
-	return k + "_" + v
+// step is how one request entry matched: the descriptor found, and by what.
+type step struct {
+	node *node
+	how  matchKind
 }
 
-// counterID encodes entries unambiguously: len:key len:value for each, with
-// a share_threshold pattern in place of the value where one applies.
-func counterID(entries []Entry, patterns []string) string {
-	var sb strings.Builder
+// matchKeys returns a match's StatsKey and Counter, written into one
+// allocation.
+func matchKeys(domain string, entries []Entry, steps []step, patterns []string, detailed bool) (stats, counter string) {
+	size := len(domain)
 	for i, e := range entries {
-		v := e.Value
-		if patterns != nil && patterns[i] != "" {
-			v = patterns[i]
-		}
-		sb.WriteString(strconv.Itoa(len(e.Key)))
+		k, sep, v := statsPart(e, steps[i], patterns, i, detailed)
+		size += 1 + len(k) + len(sep) + len(v)
+	}
+	statsLen := size
+	for i, e := range entries {
+		v := counterValue(e, patterns, i)
+		size += digits(len(e.Key)) + 1 + len(e.Key) + digits(len(v)) + 1 + len(v)
+	}
+	var sb strings.Builder
+	sb.Grow(size)
+	sb.WriteString(domain)
+	for i, e := range entries {
+		k, sep, v := statsPart(e, steps[i], patterns, i, detailed)
+		sb.WriteByte('.')
+		sb.WriteString(k)
+		sb.WriteString(sep)
+		sb.WriteString(v)
+	}
+	// The counter encodes entries unambiguously, len:key len:value each.
+	var num [20]byte
+	for i, e := range entries {
+		v := counterValue(e, patterns, i)
+		sb.Write(strconv.AppendInt(num[:0], int64(len(e.Key)), 10))
 		sb.WriteByte(':')
 		sb.WriteString(e.Key)
-		sb.WriteString(strconv.Itoa(len(v)))
+		sb.Write(strconv.AppendInt(num[:0], int64(len(v)), 10))
 		sb.WriteByte(':')
 		sb.WriteString(v)
 	}
-	return sb.String()
+	s := sb.String()
+	return s[:statsLen], s[statsLen:]
+}
+
+// statsPart is entry i's part of the stats key, as key, separator and
+// value, as upstream writes it.
+func statsPart(e Entry, s step, patterns []string, i int, detailed bool) (k, sep, v string) {
+	switch {
+	case patterns != nil && patterns[i] != "":
+		return e.Key, "_", patterns[i]
+	case detailed && patterns != nil:
+		return keyValue(e.Key, e.Value)
+	case detailed: // upstream writes key_value even for an empty value
+		return e.Key, "_", e.Value
+	case s.node.valueToMetric && s.how != byValue:
+		return keyValue(e.Key, e.Value)
+	case s.how == byDefault:
+		return e.Key, "", ""
+	}
+	return keyValue(s.node.key, s.node.value) // as configured: the pattern of a wildcard
+}
+
+// keyValue is key_value, or key alone for an empty value.
+func keyValue(k, v string) (string, string, string) {
+	if v == "" {
+		return k, "", ""
+	}
+	return k, "_", v
+}
+
+// counterValue is what entry i counts by: its value, or the share_threshold
+// pattern it matched.
+func counterValue(e Entry, patterns []string, i int) string {
+	if patterns != nil && patterns[i] != "" {
+		return patterns[i]
+	}
+	return e.Value
+}
+
+// digits is the number of decimal digits of n ≥ 0.
+func digits(n int) int {
+	d := 1
+	for ; n >= 10; n /= 10 {
+		d++
+	}
+	return d
 }
 
 // ApplyReplaces drops, as upstream does, every match whose limit Name is
-// listed in the Replaces of another match of the same request. It returns a
-// new slice of the same length, with nil where a match was dropped (or was
-// nil already), so positions still line up with the request's descriptors.
+// listed in the Replaces of another match of the same request. Like
+// slices.DeleteFunc it works in place: it sets each dropped match of ms to
+// nil and returns ms, so positions still line up with the request's
+// descriptors.
 func ApplyReplaces(ms []*Match) []*Match {
 	replaced := map[string]bool{}
 	for _, m := range ms {
@@ -239,11 +274,13 @@ func ApplyReplaces(ms []*Match) []*Match {
 			}
 		}
 	}
-	out := make([]*Match, len(ms))
+	if len(replaced) == 0 {
+		return ms
+	}
 	for i, m := range ms {
-		if m != nil && (m.Limit.Name == "" || !replaced[m.Limit.Name]) {
-			out[i] = m
+		if m != nil && m.Limit.Name != "" && replaced[m.Limit.Name] {
+			ms[i] = nil
 		}
 	}
-	return out
+	return ms
 }
