@@ -1,10 +1,8 @@
 package descriptors
 
 import (
-	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/throttle-rl/throttle/algorithms"
@@ -368,120 +366,6 @@ func TestCounterUnambiguous(t *testing.T) {
 	}
 	if got, want := d.Match(entries("a", "v")).Key(), (algorithms.Key{Scope: "d", Identifier: "1:a1:v"}); got != want {
 		t.Errorf("Key() = %+v, want %+v", got, want)
-	}
-}
-
-func TestNewDomain(t *testing.T) {
-	minute := RateLimit{RequestsPerUnit: 10, Unit: Minute}
-	d, err := NewDomain("client-a", []Rule{
-		{Entries: entries("path", "/api/*"), Limit: RateLimit{RequestsPerUnit: 5, Window: 90 * time.Second, Algorithm: algorithms.SlidingWindow}},
-		{Entries: entries("path", "/api/login"), Limit: minute, ShadowMode: true},
-		{Entries: entries("user", "", "path", "/api/*"), Limit: RateLimit{RequestsPerUnit: 3, Unit: Second, Algorithm: algorithms.TokenBucket, RefillRate: 1}},
-	})
-	must(t, err)
-	c := &Config{domains: map[string]*Domain{"client-a": d}}
-	runLookups(t, c, []lookup{
-		{"client-a", kv("path", "/api/users"), &result{RPU: 5, Stats: "client-a.path_/api/*"}},
-		{"client-a", kv("path", "/api/login"), &result{RPU: 10, Unit: Minute, Stats: "client-a.path_/api/login", Shadow: true}},
-		{"client-a", kv("user", "u1", "path", "/api/x"), &result{RPU: 3, Unit: Second, Stats: "client-a.user.path_/api/*"}},
-		{"client-a", kv("user", "u1"), nil},
-		{"client-a", kv("path", "/web"), nil},
-	})
-	m := d.Match(entries("path", "/api/users"))
-	el, err := m.Limit.EngineLimit()
-	must(t, err)
-	if want := (algorithms.Limit{Algorithm: algorithms.SlidingWindow, Limit: 5, Window: 90 * time.Second}); el != want {
-		t.Errorf("EngineLimit = %+v, want %+v", el, want)
-	}
-
-	bad := []struct {
-		rules []Rule
-		want  string
-	}{
-		{[]Rule{{Entries: entries("a", "1"), Limit: minute}, {Entries: entries("a", "1"), Limit: minute}},
-			`rule 1: domain "client-a": duplicate descriptor composite key 'client-a.a_1'`},
-		{[]Rule{{Limit: minute}}, `rule 0: domain "client-a": rule has no descriptor entries`},
-		{[]Rule{{Entries: entries("", "x"), Limit: minute}}, `rule 0: domain "client-a": descriptor has empty key`},
-		{[]Rule{{Entries: entries("a", ""), Limit: RateLimit{RequestsPerUnit: 1}}}, `rule 0: domain "client-a": invalid rate limit unit 'unknown'`},
-		{[]Rule{{Entries: entries("a", ""), Limit: RateLimit{Unlimited: true, Unit: Day}}}, `rule 0: domain "client-a": should not specify rate limit unit when unlimited`},
-		{[]Rule{{Entries: entries("a", ""), Limit: RateLimit{RequestsPerUnit: 1, Unit: Day, Algorithm: "nope"}}},
-			`rule 0: domain "client-a": unknown algorithm 'nope' (want fixed_window, sliding_window, token_bucket or gcra)`},
-		{[]Rule{{Entries: entries("a", ""), Limit: RateLimit{RequestsPerUnit: 1, Window: time.Microsecond}}},
-			`rule 0: domain "client-a": window 1µs must be between 1ms and 366 days`},
-	}
-	for _, tt := range bad {
-		_, err := NewDomain("client-a", tt.rules)
-		if err == nil || err.Error() != tt.want {
-			t.Errorf("NewDomain: got %v, want %s", err, tt.want)
-		}
-	}
-}
-
-// TestEngineLimitGCRA: algorithm gcra in the YAML gives the engine a gcra
-// limit of requests_per_unit per unit, at any depth.
-func TestEngineLimitGCRA(t *testing.T) {
-	c := mustLoad(t, Options{}, ours+"gcra.yaml")
-	tests := []struct {
-		kv   []string
-		want algorithms.Limit
-	}{
-		{kv("api", "x"), algorithms.Limit{Algorithm: algorithms.GCRA, Limit: 7, Window: time.Minute}},
-		{kv("user", "u1", "plan", "free"), algorithms.Limit{Algorithm: algorithms.GCRA, Limit: 100, Window: time.Hour}},
-	}
-	for _, tt := range tests {
-		m := c.Match("cells", entries(tt.kv...))
-		if m == nil {
-			t.Fatalf("no match for %q", tt.kv)
-		}
-		got, err := m.Limit.EngineLimit()
-		if err != nil || got != tt.want {
-			t.Errorf("%q: EngineLimit = %+v, %v; want %+v", tt.kv, got, err, tt.want)
-		}
-	}
-}
-
-func TestEngineLimit(t *testing.T) {
-	c := mustLoad(t, Options{}, ours+"token_bucket.yaml", upstream+"basic_config.yaml")
-	tests := []struct {
-		kv   []string
-		want algorithms.Limit
-	}{
-		{kv("bucket", "x"), algorithms.Limit{Algorithm: algorithms.TokenBucket, Limit: 60, Window: time.Minute, RefillRate: 0.5}},
-		{kv("sliding", "x"), algorithms.Limit{Algorithm: algorithms.SlidingWindow, Limit: 100, Window: time.Hour}},
-		{kv("fixed", "500"), algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 7, Window: 7 * 24 * time.Hour}},
-		{kv("onoff", "on"), algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 365, Window: 365 * 24 * time.Hour}},
-	}
-	for _, tt := range tests {
-		m := c.Match("tb", entries(tt.kv...))
-		if m == nil {
-			t.Fatalf("no match for %q", tt.kv)
-		}
-		got, err := m.Limit.EngineLimit()
-		if err != nil {
-			t.Errorf("%q: EngineLimit: %v", tt.kv, err)
-		}
-		if got != tt.want {
-			t.Errorf("%q: EngineLimit = %+v, want %+v", tt.kv, got, tt.want)
-		}
-	}
-	if _, err := c.Match("test-domain", entries("key6", "x")).Limit.EngineLimit(); err == nil {
-		t.Error("unlimited: EngineLimit gave no error")
-	}
-	for u, w := range map[Unit]time.Duration{Second: time.Second, Minute: time.Minute, Hour: time.Hour, Day: 24 * time.Hour,
-		Week: 7 * 24 * time.Hour, Month: 30 * 24 * time.Hour, Year: 365 * 24 * time.Hour, UnitUnknown: 0} {
-		if got := u.Window(); got != w {
-			t.Errorf("%s.Window() = %s, want %s", u, got, w)
-		}
-	}
-	for _, s := range []string{"second", "SECOND", "Second", "week", "MONTH"} {
-		if u, err := ParseUnit(s); err != nil || !strings.EqualFold(u.String(), s) {
-			t.Errorf("ParseUnit(%q) = %s, %v", s, u, err)
-		}
-	}
-	for _, s := range []string{"", "unknown", "UNKNOWN", "seconds", "fortnight"} {
-		if _, err := ParseUnit(s); err == nil || err.Error() != fmt.Sprintf("invalid rate limit unit '%s'", s) {
-			t.Errorf("ParseUnit(%q) error = %v", s, err)
-		}
 	}
 }
 
