@@ -3,7 +3,6 @@ package descriptors
 import (
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 )
 
@@ -62,7 +61,7 @@ func NewDomain(name string, rules []Rule) (*Domain, error) {
 	var errs []error
 	for i, r := range rules {
 		if err := d.addRule(r); err != nil {
-			errs = append(errs, &ConfigError{File: fmt.Sprintf("rule %d", i), Path: "domain " + strconv.Quote(name), Msg: err.Error()})
+			errs = append(errs, domainPlace(name, 0).problem(fmt.Sprintf("rule %d", i), err.Error()))
 		}
 	}
 	if len(errs) > 0 {
@@ -120,8 +119,8 @@ type nodeSpec struct {
 	metadata       map[string]any
 }
 
-// checkShape checks the descriptor without its limit (checked once, by
-// RateLimit.validate or the parser).
+// checkShape checks the descriptor but not its limit, which
+// RateLimit.validate (or the parser) checks.
 func (s nodeSpec) checkShape() error {
 	if s.key == "" {
 		return errors.New("descriptor has empty key")

@@ -95,8 +95,7 @@ func (b *builder) add(lvl *level, parentKey string, ds []Descriptor, at place) {
 		s := d.spec()
 		fullKey := parentKey + "." + s.segment()
 		if lvl.find(d.Key, d.Value) != nil {
-			b.errs = append(b.errs, &ConfigError{File: b.file, Line: dat.line, Path: strings.Join(dat.path, " › "),
-				Msg: fmt.Sprintf("duplicate descriptor composite key '%s'", fullKey)})
+			b.errs = append(b.errs, dat.problem(b.file, fmt.Sprintf("duplicate descriptor composite key '%s'", fullKey)))
 			continue
 		}
 		n := lvl.add(s, fullKey)

@@ -70,9 +70,14 @@ func (p place) in(step string, line int) place {
 	return place{path: append(p.path[:len(p.path):len(p.path)], step), line: line}
 }
 
-// domainPlace is the place of a file's descriptors: the domain they are in.
+// domainPlace is the place of a domain's descriptors.
 func domainPlace(domain string, line int) place {
 	return place{path: []string{"domain " + strconv.Quote(domain)}, line: line}
+}
+
+// problem returns a ConfigError of file at p.
+func (p place) problem(file, msg string) *ConfigError {
+	return &ConfigError{File: file, Line: p.line, Path: strings.Join(p.path, " › "), Msg: msg}
 }
 
 // Parse reads one descriptor YAML file strictly and checks everything that
@@ -104,7 +109,7 @@ type parser struct {
 }
 
 func (p *parser) fail(at place, format string, args ...any) {
-	p.errs = append(p.errs, &ConfigError{File: p.file, Line: at.line, Path: strings.Join(at.path, " › "), Msg: fmt.Sprintf(format, args...)})
+	p.errs = append(p.errs, at.problem(p.file, fmt.Sprintf(format, args...)))
 }
 
 func (p *parser) parse(f *File, data []byte) {
