@@ -34,7 +34,7 @@ func newRedis(raw string) (redis.UniversalClient, error) {
 			return nil, fmt.Errorf("REDIS_URL (cluster): %w", err)
 		}
 		o.ContextTimeoutEnabled = true
-		setDefaults(q, &o.MaxRetries, &o.DialerRetries, &o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout)
+		setDefaults(q, &o.PoolSize, &o.MaxRetries, &o.DialerRetries, &o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout)
 		return redis.NewClusterClient(o), nil
 	case q.Get("master_name") != "":
 		o, err := redis.ParseFailoverURL(s)
@@ -42,7 +42,7 @@ func newRedis(raw string) (redis.UniversalClient, error) {
 			return nil, fmt.Errorf("REDIS_URL (sentinel): %w", err)
 		}
 		o.ContextTimeoutEnabled = true
-		setDefaults(q, &o.MaxRetries, &o.DialerRetries, &o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout)
+		setDefaults(q, &o.PoolSize, &o.MaxRetries, &o.DialerRetries, &o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout)
 		return redis.NewFailoverClient(o), nil
 	default:
 		o, err := redis.ParseURL(s)
@@ -50,7 +50,7 @@ func newRedis(raw string) (redis.UniversalClient, error) {
 			return nil, fmt.Errorf("REDIS_URL: %w", err)
 		}
 		o.ContextTimeoutEnabled = true
-		setDefaults(q, &o.MaxRetries, &o.DialerRetries, &o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout)
+		setDefaults(q, &o.PoolSize, &o.MaxRetries, &o.DialerRetries, &o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout)
 		return redis.NewClient(o), nil
 	}
 }
@@ -58,8 +58,14 @@ func newRedis(raw string) (redis.UniversalClient, error) {
 // setDefaults bounds dialling and I/O, and turns retries off, unless the
 // URL (query q) set them. One dial attempt per connection: go-redis would
 // otherwise retry a refused dial 5 times 100ms apart, so a dead Redis would
-// look like a slow one and eat each call's budget.
-func setDefaults(q url.Values, retries, dialRetries *int, dial, read, write *time.Duration) {
+// look like a slow one and eat each call's budget. A pool of 128: Throttle
+// uses a handful of connections (the coalescer's workers), but go-redis
+// stops dialling after PoolSize failed dials and then tries once a second,
+// which would hold the circuit open up to a second after Redis is back.
+func setDefaults(q url.Values, poolSize, retries, dialRetries *int, dial, read, write *time.Duration) {
+	if !q.Has("pool_size") {
+		*poolSize = 128
+	}
 	if !q.Has("max_retries") {
 		*retries = -1
 	}
