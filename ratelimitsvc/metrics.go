@@ -173,14 +173,5 @@ func (m *metrics) label(domain, key, rollup string) string {
 }
 
 // keysOnly is a descriptor's keys joined with '.': the configured key of a
-// limit override, whose stats key carries the request's values.
-func keysOnly(d *rlcommon.RateLimitDescriptor) string {
-	var b []byte
-	for i, e := range d.GetEntries() {
-		if i > 0 {
-			b = append(b, '.')
-		}
-		b = append(b, e.GetKey()...)
-	}
-	return string(b)
-}
+// limit override, whose stats key (fullKey) carries the request's values.
+func keysOnly(d *rlcommon.RateLimitDescriptor) string { return joinEntries(d, false) }

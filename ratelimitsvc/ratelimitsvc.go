@@ -342,14 +342,18 @@ func withoutDomain(k, domain string) string {
 
 // fullKey is the reference service's descriptor key: key_value parts joined
 // with '.', used as the metric label of overrides.
-func fullKey(d *rlcommon.RateLimitDescriptor) string {
+func fullKey(d *rlcommon.RateLimitDescriptor) string { return joinEntries(d, true) }
+
+// joinEntries joins a descriptor's keys with '.', each with "_value" when
+// withValues and it has one.
+func joinEntries(d *rlcommon.RateLimitDescriptor, withValues bool) string {
 	var b []byte
 	for i, e := range d.GetEntries() {
 		if i > 0 {
 			b = append(b, '.')
 		}
 		b = append(b, e.GetKey()...)
-		if e.GetValue() != "" {
+		if withValues && e.GetValue() != "" {
 			b = append(b, '_')
 			b = append(b, e.GetValue()...)
 		}
