@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"net/netip"
 	"time"
@@ -224,6 +225,8 @@ func inlineLimit(alg algorithms.Algorithm, limit, window *int64, refill *float64
 		return l, missingField(fmt.Sprintf("window (seconds) is required for %s", alg))
 	case window != nil && *window <= 0:
 		return l, invalidField("window must be a positive number of seconds")
+	case window != nil && *window > math.MaxInt64/int64(time.Second):
+		return l, invalidField(fmt.Sprintf("window %d seconds is out of range", *window))
 	case refill != nil && alg == algorithms.TokenBucket && !(*refill > 0):
 		// The engine reads 0 as "the default rate"; a client sending 0
 		// means something else.
@@ -231,8 +234,7 @@ func inlineLimit(alg algorithms.Algorithm, limit, window *int64, refill *float64
 	}
 	l.Limit = *limit
 	if window != nil {
-		// Past the engine's bound, without overflowing a Duration.
-		l.Window = time.Duration(min(*window, int64(algorithms.MaxWindow/time.Second)+1)) * time.Second
+		l.Window = time.Duration(*window) * time.Second
 	}
 	// refill_rate is accepted with every algorithm and ignored where it does
 	// not apply: the product description's clients send one body for all.
