@@ -64,23 +64,23 @@ func (s *recorderShard) take() pending {
 
 // merge adds t's counts (a failed flush's) back into s. s.mu must be held.
 func (s *recorderShard) merge(t pending) {
-	for k, c := range t.counts {
-		if cur := s.counts[k]; cur != nil {
+	addCounts(s.counts, t.counts, nil)
+	// A put-back may go over MaxIdentifiersPerFlush once; it is what was
+	// already counted, so nothing is dropped.
+	addCounts(s.idents, t.idents, func(k identifierKey) { s.tracked[k.clientID]++ })
+}
+
+// addCounts adds from's counts into into; added is told of each key new there.
+func addCounts[K comparable](into, from map[K]*usageCount, added func(K)) {
+	for k, c := range from {
+		if cur := into[k]; cur != nil {
 			cur.allowed += c.allowed
 			cur.rejected += c.rejected
-		} else {
-			s.counts[k] = c
+			continue
 		}
-	}
-	for k, c := range t.idents {
-		if cur := s.idents[k]; cur != nil {
-			cur.allowed += c.allowed
-			cur.rejected += c.rejected
-		} else {
-			// A put-back may go over MaxIdentifiersPerFlush once; it is
-			// what was already counted, so nothing is dropped.
-			s.idents[k] = c
-			s.tracked[k.clientID]++
+		into[k] = c
+		if added != nil {
+			added(k)
 		}
 	}
 }
