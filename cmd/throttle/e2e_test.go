@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -137,15 +136,7 @@ func TestEndToEnd(t *testing.T) {
 			}
 
 			// SIGTERM: drains and exits 0.
-			s.Signal(syscall.SIGTERM)
-			select {
-			case err := <-s.Exited:
-				if err != nil {
-					t.Errorf("exit after SIGTERM: %v", err)
-				}
-			case <-time.After(20 * time.Second):
-				t.Fatal("server still running 20s after SIGTERM")
-			}
+			s.Stop(t, 20*time.Second)
 		})
 	}
 }
@@ -159,8 +150,7 @@ func TestRestartKeepsData(t *testing.T) {
 	if code, _, body := doJSON(t, "POST", s.URL+"/rules", key, `{"name":"api_default","algorithm":"fixed_window","limit":5,"window":60}`); code != 201 {
 		t.Fatalf("create rule: %d %v", code, body)
 	}
-	s.Signal(syscall.SIGTERM)
-	<-s.Exited
+	s.Stop(t, 20*time.Second)
 
 	s = throttletest.Start(t, "DATABASE_URL="+dbURL)
 	code, _, body := doJSON(t, "POST", s.URL+"/check", key, `{"identifier":"u","rule":"api_default"}`)

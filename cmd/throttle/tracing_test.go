@@ -14,7 +14,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -299,15 +298,7 @@ func TestOTLPExport(t *testing.T) {
 			}
 
 			// SIGTERM flushes the spans of the drained requests.
-			s.Signal(syscall.SIGTERM)
-			select {
-			case err := <-s.Exited:
-				if err != nil {
-					t.Fatalf("exit after SIGTERM: %v", err)
-				}
-			case <-time.After(30 * time.Second):
-				t.Fatal("server still running 30s after SIGTERM")
-			}
+			s.Stop(t, 30*time.Second)
 			spans, headers := rcv.received()
 			if len(headers) == 0 {
 				t.Fatalf("the receiver got no export request\n%s", s.Logs.String())
@@ -441,8 +432,7 @@ func TestTracingOffExportsNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	s.Signal(syscall.SIGTERM)
-	<-s.Exited
+	s.Stop(t, 30*time.Second)
 	logs := s.Logs.String()
 	if !strings.Contains(logs, `"tracing":"off"`) {
 		t.Errorf("the start line does not say tracing is off:\n%s", logs)

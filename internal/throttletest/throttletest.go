@@ -147,6 +147,23 @@ func (s *Server) PID() int { return s.cmd.Process.Pid }
 // Signal sends sig to the server process.
 func (s *Server) Signal(sig syscall.Signal) error { return s.cmd.Process.Signal(sig) }
 
+// Stop sends SIGTERM, as Kubernetes does, and fails the test unless the
+// server drains and exits 0 within wait.
+func (s *Server) Stop(t testing.TB, wait time.Duration) {
+	t.Helper()
+	if err := s.Signal(syscall.SIGTERM); err != nil {
+		t.Fatalf("SIGTERM: %v", err)
+	}
+	select {
+	case err := <-s.Exited:
+		if err != nil {
+			t.Fatalf("exit after SIGTERM: %v", err)
+		}
+	case <-time.After(wait):
+		t.Fatalf("server still running %v after SIGTERM", wait)
+	}
+}
+
 // Register registers a client named name (its email derived from the name)
 // and returns its API key.
 func (s *Server) Register(t testing.TB, name string) string {
