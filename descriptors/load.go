@@ -1,10 +1,12 @@
 package descriptors
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -25,7 +27,11 @@ type Source struct {
 // Load parses and checks every source and builds one Config from them, in
 // order. It checks the whole configuration before returning: the error
 // joins every problem found (each a *ConfigError naming its source and,
-// when known, the line), and no Config is returned unless there is none.
+// when known, the line), file by file in the order of srcs and by line
+// within a file, and no Config is returned unless there is none. A file
+// with problems is still checked against itself and the other files
+// (duplicate descriptors, a domain in two files), as far as it could be
+// read.
 func Load(opts Options, srcs ...Source) (*Config, error) {
 	c, _, err := load(opts, srcs)
 	return c, err
@@ -35,67 +41,76 @@ func Load(opts Options, srcs ...Source) (*Config, error) {
 // in the order of srcs, for the domain each names.
 func load(opts Options, srcs []Source) (*Config, []*File, error) {
 	var (
-		errs  []error
-		files = make([]*File, len(srcs))
-		good  []*File
+		files    = make([]*File, len(srcs))
+		problems = make([][]*ConfigError, len(srcs))
+		b        = builder{opts: opts, config: &Config{domains: map[string]*Domain{}}, problems: problems}
 	)
 	for i, s := range srcs {
-		f, err := parse(s.Name, s.Data)
+		f, unreadable, err := parse(s.Name, s.Data)
 		files[i] = f
-		if err != nil {
-			errs = append(errs, err)
-			continue
+		problems[i] = configErrors(err)
+		if f.Domain != "" {
+			b.file(i, f, unreadable)
 		}
-		good = append(good, f)
 	}
-	c, err := build(opts, good)
-	if err != nil {
-		errs = append(errs, err)
+	var errs []error
+	for _, ps := range problems {
+		slices.SortStableFunc(ps, func(x, y *ConfigError) int { return cmp.Compare(x.Line, y.Line) })
+		for _, p := range ps {
+			errs = append(errs, p)
+		}
 	}
 	if len(errs) > 0 {
 		return nil, files, errors.Join(errs...)
 	}
-	return c, files, nil
+	return b.config, files, nil
 }
 
-// build builds a Config from files Parse returned, in order, refusing what
+// builder builds a Config from files parse read, in order, refusing what
 // only shows across files and levels: a domain in two files (unless
-// opts.MergeDomains) and duplicate descriptors. Parse has checked everything
-// else. Errors are joined *ConfigError values.
-func build(opts Options, files []*File) (*Config, error) {
-	c := &Config{domains: map[string]*Domain{}}
-	var errs []error
-	for _, f := range files {
-		d := c.domains[f.Domain]
-		if d == nil {
-			d = &Domain{name: f.Domain}
-			c.domains[f.Domain] = d
-		} else if !opts.MergeDomains {
-			errs = append(errs, &ConfigError{File: f.Name, Line: f.Line, Msg: fmt.Sprintf("duplicate domain '%s' in config file", f.Domain)})
-			continue
-		}
-		b := builder{file: f.Name}
-		b.add(&d.root, f.Domain, f.Descriptors, domainPlace(f.Domain, f.Line))
-		errs = append(errs, b.errs...)
-	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	return c, nil
-}
-
+// opts.MergeDomains) and duplicate descriptors. parse has checked
+// everything else.
 type builder struct {
-	file string
-	errs []error
+	opts     Options
+	config   *Config
+	problems [][]*ConfigError // by file index
 }
 
-func (b *builder) add(lvl *level, parentKey string, ds []Descriptor, at place) {
+// file adds the i-th file, f, whose descriptors at the places in
+// unreadable have a key or value parse could not read.
+func (b *builder) file(i int, f *File, unreadable map[string]bool) {
+	d := b.config.domains[f.Domain]
+	if d == nil {
+		d = &Domain{name: f.Domain}
+		b.config.domains[f.Domain] = d
+	} else if !b.opts.MergeDomains {
+		b.problems[i] = append(b.problems[i], &ConfigError{File: f.Name, Line: f.Line, Msg: fmt.Sprintf("duplicate domain '%s' in config file", f.Domain)})
+		return
+	}
+	fb := fileBuilder{builder: b, index: i, name: f.Name, unreadable: unreadable}
+	fb.add(&d.root, f.Domain, f.Descriptors, domainPlace(f.Domain, f.Line))
+}
+
+// fileBuilder adds the descriptors of one file.
+type fileBuilder struct {
+	*builder
+	index      int
+	name       string
+	unreadable map[string]bool
+}
+
+func (b fileBuilder) add(lvl *level, parentKey string, ds []Descriptor, at place) {
 	for i, d := range ds {
 		dat := at.in(fmt.Sprintf("descriptors[%d]", i), d.Line)
 		s := d.spec()
 		fullKey := parentKey + "." + s.segment()
+		if b.unreadable[dat.String()] {
+			// Its children are still checked against each other.
+			b.add(&level{}, fullKey, d.Descriptors, dat)
+			continue
+		}
 		if lvl.find(d.Key, d.Value) != nil {
-			b.errs = append(b.errs, dat.problem(b.file, fmt.Sprintf("duplicate descriptor composite key '%s'", fullKey)))
+			b.problems[b.index] = append(b.problems[b.index], dat.problem(b.name, fmt.Sprintf("duplicate descriptor composite key '%s'", fullKey)))
 			continue
 		}
 		n := lvl.add(s, fullKey)

@@ -122,10 +122,27 @@ non_map_list.yaml:5: domain "test-domain" › descriptors[2]: config error, yaml
 			want: `nested_problems.yaml:6: domain "test-domain" › descriptors[0] › descriptors[0] › rate_limit: invalid rate limit unit 'minutes'
 nested_problems.yaml:9: domain "test-domain" › descriptors[0] › descriptors[1]: descriptor has empty key
 nested_problems.yaml:10: domain "test-domain" › descriptors[1]: value must be a string, not [1 2]`},
-		// Every file is checked: problems in two files are both reported.
+		// Every problem is reported, not only the first: a file with a
+		// problem is still checked for duplicates, within itself and
+		// against the other files.
+		{files: []string{ours + "unit_then_duplicate.yaml"},
+			want: `unit_then_duplicate.yaml:5: domain "test-domain" › descriptors[0] › rate_limit: invalid rate limit unit 'fortnight'
+unit_then_duplicate.yaml:12: domain "test-domain" › descriptors[2]: duplicate descriptor composite key 'test-domain.user'`},
+		// A descriptor whose value cannot be read is no duplicate of a
+		// sibling; its children are still checked.
+		{files: []string{ours + "unreadable_value.yaml"},
+			want: `unreadable_value.yaml:3: domain "test-domain" › descriptors[0]: value must be a string, not [alice bob]
+unreadable_value.yaml:8: domain "test-domain" › descriptors[0] › descriptors[1]: duplicate descriptor composite key 'test-domain.user.path'`},
+		// Every file is checked: problems in two files are all reported,
+		// file by file.
 		{files: []string{upstream + "empty_key.yaml", ours + "missing_unit.yaml"},
 			want: `empty_key.yaml:3: domain "test-domain" › descriptors[0]: descriptor has empty key
+missing_unit.yaml:1: duplicate domain 'test-domain' in config file
 missing_unit.yaml:4: domain "test-domain" › descriptors[0] › rate_limit: invalid rate limit unit ''`},
+		{files: []string{ours + "unit_then_duplicate.yaml", upstream + "duplicate_key.yaml"}, merge: true,
+			want: `unit_then_duplicate.yaml:5: domain "test-domain" › descriptors[0] › rate_limit: invalid rate limit unit 'fortnight'
+unit_then_duplicate.yaml:12: domain "test-domain" › descriptors[2]: duplicate descriptor composite key 'test-domain.user'
+duplicate_key.yaml:6: domain "test-domain" › descriptors[1]: duplicate descriptor composite key 'test-domain.key1_value1'`},
 	}
 	for _, tt := range tests {
 		var names []string

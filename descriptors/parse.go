@@ -77,15 +77,18 @@ func domainPlace(domain string, line int) place {
 
 // problem returns a ConfigError of file at p.
 func (p place) problem(file, msg string) *ConfigError {
-	return &ConfigError{File: file, Line: p.line, Path: strings.Join(p.path, " › "), Msg: msg}
+	return &ConfigError{File: file, Line: p.line, Path: p.String(), Msg: msg}
 }
+
+// String is the place as a ConfigError's Path shows it.
+func (p place) String() string { return strings.Join(p.path, " › ") }
 
 // Parse reads one descriptor YAML file strictly and checks everything that
 // does not depend on other files. name is used in errors. The errors are
 // *ConfigError values (joined with errors.Join when there are several),
 // each with the line of the problem when the file is YAML at all.
 func Parse(name string, data []byte) (*File, error) {
-	f, err := parse(name, data)
+	f, _, err := parse(name, data)
 	if err != nil {
 		return nil, err
 	}
@@ -94,18 +97,22 @@ func Parse(name string, data []byte) (*File, error) {
 
 // parse is Parse, but returns the File even with errors: its Domain is then
 // the domain the file names, if it names one as a scalar, so that a
-// Reloader can tell whose problems they are.
-func parse(name string, data []byte) (*File, error) {
-	p := &parser{file: name}
-	f := &File{Name: name}
+// Reloader can tell whose problems they are, and its descriptors are those
+// it could read, so that the loader can look for problems across them too.
+// unreadable holds the places (place.String) of the descriptors whose key
+// or value could not be read: they take part in no duplicate check.
+func parse(name string, data []byte) (f *File, unreadable map[string]bool, err error) {
+	p := &parser{file: name, unreadable: map[string]bool{}}
+	f = &File{Name: name}
 	p.parse(f, data)
-	return f, errors.Join(p.errs...)
+	return f, p.unreadable, errors.Join(p.errs...)
 }
 
 // parser collects the problems of one file.
 type parser struct {
-	file string
-	errs []error
+	file       string
+	errs       []error
+	unreadable map[string]bool
 }
 
 func (p *parser) fail(at place, format string, args ...any) {
@@ -244,9 +251,16 @@ func (p *parser) descriptors(n *yaml.Node, at place) []Descriptor {
 func (p *parser) descriptor(n *yaml.Node, at place) Descriptor {
 	fs, _ := p.fields(n, at, "key", "value", "rate_limit", "descriptors", "shadow_mode",
 		"detailed_metric", "share_threshold", "value_to_metric", "metadata", "quota_mode")
+	before := len(p.errs)
+	key, value := p.str(fs["key"].value, at, "key"), p.str(fs["value"].value, at, "value")
+	if key == "" || len(p.errs) > before {
+		// Its composite key is not what the file says: comparing it with
+		// its siblings' would report duplicates that are not there.
+		p.unreadable[at.String()] = true
+	}
 	d := Descriptor{
-		Key:            p.str(fs["key"].value, at, "key"),
-		Value:          p.str(fs["value"].value, at, "value"),
+		Key:            key,
+		Value:          value,
 		ShadowMode:     p.boolean(fs["shadow_mode"].value, at, "shadow_mode"),
 		DetailedMetric: p.boolean(fs["detailed_metric"].value, at, "detailed_metric"),
 		ShareThreshold: p.boolean(fs["share_threshold"].value, at, "share_threshold"),

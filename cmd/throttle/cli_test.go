@@ -112,9 +112,14 @@ func TestConfigCheck(t *testing.T) {
 	if got := out.String(); got != "1 file(s) OK\n" {
 		t.Errorf("output = %q", got)
 	}
+	// Every problem, each with its file and line: bad.yaml's unit, and
+	// that it describes edge.yaml's domain again.
 	err := run(context.Background(), []string{"config", "check", "testdata/edge.yaml", "testdata/bad.yaml"}, env(nil), &out, &out)
-	if err == nil || !strings.Contains(err.Error(), "testdata/bad.yaml:4: domain \"edge\" › descriptors[0] › rate_limit: invalid rate limit unit 'minutes'") {
-		t.Errorf("bad file: err = %v, want the file and the unit named", err)
+	want := "invalid descriptor configuration:\n" +
+		"testdata/bad.yaml:1: duplicate domain 'edge' in config file\n" +
+		"testdata/bad.yaml:4: domain \"edge\" › descriptors[0] › rate_limit: invalid rate limit unit 'minutes'"
+	if err == nil || err.Error() != want {
+		t.Errorf("bad file: err = %v\nwant %s", err, want)
 	}
 }
 
