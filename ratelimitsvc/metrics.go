@@ -35,10 +35,9 @@ const (
 // throttle_ratelimit_stats_keys_folded_total, so a descriptor keyed by user
 // id cannot grow Prometheus without bound.
 type metrics struct {
-	hits, overLimit, nearLimit, withinLimit, shadowMode *prometheus.CounterVec
-	overLimitLocalCache                                 *prometheus.CounterVec
-	domainNotFound, globalShadowMode, folded            prometheus.Counter
-	latency                                             *prometheus.HistogramVec
+	perKey                                   [families]*prometheus.CounterVec
+	domainNotFound, globalShadowMode, folded prometheus.Counter
+	latency                                  *prometheus.HistogramVec
 
 	maxValueKeys int
 	mu           sync.RWMutex
@@ -54,13 +53,15 @@ func newMetrics(reg prometheus.Registerer, maxValueKeys int) (*metrics, error) {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
 	}
 	m := &metrics{
-		hits:        vec("throttle_ratelimit_hits_total", "Hits counted against a descriptor's limit."),
-		overLimit:   vec("throttle_ratelimit_over_limit_total", "Hits over a descriptor's limit."),
-		nearLimit:   vec("throttle_ratelimit_near_limit_total", "Hits within a descriptor's limit but above the near-limit ratio."),
-		withinLimit: vec("throttle_ratelimit_within_limit_total", "Hits within a descriptor's limit."),
-		shadowMode:  vec("throttle_ratelimit_shadow_mode_total", "Hits over a shadow-mode limit that were let through."),
-		overLimitLocalCache: vec("throttle_ratelimit_over_limit_with_local_cache_total",
-			"Hits over a descriptor's limit that the local over-limit cache rejected without Redis (LOCAL_CACHE_SIZE_IN_BYTES)."),
+		perKey: [families]*prometheus.CounterVec{
+			hitsFamily:        vec("throttle_ratelimit_hits_total", "Hits counted against a descriptor's limit."),
+			overLimitFamily:   vec("throttle_ratelimit_over_limit_total", "Hits over a descriptor's limit."),
+			nearLimitFamily:   vec("throttle_ratelimit_near_limit_total", "Hits within a descriptor's limit but above the near-limit ratio."),
+			withinLimitFamily: vec("throttle_ratelimit_within_limit_total", "Hits within a descriptor's limit."),
+			shadowModeFamily:  vec("throttle_ratelimit_shadow_mode_total", "Hits over a shadow-mode limit that were let through."),
+			overLimitLocalCacheFamily: vec("throttle_ratelimit_over_limit_with_local_cache_total",
+				"Hits over a descriptor's limit that the local over-limit cache rejected without Redis (LOCAL_CACHE_SIZE_IN_BYTES)."),
+		},
 		domainNotFound: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "throttle_ratelimit_domain_not_found_total", Help: "Requests for a domain no configuration or client has.",
 		}),
@@ -80,7 +81,11 @@ func newMetrics(reg prometheus.Registerer, maxValueKeys int) (*metrics, error) {
 		valueKeys:    map[valueKey]struct{}{},
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.hits, m.overLimit, m.overLimitLocalCache, m.nearLimit, m.withinLimit, m.shadowMode, m.domainNotFound, m.globalShadowMode, m.folded, m.latency} {
+		cs := []prometheus.Collector{m.domainNotFound, m.globalShadowMode, m.folded, m.latency}
+		for _, v := range m.perKey {
+			cs = append(cs, v)
+		}
+		for _, c := range cs {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
@@ -95,28 +100,53 @@ func newMetrics(reg prometheus.Registerer, maxValueKeys int) (*metrics, error) {
 func (m *metrics) observe(domain, key, rollup string, hits int64, o outcome, shadow, cached bool) {
 	c := m.countersOf(domain, m.label(domain, key, rollup))
 	h := float64(hits)
-	c.hits.Add(h)
+	c.add(m, hitsFamily, h)
 	switch o {
 	case over:
-		c.overLimit.Add(h)
+		c.add(m, overLimitFamily, h)
 		if cached {
-			c.overLimitLocalCache.Add(h)
+			c.add(m, overLimitLocalCacheFamily, h)
 		}
 		if shadow {
-			c.shadowMode.Add(h)
+			c.add(m, shadowModeFamily, h)
 		}
 	case near:
-		c.nearLimit.Add(h)
-		c.withinLimit.Add(h)
+		c.add(m, nearLimitFamily, h)
+		c.add(m, withinLimitFamily, h)
 	default:
-		c.withinLimit.Add(h)
+		c.add(m, withinLimitFamily, h)
 	}
 }
 
+// family is one of the per-descriptor counter families, an index of
+// metrics.perKey.
+type family int
+
+const (
+	hitsFamily family = iota
+	overLimitFamily
+	overLimitLocalCacheFamily
+	nearLimitFamily
+	withinLimitFamily
+	shadowModeFamily
+	families
+)
+
 // keyCounters are one (domain, key)'s counters, looked up in the vectors
-// once: a vector lookup hashes its labels on every call.
+// once: a vector lookup hashes its labels on every call. Each is made when
+// first counted, so /metrics shows no series that never moved (a key only
+// ever within its limit has no over_limit, near_limit or shadow_mode
+// series).
 type keyCounters struct {
-	hits, overLimit, overLimitLocalCache, nearLimit, withinLimit, shadowMode prometheus.Counter
+	domain, key string
+	once        [families]sync.Once
+	counters    [families]prometheus.Counter
+}
+
+// add adds v to the counter of family f, making it first if need be.
+func (c *keyCounters) add(m *metrics, f family, v float64) {
+	c.once[f].Do(func() { c.counters[f] = m.perKey[f].WithLabelValues(c.domain, c.key) })
+	c.counters[f].Add(v)
 }
 
 // countersOf returns the counters of (domain, key). Keys are bounded by the
@@ -126,15 +156,7 @@ func (m *metrics) countersOf(domain, key string) *keyCounters {
 	if c, ok := m.counters.Load(vk); ok {
 		return c.(*keyCounters)
 	}
-	c := &keyCounters{
-		hits:                m.hits.WithLabelValues(domain, key),
-		overLimit:           m.overLimit.WithLabelValues(domain, key),
-		overLimitLocalCache: m.overLimitLocalCache.WithLabelValues(domain, key),
-		nearLimit:           m.nearLimit.WithLabelValues(domain, key),
-		withinLimit:         m.withinLimit.WithLabelValues(domain, key),
-		shadowMode:          m.shadowMode.WithLabelValues(domain, key),
-	}
-	actual, _ := m.counters.LoadOrStore(vk, c)
+	actual, _ := m.counters.LoadOrStore(vk, &keyCounters{domain: domain, key: key})
 	return actual.(*keyCounters)
 }
 
