@@ -37,6 +37,7 @@ const (
 type metrics struct {
 	perKey                                   [families]*prometheus.CounterVec
 	domainNotFound, globalShadowMode, folded prometheus.Counter
+	oversized                                *prometheus.CounterVec
 	latency                                  *prometheus.HistogramVec
 
 	maxValueKeys int
@@ -46,6 +47,12 @@ type metrics struct {
 }
 
 type valueKey struct{ domain, key string }
+
+// Reasons of throttle_ratelimit_oversized_requests_total.
+const (
+	oversizedDescriptors = "descriptors"
+	oversizedEntries     = "entries"
+)
 
 func newMetrics(reg prometheus.Registerer, maxValueKeys int) (*metrics, error) {
 	labels := []string{"domain", "key"}
@@ -72,6 +79,10 @@ func newMetrics(reg prometheus.Registerer, maxValueKeys int) (*metrics, error) {
 			Name: "throttle_ratelimit_stats_keys_folded_total",
 			Help: "Descriptor decisions counted under their configured key because STATS_MAX_VALUE_KEYS per-value keys exist.",
 		}),
+		oversized: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "throttle_ratelimit_oversized_requests_total",
+			Help: "Requests refused, nothing counted, for more descriptors than MAX_DESCRIPTORS_PER_REQUEST (reason descriptors) or a descriptor with more entries than MAX_DESCRIPTOR_ENTRIES (reason entries).",
+		}, []string{"reason"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "throttle_grpc_request_duration_seconds",
 			Help:    "gRPC request latency by method and status code.",
@@ -80,8 +91,11 @@ func newMetrics(reg prometheus.Registerer, maxValueKeys int) (*metrics, error) {
 		maxValueKeys: maxValueKeys,
 		valueKeys:    map[valueKey]struct{}{},
 	}
+	for _, reason := range []string{oversizedDescriptors, oversizedEntries} {
+		m.oversized.WithLabelValues(reason) // both series from the start: two, fixed
+	}
 	if reg != nil {
-		cs := []prometheus.Collector{m.domainNotFound, m.globalShadowMode, m.folded, m.latency}
+		cs := []prometheus.Collector{m.domainNotFound, m.globalShadowMode, m.folded, m.oversized, m.latency}
 		for _, v := range m.perKey {
 			cs = append(cs, v)
 		}

@@ -64,6 +64,14 @@ type Options struct {
 	// a decision is counted under the descriptor's configured key. 0 means
 	// the default, 1000; negative means none are kept.
 	MaxValueStatsKeys int
+	// MaxDescriptors caps the descriptors of one request (setting
+	// MAX_DESCRIPTORS_PER_REQUEST), and MaxDescriptorEntries the entries of
+	// one descriptor (MAX_DESCRIPTOR_ENTRIES): a request over either is
+	// refused with INVALID_ARGUMENT before anything is matched or counted,
+	// so one cheap request cannot cost the counter backend thousands of
+	// decisions. 0 means the defaults, DefaultMaxDescriptors and
+	// DefaultMaxDescriptorEntries.
+	MaxDescriptors, MaxDescriptorEntries int
 	// NearLimitRatio is the share of a limit above which a request within the
 	// limit counts as near_limit. Default 0.8, as the reference service.
 	NearLimitRatio float64
@@ -82,6 +90,15 @@ type Options struct {
 	// Default: W3C Trace Context (traceparent, tracestate).
 	Propagator propagation.TextMapPropagator
 }
+
+// The defaults of Options.MaxDescriptors and Options.MaxDescriptorEntries.
+// Envoy sends one descriptor per matching rate_limits action list and one
+// entry per action, a handful of each in real configurations; REST rules
+// have at most 16 entries.
+const (
+	DefaultMaxDescriptors       = 64
+	DefaultMaxDescriptorEntries = 32
+)
 
 // Server implements RateLimitService.
 type Server struct {
@@ -108,6 +125,12 @@ func New(opts Options) (*Server, error) {
 	}
 	if opts.MaxValueStatsKeys == 0 {
 		opts.MaxValueStatsKeys = 1000
+	}
+	if opts.MaxDescriptors <= 0 {
+		opts.MaxDescriptors = DefaultMaxDescriptors
+	}
+	if opts.MaxDescriptorEntries <= 0 {
+		opts.MaxDescriptorEntries = DefaultMaxDescriptorEntries
 	}
 	m, err := newMetrics(opts.Registerer, max(opts.MaxValueStatsKeys, 0))
 	if err != nil {
@@ -138,7 +161,7 @@ type limited struct {
 
 // ShouldRateLimit decides every descriptor of req in one engine batch.
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
-	if err := validate(req); err != nil {
+	if err := s.validate(req); err != nil {
 		return nil, err
 	}
 	requestHits := int64(req.GetHitsAddend())
@@ -232,19 +255,34 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 }
 
 // validate refuses what Envoy would never send: an empty domain, no
-// descriptors, a descriptor without entries, an entry without a key.
-func validate(req *rlsv3.RateLimitRequest) error {
+// descriptors, a descriptor without entries, an entry without a key; and a
+// request over the caps on descriptors and entries, counted in
+// throttle_ratelimit_oversized_requests_total. It looks at no more than the
+// caps allow, so an oversized request costs no more than an allowed one.
+func (s *Server) validate(req *rlsv3.RateLimitRequest) error {
 	if req.GetDomain() == "" {
 		return status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
 	}
-	if len(req.GetDescriptors()) == 0 {
+	ds := req.GetDescriptors()
+	if len(ds) == 0 {
 		return status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
 	}
-	for i, d := range req.GetDescriptors() {
-		if d == nil || len(d.GetEntries()) == 0 {
+	if n, limit := len(ds), s.opts.MaxDescriptors; n > limit {
+		s.metrics.oversized.WithLabelValues(oversizedDescriptors).Inc()
+		return status.Errorf(codes.InvalidArgument,
+			"rate limit request has %d descriptors, more than the %d allowed (MAX_DESCRIPTORS_PER_REQUEST)", n, limit)
+	}
+	for i, d := range ds {
+		es := d.GetEntries()
+		if n, limit := len(es), s.opts.MaxDescriptorEntries; n > limit {
+			s.metrics.oversized.WithLabelValues(oversizedEntries).Inc()
+			return status.Errorf(codes.InvalidArgument,
+				"descriptor %d has %d entries, more than the %d allowed (MAX_DESCRIPTOR_ENTRIES)", i, n, limit)
+		}
+		if len(es) == 0 {
 			return status.Errorf(codes.InvalidArgument, "descriptor %d has no entries", i)
 		}
-		for j, e := range d.GetEntries() {
+		for j, e := range es {
 			if e.GetKey() == "" {
 				return status.Errorf(codes.InvalidArgument, "descriptor %d entry %d has an empty key", i, j)
 			}

@@ -81,6 +81,8 @@ func TestParseServeErrors(t *testing.T) {
 		{map[string]string{"RESPONSE_DYNAMIC_METADATA": "y"}, `RESPONSE_DYNAMIC_METADATA: "y" is not true or false`},
 		{map[string]string{"FORCE_START_WITHOUT_INITIAL_CONFIG": "always"}, `FORCE_START_WITHOUT_INITIAL_CONFIG: "always" is not true or false`},
 		{map[string]string{"STATS_MAX_VALUE_KEYS": "-1"}, "STATS_MAX_VALUE_KEYS: -1 must be 0 or more"},
+		{map[string]string{"MAX_DESCRIPTORS_PER_REQUEST": "0"}, "MAX_DESCRIPTORS_PER_REQUEST: 0 must be at least 1"},
+		{map[string]string{"MAX_DESCRIPTOR_ENTRIES": "many"}, `MAX_DESCRIPTOR_ENTRIES: "many" is not a number`},
 		{map[string]string{"RATE_LIMIT_HEADERS": "draft"}, `RATE_LIMIT_HEADERS: "draft" is not one of x (X-RateLimit-* only), ietf (RateLimit-Policy and RateLimit only), both`},
 	}
 	for _, tc := range cases {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/throttle-rl/throttle/algorithms"
 	"github.com/throttle-rl/throttle/internal/ratelimitheader"
+	"github.com/throttle-rl/throttle/ratelimitsvc"
 )
 
 // config is every setting of `throttle serve`. Each comes from a flag, else
@@ -50,6 +51,10 @@ type config struct {
 	trustedProxiesRaw string
 	logLevelRaw       string
 	headerSetsRaw     string
+
+	// MaxDescriptors and MaxDescriptorEntries cap one gRPC rate-limit
+	// request's descriptors and each descriptor's entries.
+	MaxDescriptors, MaxDescriptorEntries int
 }
 
 // defaultGCPercent is serve's GOGC. Go's default, 100, collects the small
@@ -86,6 +91,8 @@ var serveSettings = []setting{
 	{"RESPONSE_DYNAMIC_METADATA", "response-dynamic-metadata", "false", "set dynamic_metadata on gRPC rate-limit responses: the request's domain, descriptors and hits_addend, and the metadata of the descriptors within their limits"},
 	{"FORCE_START_WITHOUT_INITIAL_CONFIG", "force-start-without-initial-config", "false", "start even when DESCRIPTORS_DIR is missing or does not load, and load it when it appears; until then gRPC requests for domains no client owns fail UNAVAILABLE"},
 	{"STATS_MAX_VALUE_KEYS", "stats-max-value-keys", "1000", "most distinct metric keys holding request values (detailed_metric, value_to_metric, limit overrides); further values count under the descriptor's configured key; 0 = none"},
+	{"MAX_DESCRIPTORS_PER_REQUEST", "max-descriptors-per-request", strconv.Itoa(ratelimitsvc.DefaultMaxDescriptors), "most descriptors in one gRPC rate-limit request; a request with more is refused INVALID_ARGUMENT, nothing counted (Envoy sends a handful)"},
+	{"MAX_DESCRIPTOR_ENTRIES", "max-descriptor-entries", strconv.Itoa(ratelimitsvc.DefaultMaxDescriptorEntries), "most entries in one descriptor of a gRPC rate-limit request; a request with more is refused INVALID_ARGUMENT, nothing counted"},
 	{"CACHE_REFRESH_INTERVAL", "cache-refresh-interval", "2s", "how often rules, exemptions and keys changed on other replicas are picked up"},
 	{"REGISTER_LIMIT_PER_HOUR", "register-limit-per-hour", "10", "POST /register calls allowed per client IP per hour"},
 	{"SHUTDOWN_TIMEOUT", "shutdown-timeout", "15s", "how long SIGTERM waits for in-flight requests"},
@@ -182,6 +189,8 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*c
 	intVar("REGISTER_LIMIT_PER_HOUR", &reg)
 	c.RegisterLimit = int64(reg)
 	intVar("STATS_MAX_VALUE_KEYS", &c.MaxValueStatsKeys)
+	intVar("MAX_DESCRIPTORS_PER_REQUEST", &c.MaxDescriptors)
+	intVar("MAX_DESCRIPTOR_ENTRIES", &c.MaxDescriptorEntries)
 	boolVar("MERGE_DOMAIN_CONFIG", &c.MergeDomains)
 	boolVar("RATE_LIMIT_RESPONSE_HEADERS", &c.ResponseHeaders)
 	boolVar("SHADOW_MODE", &c.ShadowMode)
@@ -249,6 +258,12 @@ func (c *config) Validate() error {
 	c.HeaderSets = sets
 	if c.MaxValueStatsKeys < 0 {
 		errs = append(errs, fmt.Errorf("STATS_MAX_VALUE_KEYS: %d must be 0 or more", c.MaxValueStatsKeys))
+	}
+	if c.MaxDescriptors < 1 {
+		errs = append(errs, fmt.Errorf("MAX_DESCRIPTORS_PER_REQUEST: %d must be at least 1", c.MaxDescriptors))
+	}
+	if c.MaxDescriptorEntries < 1 {
+		errs = append(errs, fmt.Errorf("MAX_DESCRIPTOR_ENTRIES: %d must be at least 1", c.MaxDescriptorEntries))
 	}
 	if c.RegisterLimit < 1 {
 		errs = append(errs, fmt.Errorf("REGISTER_LIMIT_PER_HOUR: %d must be at least 1", c.RegisterLimit))

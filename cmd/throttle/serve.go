@@ -161,6 +161,7 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer) error {
 	rls, err := ratelimitsvc.New(ratelimitsvc.Options{
 		Limiter: rlsLimiter, Descriptors: current, Rules: cache, ResponseHeaders: cfg.ResponseHeaders, HeaderSets: cfg.HeaderSets,
 		ShadowMode: cfg.ShadowMode, DynamicMetadata: cfg.DynamicMetadata, MaxValueStatsKeys: maxValueKeys(cfg.MaxValueStatsKeys),
+		MaxDescriptors: cfg.MaxDescriptors, MaxDescriptorEntries: cfg.MaxDescriptorEntries,
 		Log: log, Registerer: reg, TracerProvider: tracer, Propagator: propagator,
 	})
 	if err != nil {
