@@ -142,6 +142,8 @@ func errorResponse(err error) (status int, code, message string) {
 		return http.StatusServiceUnavailable, "OVERLOADED", "Throttle could not decide within its deadline; no decision was made, try again"
 	case errors.As(err, &be):
 		return http.StatusServiceUnavailable, "BACKEND_UNAVAILABLE", "the rate limit backend is unavailable; try again"
+	case errors.Is(err, store.ErrUnavailable):
+		return http.StatusServiceUnavailable, "STORE_UNAVAILABLE", "the database is unavailable; try again"
 	case errors.Is(err, store.ErrInvalid):
 		return http.StatusBadRequest, "INVALID_FIELD", err.Error()
 	case errors.Is(err, algorithms.ErrInvalid):

@@ -77,11 +77,6 @@ type testEnv struct {
 // newEnv starts the API in backend b; opts may change the Deps first.
 func newEnv(t *testing.T, b backend, opts ...func(*Deps)) *testEnv {
 	t.Helper()
-	logs := &logbuf.Buffer{}
-	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-
 	var dbURL string
 	switch b.db {
 	case "sqlite":
@@ -91,6 +86,17 @@ func newEnv(t *testing.T, b backend, opts ...func(*Deps)) *testEnv {
 	default:
 		t.Fatalf("unknown db %q", b.db)
 	}
+	return newEnvAt(t, dbURL, b, opts...)
+}
+
+// newEnvAt is newEnv with the database at dbURL (b.db is not read).
+func newEnvAt(t *testing.T, dbURL string, b backend, opts ...func(*Deps)) *testEnv {
+	t.Helper()
+	logs := &logbuf.Buffer{}
+	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
 	db, err := store.Open(ctx, dbURL, log)
 	if err != nil {
 		t.Fatalf("open store %s: %v", b.db, err)
@@ -130,7 +136,7 @@ func newEnv(t *testing.T, b backend, opts ...func(*Deps)) *testEnv {
 	h := NewHandler(d)
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	return &testEnv{srv: srv, handler: h, db: db, cache: cache, usage: usage, limiter: limiter, reg: reg, logs: logs}
+	return &testEnv{srv: srv, handler: h, db: d.DB, cache: d.Cache, usage: d.Usage, limiter: d.Limiter, reg: reg, logs: logs}
 }
 
 func redisClient(t *testing.T) *redis.Client {

@@ -31,8 +31,10 @@ func scanClient(row rowScanner, extra ...any) (Client, error) {
 // "email"). Without a Domain, the domain is a slug of the name, suffixed
 // "-2", "-3", … when taken; a Domain given explicitly must be unused
 // (ErrConflict naming "domain").
-func (db *DB) CreateClient(ctx context.Context, c Client, keyHash [32]byte) (Client, error) {
-	c, err := normalizeClient(c)
+func (db *DB) CreateClient(ctx context.Context, c Client, keyHash [32]byte) (_ Client, err error) {
+	ctx, end := db.begin(ctx, "create_client")
+	defer end(&err)
+	c, err = normalizeClient(c)
 	if err != nil {
 		return Client{}, err
 	}
@@ -123,7 +125,9 @@ func (db *DB) freeDomain(ctx context.Context, base string) (string, error) {
 }
 
 // ClientByKeyHash returns the client whose API key hashes to keyHash.
-func (db *DB) ClientByKeyHash(ctx context.Context, keyHash [32]byte) (Client, error) {
+func (db *DB) ClientByKeyHash(ctx context.Context, keyHash [32]byte) (_ Client, err error) {
+	ctx, end := db.begin(ctx, "client_by_key_hash")
+	defer end(&err)
 	row := db.sql.QueryRowContext(ctx, db.q(`SELECT `+clientColumns+` FROM clients WHERE api_key_hash = ?`), keyHash[:])
 	c, err := scanClient(row)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -137,7 +141,9 @@ func (db *DB) ClientByKeyHash(ctx context.Context, keyHash [32]byte) (Client, er
 
 // ClientByID returns the client with id; an id that is not a UUID is
 // ErrNotFound too.
-func (db *DB) ClientByID(ctx context.Context, id string) (Client, error) {
+func (db *DB) ClientByID(ctx context.Context, id string) (_ Client, err error) {
+	ctx, end := db.begin(ctx, "client_by_id")
+	defer end(&err)
 	u, err := uuid.Parse(id)
 	if err != nil {
 		return Client{}, fmt.Errorf("client %q: %w", id, ErrNotFound)

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/prometheus/client_golang/prometheus"
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 )
@@ -32,6 +33,11 @@ type DB struct {
 	dialect string
 	log     *slog.Logger
 	now     func() time.Time
+	// timeout bounds each operation: Timeout (tests shorten it).
+	timeout time.Duration
+	// unavailable counts the operations that failed with ErrUnavailable,
+	// by operation; RegisterMetrics registers it.
+	unavailable *prometheus.CounterVec
 }
 
 // Open connects to databaseURL and applies pending migrations.
@@ -49,7 +55,7 @@ func Open(ctx context.Context, databaseURL string, log *slog.Logger) (*DB, error
 	if err != nil {
 		return nil, err
 	}
-	db := &DB{sql: sqlDB, dialect: dialect, log: log, now: time.Now}
+	db := &DB{sql: sqlDB, dialect: dialect, log: log, now: time.Now, timeout: Timeout, unavailable: newUnavailableCounter(dialect)}
 	if err := db.Ping(ctx); err != nil {
 		sqlDB.Close()
 		return nil, err
@@ -124,7 +130,7 @@ func parseURL(databaseURL string) (dialect, target string, err error) {
 // sqliteDSN is the modernc.org/sqlite data source for the file at path.
 func sqliteDSN(path string) string {
 	q := url.Values{}
-	q.Add("_pragma", "busy_timeout(10000)")
+	q.Add("_pragma", "busy_timeout("+strconv.FormatInt(Timeout.Milliseconds(), 10)+")")
 	q.Add("_pragma", "journal_mode(WAL)")
 	q.Add("_pragma", "foreign_keys(1)")
 	q.Add("_pragma", "synchronous(NORMAL)")
@@ -143,7 +149,9 @@ func (db *DB) Close() error { return db.sql.Close() }
 func (db *DB) Dialect() string { return db.dialect }
 
 // Ping checks that the database answers.
-func (db *DB) Ping(ctx context.Context) error {
+func (db *DB) Ping(ctx context.Context) (err error) {
+	ctx, end := db.begin(ctx, "ping")
+	defer end(&err)
 	if err := db.sql.PingContext(ctx); err != nil {
 		return fmt.Errorf("ping %s database: %w", db.dialect, err)
 	}

@@ -18,7 +18,9 @@ func scanExemption(row rowScanner) (Exemption, error) {
 // CreateExemption exempts e.Identifier of e.ClientID from rate limiting and
 // returns e with CreatedAt set. An identifier already exempt is ErrConflict;
 // an unknown client is ErrNotFound.
-func (db *DB) CreateExemption(ctx context.Context, e Exemption) (Exemption, error) {
+func (db *DB) CreateExemption(ctx context.Context, e Exemption) (_ Exemption, err error) {
+	ctx, end := db.begin(ctx, "create_exemption")
+	defer end(&err)
 	clientID, ok := clientUUID(e.ClientID)
 	if !ok {
 		return Exemption{}, fmt.Errorf("client %q: %w", e.ClientID, ErrNotFound)
@@ -28,7 +30,7 @@ func (db *DB) CreateExemption(ctx context.Context, e Exemption) (Exemption, erro
 		return Exemption{}, err
 	}
 	e.CreatedAt = db.timestamp()
-	err := db.inTx(ctx, nil, func(tx *sql.Tx) error {
+	err = db.inTx(ctx, nil, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, db.q(`INSERT INTO exemptions (client_id, identifier, reason, created_at)
 			VALUES (?, ?, ?, ?)`), e.ClientID, e.Identifier, e.Reason, e.CreatedAt)
 		if err != nil {
@@ -49,7 +51,9 @@ func (db *DB) CreateExemption(ctx context.Context, e Exemption) (Exemption, erro
 }
 
 // Exemptions returns the client's exemptions ordered by identifier.
-func (db *DB) Exemptions(ctx context.Context, clientID string) ([]Exemption, error) {
+func (db *DB) Exemptions(ctx context.Context, clientID string) (_ []Exemption, err error) {
+	ctx, end := db.begin(ctx, "exemptions")
+	defer end(&err)
 	id, ok := clientUUID(clientID)
 	if !ok {
 		return []Exemption{}, nil
@@ -62,7 +66,9 @@ func (db *DB) Exemptions(ctx context.Context, clientID string) ([]Exemption, err
 }
 
 // Exemption returns the client's exemption of identifier.
-func (db *DB) Exemption(ctx context.Context, clientID, identifier string) (Exemption, error) {
+func (db *DB) Exemption(ctx context.Context, clientID, identifier string) (_ Exemption, err error) {
+	ctx, end := db.begin(ctx, "exemption")
+	defer end(&err)
 	id, ok := clientUUID(clientID)
 	if !ok {
 		return Exemption{}, fmt.Errorf("exemption %q: %w", identifier, ErrNotFound)
@@ -79,7 +85,9 @@ func (db *DB) Exemption(ctx context.Context, clientID, identifier string) (Exemp
 
 // DeleteExemption removes the client's exemption of identifier, or returns
 // ErrNotFound.
-func (db *DB) DeleteExemption(ctx context.Context, clientID, identifier string) error {
+func (db *DB) DeleteExemption(ctx context.Context, clientID, identifier string) (err error) {
+	ctx, end := db.begin(ctx, "delete_exemption")
+	defer end(&err)
 	id, ok := clientUUID(clientID)
 	if !ok {
 		return fmt.Errorf("exemption %q: %w", identifier, ErrNotFound)

@@ -93,7 +93,9 @@ func scanIdentifierUsage(clientID string) func(rowScanner) (IdentifierUsage, err
 // capped at MaxTopIdentifiers), most decisions first, then most rejected,
 // then by identifier. Counts not yet flushed by a UsageRecorder are not in
 // it; UsageRecorder.TopIdentifiers adds them.
-func (db *DB) TopIdentifiers(ctx context.Context, clientID string, n int) ([]IdentifierUsage, error) {
+func (db *DB) TopIdentifiers(ctx context.Context, clientID string, n int) (_ []IdentifierUsage, err error) {
+	ctx, end := db.begin(ctx, "top_identifiers")
+	defer end(&err)
 	n = min(n, MaxTopIdentifiers)
 	if n <= 0 {
 		return []IdentifierUsage{}, nil
@@ -109,7 +111,9 @@ func (db *DB) TopIdentifiers(ctx context.Context, clientID string, n int) ([]Ide
 
 // identifierUsage returns the stored counts of the given identifiers of the
 // client (those with none are left out).
-func (db *DB) identifierUsage(ctx context.Context, clientID string, identifiers []string) ([]IdentifierUsage, error) {
+func (db *DB) identifierUsage(ctx context.Context, clientID string, identifiers []string) (_ []IdentifierUsage, err error) {
+	ctx, end := db.begin(ctx, "identifier_usage")
+	defer end(&err)
 	if len(identifiers) == 0 {
 		return nil, nil
 	}
@@ -129,7 +133,8 @@ func (db *DB) identifierUsage(ctx context.Context, clientID string, identifiers 
 
 // PruneIdentifierUsage deletes the per-identifier counts of identifiers last
 // seen before before, and returns how many it deleted.
-func (db *DB) PruneIdentifierUsage(ctx context.Context, before time.Time) (int64, error) {
+func (db *DB) PruneIdentifierUsage(ctx context.Context, before time.Time) (_ int64, err error) {
+	defer db.markUnavailable("prune_identifier_usage", &err) // no Timeout: a clean-up that may take long
 	res, err := db.sql.ExecContext(ctx, db.q(`DELETE FROM identifier_usage WHERE last_seen < ?`), before.Unix())
 	if err != nil {
 		return 0, fmt.Errorf("prune identifier usage: %w", err)

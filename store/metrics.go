@@ -6,8 +6,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// RegisterPoolMetrics registers the database connection pool's statistics
-// with reg, read at scrape time:
+// RegisterMetrics registers the database's metrics with reg: the
+// connection pool's statistics, read at scrape time,
 //
 //	throttle_db_max_open_connections        gauge
 //	throttle_db_open_connections            gauge
@@ -16,15 +16,27 @@ import (
 //	throttle_db_wait_count_total            counter
 //	throttle_db_wait_duration_seconds_total counter
 //
+// and throttle_store_unavailable_total{op}, the operations that failed with
+// ErrUnavailable (op such as "create_rule", "snapshot", "add_usage").
 // Each carries a "dialect" label ("sqlite" or "postgres").
-func (db *DB) RegisterPoolMetrics(reg prometheus.Registerer) error {
+func (db *DB) RegisterMetrics(reg prometheus.Registerer) error {
 	if reg == nil {
 		return nil // nil: not registered, as everywhere
 	}
-	if err := reg.Register(newPoolCollector(db)); err != nil {
-		return fmt.Errorf("register database pool metrics: %w", err)
+	for _, c := range []prometheus.Collector{newPoolCollector(db), db.unavailable} {
+		if err := reg.Register(c); err != nil {
+			return fmt.Errorf("register database metrics: %w", err)
+		}
 	}
 	return nil
+}
+
+func newUnavailableCounter(dialect string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name:        "throttle_store_unavailable_total",
+		Help:        "Database operations that failed because the database could not serve (unreachable, busy, locked, or no answer in time), by operation.",
+		ConstLabels: prometheus.Labels{"dialect": dialect},
+	}, []string{"op"})
 }
 
 type poolCollector struct {

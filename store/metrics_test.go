@@ -6,17 +6,17 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-func TestRegisterPoolMetrics(t *testing.T) {
+func TestRegisterMetrics(t *testing.T) {
 	eachDialect(t, func(t *testing.T, url string) {
 		db := mustOpen(t, url)
 		if err := db.Ping(t.Context()); err != nil {
 			t.Fatal(err)
 		}
 		reg := prometheus.NewRegistry()
-		if err := db.RegisterPoolMetrics(reg); err != nil {
+		if err := db.RegisterMetrics(reg); err != nil {
 			t.Fatal(err)
 		}
-		if err := db.RegisterPoolMetrics(reg); err == nil {
+		if err := db.RegisterMetrics(reg); err == nil {
 			t.Error("registering twice: want an error")
 		}
 		families, err := reg.Gather()

@@ -33,7 +33,9 @@ func scanRule(row rowScanner) (Rule, error) {
 // CreateRule stores r for r.ClientID and returns it with CreatedAt set. An
 // empty Algorithm takes the client's DefaultAlgorithm. A name the client
 // already uses is ErrConflict; an unknown client is ErrNotFound.
-func (db *DB) CreateRule(ctx context.Context, r Rule) (Rule, error) {
+func (db *DB) CreateRule(ctx context.Context, r Rule) (_ Rule, err error) {
+	ctx, end := db.begin(ctx, "create_rule")
+	defer end(&err)
 	r, descriptors, err := db.prepareRule(ctx, r)
 	if err != nil {
 		return Rule{}, err
@@ -65,7 +67,9 @@ func (db *DB) CreateRule(ctx context.Context, r Rule) (Rule, error) {
 // Counters are keyed by the rule's name and algorithm, so a rule that keeps
 // its algorithm keeps its counters (hits already counted in the current
 // window count against the new limit), and one that changes it starts afresh.
-func (db *DB) UpdateRule(ctx context.Context, r Rule) (Rule, error) {
+func (db *DB) UpdateRule(ctx context.Context, r Rule) (_ Rule, err error) {
+	ctx, end := db.begin(ctx, "update_rule")
+	defer end(&err)
 	r, descriptors, err := db.prepareRule(ctx, r)
 	if err != nil {
 		return Rule{}, err
@@ -144,7 +148,9 @@ func ruleWriteError(op string, r Rule, descriptors string, err error) error {
 }
 
 // Rules returns the client's rules ordered by name.
-func (db *DB) Rules(ctx context.Context, clientID string) ([]Rule, error) {
+func (db *DB) Rules(ctx context.Context, clientID string) (_ []Rule, err error) {
+	ctx, end := db.begin(ctx, "rules")
+	defer end(&err)
 	id, ok := clientUUID(clientID)
 	if !ok {
 		return []Rule{}, nil
@@ -158,7 +164,9 @@ func (db *DB) Rules(ctx context.Context, clientID string) ([]Rule, error) {
 
 // Rule returns the client's rule called name; another client's rule of the
 // same name is ErrNotFound.
-func (db *DB) Rule(ctx context.Context, clientID, name string) (Rule, error) {
+func (db *DB) Rule(ctx context.Context, clientID, name string) (_ Rule, err error) {
+	ctx, end := db.begin(ctx, "rule")
+	defer end(&err)
 	id, ok := clientUUID(clientID)
 	if !ok {
 		return Rule{}, fmt.Errorf("rule %q: %w", name, ErrNotFound)
@@ -174,7 +182,9 @@ func (db *DB) Rule(ctx context.Context, clientID, name string) (Rule, error) {
 }
 
 // DeleteRule deletes the client's rule called name, or returns ErrNotFound.
-func (db *DB) DeleteRule(ctx context.Context, clientID, name string) error {
+func (db *DB) DeleteRule(ctx context.Context, clientID, name string) (err error) {
+	ctx, end := db.begin(ctx, "delete_rule")
+	defer end(&err)
 	id, ok := clientUUID(clientID)
 	if !ok {
 		return fmt.Errorf("rule %q: %w", name, ErrNotFound)

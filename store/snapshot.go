@@ -8,7 +8,9 @@ import (
 
 // Revision returns the revision counter, which every write to clients, rules
 // and exemptions increments in its own transaction. AddUsage does not.
-func (db *DB) Revision(ctx context.Context) (int64, error) {
+func (db *DB) Revision(ctx context.Context) (_ int64, err error) {
+	ctx, end := db.begin(ctx, "revision")
+	defer end(&err)
 	var rev int64
 	if err := db.sql.QueryRowContext(ctx, db.q(`SELECT value FROM revision WHERE id = 1`)).Scan(&rev); err != nil {
 		return 0, fmt.Errorf("read revision: %w", err)
@@ -20,13 +22,15 @@ func (db *DB) Revision(ctx context.Context) (int64, error) {
 // the revision they belong to, in one consistent read. Clients come in
 // creation order, rules by client then creation order, exemptions by client
 // then identifier.
-func (db *DB) Snapshot(ctx context.Context) (Snapshot, error) {
+func (db *DB) Snapshot(ctx context.Context) (_ Snapshot, err error) {
+	ctx, end := db.begin(ctx, "snapshot")
+	defer end(&err)
 	var opts *sql.TxOptions
 	if db.dialect == DialectPostgres {
 		opts = &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true}
 	}
 	var s Snapshot
-	err := db.inTx(ctx, opts, func(tx *sql.Tx) error {
+	err = db.inTx(ctx, opts, func(tx *sql.Tx) error {
 		if err := tx.QueryRowContext(ctx, db.q(`SELECT value FROM revision WHERE id = 1`)).Scan(&s.Revision); err != nil {
 			return fmt.Errorf("snapshot revision: %w", err)
 		}

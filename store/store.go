@@ -33,6 +33,12 @@ var (
 	// ErrInvalid: a field is missing or malformed (empty name, bad email, bad
 	// domain, bad algorithm, limit ≤ 0 …). The message says which field.
 	ErrInvalid = errors.New("invalid")
+	// ErrUnavailable: the database cannot serve now — PostgreSQL down,
+	// refusing or resetting connections, starting up or shutting down;
+	// SQLite busy or locked by another connection — or it did not answer
+	// (no pooled connection either) within Timeout. The error also wraps
+	// the driver's. Trying again later may succeed.
+	ErrUnavailable = errors.New("database unavailable")
 )
 
 // Client is a registered application. It owns rules, exemptions and counters,
@@ -108,7 +114,10 @@ The *DB type offers:
 	(*DB).Close() error
 	(*DB).Dialect() string                              // "sqlite" | "postgres"
 	(*DB).Ping(ctx) error
-	(*DB).RegisterPoolMetrics(reg prometheus.Registerer) error
+	(*DB).RegisterMetrics(reg prometheus.Registerer) error      // pool statistics, throttle_store_unavailable_total
+
+	Every operation below waits at most Timeout for the database; an error
+	that says the database cannot serve now wraps ErrUnavailable.
 
 	(*DB).CreateClient(ctx, c Client, keyHash [32]byte) (Client, error)
 	(*DB).ClientByKeyHash(ctx, keyHash [32]byte) (Client, error)

@@ -29,7 +29,9 @@ func (db *DB) AddUsage(ctx context.Context, deltas []Usage) error {
 
 // addUsage is AddUsage that also adds per-identifier counts (checked by the
 // caller), all in one transaction.
-func (db *DB) addUsage(ctx context.Context, deltas []Usage, idents []IdentifierUsage) error {
+func (db *DB) addUsage(ctx context.Context, deltas []Usage, idents []IdentifierUsage) (err error) {
+	ctx, end := db.begin(ctx, "add_usage")
+	defer end(&err)
 	sum := make(map[usageKey]usageCount, len(deltas))
 	for i, d := range deltas {
 		k, c, err := usageRow(d)
@@ -118,7 +120,9 @@ func usageClientID(id string) string {
 
 // Usage returns the client's counts. A client with no counts (or no such
 // client) has zero usage.
-func (db *DB) Usage(ctx context.Context, clientID string) (Usage, error) {
+func (db *DB) Usage(ctx context.Context, clientID string) (_ Usage, err error) {
+	ctx, end := db.begin(ctx, "usage")
+	defer end(&err)
 	id := usageClientID(clientID)
 	u := Usage{ClientID: clientID, ByAlgorithm: map[string]int64{}}
 	rows, err := db.sql.QueryContext(ctx, db.q(`SELECT algorithm, allowed, rejected FROM usage WHERE client_id = ?`), id)

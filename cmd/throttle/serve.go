@@ -65,7 +65,7 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer) error {
 		return fmt.Errorf("open database: %w", err)
 	}
 	defer db.Close()
-	if err := db.RegisterPoolMetrics(reg); err != nil {
+	if err := db.RegisterMetrics(reg); err != nil {
 		return err
 	}
 	cache := store.NewCache(db, cfg.CacheRefresh, log)
