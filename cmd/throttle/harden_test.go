@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -17,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/throttle-rl/throttle/internal/pgtest"
 	"github.com/throttle-rl/throttle/internal/throttletest"
 )
 
@@ -138,5 +140,48 @@ func TestDescriptorCaps(t *testing.T) {
 	}
 	if got := s.Metric(t, "throttle_ratelimit_oversized_requests_total"); got != 2 {
 		t.Errorf("oversized requests = %v, want 2", got)
+	}
+}
+
+// TestStoreOutage: the binary on a PostgreSQL of the test's own, stopped
+// and started again: the database's endpoints answer 503 STORE_UNAVAILABLE
+// with Retry-After while it is down, counted in
+// throttle_store_unavailable_total, /check keeps answering from its cache,
+// and writes succeed once it is back.
+func TestStoreOutage(t *testing.T) {
+	pg := pgtest.StartServer(t)
+	s := throttletest.Start(t, "DATABASE_URL="+pg.URL)
+	key := s.Register(t, "outage app")
+	pg.Stop(t)
+
+	for _, call := range [][3]string{
+		{"POST", "/rules", `{"name":"r1","algorithm":"fixed_window","limit":5,"window":60}`},
+		{"GET", "/rules/list", ""},
+		{"POST", "/exemptions", `{"identifier":"vip"}`},
+		{"GET", "/exemptions/list", ""},
+	} {
+		status, hdr, body := doJSON(t, call[0], s.URL+call[1], key, call[2])
+		if status != http.StatusServiceUnavailable || body["code"] != "STORE_UNAVAILABLE" || hdr.Get("Retry-After") != "1" {
+			t.Errorf("%s %s with PostgreSQL stopped: %d %v (Retry-After %q), want 503 STORE_UNAVAILABLE, Retry-After 1",
+				call[0], call[1], status, body, hdr.Get("Retry-After"))
+		}
+	}
+	if status, _, body := doJSON(t, "POST", s.URL+"/check", key, `{"identifier":"u","limit":5,"window":60}`); status != http.StatusOK || body["allowed"] != true {
+		t.Errorf("POST /check with PostgreSQL stopped: %d %v, want 200 allowed", status, body)
+	}
+	if got := s.Metric(t, "throttle_store_unavailable_total"); got < 4 {
+		t.Errorf("throttle_store_unavailable_total = %v, want at least the 4 calls", got)
+	}
+
+	pg.Start(t)
+	var status int
+	var body map[string]any
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if status, _, body = doJSON(t, "POST", s.URL+"/rules", key, `{"name":"r1","algorithm":"fixed_window","limit":5,"window":60}`); status == http.StatusCreated {
+			break
+		}
+	}
+	if status != http.StatusCreated {
+		t.Fatalf("POST /rules after PostgreSQL came back: %d %v", status, body)
 	}
 }
