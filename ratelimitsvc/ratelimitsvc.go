@@ -257,8 +257,9 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 // validate refuses what Envoy would never send: an empty domain, no
 // descriptors, a descriptor without entries, an entry without a key; and a
 // request over the caps on descriptors and entries, counted in
-// throttle_ratelimit_oversized_requests_total. It looks at no more than the
-// caps allow, so an oversized request costs no more than an allowed one.
+// throttle_ratelimit_oversized_requests_total. It reads no further than the
+// caps: past gRPC's decoding of the message, refusing an oversized request
+// costs no more than checking an allowed one.
 func (s *Server) validate(req *rlsv3.RateLimitRequest) error {
 	if req.GetDomain() == "" {
 		return status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
