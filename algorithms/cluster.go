@@ -279,6 +279,21 @@ func nodeOptions(co *redis.ClusterOptions, addr string) *redis.Options {
 	}
 }
 
+// clusterReady is the probe of a Cluster master: it answers, and serves its
+// slots. A master that restarts answers PING at once but CLUSTERDOWN for a
+// while (until it has rejoined the Cluster); a PING would close its
+// circuit too early.
+func clusterReady(ctx context.Context, c *redis.Client) error {
+	info, err := c.ClusterInfo(ctx).Result()
+	if err != nil {
+		return err
+	}
+	if !strings.Contains(info, "cluster_state:ok") {
+		return errors.New("CLUSTERDOWN: the master is not serving (cluster_state is not ok)")
+	}
+	return nil
+}
+
 // isRedirect reports whether err is a reply saying the slot is served
 // elsewhere (MOVED, ASK) or is moving (TRYAGAIN): the call did not run.
 func isRedirect(err error) bool {

@@ -93,7 +93,7 @@ func NewRedisStore(rdb redis.UniversalClient, opts RedisOptions) *RedisStore {
 		// Each master's call may touch keys of several of its slots.
 		s.script = redis.NewScript("#!lua flags=allow-cross-slot-keys\n" + throttleScript())
 		s.cluster = newClusterRouter(cc, func(name string, c *redis.Client) *shard {
-			return s.newShard(name, c, func(ctx context.Context) error { return c.Ping(ctx).Err() }, c.Close)
+			return s.newShard(name, c, func(ctx context.Context) error { return clusterReady(ctx, c) }, c.Close)
 		})
 	} else {
 		s.single = s.newShard("", rdb, func(ctx context.Context) error { return rdb.Ping(ctx).Err() }, func() error { return nil })

@@ -128,8 +128,26 @@ func NewClient(t testing.TB, url string) *redis.Client {
 func StartCluster(t testing.TB) []string {
 	t.Helper()
 	var addrs []string
+	for _, s := range StartClusterServers(t) {
+		addrs = append(addrs, s.Addr())
+	}
+	return addrs
+}
+
+// StartClusterServers is StartCluster returning the masters themselves, so
+// that a test can kill one and start it again (Restart: the same port and
+// folder, so it comes back with its nodes.conf, as the same node). The
+// masters go on serving their slots while another is down
+// (cluster-require-full-coverage no); a master is judged failing after 1 s
+// (cluster-node-timeout).
+func StartClusterServers(t testing.TB) []*Server {
+	t.Helper()
+	var servers []*Server
+	var addrs []string
 	for range 3 {
-		s := Start(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000")
+		s := Start(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "1000",
+			"--cluster-require-full-coverage", "no")
+		servers = append(servers, s)
 		addrs = append(addrs, s.Addr())
 	}
 	cli, err := exec.LookPath("redis-cli")
@@ -161,5 +179,5 @@ func StartCluster(t testing.TB) []string {
 		}
 		rdb.Close()
 	}
-	return addrs
+	return servers
 }
