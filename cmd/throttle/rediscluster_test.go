@@ -108,7 +108,7 @@ func TestRedisClusterShards(t *testing.T) {
 		masters[dead].Stop() // SIGKILL
 		killed := time.Now()
 		// Every half second for 3 s, fresh keys of each master (2 each),
-		// each called 30 more times from 32 streams with Envoy-like
+		// each called 30 more times from 16 streams with Envoy-like
 		// 100 ms deadlines: 19 may pass on a healthy master.
 		const perKey = 30
 		var mu sync.Mutex
@@ -120,7 +120,7 @@ func TestRedisClusterShards(t *testing.T) {
 			for m := range 3 {
 				keys = append(keys, onMaster[m][r*perRound:(r+1)*perRound]...)
 			}
-			o := burst(perKey*len(keys), 32, func(i int) (string, string) {
+			o := burst(perKey*len(keys), 16, func(i int) (string, string) {
 				k := keys[i%len(keys)]
 				ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 				defer cancel()
