@@ -4,7 +4,7 @@ BIN ?= bin/throttle
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: run build test test-short bench bench-overload bench-rls lint fmt
+.PHONY: run build test test-short bench bench-overload bench-rls bench-cluster lint fmt
 
 run: ## run Throttle with the embedded default (memory counters, SQLite)
 	$(GO) run ./cmd/throttle serve
@@ -34,3 +34,6 @@ fmt:
 .PHONY: kind-demo
 kind-demo: ## Throttle + Envoy + sample app on a local kind cluster, then 200s and 429s through Envoy (needs docker, kind, kubectl)
 	k8s/kind-demo.sh
+
+bench-cluster: ## decisions/s, Redis CPU per decision (all masters) and Throttle CPU per decision of the built binary on a Redis Cluster of 1 and of 3 masters (gRPC, distinct keys, 64 in flight)
+	scripts/with-test-services.sh $(GO) test -run '^$$' -bench ClusterScale -benchtime 40000x -timeout 20m ./cmd/throttle/

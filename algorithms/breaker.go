@@ -2,11 +2,29 @@ package algorithms
 
 import (
 	"context"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
 // Guard's circuit breaker: which calls may go to the backend, what their
 // outcomes do to the circuit, and the probe that closes it with no traffic.
+
+// breaker is the circuit of one Redis master (of the single Redis).
+type breaker struct {
+	sh *shard
+	// lastOK is when a call through the guard last succeeded (Unix ns).
+	lastOK atomic.Int64
+	// open mirrors the circuit for the lock-free fast path of admit; it
+	// changes under mu.
+	open atomic.Bool
+
+	mu         sync.Mutex
+	outcomes   [breakerCalls]callOutcome // ring of the latest calls
+	next       int                       // where the next outcome goes
+	openTill   time.Time                 // while open: no probe before this
+	probeUntil time.Time                 // a probe is in flight until its deadline
+}
 
 // callOutcome is one backend call as the breaker remembers it.
 type callOutcome struct {
@@ -14,54 +32,54 @@ type callOutcome struct {
 	failed bool
 }
 
-// admit says whether this call may go to the backend: always while the
+// admit says whether this call may go to b's master: always while the
 // circuit is closed; once it is open, one call at a time after OpenFor (the
 // probe). A probe's slot frees itself after budget, however the call ends.
-func (g *Guard) admit(budget time.Duration) (probe, ok bool) {
-	if !g.open.Load() {
+func (g *Guard) admit(b *breaker, budget time.Duration) (probe, ok bool) {
+	if !b.open.Load() {
 		return false, true
 	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if !g.open.Load() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.open.Load() {
 		return false, true
 	}
 	now := g.opts.Now()
-	if now.Before(g.openTill) || now.Before(g.probeUntil) {
+	if now.Before(b.openTill) || now.Before(b.probeUntil) {
 		return false, false
 	}
-	g.probeUntil = now.Add(budget)
+	b.probeUntil = now.Add(budget)
 	return true, true
 }
 
 // record counts a call's outcome, and opens or closes the circuit.
-func (g *Guard) record(ok, probe bool) {
+func (g *Guard) record(b *breaker, ok, probe bool) {
 	if ok {
-		g.lastOK.Store(time.Now().UnixNano())
+		b.lastOK.Store(time.Now().UnixNano())
 	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	now := g.opts.Now()
-	if g.open.Load() {
+	if b.open.Load() {
 		if !probe && !ok {
 			return // a call sent before the circuit opened
 		}
 		if ok {
-			g.closeLocked()
+			g.closeLocked(b)
 			return
 		}
-		g.openLocked(now)
+		g.openLocked(b, now)
 		return
 	}
-	g.outcomes[g.next] = callOutcome{at: now.UnixNano(), failed: !ok}
-	g.next = (g.next + 1) % breakerCalls
+	b.outcomes[b.next] = callOutcome{at: now.UnixNano(), failed: !ok}
+	b.next = (b.next + 1) % breakerCalls
 	if ok {
 		return
 	}
 	var calls, fails int
 	since := now.Add(-g.opts.BreakerWindow).UnixNano()
-	for i := range g.outcomes { // by index: a copy of the ring would not fit a small stack
-		if o := &g.outcomes[i]; o.at != 0 && o.at > since {
+	for i := range b.outcomes { // by index: a copy of the ring would not fit a small stack
+		if o := &b.outcomes[i]; o.at != 0 && o.at > since {
 			calls++
 			if o.failed {
 				fails++
@@ -69,44 +87,62 @@ func (g *Guard) record(ok, probe bool) {
 		}
 	}
 	if calls >= g.opts.BreakerMinCalls && float64(fails) >= g.opts.BreakerRatio*float64(calls) {
-		g.openLocked(now)
+		g.openLocked(b, now)
 	}
 }
 
 // release frees a probe's slot when its call ended without telling whether
-// the backend works (the caller left, or the request was invalid).
-func (g *Guard) release(probe bool) {
+// the master works (the caller left, or the request was invalid).
+func (g *Guard) release(b *breaker, probe bool) {
 	if !probe {
 		return
 	}
-	g.mu.Lock()
-	g.probeUntil = time.Time{}
-	g.mu.Unlock()
+	b.mu.Lock()
+	b.probeUntil = time.Time{}
+	b.mu.Unlock()
 }
 
-func (g *Guard) openLocked(now time.Time) {
-	g.open.Store(true)
-	g.openTill = now.Add(g.opts.OpenFor)
-	g.probeUntil = time.Time{}
-	g.metrics.open.Set(1)
-}
-
-func (g *Guard) closeLocked() {
-	g.open.Store(false)
-	g.outcomes = [breakerCalls]callOutcome{}
-	g.probeUntil = time.Time{}
-	g.metrics.open.Set(0)
-}
-
-// Run probes the backend while the circuit is open and no call does, so that
-// the circuit closes by itself once the backend is back, traffic or not. It
-// needs a backend with Ping (RedisStore); it returns when ctx ends.
-func (g *Guard) Run(ctx context.Context) error {
-	p, ok := g.primary.(interface{ Ping(context.Context) error })
-	if !ok {
-		<-ctx.Done()
-		return nil
+func (g *Guard) openLocked(b *breaker, now time.Time) {
+	if !b.open.Load() {
+		g.countOpen(b, 1)
 	}
+	b.open.Store(true)
+	b.openTill = now.Add(g.opts.OpenFor)
+	b.probeUntil = time.Time{}
+}
+
+func (g *Guard) closeLocked(b *breaker) {
+	if b.open.Load() {
+		g.countOpen(b, -1)
+	}
+	b.open.Store(false)
+	b.outcomes = [breakerCalls]callOutcome{}
+	b.probeUntil = time.Time{}
+}
+
+// countOpen follows the number of open circuits in the metrics as b opens
+// (+1) or closes (-1).
+func (g *Guard) countOpen(b *breaker, delta int) {
+	if g.single != nil {
+		g.metrics.open.Set(float64(max(delta, 0)))
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.breakers[b.sh] != b {
+		return // forgotten by openBreakers
+	}
+	g.metrics.shardOpen.WithLabelValues(b.sh.name).Set(float64(max(delta, 0)))
+	g.openN += delta
+	g.metrics.open.Set(float64(min(g.openN, 1)))
+}
+
+// Run probes Redis while a circuit is open and no call does, so that the
+// circuit closes by itself once its master is back, traffic or not. On a
+// Cluster it also reads the slot table again while a circuit is open, so
+// that keys follow a replica promoted in a dead master's place. It returns
+// when ctx ends.
+func (g *Guard) Run(ctx context.Context) error {
 	tick := time.NewTicker(probeInterval)
 	defer tick.Stop()
 	for {
@@ -115,23 +151,67 @@ func (g *Guard) Run(ctx context.Context) error {
 			return nil
 		case <-tick.C:
 		}
-		timeout := min(g.opts.DefaultTimeout, defaultProbeCallTimeout)
-		if g.opts.Timeout > 0 {
-			timeout = g.opts.Timeout
-		}
-		probe, allowed := g.admit(timeout)
-		if !probe || !allowed {
+		if g.single != nil {
+			g.probe(ctx, g.single)
 			continue
 		}
-		pctx, cancel := context.WithTimeout(ctx, timeout)
-		err := p.Ping(pctx)
-		cancel()
-		if ctx.Err() != nil {
-			return nil
+		if open := g.openBreakers(); len(open) > 0 {
+			g.store.cluster.refresh(ctx, time.Now().Add(-topologyMinEvery))
+			for _, b := range g.openBreakers() {
+				g.probe(ctx, b)
+			}
 		}
-		if err != nil {
-			g.metrics.errors.Inc()
-		}
-		g.record(err == nil, true)
 	}
+}
+
+// probe PINGs b's master when its circuit is open and may be probed.
+func (g *Guard) probe(ctx context.Context, b *breaker) {
+	timeout := min(g.opts.DefaultTimeout, defaultProbeCallTimeout)
+	if g.opts.Timeout > 0 {
+		timeout = g.opts.Timeout
+	}
+	probe, allowed := g.admit(b, timeout)
+	if !probe || !allowed {
+		return
+	}
+	pctx, cancel := context.WithTimeout(ctx, timeout)
+	err := pingShard(pctx, b.sh)
+	cancel()
+	if ctx.Err() != nil {
+		return
+	}
+	if err != nil {
+		g.metrics.errors.Inc()
+		if g.metrics.shardErrors != nil {
+			g.metrics.shardErrors.WithLabelValues(b.sh.name).Inc()
+		}
+	}
+	g.record(b, err == nil, true)
+}
+
+// openBreakers returns the open circuits of the masters that serve slots
+// now. A master that no longer does (a replica took its place) is forgotten:
+// no key goes to it.
+func (g *Guard) openBreakers() []*breaker {
+	serving := map[*shard]bool{}
+	for _, sh := range g.store.cluster.masters() {
+		serving[sh] = true
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var open []*breaker
+	for sh, b := range g.breakers {
+		switch {
+		case !serving[sh]:
+			if b.open.Load() {
+				g.openN--
+			}
+			delete(g.breakers, sh)
+			g.metrics.shardOpen.DeleteLabelValues(sh.name)
+		case b.open.Load():
+			open = append(open, b)
+		}
+	}
+	g.metrics.open.Set(float64(min(g.openN, 1)))
+	return open
 }

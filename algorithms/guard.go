@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -103,45 +102,40 @@ type GuardOptions struct {
 	Now func() time.Time
 }
 
-// Guard wraps the counter backend with a deadline budget, a circuit breaker
-// and a failure policy.
+// Guard wraps the Redis store with a deadline budget, a circuit breaker and
+// a failure policy.
 //
-// Every call gets the backend's decision, unless the backend is really
-// failing: a call that errs (connection refused, reset, a Redis error), or
-// times out when the backend has answered no call for HungAfter, is a
-// failure, and is answered by Mode (decisions marked Degraded). A call that
-// times out while the backend answers others was slowed by Throttle itself
-// (overload): it gets ErrOverloaded, never a guess, and does not count
-// against the backend.
+// Every call gets Redis's decision, unless Redis is really failing: a call
+// that errs (connection refused, reset, a Redis error), or times out when
+// its master has answered no call for HungAfter, is a failure, and is
+// answered by Mode (decisions marked Degraded). A call that times out while
+// its master answers others was slowed by Throttle itself (overload): it gets
+// ErrOverloaded, never a guess, and does not count against Redis.
 //
 // The breaker weighs the last 100 calls made within BreakerWindow: it opens
 // when they are at least BreakerMinCalls and at least BreakerRatio of them
 // failed. (A count, not only a time span: under heavy traffic a long history
 // of successes must not hide an outage for seconds.)
 // While open, calls are answered by Mode at once. After OpenFor one probe at
-// a time goes to the backend — a caller's call, or a PING from Run when there
-// is no traffic. A probe always ends: its slot frees itself at its deadline,
+// a time goes to Redis — a caller's call, or a PING from Run when there is no
+// traffic. A probe always ends: its slot frees itself at its deadline,
 // whatever happens to it. A successful probe closes the circuit; a failed one
 // opens it for OpenFor again.
+//
+// On a Redis Cluster all of this holds per master: each has its own breaker,
+// its own evidence of answering, and its own failures, so a dead master's
+// keys are answered by Mode while every other master's keys are decided by
+// Redis. A batch whose requests live on several masters is decided on each
+// at once.
 type Guard struct {
-	primary Store
+	store   *RedisStore
 	opts    GuardOptions
 	metrics guardMetrics
-	// lastOK is when a call through the guard last succeeded (Unix ns);
-	// answered, when the backend can tell, is when it last answered any
-	// call: the evidence that the backend is up.
-	lastOK   atomic.Int64
-	answered func() time.Time
+	single  *breaker // a single Redis or Sentinel: one breaker
 
-	// open mirrors the circuit for the lock-free fast path of admit; it
-	// changes under mu.
-	open atomic.Bool
-
-	mu         sync.Mutex
-	outcomes   [breakerCalls]callOutcome // ring of the latest calls
-	next       int                       // where the next outcome goes
-	openTill   time.Time                 // while open: no probe before this
-	probeUntil time.Time                 // a probe is in flight until its deadline
+	mu       sync.Mutex
+	breakers map[*shard]*breaker // on a Cluster: one per master
+	openN    int                 // how many breakers are open, under mu
 }
 
 type guardMetrics struct {
@@ -149,12 +143,19 @@ type guardMetrics struct {
 	degraded *prometheus.CounterVec
 	shed     prometheus.Counter
 	open     prometheus.Gauge
+	// Per master, on a Cluster only.
+	shardOpen     *prometheus.GaugeVec
+	shardErrors   *prometheus.CounterVec
+	shardDegraded *prometheus.CounterVec
 }
 
-// NewGuard wraps primary.
-func NewGuard(primary Store, opts GuardOptions) (*Guard, error) {
+// NewGuard guards store.
+func NewGuard(store *RedisStore, opts GuardOptions) (*Guard, error) {
 	if _, err := ParseFailureMode(string(opts.Mode)); err != nil {
 		return nil, err
+	}
+	if store == nil {
+		return nil, errors.New("algorithms: NewGuard needs a RedisStore")
 	}
 	if opts.Backend == "" {
 		opts.Backend = "redis"
@@ -183,14 +184,15 @@ func NewGuard(primary Store, opts GuardOptions) (*Guard, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	g := &Guard{primary: primary, opts: opts}
-	if a, ok := primary.(interface{ LastAnswer() time.Time }); ok {
-		g.answered = a.LastAnswer
+	g := &Guard{store: store, opts: opts, breakers: map[*shard]*breaker{}}
+	if store.single != nil {
+		g.single = &breaker{sh: store.single}
 	}
+	backend := prometheus.Labels{"backend": opts.Backend}
 	g.metrics = guardMetrics{
 		errors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "throttle_backend_errors_total", Help: "Counter backend calls that failed: errors, or timeouts while the backend answered no other call.",
-			ConstLabels: prometheus.Labels{"backend": opts.Backend},
+			ConstLabels: backend,
 		}),
 		degraded: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "throttle_degraded_decisions_total", Help: "Decisions made by the failure policy (FAILURE_MODE) instead of the counter backend.",
@@ -199,12 +201,27 @@ func NewGuard(primary Store, opts GuardOptions) (*Guard, error) {
 			Name: "throttle_shed_total", Help: "Checks refused (REST 503, gRPC UNAVAILABLE) because their deadline passed while the backend was answering others: Throttle was overloaded.",
 		}),
 		open: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "throttle_backend_circuit_open", Help: "1 while the counter backend's circuit breaker is open (or probing).",
-			ConstLabels: prometheus.Labels{"backend": opts.Backend},
+			Name: "throttle_backend_circuit_open", Help: "1 while the counter backend's circuit breaker is open (or probing); on a Redis Cluster, while any master's is.",
+			ConstLabels: backend,
 		}),
 	}
+	cs := []prometheus.Collector{g.metrics.errors, g.metrics.degraded, g.metrics.shed, g.metrics.open}
+	if store.cluster != nil {
+		g.metrics.shardOpen = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "throttle_shard_circuit_open", Help: "1 while the circuit breaker of a Redis Cluster master is open (or probing); shard is the master's address, or unassigned for slots no master serves.",
+			ConstLabels: backend,
+		}, []string{"shard"})
+		g.metrics.shardErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "throttle_shard_errors_total", Help: "Calls to a Redis Cluster master that failed.",
+			ConstLabels: backend,
+		}, []string{"shard"})
+		g.metrics.shardDegraded = prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "throttle_shard_degraded_decisions_total", Help: "Decisions made by the failure policy (FAILURE_MODE) for keys of a Redis Cluster master, by master.",
+		}, []string{"shard", "mode"})
+		cs = append(cs, g.metrics.shardOpen, g.metrics.shardErrors, g.metrics.shardDegraded)
+	}
 	if opts.Registerer != nil {
-		for _, c := range []prometheus.Collector{g.metrics.errors, g.metrics.degraded, g.metrics.shed, g.metrics.open} {
+		for _, c := range cs {
 			if err := opts.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("register guard metrics: %w", err)
 			}
@@ -213,65 +230,88 @@ func NewGuard(primary Store, opts GuardOptions) (*Guard, error) {
 	return g, nil
 }
 
-// Check decides reqs on the backend; by the failure policy when the backend
-// is failing; or returns ErrOverloaded when Throttle could not get the
-// backend's answer in time although the backend answers.
+// breakerOf returns the breaker of sh.
+func (g *Guard) breakerOf(sh *shard) *breaker {
+	if g.single != nil {
+		return g.single
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	b, ok := g.breakers[sh]
+	if !ok {
+		b = &breaker{sh: sh}
+		g.breakers[sh] = b
+		g.metrics.shardOpen.WithLabelValues(sh.name).Set(0)
+	}
+	return b
+}
+
+// Check decides reqs on Redis; by the failure policy where Redis is failing
+// (on a Cluster: the requests of the failing masters); or returns
+// ErrOverloaded when Throttle could not get Redis's answer in time although
+// Redis answers.
 func (g *Guard) Check(ctx context.Context, reqs []Request) ([]Decision, error) {
 	if err := validateBatch(reqs); err != nil {
 		return nil, err
+	}
+	if len(reqs) == 0 {
+		return []Decision{}, nil
 	}
 	budget, ok := g.budget(ctx)
 	if !ok {
 		g.metrics.shed.Inc()
 		return nil, fmt.Errorf("the caller's deadline leaves no time: %w", ErrOverloaded)
 	}
-	probe, allowed := g.admit(budget)
+	return g.store.dispatch(ctx, reqs, func(ctx context.Context, sh *shard, reqs []Request, last bool) ([]Decision, error) {
+		return g.checkShard(ctx, budget, g.breakerOf(sh), reqs, last)
+	})
+}
+
+// checkShard decides the requests that one master holds.
+func (g *Guard) checkShard(ctx context.Context, budget time.Duration, b *breaker, reqs []Request, last bool) ([]Decision, error) {
+	probe, allowed := g.admit(b, budget)
 	if !allowed {
-		return g.degrade(ctx, reqs)
+		return g.degrade(ctx, b, reqs)
 	}
 	cctx, cancel := context.WithTimeout(ctx, budget)
-	var ds []Decision
-	var err error
-	if v, ok := g.primary.(validChecker); ok {
-		ds, err = v.checkValid(cctx, reqs) // validated above: once per request
-	} else {
-		ds, err = g.primary.Check(cctx, reqs)
-	}
+	ds, err := g.store.onShard(cctx, b.sh, reqs)
 	timedOut := cctx.Err() != nil
 	cancel()
 	switch {
 	case err == nil:
-		g.record(true, probe)
+		g.record(b, true, probe)
 		return ds, nil
 	case errors.Is(err, ErrInvalid):
-		g.release(probe)
+		g.release(b, probe)
 		return nil, err
 	case ctx.Err() != nil:
-		// The caller gave up or its deadline passed: not the backend's fault.
-		g.release(probe)
+		// The caller gave up or its deadline passed: not Redis's fault.
+		g.release(b, probe)
 		return nil, ctx.Err()
 	case errors.Is(err, ErrOverloaded):
 		// Never sent: it waited in Throttle's own queue.
-		g.release(probe)
+		g.release(b, probe)
 		g.metrics.shed.Inc()
 		return nil, err
-	case (timedOut || isTimeout(err)) && g.answeredSince(time.Now().Add(-g.opts.HungAfter)):
-		// The backend answered other calls a moment ago: it is up, and
+	case !last && isRedirect(err):
+		// The slot moved and the call did not run: dispatch sends it
+		// again, to the slot's new master.
+		g.release(b, probe)
+		return nil, err
+	case (timedOut || isTimeout(err)) && g.answeredSince(b, time.Now().Add(-g.opts.HungAfter)):
+		// The master answered other calls a moment ago: it is up, and
 		// this call's time went in Throttle (queues, a starved CPU: the
 		// goroutine that reads a reply may wait long to run).
-		g.release(probe)
+		g.release(b, probe)
 		g.metrics.shed.Inc()
 		return nil, fmt.Errorf("no answer within the budget of %v (%v) while Redis answers others: %w", budget, err, ErrOverloaded)
 	}
 	g.metrics.errors.Inc()
-	g.record(false, probe)
-	return g.degrade(ctx, reqs)
-}
-
-// validChecker is a store that can decide a batch its caller validated
-// (RedisStore), so that a request is validated once on its way.
-type validChecker interface {
-	checkValid(ctx context.Context, reqs []Request) ([]Decision, error)
+	if g.metrics.shardErrors != nil {
+		g.metrics.shardErrors.WithLabelValues(b.sh.name).Inc()
+	}
+	g.record(b, false, probe)
+	return g.degrade(ctx, b, reqs)
 }
 
 // budget returns how long this call may wait for the backend, and false when
@@ -308,12 +348,9 @@ func isTimeout(err error) bool {
 		errors.Is(err, redis.ErrPoolTimeout)
 }
 
-// answeredSince reports whether the backend answered some call after t.
-func (g *Guard) answeredSince(t time.Time) bool {
-	if g.answered != nil && g.answered().After(t) {
-		return true
-	}
-	return g.lastOK.Load() > t.UnixNano()
+// answeredSince reports whether b's master answered some call after t.
+func (g *Guard) answeredSince(b *breaker, t time.Time) bool {
+	return b.sh.lastAnswer().After(t) || b.lastOK.Load() > t.UnixNano()
 }
 
 // Reset resets on the backend (and on the local fallback in FailLocal). It
@@ -327,17 +364,26 @@ func (g *Guard) Reset(ctx context.Context, scope, identifier string, alg Algorit
 	}
 	cctx, cancel := context.WithTimeout(ctx, max(g.opts.Timeout, time.Second))
 	defer cancel()
-	return g.primary.Reset(cctx, scope, identifier, alg)
+	return g.store.Reset(cctx, scope, identifier, alg)
 }
 
-// Degraded reports whether the circuit is open now.
+// Degraded reports whether a circuit is open now (on a Cluster: any
+// master's).
 func (g *Guard) Degraded() bool {
-	return g.open.Load()
+	if g.single != nil {
+		return g.single.open.Load()
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.openN > 0
 }
 
 // degrade answers by the failure policy.
-func (g *Guard) degrade(ctx context.Context, reqs []Request) ([]Decision, error) {
+func (g *Guard) degrade(ctx context.Context, b *breaker, reqs []Request) ([]Decision, error) {
 	g.metrics.degraded.WithLabelValues(string(g.opts.Mode)).Add(float64(len(reqs)))
+	if g.metrics.shardDegraded != nil {
+		g.metrics.shardDegraded.WithLabelValues(b.sh.name, string(g.opts.Mode)).Add(float64(len(reqs)))
+	}
 	if g.opts.Mode == FailLocal {
 		ds, err := g.opts.Local.Check(ctx, reqs)
 		for i := range ds {

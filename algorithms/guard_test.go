@@ -97,9 +97,11 @@ func TestGuardFailureModes(t *testing.T) {
 }
 
 // TestGuardPassesInvalid: a client's bad limit is an error, not a backend
-// failure that opens the circuit.
+// failure that opens the circuit, and is refused before Redis (here a closed
+// port) is tried.
 func TestGuardPassesInvalid(t *testing.T) {
-	g, err := algorithms.NewGuard(algorithms.NewMemoryStore(algorithms.MemoryOptions{}), algorithms.GuardOptions{Mode: algorithms.FailOpen, BreakerMinCalls: 1})
+	st := algorithms.NewRedisStore(redistest.NewClient(t, "redis://127.0.0.1:1/0"), algorithms.RedisOptions{})
+	g, err := algorithms.NewGuard(st, algorithms.GuardOptions{Mode: algorithms.FailOpen, BreakerMinCalls: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

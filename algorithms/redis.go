@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -37,10 +37,11 @@ type RedisOptions struct {
 	// TIME. Only tests set it, to be exact; in production every replica must
 	// use Redis's clock so that skewed hosts agree.
 	Now func() time.Time
-	// Coalesce, when > 0, runs that many workers that merge the batches of
-	// concurrent Check calls into one script call (up to MaxBatch requests):
-	// under load one round trip then decides many callers. Close stops the
-	// workers. Ignored on Redis Cluster. Default 0: every Check is its own call.
+	// Coalesce, when > 0, runs that many workers per Redis master that merge
+	// the batches of concurrent Check calls into one script call (up to
+	// MaxBatch requests): under load one round trip then decides many
+	// callers. Close stops the workers. Default 0: every Check is its own
+	// call (on a Cluster, one per master it touches).
 	Coalesce int
 	// MaxBatch bounds a merged call. Default 64.
 	MaxBatch int
@@ -55,49 +56,71 @@ type RedisOptions struct {
 // algorithm's function, so every decision is atomic across any number of
 // Throttle replicas, and a batch is one round trip. It works with a single
 // Redis, Sentinel or Cluster: all keys of one identifier share a hash tag;
-// on Cluster a batch is a pipeline of one script call per request.
+// on a Cluster the store routes each request to its slot's master itself
+// (cluster.go) and a batch is one script call per master it touches (the
+// script may touch keys of several slots of its master: Redis 7's
+// allow-cross-slot-keys).
 type RedisStore struct {
 	rdb     redis.UniversalClient
 	now     func() time.Time
 	script  *redis.Script
-	cluster bool // a batch's keys span slots: one call per request
 	reset   *redis.Script
-	merge   *coalescer // nil unless RedisOptions.Coalesce
-	// answered is when Redis last answered (Unix ns): Guard's
-	// evidence that Redis is up when a call of its own times out.
-	answered atomic.Int64
+	single  *shard         // a single Redis, or Sentinel's master; nil on a Cluster
+	cluster *clusterRouter // nil unless a Cluster
+	opts    RedisOptions
 	// tracer makes the spans of trace.go; nil: none.
 	tracer trace.Tracer
 }
 
 // NewRedisStore returns a store over rdb. The client should honour context
 // deadlines (go-redis: Options.ContextTimeoutEnabled), so that a caller's
-// deadline bounds every call. Call Close when done if opts.Coalesce is set.
+// deadline bounds every call. Call Close when done: it stops the coalescing
+// workers and, on a Cluster, the slot table's refreshes and the masters'
+// clients the store made (not rdb itself).
 func NewRedisStore(rdb redis.UniversalClient, opts RedisOptions) *RedisStore {
-	_, cluster := rdb.(*redis.ClusterClient)
+	if opts.Coalesce > 0 && opts.MaxBatch <= 0 {
+		opts.MaxBatch = 64
+	}
 	s := &RedisStore{
-		rdb:     rdb,
-		now:     opts.Now,
-		script:  redis.NewScript(throttleScript()),
-		cluster: cluster,
-		reset:   redis.NewScript(resetLua),
+		rdb:    rdb,
+		now:    opts.Now,
+		script: redis.NewScript(throttleScript()),
+		reset:  redis.NewScript(resetLua),
+		opts:   opts,
+		tracer: Tracer(opts.TracerProvider, tracerName),
 	}
-	if opts.Coalesce > 0 && !cluster {
-		if opts.MaxBatch <= 0 {
-			opts.MaxBatch = 64
-		}
-		s.merge = newCoalescer(opts.Coalesce, opts.MaxBatch, s.decide)
-	}
-	if s.tracer = Tracer(opts.TracerProvider, tracerName); s.tracer != nil && s.merge != nil {
-		s.merge.tracer = s.tracer
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		// Each master's call may touch keys of several of its slots.
+		s.script = redis.NewScript("#!lua flags=allow-cross-slot-keys\n" + throttleScript())
+		s.cluster = newClusterRouter(cc, func(name string, c *redis.Client) *shard {
+			return s.newShard(name, c, func(ctx context.Context) error { return clusterReady(ctx, c) }, c.Close)
+		})
+	} else {
+		s.single = s.newShard("", rdb, func(ctx context.Context) error { return rdb.Ping(ctx).Err() }, func() error { return nil })
 	}
 	return s
 }
 
-// Close stops the coalescing workers, if any. It does not close the client.
+func (s *RedisStore) newShard(name string, c redis.Scripter, ping func(context.Context) error, close func() error) *shard {
+	sh := &shard{name: name, client: c, ping: ping, close: close}
+	if s.opts.Coalesce > 0 {
+		sh.merge = newCoalescer(s.opts.Coalesce, s.opts.MaxBatch, func(ctx context.Context, reqs []Request) ([]Decision, error) {
+			return s.decide(ctx, sh, reqs)
+		})
+		sh.merge.tracer = s.tracer
+	}
+	return sh
+}
+
+// Close stops the coalescing workers, if any, and on a Cluster the slot
+// table's refreshes and the masters' clients. It does not close rdb.
 func (s *RedisStore) Close() {
-	if s.merge != nil {
-		s.merge.close()
+	if s.cluster != nil {
+		s.cluster.close()
+		return
+	}
+	if s.single.merge != nil {
+		s.single.merge.close()
 	}
 }
 
@@ -149,109 +172,199 @@ func appendArgs(keys []string, args []any, r Request) ([]string, []any) {
 		append(args, algCode(r.Limit.Algorithm), strconv.FormatInt(r.Limit.Limit, 10), third, strconv.FormatInt(r.Hits, 10), member)
 }
 
-// Check decides the batch in one round trip (two if Redis had lost the
-// scripts): one script call for the whole batch, or on Redis Cluster a
-// pipeline of one call per request.
+// Check decides the batch in one round trip per Redis master it touches
+// (two if Redis had lost the script).
 func (s *RedisStore) Check(ctx context.Context, reqs []Request) ([]Decision, error) {
 	if err := validateBatch(reqs); err != nil {
 		return nil, err
 	}
-	return s.checkValid(ctx, reqs)
-}
-
-// checkValid is Check of a batch its caller has validated (Guard).
-func (s *RedisStore) checkValid(ctx context.Context, reqs []Request) ([]Decision, error) {
 	if len(reqs) == 0 {
 		return []Decision{}, nil
 	}
-	if s.tracer != nil {
-		return s.tracedCheck(ctx, reqs)
+	return s.dispatch(ctx, reqs, func(ctx context.Context, sh *shard, reqs []Request, _ bool) ([]Decision, error) {
+		return s.onShard(ctx, sh, reqs)
+	})
+}
+
+// shardCheck decides a part of a batch that one shard holds; last is false
+// when a redirect will be followed (dispatch sends the part once more).
+type shardCheck func(ctx context.Context, sh *shard, reqs []Request, last bool) ([]Decision, error)
+
+// dispatch decides a validated, non-empty batch: each part on its shard with
+// check, the parts at once. A part whose master answered a redirect (a slot
+// moved: failover, resharding) did not run; it is routed again on a fresh
+// slot table and sent once more.
+func (s *RedisStore) dispatch(ctx context.Context, reqs []Request, check shardCheck) ([]Decision, error) {
+	if s.cluster == nil {
+		return check(ctx, s.single, reqs, true)
 	}
-	if s.merge != nil {
+	s.cluster.ready(ctx)
+	var out []Decision
+	var at []int // the positions still to decide; nil: all
+	for attempt := 0; ; attempt++ {
+		last := attempt > 0
+		sent := time.Now()
+		parts := s.split(reqs, at)
+		if len(parts) == 1 && at == nil {
+			ds, err := check(ctx, parts[0].sh, reqs, last)
+			if last || !isRedirect(err) {
+				return ds, err
+			}
+		} else {
+			if out == nil {
+				out = make([]Decision, len(reqs))
+			}
+			errs := s.onParts(ctx, parts, check, last, out)
+			var failed error
+			at = at[:0]
+			for i, err := range errs {
+				switch {
+				case err == nil:
+				case !last && isRedirect(err):
+					at = append(at, parts[i].at...)
+				default:
+					failed = errors.Join(failed, err)
+				}
+			}
+			if failed != nil {
+				// What other parts counted stays counted: they were
+				// asked, and a caller that retries is over-counted,
+				// never under.
+				return nil, failed
+			}
+			if len(at) == 0 {
+				return out, nil
+			}
+		}
+		if at == nil {
+			at = make([]int, len(reqs))
+			for i := range at {
+				at[i] = i
+			}
+		}
+		s.cluster.refresh(ctx, sent)
+	}
+}
+
+// onParts decides each part on its shard, all at once, writes the decisions
+// into out at their positions, and returns each part's error.
+func (s *RedisStore) onParts(ctx context.Context, parts []part, check shardCheck, last bool, out []Decision) []error {
+	errs := make([]error, len(parts))
+	run := func(i int) {
+		p := parts[i]
+		ds, err := check(ctx, p.sh, p.reqs, last)
+		if err != nil {
+			errs[i] = err
+			return
+		}
+		for j, at := range p.at {
+			out[at] = ds[j]
+		}
+	}
+	var wg sync.WaitGroup
+	for i := 1; i < len(parts); i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			run(i)
+		}()
+	}
+	run(0)
+	wg.Wait()
+	return errs
+}
+
+// part is the requests of a batch that one shard holds, and their positions.
+type part struct {
+	sh   *shard
+	reqs []Request
+	at   []int
+}
+
+// split groups the requests of a batch at positions at (nil: all) by the
+// master of each one's slot.
+func (s *RedisStore) split(reqs []Request, at []int) []part {
+	var parts []part
+	add := func(i int) {
+		r := reqs[i]
+		sh := s.cluster.shardOf(indexKey(r.Key.Scope, r.Key.Identifier))
+		j := 0
+		for j < len(parts) && parts[j].sh != sh {
+			j++
+		}
+		if j == len(parts) {
+			parts = append(parts, part{sh: sh})
+		}
+		parts[j].reqs = append(parts[j].reqs, r)
+		parts[j].at = append(parts[j].at, i)
+	}
+	if at == nil {
+		for i := range reqs {
+			add(i)
+		}
+	}
+	for _, i := range at {
+		add(i)
+	}
+	return parts
+}
+
+// onShard decides a validated batch that one shard holds: through its
+// coalescing workers when there are some, traced when tracing is on.
+func (s *RedisStore) onShard(ctx context.Context, sh *shard, reqs []Request) ([]Decision, error) {
+	if s.tracer != nil {
+		return s.tracedCheck(ctx, sh, reqs)
+	}
+	if sh.merge != nil {
 		// Hand the batch to a coalescing worker's goroutine: the checks
 		// that arrive while a script call is in flight leave together in
 		// the next one, so under load one round trip decides many callers,
 		// and an idle store waits for nothing (a worker takes the first at
 		// once).
-		return s.merge.check(ctx, reqs)
+		return sh.merge.check(ctx, reqs)
 	}
-	return s.decide(ctx, reqs)
+	return s.decide(ctx, sh, reqs)
 }
 
-// LastAnswer returns when Redis last answered a check or a Ping; zero if never.
-func (s *RedisStore) LastAnswer() time.Time {
-	if ns := s.answered.Load(); ns != 0 {
-		return time.Unix(0, ns)
+// decide runs a validated batch on one shard's master.
+func (s *RedisStore) decide(ctx context.Context, sh *shard, reqs []Request) ([]Decision, error) {
+	if sh.client == nil {
+		return nil, errNoMaster
 	}
-	return time.Time{}
-}
-
-// decide runs a validated batch on Redis.
-func (s *RedisStore) decide(ctx context.Context, reqs []Request) ([]Decision, error) {
-	ds, err := s.run(ctx, reqs)
+	ds, err := s.run(ctx, sh.client, reqs)
 	if err == nil {
-		s.answered.Store(time.Now().UnixNano())
+		sh.answered.Store(time.Now().UnixNano())
 	}
 	return ds, err
 }
 
-// run sends a validated batch to Redis: one script call, or on Redis
-// Cluster a pipeline of one call per request.
-func (s *RedisStore) run(ctx context.Context, reqs []Request) ([]Decision, error) {
+// run sends a validated batch to one Redis master in one script call.
+func (s *RedisStore) run(ctx context.Context, c redis.Scripter, reqs []Request) ([]Decision, error) {
 	now := ""
 	if s.now != nil {
 		now = strconv.FormatInt(s.now().UnixMicro(), 10)
 	}
-	if !s.cluster {
-		keys := make([]string, 0, 2*len(reqs))
-		args := make([]any, 1, 1+5*len(reqs))
-		args[0] = now
-		for _, r := range reqs {
-			keys, args = appendArgs(keys, args, r)
-		}
-		res, err := s.script.Run(ctx, s.rdb, keys, args...).Slice()
-		if err != nil {
-			return nil, fmt.Errorf("redis: %w", err)
-		}
-		return parseDecisions(res, reqs)
+	keys := make([]string, 0, 2*len(reqs))
+	args := make([]any, 2, 2+7*len(reqs))
+	args[0], args[1] = now, strconv.Itoa(len(reqs))
+	for _, r := range reqs {
+		keys, args = appendArgs(keys, args, r)
 	}
-	cmds := make([]*redis.Cmd, len(reqs))
-	send := func(p redis.Pipeliner, i int, eval func(context.Context, redis.Scripter, []string, ...any) *redis.Cmd) {
-		keys, args := appendArgs(make([]string, 0, 2), append(make([]any, 0, 6), now), reqs[i])
-		cmds[i] = eval(ctx, p, keys, args...)
-	}
-	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i := range reqs {
-			send(p, i, s.script.EvalSha)
+	if s.cluster != nil {
+		// Redis refuses a call that declares keys of several slots, even
+		// to a script allowed to touch them: the first key is declared
+		// (it routes the call, and a MOVED reply says its slot moved),
+		// and every key goes in ARGV, before the requests' arguments.
+		ks := make([]any, 0, len(keys)+len(args))
+		ks = append(ks, args[0], args[1])
+		for _, k := range keys {
+			ks = append(ks, k)
 		}
-		return nil
-	})
-	if err != nil && hasNoScript(cmds) {
-		// Redis restarted or SCRIPT FLUSH: send the script itself for the
-		// requests that missed. EVAL caches it for the next batch.
-		_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for i := range reqs {
-				if isNoScript(cmds[i].Err()) {
-					send(p, i, s.script.Eval)
-				}
-			}
-			return nil
-		})
+		args, keys = append(ks, args[2:]...), keys[:1]
 	}
+	res, err := s.script.Run(ctx, c, keys, args...).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("redis: %w", err)
-	}
-	res := make([]any, len(reqs))
-	for i, c := range cmds {
-		// Each call decided a batch of one.
-		r, err := c.Slice()
-		if err != nil {
-			return nil, fmt.Errorf("redis: request %d: %w", i, err)
-		}
-		if len(r) != 1 {
-			return nil, fmt.Errorf("redis: request %d: script returned %d decisions for 1 request", i, len(r))
-		}
-		res[i] = r[0]
 	}
 	return parseDecisions(res, reqs)
 }
@@ -289,19 +402,6 @@ func parseDecisions(res []any, reqs []Request) ([]Decision, error) {
 	return out, nil
 }
 
-func isNoScript(err error) bool {
-	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
-}
-
-func hasNoScript(cmds []*redis.Cmd) bool {
-	for _, c := range cmds {
-		if c != nil && isNoScript(c.Err()) {
-			return true
-		}
-	}
-	return false
-}
-
 // Reset deletes the state keys of (scope, identifier) that its index lists —
 // no keyspace scan, no prefix match — and returns how many existed.
 func (s *RedisStore) Reset(ctx context.Context, scope, identifier string, alg Algorithm) (int, error) {
@@ -310,18 +410,55 @@ func (s *RedisStore) Reset(ctx context.Context, scope, identifier string, alg Al
 			return 0, err
 		}
 	}
-	n, err := s.reset.Run(ctx, s.rdb, []string{indexKey(scope, identifier)}, identityPrefix(scope, identifier), algCode(alg)).Int()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return 0, fmt.Errorf("redis: reset: %w", err)
+	index := indexKey(scope, identifier)
+	reset := func(c redis.Scripter) (int, error) {
+		n, err := s.reset.Run(ctx, c, []string{index}, identityPrefix(scope, identifier), algCode(alg)).Int()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return 0, fmt.Errorf("redis: reset: %w", err)
+		}
+		return n, nil
 	}
-	return n, nil
+	if s.cluster == nil {
+		return reset(s.rdb)
+	}
+	s.cluster.ready(ctx)
+	sent := time.Now()
+	sh := s.cluster.shardOf(index)
+	if sh.client == nil {
+		return 0, fmt.Errorf("redis: reset: %w", errNoMaster)
+	}
+	n, err := reset(sh.client)
+	if isRedirect(err) && s.cluster.refresh(ctx, sent) {
+		if sh = s.cluster.shardOf(index); sh.client != nil {
+			n, err = reset(sh.client)
+		}
+	}
+	return n, err
 }
 
-// Ping checks that Redis answers.
+// Ping checks that Redis answers: on a Cluster, every master that serves
+// slots (after reading the slot table).
 func (s *RedisStore) Ping(ctx context.Context) error {
-	err := s.rdb.Ping(ctx).Err()
+	if s.cluster == nil {
+		return pingShard(ctx, s.single)
+	}
+	if !s.cluster.refresh(ctx, time.Now()) {
+		return fmt.Errorf("redis cluster: no slot table: %w", errNoMaster)
+	}
+	var errs []error
+	for _, sh := range s.cluster.masters() {
+		if err := pingShard(ctx, sh); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", sh.name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// pingShard PINGs one master and notes its answer.
+func pingShard(ctx context.Context, sh *shard) error {
+	err := sh.ping(ctx)
 	if err == nil {
-		s.answered.Store(time.Now().UnixNano())
+		sh.answered.Store(time.Now().UnixNano())
 	}
 	return err
 }

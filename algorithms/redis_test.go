@@ -175,16 +175,17 @@ func TestRedisIndexOutlivesState(t *testing.T) {
 }
 
 // TestRedisCluster runs the conformance suite on a real three-node Redis
-// Cluster: every script touches one identifier's keys, which share a hash
-// tag and so a slot; a batch spanning slots is pipelined across the nodes.
+// Cluster: every request's keys share a hash tag and so a slot; a batch is
+// one script call per master it touches, coalesced per master.
 func TestRedisCluster(t *testing.T) {
 	addrs := redistest.StartCluster(t)
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { rdb.Close() })
 	cluster := []storeFactory{{"redis-cluster", func(t *testing.T, clock func() time.Time) Store {
-		s := NewRedisStore(rdb, RedisOptions{Now: clock, Coalesce: 2}) // Coalesce is ignored on a cluster
-		if !s.cluster || s.merge != nil {
-			t.Fatal("a Cluster store must send one script call per request, uncoalesced")
+		s := NewRedisStore(rdb, RedisOptions{Now: clock, Coalesce: 2})
+		t.Cleanup(s.Close)
+		if s.cluster == nil || s.single != nil {
+			t.Fatal("a Cluster store must route by master")
 		}
 		return s
 	}}}
@@ -197,6 +198,7 @@ func TestRedisCluster(t *testing.T) {
 	// The keys of a batch really are spread over the nodes.
 	ctx := context.Background()
 	s := NewRedisStore(rdb, RedisOptions{})
+	t.Cleanup(s.Close)
 	scope := uniqueScope(t)
 	var batch []Request
 	for i := range 30 {
@@ -215,10 +217,16 @@ func TestRedisCluster(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if got := keySlot(stateKey(batch[i])); int64(got) != slot {
+			t.Errorf("keySlot(%q) = %d, Redis says %d", stateKey(batch[i]), got, slot)
+		}
 		slots[slot] = true
 	}
 	if len(slots) < 10 {
 		t.Errorf("30 identifiers fell in only %d slots", len(slots))
+	}
+	if parts := s.split(batch, nil); len(parts) != 3 {
+		t.Errorf("30 identifiers split over %d masters, want 3", len(parts))
 	}
 }
 

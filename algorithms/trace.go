@@ -70,16 +70,16 @@ const (
 	AttrDegraded  = attribute.Key("throttle.degraded")
 )
 
-// tracedCheck is Check for a store with a tracer: reqs are validated and
+// tracedCheck is onShard for a store with a tracer: reqs are validated and
 // not empty.
-func (s *RedisStore) tracedCheck(ctx context.Context, reqs []Request) ([]Decision, error) {
+func (s *RedisStore) tracedCheck(ctx context.Context, sh *shard, reqs []Request) ([]Decision, error) {
 	if !trace.SpanFromContext(ctx).IsRecording() {
-		if s.merge != nil {
-			return s.merge.check(ctx, reqs)
+		if sh.merge != nil {
+			return sh.merge.check(ctx, reqs)
 		}
-		return s.decide(ctx, reqs)
+		return s.decide(ctx, sh, reqs)
 	}
-	coalesced := s.merge != nil
+	coalesced := sh.merge != nil
 	kind := trace.SpanKindClient
 	if coalesced {
 		kind = trace.SpanKindInternal // the round trip is redis.batch
@@ -90,9 +90,9 @@ func (s *RedisStore) tracedCheck(ctx context.Context, reqs []Request) ([]Decisio
 	var ds []Decision
 	var err error
 	if coalesced {
-		ds, err = s.merge.check(ctx, reqs)
+		ds, err = sh.merge.check(ctx, reqs)
 	} else {
-		ds, err = s.decide(ctx, reqs)
+		ds, err = s.decide(ctx, sh, reqs)
 	}
 	if err != nil {
 		span.RecordError(err)

@@ -114,7 +114,7 @@ func TestNoopTracerProviderIsOff(t *testing.T) {
 			t.Errorf("Tracer(%T) = %T, want nil (no spans)", tp, tr)
 		}
 		s := NewRedisStore(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), RedisOptions{TracerProvider: tp, Coalesce: 1})
-		if s.tracer != nil || s.merge.tracer != nil {
+		if s.tracer != nil || s.single.merge.tracer != nil {
 			t.Errorf("%T: the store has a tracer", tp)
 		}
 		s.Close()
@@ -218,7 +218,7 @@ func TestCoalescedSpans(t *testing.T) {
 			<-g.entered // the worker holds A's call
 			continue
 		}
-		for deadline := time.Now().Add(10 * time.Second); len(s.merge.queue) < i; {
+		for deadline := time.Now().Add(10 * time.Second); len(s.single.merge.queue) < i; {
 			if time.Now().After(deadline) {
 				t.Fatalf("caller %s never queued", name)
 			}

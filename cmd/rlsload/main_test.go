@@ -162,17 +162,6 @@ func TestParseRedisInfo(t *testing.T) {
 	}
 }
 
-func TestClockTicks(t *testing.T) {
-	// USER_HZ is 100 on every Linux architecture Go runs on.
-	if got := clockTicks(); got != 100 {
-		t.Errorf("clockTicks() = %d, want 100", got)
-	}
-	cpu, err := readProcCPU(os.Getpid(), 100)
-	if err != nil || cpu.startTime == "" {
-		t.Errorf("readProcCPU(self) = %+v, %v", cpu, err)
-	}
-}
-
 // load runs rlsload with args and returns its RESULT line's fields.
 func load(t *testing.T, args ...string) map[string]string {
 	t.Helper()

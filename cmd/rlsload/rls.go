@@ -8,6 +8,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+
+	"github.com/throttle-rl/throttle/internal/procstat"
 )
 
 // runRLS drives ShouldRateLimit with the case's requests: a warmup on other
@@ -47,11 +49,11 @@ func runRLS(ctx context.Context, o *options) (*result, error) {
 	}
 
 	res := &result{caseName: o.caseName, alg: o.algorithm, cache: o.cache, perCall: descriptorsPerCall(o.caseName), concurrency: o.concurrency}
-	ticks := clockTicks()
-	var cpuBefore procCPU
+	ticks := procstat.ClockTicks()
+	var cpuBefore procstat.Sample
 	if o.pid > 0 {
 		var err error
-		if cpuBefore, err = readProcCPU(o.pid, ticks); err != nil {
+		if cpuBefore, err = procstat.Read(o.pid, ticks); err != nil {
 			return nil, err
 		}
 	}
@@ -72,14 +74,14 @@ func runRLS(ctx context.Context, o *options) (*result, error) {
 	res.t = drive(ctx, o, o.requests, o.duration, calls(o.runID))
 
 	if o.pid > 0 {
-		after, err := readProcCPU(o.pid, ticks)
+		after, err := procstat.Read(o.pid, ticks)
 		if err != nil {
 			return nil, err
 		}
-		if after.startTime != cpuBefore.startTime {
+		if after.StartTime != cpuBefore.StartTime {
 			return nil, fmt.Errorf("service CPU: process %d is not the one measured at the start (restarted?)", o.pid)
 		}
-		res.serviceCPU, res.hasServiceCPU = after.cpu-cpuBefore.cpu, true
+		res.serviceCPU, res.hasServiceCPU = after.CPU-cpuBefore.CPU, true
 	}
 	if rdbStats != nil {
 		after, err := rdbStats(context.WithoutCancel(ctx))

@@ -44,26 +44,39 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 150, algorithm: sliding_window}
   - key: token_bucket
     rate_limit: {unit: hour, requests_per_unit: 150, algorithm: token_bucket}
+  - key: gcra
+    rate_limit: {unit: hour, requests_per_unit: 150, algorithm: gcra}
 `
 
-// cluster is several replicas of the built binary on one Redis and one
-// PostgreSQL, with a client registered on them.
-type cluster struct {
-	redis    *redistest.Server
+// replicaSet is several replicas of the built binary on one Redis (or Redis
+// Cluster) and one PostgreSQL, with a client registered on them.
+type replicaSet struct {
+	redis    *redistest.Server // nil when the test brought its own Redis
 	replicas []*throttletest.Server
 	conns    []*grpc.ClientConn
 	key      string
 	http     *http.Client
 }
 
-func startCluster(t testing.TB, n int, env ...string) *cluster {
+// startCluster runs n replicas on a Redis of their own.
+func startCluster(t testing.TB, n int, env ...string) *replicaSet {
 	t.Helper()
-	c := &cluster{redis: redistest.Start(t)}
+	srv := redistest.Start(t)
+	c := startReplicas(t, srv.URL(), n, env...)
+	c.redis = srv
+	return c
+}
+
+// startReplicas runs n replicas on the Redis at redisURL, with the
+// overload domain and FAILURE_MODE=open unless env says otherwise.
+func startReplicas(t testing.TB, redisURL string, n int, env ...string) *replicaSet {
+	t.Helper()
+	c := &replicaSet{}
 	descDir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(descDir, "overload.yaml"), []byte(overloadDescriptors), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	env = append([]string{"REDIS_URL=" + c.redis.URL(), "DATABASE_URL=" + freshPostgres(t), "DESCRIPTORS_DIR=" + descDir,
+	env = append([]string{"REDIS_URL=" + redisURL, "DATABASE_URL=" + freshPostgres(t), "DESCRIPTORS_DIR=" + descDir,
 		"FAILURE_MODE=open", "CACHE_REFRESH_INTERVAL=200ms"}, env...)
 	for range n {
 		c.replicas = append(c.replicas, throttletest.Start(t, env...))
@@ -95,7 +108,7 @@ func startCluster(t testing.TB, n int, env ...string) *cluster {
 
 // post sends a JSON body (GET when body is empty) with the client's key and
 // returns the status and the decoded reply.
-func (c *cluster) post(r *throttletest.Server, path, body string) (int, map[string]any) {
+func (c *replicaSet) post(r *throttletest.Server, path, body string) (int, map[string]any) {
 	method := http.MethodPost
 	if body == "" {
 		method = http.MethodGet
@@ -177,7 +190,7 @@ func burst(n, workers int, do func(i int) (string, string)) *outcomes {
 
 // restBurst sends n checks of identifier with alg from clients at once,
 // spread over the replicas.
-func (c *cluster) restBurst(n, clients int, identifier, alg string) *outcomes {
+func (c *replicaSet) restBurst(n, clients int, identifier, alg string) *outcomes {
 	// One body for every algorithm, as the product description's clients
 	// send it: refill_rate is ignored where it does not apply.
 	body := fmt.Sprintf(`{"identifier":%q,"limit":%d,"window":3600,"algorithm":%q,"refill_rate":%g}`,
@@ -196,7 +209,7 @@ func (c *cluster) restBurst(n, clients int, identifier, alg string) *outcomes {
 
 // grpcBurst sends n ShouldRateLimit calls for descriptor key=value from
 // streams goroutines at once, each call with deadline timeout.
-func (c *cluster) grpcBurst(n, streams int, key, value string, timeout time.Duration) *outcomes {
+func (c *replicaSet) grpcBurst(n, streams int, key, value string, timeout time.Duration) *outcomes {
 	req := &rlsv3.RateLimitRequest{Domain: "overload", Descriptors: []*rlcommon.RateLimitDescriptor{{
 		Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: key, Value: value}}}}}
 	return burst(n, streams, func(i int) (string, string) {
@@ -211,7 +224,7 @@ func (c *cluster) grpcBurst(n, streams int, key, value string, timeout time.Dura
 }
 
 // metric sums a metric over the replicas.
-func (c *cluster) metric(t testing.TB, name string) float64 {
+func (c *replicaSet) metric(t testing.TB, name string) float64 {
 	t.Helper()
 	var sum float64
 	for _, r := range c.replicas {
@@ -231,10 +244,10 @@ func wantCounts(t *testing.T, what string, o *outcomes, want map[string]int) {
 
 // exactly checks every algorithm through REST and gRPC: exactly the limit
 // admitted, and nothing decided by the failure policy.
-func (c *cluster) exactly(t *testing.T, phase string) {
+func (c *replicaSet) exactly(t *testing.T, phase string) {
 	t.Helper()
 	run := strconv.FormatInt(time.Now().UnixNano(), 36)
-	for _, alg := range []string{"fixed_window", "sliding_window", "token_bucket"} {
+	for _, alg := range []string{"fixed_window", "sliding_window", "token_bucket", "gcra"} {
 		// A fresh identifier has no previous window, so the sliding
 		// window is exact too.
 		o := c.restBurst(overloadRequests, restClients, phase+"-rest-"+alg+"-"+run, alg)
@@ -360,7 +373,7 @@ func BenchmarkOverload(b *testing.B) {
 // grpcLimitBurst sends n ShouldRateLimit calls with a per-request limit
 // override of limit per hour (the descriptor's own limit is 150), from
 // streams goroutines, each call with a 1s deadline.
-func (c *cluster) grpcLimitBurst(n, streams int, value string, limit int) *outcomes {
+func (c *replicaSet) grpcLimitBurst(n, streams int, value string, limit int) *outcomes {
 	req := &rlsv3.RateLimitRequest{Domain: "overload", Descriptors: []*rlcommon.RateLimitDescriptor{{
 		Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "fixed_window", Value: value}},
 		Limit:   &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: uint32(limit), Unit: typev3.RateLimitUnit_HOUR},

@@ -35,6 +35,18 @@ func newRedis(raw string) (redis.UniversalClient, error) {
 		}
 		o.ContextTimeoutEnabled = true
 		setDefaults(q, &o.PoolSize, &o.MaxRetries, &o.DialerRetries, &o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout)
+		// The counter store routes every request to its slot's master
+		// itself, through a client per master made with these settings, and
+		// follows one redirect at most (algorithms/cluster.go): a dead
+		// master's calls fail at once and only that master's circuit
+		// opens. The ClusterClient's own routing serves the rest (the
+		// first read of the slot table, RLQS usage); there too a
+		// redirect is followed once, not chased around the Cluster while
+		// the caller's deadline runs out (go-redis's default is 3, and on
+		// a connection error it tries a random other node).
+		if !q.Has("max_redirects") {
+			o.MaxRedirects = 1
+		}
 		return redis.NewClusterClient(o), nil
 	case q.Get("master_name") != "":
 		o, err := redis.ParseFailoverURL(s)

@@ -61,6 +61,14 @@ func Start(t testing.TB, args ...string) *Server {
 	return s
 }
 
+// PID is the server's process id (for /proc/PID readings); 0 when stopped.
+func (s *Server) PID() int {
+	if s.cmd == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
 // Addr is host:port.
 func (s *Server) Addr() string { return "127.0.0.1:" + strconv.Itoa(s.Port) }
 
@@ -128,18 +136,52 @@ func NewClient(t testing.TB, url string) *redis.Client {
 func StartCluster(t testing.TB) []string {
 	t.Helper()
 	var addrs []string
-	for range 3 {
-		s := Start(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000")
+	for _, s := range StartClusterServers(t) {
 		addrs = append(addrs, s.Addr())
 	}
-	cli, err := exec.LookPath("redis-cli")
-	if err != nil {
-		t.Fatal("redis-cli not found: run the tests via scripts/with-test-services.sh (make test)")
+	return addrs
+}
+
+// StartClusterServers is StartCluster returning the masters themselves, so
+// that a test can kill one and start it again (Restart: the same port and
+// folder, so it comes back with its nodes.conf, as the same node). The
+// masters go on serving their slots while another is down
+// (cluster-require-full-coverage no); a master is judged failing after 1 s
+// (cluster-node-timeout).
+func StartClusterServers(t testing.TB) []*Server {
+	t.Helper()
+	return StartClusterOf(t, 3)
+}
+
+// StartClusterOf is StartClusterServers with n masters: 1 (one node that
+// serves every slot: a Cluster of one shard), or 3 and more.
+func StartClusterOf(t testing.TB, n int) []*Server {
+	t.Helper()
+	var servers []*Server
+	var addrs []string
+	for range n {
+		s := Start(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "1000",
+			"--cluster-require-full-coverage", "no")
+		servers = append(servers, s)
+		addrs = append(addrs, s.Addr())
 	}
-	args := append([]string{"--cluster", "create"}, addrs...)
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
-	if out, err := exec.Command(cli, args...).CombinedOutput(); err != nil {
-		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
+	if n == 1 {
+		rdb := redis.NewClient(&redis.Options{Addr: addrs[0]})
+		err := rdb.Do(context.Background(), "CLUSTER", "ADDSLOTSRANGE", 0, 16383).Err()
+		rdb.Close()
+		if err != nil {
+			t.Fatalf("CLUSTER ADDSLOTSRANGE: %v", err)
+		}
+	} else {
+		cli, err := exec.LookPath("redis-cli")
+		if err != nil {
+			t.Fatal("redis-cli not found: run the tests via scripts/with-test-services.sh (make test)")
+		}
+		args := append([]string{"--cluster", "create"}, addrs...)
+		args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+		if out, err := exec.Command(cli, args...).CombinedOutput(); err != nil {
+			t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
+		}
 	}
 	// Every node must see the cluster ok (they converge one by one), or
 	// a request routed to a late one answers CLUSTERDOWN.
@@ -161,5 +203,5 @@ func StartCluster(t testing.TB) []string {
 		}
 		rdb.Close()
 	}
-	return addrs
+	return servers
 }

@@ -1,4 +1,6 @@
-package main
+// Package procstat reads a process's CPU time from /proc, for the load
+// generator and the benchmarks that report CPU per decision.
+package procstat
 
 import (
 	"bytes"
@@ -10,49 +12,50 @@ import (
 	"time"
 )
 
-// procCPU is a process's CPU time so far, as /proc/PID/stat counts it.
-type procCPU struct {
-	cpu       time.Duration // utime + stime
-	startTime string        // field 22: tells a restarted process from the one measured before
+// Sample is a process's CPU time so far, as /proc/PID/stat counts it.
+type Sample struct {
+	CPU       time.Duration // utime + stime
+	StartTime string        // field 22: tells a restarted process from the one measured before
 }
 
-// readProcCPU reads utime and stime (fields 14 and 15, in clock ticks) of
+// Read reads utime and stime (fields 14 and 15, in clock ticks) of
 // /proc/PID/stat, for the whole process (every thread, dead ones too).
-func readProcCPU(pid int, ticksPerSecond int64) (procCPU, error) {
+// ticksPerSecond is ClockTicks().
+func Read(pid int, ticksPerSecond int64) (Sample, error) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return procCPU{}, fmt.Errorf("service CPU: %w", err)
+		return Sample{}, fmt.Errorf("process CPU: %w", err)
 	}
 	// The command name (field 2) is in parentheses and may hold spaces or
 	// parentheses itself: the fields after it start after the last ')'.
 	end := bytes.LastIndexByte(b, ')')
 	if end < 0 {
-		return procCPU{}, fmt.Errorf("service CPU: /proc/%d/stat: no command name", pid)
+		return Sample{}, fmt.Errorf("process CPU: /proc/%d/stat: no command name", pid)
 	}
 	f := strings.Fields(string(b[end+1:])) // f[0] is field 3
 	if len(f) < 20 {
-		return procCPU{}, fmt.Errorf("service CPU: /proc/%d/stat: %d fields", pid, len(f)+2)
+		return Sample{}, fmt.Errorf("process CPU: /proc/%d/stat: %d fields", pid, len(f)+2)
 	}
 	var ticks int64
 	for _, s := range f[11:13] {
 		n, err := strconv.ParseInt(s, 10, 64)
 		if err != nil {
-			return procCPU{}, fmt.Errorf("service CPU: /proc/%d/stat: %q is not a tick count", pid, s)
+			return Sample{}, fmt.Errorf("process CPU: /proc/%d/stat: %q is not a tick count", pid, s)
 		}
 		ticks += n
 	}
-	return procCPU{cpu: time.Duration(ticks) * time.Second / time.Duration(ticksPerSecond), startTime: f[19]}, nil
+	return Sample{CPU: time.Duration(ticks) * time.Second / time.Duration(ticksPerSecond), StartTime: f[19]}, nil
 }
 
 // atClockTick is AT_CLKTCK, the auxiliary-vector entry that
 // sysconf(_SC_CLK_TCK) returns.
 const atClockTick = 17
 
-// clockTicks returns the kernel's clock ticks per second (USER_HZ), the
+// ClockTicks returns the kernel's clock ticks per second (USER_HZ), the
 // unit of /proc/PID/stat's CPU times, from the auxiliary vector the kernel
 // gave this process (so without cgo); 100, Linux's value everywhere, if it
 // cannot be read.
-func clockTicks() int64 {
+func ClockTicks() int64 {
 	b, err := os.ReadFile("/proc/self/auxv")
 	if err != nil {
 		return 100
