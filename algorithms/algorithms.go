@@ -46,8 +46,9 @@
 //     multiple of 2^53 or more is refused with ErrInvalid: it cannot be
 //     counted exactly in the IEEE doubles of Redis Lua.
 //
-// In all four a rejected request consumes nothing, and hits = 0 reads the
-// state without changing it (a peek).
+// In all four a rejected request consumes nothing (unless it always counts,
+// Request.AlwaysCount), and hits = 0 reads the state without changing it (a
+// peek).
 package algorithms
 
 import (
@@ -222,6 +223,22 @@ type Request struct {
 	// it — three Redis calls fewer each time a window or bucket starts.
 	// Reset does not find such a state; its TTL still ends it.
 	Unindexed bool
+	// AlwaysCount charges Hits even when they are over the limit (costs
+	// reported after the response, Envoy's apply_on_stream_done): the count
+	// goes past the limit — a token bucket's tokens or a GCRA's budget below
+	// zero (a GCRA's debt stops at 2^53 of its units) — and later requests
+	// are refused until the window or the refill pays it back.
+	// Decision.Allowed still says whether the hits were within the limit.
+	AlwaysCount bool
+	// AllOrNothing ties the request to every other AllOrNothing request of
+	// the same Check call: they count only if every one of them is within
+	// its limit (an AlwaysCount request among them counts anyway, and its
+	// being over still voids the others). Requests without it (shadow mode)
+	// are decided on their own. Atomic where the keys share a Redis node;
+	// across Redis Cluster masters, what one master counted is refunded
+	// when another's request was over (between the two, another request can
+	// see the count that is then refunded).
+	AllOrNothing bool
 }
 
 // Validate reports why r cannot be decided, as an error wrapping ErrInvalid.
@@ -240,8 +257,12 @@ func (r Request) Validate() error {
 
 // Decision is the engine's answer to one Request.
 type Decision struct {
-	// Allowed is true when the hits were admitted (and counted).
+	// Allowed is true when the hits were within the limit: admitted, and
+	// counted unless Counted says otherwise.
 	Allowed bool
+	// Counted is true when the hits were counted: allowed and not voided
+	// by another request of an all-or-nothing group, or AlwaysCount.
+	Counted bool
 	// Limit is the limit that applied (Request.Limit.Limit).
 	Limit int64
 	// Remaining is how many more hits would be admitted now, ≥ 0.

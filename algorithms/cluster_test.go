@@ -89,7 +89,7 @@ func TestGuardClusterFailover(t *testing.T) {
 	st.cluster.ready(ctx)
 	for i := 0; len(onDead) < 3 || len(onLive) < 3; i++ {
 		id := fmt.Sprintf("user-%d", i)
-		switch st.cluster.shardOf(indexKey(scope, id)).name {
+		switch st.cluster.shardOf(st.indexKey(scope, id)).name {
 		case masters[0].Addr():
 			if len(onDead) < 3 {
 				onDead = append(onDead, id)
@@ -116,6 +116,11 @@ func TestGuardClusterFailover(t *testing.T) {
 		}
 	}
 
+	// Replication is asynchronous: a failover can lose the last writes.
+	// Here the replica has them all before the kill.
+	if n, err := m0.Do(ctx, "WAIT", 1, 5000).Int(); err != nil || n != 1 {
+		t.Fatalf("WAIT for the replica: %d, %v", n, err)
+	}
 	masters[0].Stop()
 	killed := time.Now()
 	for range 3 {
@@ -146,9 +151,9 @@ func TestGuardClusterFailover(t *testing.T) {
 	}
 	promoted := time.Now()
 	t.Logf("replica promoted and serving %v after the kill", promoted.Sub(killed))
-	for !(st.cluster.shardOf(indexKey(scope, onDead[0])).name == replica.Addr() && !g.Degraded()) {
+	for !(st.cluster.shardOf(st.indexKey(scope, onDead[0])).name == replica.Addr() && !g.Degraded()) {
 		if time.Since(promoted) > 2*time.Second {
-			t.Fatalf("2s after the promotion: %s routes to %s, circuits open: %v", onDead[0], st.cluster.shardOf(indexKey(scope, onDead[0])).name, g.Degraded())
+			t.Fatalf("2s after the promotion: %s routes to %s, circuits open: %v", onDead[0], st.cluster.shardOf(st.indexKey(scope, onDead[0])).name, g.Degraded())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -88,7 +88,7 @@ func (s *MemoryStore) Check(ctx context.Context, reqs []Request) ([]Decision, er
 
 func (s *MemoryStore) decide(r Request) Decision {
 	id := identity{r.Key.Scope, r.Key.Identifier}
-	member := stateMember(r)
+	member := stateMember(&r)
 	sh := s.shard(id)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -111,19 +111,19 @@ func (s *MemoryStore) decide(r Request) Decision {
 		if r.Limit.Algorithm == SlidingWindow {
 			decide = decideSliding
 		}
-		next.window, o = decide(prev, nowUS, r.Limit.Window.Microseconds(), r.Limit.Limit, r.Hits)
+		next.window, o = decide(prev, nowUS, r.Limit.Window.Microseconds(), r.Limit.Limit, r.Hits, r.AlwaysCount)
 	case TokenBucket:
 		var prev *tokenState
 		if st != nil {
 			prev = &st.bucket
 		}
-		next.bucket, o = decideToken(prev, nowUS, r.Limit.Limit, r.Limit.Refill(), r.Hits)
+		next.bucket, o = decideToken(prev, nowUS, r.Limit.Limit, r.Limit.Refill(), r.Hits, r.AlwaysCount)
 	case GCRA:
 		var prev *gcraState
 		if st != nil {
 			prev = &st.cell
 		}
-		next.cell, o = decideGCRA(prev, nowUS, r.Limit.Window.Microseconds(), r.Limit.Limit, r.Hits)
+		next.cell, o = decideGCRA(prev, nowUS, r.Limit.Window.Microseconds(), r.Limit.Limit, r.Hits, r.AlwaysCount)
 	}
 	if o.wrote {
 		next.expiresUS = nowUS + o.ttlUS
@@ -133,7 +133,9 @@ func (s *MemoryStore) decide(r Request) Decision {
 		}
 		states[member] = next
 	}
-	return o.decision(r.Limit.Limit, nowUS)
+	d := o.decision(r.Limit.Limit, nowUS)
+	d.Counted = o.wrote
+	return d
 }
 
 // Reset forgets the state of (scope, identifier), all algorithms or only alg.
