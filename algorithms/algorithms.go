@@ -298,6 +298,11 @@ type Store interface {
 	// those of algorithm alg when alg is not empty, and returns how many
 	// limits' states it deleted. Other identifiers are untouched.
 	Reset(ctx context.Context, scope, identifier string, alg Algorithm) (int, error)
+	// Clear deletes the state of each request's (Key, Limit) — what Check
+	// of that request reads and writes — indexed or not, and returns how
+	// many existed. (The Envoy path's counters have no index: a REST reset
+	// of one works out the same Key and Limit as ShouldRateLimit does.)
+	Clear(ctx context.Context, reqs []Request) (int, error)
 }
 
 // validateBatch checks every request before anything is counted.

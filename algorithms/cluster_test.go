@@ -165,3 +165,44 @@ func TestGuardClusterFailover(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterAllOrNothingAcrossMasters: a group whose requests live on two
+// masters. Each master counts its own part; when the other master's part is
+// over, what this one counted is refunded, so the wide limit ends where it
+// would on one node.
+func TestClusterAllOrNothingAcrossMasters(t *testing.T) {
+	addrs := redistest.StartCluster(t)
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
+	defer cc.Close()
+	s := NewRedisStore(cc, RedisOptions{Coalesce: 2})
+	defer s.Close()
+	ctx := context.Background()
+	s.cluster.ready(ctx)
+	scope := uniqueScope(t)
+	user := "user-0"
+	ip := ""
+	for i := 0; ip == ""; i++ {
+		if id := fmt.Sprintf("10.0.0.%d", i); s.cluster.shardOf(s.indexKey(scope, id)) != s.cluster.shardOf(s.indexKey(scope, user)) {
+			ip = id
+		}
+	}
+	for _, wide := range groupLimits {
+		narrow := Limit{Algorithm: FixedWindow, Limit: 1, Window: time.Minute}
+		for i := range 4 {
+			ds, err := s.Check(ctx, []Request{
+				{Key: Key{scope, user, string(wide.Algorithm)}, Limit: narrow, Hits: 1, AllOrNothing: true, Unindexed: true},
+				{Key: Key{scope, ip, string(wide.Algorithm)}, Limit: wide, Hits: 1, AllOrNothing: true, Unindexed: true},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := i == 0; ds[0].Allowed != want || ds[1].Counted != want || !ds[1].Allowed {
+				t.Errorf("%s, request %d: %+v; want the user limit allowed=%v and the ip limit within, counted=%v", wide.Algorithm, i, ds, want, want)
+			}
+		}
+		ds, err := s.Check(ctx, []Request{{Key: Key{scope, ip, string(wide.Algorithm)}, Limit: wide, Unindexed: true}})
+		if err != nil || ds[0].Remaining != 99 {
+			t.Errorf("%s: the ip limit after 4 requests, 3 of them void: %+v %v, want 99 left", wide.Algorithm, ds, err)
+		}
+	}
+}

@@ -5,17 +5,16 @@
 -- when over.
 local function fixed_window(state, index, member, now, limit, window, hits, write, always)
   local start = now - now % window
-  local key = state .. ":" .. (start / window)
-  local before, wrote = count(key, hits, write)
+  local key = window_key(state, start / window)
+  local ttl = math.ceil((start + window - now) / 1000)
+  local before, wrote = count(key, hits, write, hits <= limit, always, ttl)
   local within = before + hits <= limit
   if within then put(before) else put(-before - 1) end
   if not wrote then
     return within
   end
   if within or always then
-    if before == 0 then
-      keep(key, index, member, math.ceil((start + window - now) / 1000), true)
-    end
+    index_state(index, member, ttl, before == 0)
     return within, key, before
   end
   uncount(key, hits, before)

@@ -54,7 +54,7 @@ local function gcra(state, index, member, now, limit, window, hits, write, alway
   end
   level = math.min(level + hits * c, max_exact)
   local ahead, rem = divmod(level, p)
-  redis.call("HSET", state, "t", now + ahead, "r", rem)
+  redis.call("HSET", state, "t", itoa(now + ahead), "r", itoa(rem))
   -- The key lives until TAT: after that a missing key means the same.
   local reset = ahead
   if rem > 0 then reset = reset + 1 end

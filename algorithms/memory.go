@@ -170,6 +170,36 @@ func (s *MemoryStore) Reset(ctx context.Context, scope, identifier string, alg A
 	return n, nil
 }
 
+// Clear forgets the state of each request's key and limit.
+func (s *MemoryStore) Clear(ctx context.Context, reqs []Request) (int, error) {
+	if err := validateBatch(reqs); err != nil {
+		return 0, err
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	nowUS := s.now().UnixMicro()
+	n := 0
+	for i := range reqs {
+		r := &reqs[i]
+		id := identity{r.Key.Scope, r.Key.Identifier}
+		member := stateMember(r)
+		sh := s.shard(id)
+		sh.mu.Lock()
+		if st, ok := sh.idents[id][member]; ok {
+			if st.expiresUS > nowUS {
+				n++
+			}
+			delete(sh.idents[id], member)
+			if len(sh.idents[id]) == 0 {
+				delete(sh.idents, id)
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return n, nil
+}
+
 // Run sweeps expired state every SweepEvery until ctx ends.
 func (s *MemoryStore) Run(ctx context.Context) error {
 	t := time.NewTicker(s.sweepEvery)

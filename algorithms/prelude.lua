@@ -15,15 +15,29 @@
 -- script only decides and counts.
 local out, nout = {}, 1
 
+-- itoa is the text of an integer, made once per batch: redis.call would
+-- print a number argument with "%.17g", and Lua a number in a
+-- concatenation with "%.14g", both far dearer than "%d" (the same
+-- numbers — hits, a window's TTL, its number — recur through a batch).
+local texts = {}
+local function itoa(n)
+  local s = texts[n]
+  if not s then
+    s = string.format("%d", n)
+    texts[n] = s
+  end
+  return s
+end
+
 local function put(v)
   nout = nout + 1
   out[nout] = v
 end
 
--- keep gives a state key a TTL of ttl ms, lists a new state in the
--- identifier's index, and makes the index outlive every state it lists.
-local function keep(key, index, member, ttl, new)
-  redis.call("PEXPIRE", key, ttl)
+-- index lists a new state in the identifier's index and makes the index
+-- outlive every state it lists (ttl ms). Nothing for a state that is never
+-- reset (member "").
+local function index_state(index, member, ttl, new)
   if member == "" then
     return
   end
@@ -31,25 +45,42 @@ local function keep(key, index, member, ttl, new)
     redis.call("SADD", index, member)
   end
   if redis.call("PTTL", index) < ttl then
-    redis.call("PEXPIRE", index, ttl)
+    redis.call("PEXPIRE", index, itoa(ttl))
   end
 end
 
--- count adds hits to a window's counter key unless write is false or the
--- request is a peek: it returns the count before, and whether it wrote.
-local function count(key, hits, write)
-  if hits == 0 or not write then
+-- keep gives a state key a TTL of ttl ms and indexes it.
+local function keep(key, index, member, ttl, new)
+  redis.call("PEXPIRE", key, itoa(ttl))
+  index_state(index, member, ttl, new)
+end
+
+-- window_key is the key of a window's counter: "<state>:<window number>".
+local function window_key(state, num)
+  return state .. ":" .. itoa(num)
+end
+
+-- count adds hits to a window's counter unless write is false, the request
+-- is a peek, or it cannot be within the limit (within0: it would be with a
+-- count of zero; always: counted anyway). A new counter is made with its TTL
+-- of ttl ms in one command. It returns the count before, and whether it
+-- wrote.
+local function count(key, hits, write, within0, always, ttl)
+  if hits == 0 or not write or not (within0 or always) then
     return tonumber(redis.call("GET", key)) or 0, false
   end
-  return redis.call("INCRBY", key, hits) - hits, true
+  if redis.call("SET", key, itoa(hits), "PX", itoa(ttl), "NX") then
+    return 0, true
+  end
+  return redis.call("INCRBY", key, itoa(hits)) - hits, true
 end
 
--- uncount takes hits back from a window's counter key (before: its count
+-- uncount takes hits back from a window's counter (before: its count
 -- before they were added).
 local function uncount(key, hits, before)
   if before == 0 then
     redis.call("DEL", key)
   else
-    redis.call("DECRBY", key, hits)
+    redis.call("DECRBY", key, itoa(hits))
   end
 end

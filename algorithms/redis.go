@@ -29,7 +29,15 @@ var (
 	batchLua string
 	//go:embed reset.lua
 	resetLua string
+	//go:embed clear.lua
+	clearLua string
+	//go:embed refund.lua
+	refundLua string
 )
+
+// crossSlot lets a script touch keys of several slots of one Cluster
+// master (Redis 7).
+const crossSlot = "#!lua flags=allow-cross-slot-keys\n"
 
 // RedisOptions configures a RedisStore. Every field is optional.
 type RedisOptions struct {
@@ -69,6 +77,8 @@ type RedisStore struct {
 	now     func() time.Time
 	script  *redis.Script
 	reset   *redis.Script
+	clear   *redis.Script
+	refund  *redis.Script // Cluster only: see refundVoided
 	single  *shard         // a single Redis, or Sentinel's master; nil on a Cluster
 	cluster *clusterRouter // nil unless a Cluster
 	opts    RedisOptions
@@ -90,12 +100,15 @@ func NewRedisStore(rdb redis.UniversalClient, opts RedisOptions) *RedisStore {
 		now:    opts.Now,
 		script: redis.NewScript(throttleScript()),
 		reset:  redis.NewScript(resetLua),
+		clear:  redis.NewScript(clearLua),
 		opts:   opts,
 		tracer: Tracer(opts.TracerProvider, tracerName),
 	}
 	if cc, ok := rdb.(*redis.ClusterClient); ok {
 		// Each master's call may touch keys of several of its slots.
-		s.script = redis.NewScript("#!lua flags=allow-cross-slot-keys\n" + throttleScript())
+		s.script = redis.NewScript(crossSlot + throttleScript())
+		s.clear = redis.NewScript(crossSlot + clearLua)
+		s.refund = redis.NewScript(crossSlot + refundLua)
 		s.cluster = newClusterRouter(cc, func(name string, c *redis.Client) *shard {
 			return s.newShard(name, c, func(ctx context.Context) error { return clusterReady(ctx, c) }, c.Close)
 		})
@@ -216,6 +229,7 @@ func (s *RedisStore) dispatch(ctx context.Context, reqs []Request, check shardCh
 				return nil, failed
 			}
 			if len(at) == 0 {
+				s.refundVoided(ctx, reqs, out)
 				return out, nil
 			}
 		}

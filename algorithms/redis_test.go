@@ -202,6 +202,9 @@ func TestRedisCluster(t *testing.T) {
 	t.Run("isolation", func(t *testing.T) { conformanceIsolation(t, cluster) })
 	t.Run("reset", func(t *testing.T) { conformanceReset(t, cluster) })
 	t.Run("invalid", func(t *testing.T) { conformanceInvalid(t, cluster) })
+	t.Run("all or nothing", func(t *testing.T) { conformanceAllOrNothing(t, cluster) })
+	t.Run("always count", func(t *testing.T) { conformanceAlwaysCount(t, cluster) })
+	t.Run("clear", func(t *testing.T) { conformanceClear(t, cluster) })
 
 	// The keys of a batch really are spread over the nodes.
 	ctx := context.Background()

@@ -8,21 +8,20 @@
 local function sliding_window(state, index, member, now, limit, window, hits, write, always)
   local start = now - now % window
   local num = start / window
-  local key = state .. ":" .. num
-  local prev = tonumber(redis.call("GET", state .. ":" .. (num - 1))) or 0
-  local before, wrote = count(key, hits, write)
+  local key = window_key(state, num)
+  local prev = tonumber(redis.call("GET", window_key(state, num - 1))) or 0
   local elapsed = now - start
-  local used = prev * (window - elapsed) / window + before
-  local within = used + hits <= limit
+  local weighted = prev * (window - elapsed) / window
+  local ttl = math.ceil((start + 2 * window - now) / 1000)
+  local before, wrote = count(key, hits, write, weighted + hits <= limit, always, ttl)
+  local within = weighted + before + hits <= limit
   if within then put(before) else put(-before - 1) end
   put(prev)
   if not wrote then
     return within
   end
   if within or always then
-    if before == 0 then
-      keep(key, index, member, math.ceil((start + 2 * window - now) / 1000), true)
-    end
+    index_state(index, member, ttl, before == 0)
     return within, key, before
   end
   uncount(key, hits, before)

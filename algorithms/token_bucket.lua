@@ -20,7 +20,7 @@ local function token_bucket(state, index, member, now, limit, rate, hits, write,
   end
   tokens = tokens - hits
   -- %.17g keeps every bit of the double, so the next call reads back exactly.
-  redis.call("HSET", state, "t", string.format("%.17g", tokens), "ts", now)
+  redis.call("HSET", state, "t", string.format("%.17g", tokens), "ts", itoa(now))
   keep(state, index, member, math.ceil(math.max(math.ceil((limit - tokens) / rate * 1e6), 1000) / 1000), not st[1])
   return within, state, st[1], st[2]
 end
