@@ -78,7 +78,7 @@ type RedisStore struct {
 	script  *redis.Script
 	reset   *redis.Script
 	clear   *redis.Script
-	refund  *redis.Script // Cluster only: see refundVoided
+	refund  *redis.Script  // Cluster only: see refundVoided
 	single  *shard         // a single Redis, or Sentinel's master; nil on a Cluster
 	cluster *clusterRouter // nil unless a Cluster
 	opts    RedisOptions
