@@ -15,68 +15,80 @@
 -- other all-or-nothing requests are decided without counting (an
 -- always-counting request counts anyway).
 -- Returns the time, then what each request's function appended.
+-- batch is the function Redis calls (FCALL; or the script's last line
+-- under EVALSHA), with the keys and arguments of the call.
 local algs = {fixed_window, sliding_window, token_bucket, gcra}
-local now
-if ARGV[1] == "" then
-  local t = redis.call("TIME")
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-else
-  now = tonumber(ARGV[1])
-end
-out[1] = now
-local blob = ARGV[2]
-local keys, k = KEYS, 0
-local m = 4
-if ARGV[3] ~= "" then
-  keys, k = ARGV, 3
-  m = 4 + tonumber(ARGV[3])
-end
--- The undo log of the current group: key written, and its old state
--- (a window counter's count before and the hits; a hash's two fields).
-local group, voided, nundo = -1, false, 0
-local ukey, ua, ub, uhash = {}, {}, {}, {}
-local pos, i = 1, 0
-while pos <= #blob do
-  local alg, flags, g, limit, third, hits
-  alg, flags, g, limit, third, hits, pos = struct.unpack("<BBHddd", blob, pos)
-  i = i + 1
-  if g ~= group then
-    group, voided, nundo = g, false, 0
-  end
-  local key, member, index = keys[k + i], "", nil
-  if flags % 2 == 1 then
-    member = ARGV[m]
-    m = m + 1
-    index = string.sub(key, 1, #key - #member) .. "i"
-  end
-  local always = flags % 4 >= 2
-  local aon = flags >= 4
-  local within, wk, a, b = algs[alg](key, index, member, now, limit, third, hits, always or not (aon and voided), always)
-  if aon then
-    if not within and not voided then
-      voided = true
-      for j = 1, nundo do
-        if uhash[j] then
-          if ua[j] then
-            redis.call("HSET", ukey[j], uhash[j][1], ua[j], uhash[j][2], ub[j])
-          else
-            redis.call("DEL", ukey[j])
-          end
-        else
-          uncount(ukey[j], ub[j], ua[j])
-        end
-      end
-      nundo = 0
-    elseif wk and not always and not voided then
-      nundo = nundo + 1
-      ukey[nundo] = wk
-      if alg <= 2 then
-        ua[nundo], ub[nundo], uhash[nundo] = a, hits, false
+local tb_fields, gcra_fields = {"t", "ts"}, {"t", "r"}
+
+-- undo takes back the writes of a group's undo log.
+local function undo(ukey, ua, ub, uhash, n)
+  for j = 1, n do
+    if uhash[j] then
+      if ua[j] then
+        redis.call("HSET", ukey[j], uhash[j][1], ua[j], uhash[j][2], ub[j])
       else
-        ua[nundo], ub[nundo] = a, b
-        uhash[nundo] = alg == 3 and {"t", "ts"} or {"t", "r"}
+        redis.call("DEL", ukey[j])
       end
+    else
+      uncount(ukey[j], ub[j], ua[j])
     end
   end
 end
-return out
+
+local function batch(KEYS, ARGV)
+  out, nout, texts = {}, 1, {}
+  local now
+  if ARGV[1] == "" then
+    local t = redis.call("TIME")
+    now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  else
+    now = tonumber(ARGV[1])
+  end
+  out[1] = now
+  local blob = ARGV[2]
+  local keys, k = KEYS, 0
+  local m = 4
+  if ARGV[3] ~= "" then
+    keys, k = ARGV, 3
+    m = 4 + tonumber(ARGV[3])
+  end
+  -- The undo log of the current group: key written, and its old state
+  -- (a window counter's count before and the hits; a hash's two fields).
+  local group, voided, nundo = -1, false, 0
+  local ukey, ua, ub, uhash = {}, {}, {}, {}
+  local pos, i = 1, 0
+  while pos <= #blob do
+    local alg, flags, g, limit, third, hits
+    alg, flags, g, limit, third, hits, pos = struct.unpack("<BBHddd", blob, pos)
+    i = i + 1
+    if g ~= group then
+      group, voided, nundo = g, false, 0
+    end
+    local key, member, index = keys[k + i], "", nil
+    if flags % 2 == 1 then
+      member = ARGV[m]
+      m = m + 1
+      index = string.sub(key, 1, #key - #member) .. "i"
+    end
+    local always = flags % 4 >= 2
+    local aon = flags >= 4
+    local within, wk, a, b = algs[alg](key, index, member, now, limit, third, hits, always or not (aon and voided), always)
+    if aon then
+      if not within and not voided then
+        voided = true
+        undo(ukey, ua, ub, uhash, nundo)
+        nundo = 0
+      elseif wk and not always and not voided then
+        nundo = nundo + 1
+        ukey[nundo] = wk
+        if alg <= 2 then
+          ua[nundo], ub[nundo], uhash[nundo] = a, hits, false
+        else
+          ua[nundo], ub[nundo] = a, b
+          uhash[nundo] = alg == 3 and tb_fields or gcra_fields
+        end
+      end
+    end
+  end
+  return out
+end

@@ -42,7 +42,7 @@ func (s *RedisStore) Clear(ctx context.Context, reqs []Request) (int, error) {
 }
 
 // clearOn runs clear.lua for reqs on one master.
-func (s *RedisStore) clearOn(ctx context.Context, c redis.Scripter, reqs []Request) (int, error) {
+func (s *RedisStore) clearOn(ctx context.Context, c redis.Cmdable, reqs []Request) (int, error) {
 	if c == nil {
 		return 0, fmt.Errorf("redis: clear: %w", errNoMaster)
 	}

@@ -75,7 +75,9 @@ type RedisOptions struct {
 type RedisStore struct {
 	rdb     redis.UniversalClient
 	now     func() time.Time
-	script  *redis.Script
+	script  *redis.Script // the engine as a script: where functions cannot be loaded
+	// library is the engine as a function library, function its name.
+	library, function string
 	reset   *redis.Script
 	clear   *redis.Script
 	refund  *redis.Script  // Cluster only: see refundVoided
@@ -98,15 +100,16 @@ func NewRedisStore(rdb redis.UniversalClient, opts RedisOptions) *RedisStore {
 	s := &RedisStore{
 		rdb:    rdb,
 		now:    opts.Now,
-		script: redis.NewScript(throttleScript()),
+		script: redis.NewScript(luaCode() + evalCall),
 		reset:  redis.NewScript(resetLua),
 		clear:  redis.NewScript(clearLua),
 		opts:   opts,
 		tracer: Tracer(opts.TracerProvider, tracerName),
 	}
+	s.library, s.function = luaLibrary()
 	if cc, ok := rdb.(*redis.ClusterClient); ok {
 		// Each master's call may touch keys of several of its slots.
-		s.script = redis.NewScript(crossSlot + throttleScript())
+		s.script = redis.NewScript(crossSlot + luaCode() + evalCall)
 		s.clear = redis.NewScript(crossSlot + clearLua)
 		s.refund = redis.NewScript(crossSlot + refundLua)
 		s.cluster = newClusterRouter(cc, func(name string, c *redis.Client) *shard {
@@ -118,7 +121,7 @@ func NewRedisStore(rdb redis.UniversalClient, opts RedisOptions) *RedisStore {
 	return s
 }
 
-func (s *RedisStore) newShard(name string, c redis.Scripter, ping func(context.Context) error, close func() error) *shard {
+func (s *RedisStore) newShard(name string, c redis.Cmdable, ping func(context.Context) error, close func() error) *shard {
 	sh := &shard{name: name, client: c, ping: ping, close: close}
 	if s.opts.Coalesce > 0 {
 		sh.merge = newCoalescer(s.opts.Coalesce, s.opts.MaxBatch, func(ctx context.Context, reqs []Request, sizes []int) ([]Decision, error) {
@@ -141,9 +144,9 @@ func (s *RedisStore) Close() {
 	}
 }
 
-// throttleScript is the one script: the prelude, a function per algorithm,
-// and batch.lua, which calls them for each request of a batch.
-func throttleScript() string {
+// luaCode is the engine's Lua: the prelude, a function per algorithm, and
+// batch.lua's batch, which calls them for each request of a batch.
+func luaCode() string {
 	var b strings.Builder
 	b.WriteString(preludeLua)
 	for _, a := range Algorithms {
@@ -331,7 +334,7 @@ func (s *RedisStore) decide(ctx context.Context, sh *shard, reqs []Request, size
 		return nil, errNoMaster
 	}
 	keys, args := s.scriptArgs(reqs, sizes, s.nowArg(), s.cluster != nil)
-	res, err := s.script.Run(ctx, sh.client, keys, args...).Slice()
+	res, err := s.runBatch(ctx, sh, keys, args).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("redis: %w", err)
 	}
@@ -357,7 +360,7 @@ func (s *RedisStore) Reset(ctx context.Context, scope, identifier string, alg Al
 		}
 	}
 	index := s.indexKey(scope, identifier)
-	reset := func(c redis.Scripter) (int, error) {
+	reset := func(c redis.Cmdable) (int, error) {
 		n, err := s.reset.Run(ctx, c, []string{index}, s.identityPrefix(scope, identifier), algCode(alg), s.nowArg()).Int()
 		if err != nil && !errors.Is(err, redis.Nil) {
 			return 0, fmt.Errorf("redis: reset: %w", err)
