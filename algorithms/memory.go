@@ -3,6 +3,7 @@ package algorithms
 import (
 	"context"
 	"hash/maphash"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -30,6 +31,7 @@ type MemoryStore struct {
 }
 
 type memoryShard struct {
+	index  int32 // in MemoryStore.shards: the order in which shards are locked together
 	mu     sync.Mutex
 	idents map[identity]map[string]*memoryState
 }
@@ -58,6 +60,7 @@ func NewMemoryStore(opts MemoryOptions) *MemoryStore {
 	s := &MemoryStore{now: opts.Now, seed: maphash.MakeSeed(), sweepEvery: opts.SweepEvery, shards: make([]memoryShard, opts.Shards)}
 	for i := range s.shards {
 		s.shards[i].idents = make(map[identity]map[string]*memoryState)
+		s.shards[i].index = int32(i)
 	}
 	return s
 }
@@ -71,7 +74,10 @@ func (s *MemoryStore) shard(id identity) *memoryShard {
 	return &s.shards[h.Sum64()%uint64(len(s.shards))]
 }
 
-// Check decides each request against this process's state.
+// Check decides each request against this process's state. The
+// all-or-nothing requests of the batch are decided with every shard they
+// touch locked, so that the group counts as one: at its first request over
+// the limit, what it counted is put back.
 func (s *MemoryStore) Check(ctx context.Context, reqs []Request) ([]Decision, error) {
 	if err := validateBatch(reqs); err != nil {
 		return nil, err
@@ -80,20 +86,75 @@ func (s *MemoryStore) Check(ctx context.Context, reqs []Request) ([]Decision, er
 		return nil, err
 	}
 	out := make([]Decision, len(reqs))
-	for i, r := range reqs {
-		out[i] = s.decide(r)
+	if !allOrNothing(reqs) {
+		for i := range reqs {
+			sh, id := s.shardOf(&reqs[i])
+			sh.mu.Lock()
+			out[i], _ = s.decide(sh, id, &reqs[i], s.now().UnixMicro(), true)
+			sh.mu.Unlock()
+		}
+		return out, nil
+	}
+	// Lock the shards in index order, each once.
+	shards := make([]int, 0, len(reqs))
+	for i := range reqs {
+		sh, _ := s.shardOf(&reqs[i])
+		shards = append(shards, int(sh.index))
+	}
+	slices.Sort(shards)
+	shards = slices.Compact(shards)
+	for _, i := range shards {
+		s.shards[i].mu.Lock()
+	}
+	defer func() {
+		for _, i := range shards {
+			s.shards[i].mu.Unlock()
+		}
+	}()
+	nowUS := s.now().UnixMicro()
+	var undo []func()
+	voided := false
+	for i := range reqs {
+		r := &reqs[i]
+		sh, id := s.shardOf(r)
+		var put func()
+		out[i], put = s.decide(sh, id, r, nowUS, r.AlwaysCount || !(r.AllOrNothing && voided))
+		switch {
+		case !r.AllOrNothing:
+		case !out[i].Allowed && !voided:
+			voided = true
+			for _, f := range undo {
+				f()
+			}
+		case put != nil && !r.AlwaysCount && !voided:
+			undo = append(undo, put)
+		}
+	}
+	if voided {
+		// Within their limits but not counted: say what the state is.
+		for i := range reqs {
+			if r := &reqs[i]; r.AllOrNothing && !r.AlwaysCount && out[i].Allowed {
+				sh, id := s.shardOf(r)
+				peek := *r
+				peek.Hits = 0
+				d, _ := s.decide(sh, id, &peek, nowUS, false)
+				d.Allowed = true
+				out[i] = d
+			}
+		}
 	}
 	return out, nil
 }
 
-func (s *MemoryStore) decide(r Request) Decision {
+func (s *MemoryStore) shardOf(r *Request) (*memoryShard, identity) {
 	id := identity{r.Key.Scope, r.Key.Identifier}
-	member := stateMember(&r)
-	sh := s.shard(id)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	nowUS := s.now().UnixMicro()
+	return s.shard(id), id
+}
 
+// decide decides r on sh, locked by the caller, and counts it unless write
+// is false. When it wrote, it returns what puts the state back.
+func (s *MemoryStore) decide(sh *memoryShard, id identity, r *Request, nowUS int64, write bool) (Decision, func()) {
+	member := stateMember(r)
 	states := sh.idents[id]
 	st := states[member]
 	if st != nil && st.expiresUS <= nowUS {
@@ -125,17 +186,26 @@ func (s *MemoryStore) decide(r Request) Decision {
 		}
 		next.cell, o = decideGCRA(prev, nowUS, r.Limit.Window.Microseconds(), r.Limit.Limit, r.Hits, r.AlwaysCount)
 	}
-	if o.wrote {
+	var put func()
+	if o.wrote && write {
 		next.expiresUS = nowUS + o.ttlUS
 		if states == nil {
 			states = make(map[string]*memoryState)
 			sh.idents[id] = states
 		}
+		old, had := states[member]
 		states[member] = next
+		put = func() {
+			if had {
+				states[member] = old
+			} else {
+				delete(states, member)
+			}
+		}
 	}
 	d := o.decision(r.Limit.Limit, nowUS)
-	d.Counted = o.wrote
-	return d
+	d.Counted = o.wrote && write
+	return d, put
 }
 
 // Reset forgets the state of (scope, identifier), all algorithms or only alg.
