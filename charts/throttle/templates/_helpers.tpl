@@ -106,6 +106,9 @@ when counters stay in memory. Forms (README, "Production: Redis and PostgreSQL")
 {{- if $r.password }}{{ $query = append $query (printf "password=%s" (urlquery $r.password)) }}{{ end }}
 {{- end }}
 {{- range $k, $v := $r.options }}
+{{- if has $k (list "addr" "cluster" "master_name" "username" "password" "db") }}
+{{- fail (printf "redis.options.%s: set it with the redis value for it (redis.addresses, redis.mode, redis.sentinel.masterName, redis.username, redis.password, redis.db)" $k) }}
+{{- end }}
 {{- $query = append $query (printf "%s=%s" (urlquery $k) (urlquery (toString $v))) }}
 {{- end }}
 {{- $path := ternary "" (printf "/%d" (int $r.db)) (eq $r.mode "cluster") }}
