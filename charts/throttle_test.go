@@ -234,9 +234,9 @@ podDisruptionBudget: {enabled: false}
 		},
 	},
 	{
-		name:   "every config value, extraEnv and other ports",
-		rel:    defaultRelease,
-		in: input{values: everySetting},
+		name: "every config value, extraEnv and other ports",
+		rel:  defaultRelease,
+		in:   input{values: everySetting},
 		check: func(t *testing.T, r rendered) {
 			env := envOf(t, r)
 			want := map[string]string{
