@@ -46,7 +46,9 @@ type recorder struct {
 	errs []string
 }
 
-func (r *recorder) Errorf(format string, args ...any) { r.errs = append(r.errs, fmt.Sprintf(format, args...)) }
+func (r *recorder) Errorf(format string, args ...any) {
+	r.errs = append(r.errs, fmt.Sprintf(format, args...))
+}
 
 // The checks find a ServiceMonitor that selects no Service, a port it
 // scrapes that the Service lacks, and a probe on an undeclared port.
