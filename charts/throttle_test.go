@@ -23,10 +23,12 @@ import (
 // The value sets the chart is rendered with. Each is rendered, every object
 // decoded strictly, the common checks run (checkCommon), then its own.
 var valueSets = []struct {
-	name  string
-	rel   release
-	in    input
-	check func(t *testing.T, r rendered)
+	name string
+	rel  release
+	in   input
+	// theirs lists the objects the values name that the user manages.
+	theirs []owned
+	check  func(t *testing.T, r rendered)
 }{
 	{
 		name:  "default values",
@@ -128,6 +130,7 @@ config:
 redis: {existingSecret: {name: redis-conn, key: url}}
 database: {existingSecret: {name: pg-app, key: uri}}
 `},
+		theirs: []owned{{"Secret", "redis-conn", "url"}, {"Secret", "pg-app", "uri"}},
 		check: func(t *testing.T, r rendered) {
 			if len(r.set.Secrets) != 0 {
 				t.Errorf("the chart made Secrets %v; the URLs are in existing ones", keys(r.set.Secrets))
@@ -162,6 +165,7 @@ service: {headless: true}
 istio: {envoyFilter: {enabled: true, meshCluster: true, namespace: gateways, workloadSelector: {app: public-gateway}}}
 descriptors: {existingConfigMap: my-descriptors}
 `},
+		theirs: []owned{{"ConfigMap", "my-descriptors", ""}},
 		check: func(t *testing.T, r rendered) {
 			f := onlyEnvoyFilter(t, r)
 			if f.Namespace != "gateways" || !maps2Equal(f.Spec.WorkloadSelector.Labels, map[string]string{"app": "public-gateway"}) {
@@ -234,9 +238,10 @@ podDisruptionBudget: {enabled: false}
 		},
 	},
 	{
-		name: "every config value, extraEnv and other ports",
-		rel:  defaultRelease,
-		in:   input{values: everySetting},
+		name:   "every config value, extraEnv and other ports",
+		rel:    defaultRelease,
+		in:     input{values: everySetting},
+		theirs: []owned{{"Secret", "tracing", "headers"}, {"ConfigMap", "throttle-extra", ""}},
 		check: func(t *testing.T, r rendered) {
 			env := envOf(t, r)
 			want := map[string]string{
@@ -273,6 +278,10 @@ podDisruptionBudget: {enabled: false}
 		},
 	},
 }
+
+// owned is an object the user manages, which the chart only refers to: a
+// Secret with its key, or a ConfigMap.
+type owned struct{ kind, name, key string }
 
 // everySetting sets every config value, extraEnv, and what else can be
 // changed without a Redis: the settings test runs the binary with it too.
@@ -318,7 +327,7 @@ func TestValueSets(t *testing.T) {
 		t.Run(vs.name, func(t *testing.T) {
 			r := render(t, vs.rel, vs.in)
 			vs.check(t, r)
-			checkCommon(t, vs.rel, vs.in.String(), r)
+			checkCommon(t, vs.rel, vs.theirs, r)
 		})
 	}
 }
@@ -339,20 +348,18 @@ func TestNoMemoryLimit(t *testing.T) {
 // each other (manifest.CheckReferences, CheckPods) in the release's
 // namespace with the chart's labels, and Throttle's Deployment and Service
 // as the brief and DESIGN.md promise.
-func checkCommon(t *testing.T, rel release, given string, r rendered) {
+func checkCommon(t *testing.T, rel release, theirs []owned, r rendered) {
 	t.Helper()
-	// Secrets the user manages are not rendered; stand them in, with the
-	// keys the values name, so CheckPods can check every other reference.
-	for _, ref := range []struct{ secret, key string }{
-		{"redis-conn", "url"}, {"pg-app", "uri"}, {"tracing", "headers"},
-	} {
-		if strings.Contains(given, ref.secret) {
-			r.set.Secrets[ref.secret] = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: ref.secret}, Data: map[string][]byte{ref.key: nil}}
-		}
-	}
-	for _, cm := range []string{"my-descriptors", "throttle-extra"} {
-		if strings.Contains(given, cm) {
-			r.set.ConfigMaps[cm] = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: cm}}
+	// What the user manages is not rendered: stand it in, so that CheckPods
+	// checks every other reference.
+	for _, o := range theirs {
+		switch o.kind {
+		case "Secret":
+			r.set.Secrets[o.name] = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: o.name}, Data: map[string][]byte{o.key: nil}}
+		case "ConfigMap":
+			r.set.ConfigMaps[o.name] = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: o.name}}
+		default:
+			t.Fatalf("owned %v: a Secret or a ConfigMap", o)
 		}
 	}
 	r.set.CheckReferences(t)

@@ -170,7 +170,7 @@ func TestREADMEHelmCommand(t *testing.T) {
 		t.Fatalf("the README's command sets %v, no redis.url", sets)
 	}
 	r := render(t, defaultRelease, input{set: sets})
-	checkCommon(t, defaultRelease, "", r)
+	checkCommon(t, defaultRelease, nil, r)
 	for _, s := range sets {
 		if v, ok := strings.CutPrefix(s, "redis.url="); ok {
 			wantSecretKey(t, r, "REDIS_URL", v)
