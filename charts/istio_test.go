@@ -2,6 +2,7 @@ package charts
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
@@ -70,6 +71,10 @@ func checkIstio(t *testing.T, r rendered) {
 	}
 	if domain := rateLimitOf(t, got).GetDomain(); cfg.Domain(domain) == nil {
 		t.Errorf("the EnvoyFilter's domain %q is not in the descriptors ConfigMap", domain)
+	}
+
+	if want := "EnvoyFilter throttle-ratelimit in istio-system: gateways labelled istio=ingressgateway ask Throttle (domain edge)."; !strings.Contains(r.notes, want) || strings.Contains(r.notes, "no file of descriptors.files") {
+		t.Errorf("NOTES.txt lacks %q, or warns of the domain:\n%s", want, r.notes)
 	}
 
 	// Headless: the gateway's STRICT_DNS cluster resolves every pod.

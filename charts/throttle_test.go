@@ -183,7 +183,8 @@ descriptors: {existingConfigMap: my-descriptors}
 			if len(r.set.ConfigMaps) != 0 {
 				t.Errorf("the chart made ConfigMaps %v with descriptors.existingConfigMap", keys(r.set.ConfigMaps))
 			}
-			if !strings.Contains(r.notes, "ConfigMap my-descriptors") || strings.Contains(r.notes, "no file of descriptors.files") {
+			if !strings.Contains(r.notes, "ConfigMap my-descriptors") || strings.Contains(r.notes, "no file of descriptors.files") ||
+				!strings.Contains(r.notes, "gateways labelled app=public-gateway ask") {
 				t.Errorf("NOTES.txt about the existing ConfigMap:\n%s", r.notes)
 			}
 		},

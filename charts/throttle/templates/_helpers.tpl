@@ -41,6 +41,11 @@ app.kubernetes.io/part-of: throttle
 {{- printf "%s.%s.svc.%s" (include "throttle.fullname" .) .Release.Namespace .Values.clusterDomain }}
 {{- end }}
 
+{{/* The gateway pods' labels the EnvoyFilter selects (YAML). */}}
+{{- define "throttle.gatewaySelector" -}}
+{{- toYaml (.Values.istio.envoyFilter.workloadSelector | default (dict "istio" "ingressgateway")) }}
+{{- end }}
+
 {{/* Where the descriptors ConfigMap is mounted: DESCRIPTORS_DIR. */}}
 {{- define "throttle.descriptorsDir" -}}
 /etc/throttle/descriptors
