@@ -29,7 +29,7 @@ func handleMe() http.Handler {
 			Name:             c.Name,
 			Email:            c.Email,
 			Domain:           c.Domain,
-			DefaultAlgorithm: c.DefaultAlgorithm,
+			DefaultAlgorithm: string(c.DefaultAlgorithm),
 			CreatedAt:        c.CreatedAt.UTC(),
 		})
 	})

@@ -186,18 +186,12 @@ func resolveLimit(cache *store.Cache, c store.Client, req checkRequest) (algorit
 		if !ok {
 			return algorithms.Limit{}, "", &apiError{http.StatusNotFound, "RULE_NOT_FOUND", fmt.Sprintf("rule %q not found", req.Rule)}
 		}
-		l := algorithms.Limit{
-			Algorithm:  algorithms.Algorithm(rule.Algorithm),
-			Limit:      rule.Limit,
-			Window:     rule.Window,
-			RefillRate: rule.RefillRate,
-		}
-		return l, "rule:" + rule.Name, nil
+		return rule.Limit, "rule:" + rule.Name, nil
 	}
 
 	name := req.Algorithm
 	if name == "" {
-		name = c.DefaultAlgorithm
+		name = string(c.DefaultAlgorithm)
 	}
 	if name == "" {
 		name = string(algorithms.SlidingWindow)

@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/throttle-rl/throttle/algorithms"
 	"github.com/throttle-rl/throttle/store"
 )
 
@@ -109,7 +110,7 @@ func TestRuleUpdate(t *testing.T) {
 			t.Fatalf("POST /rules = %d %s", r.status, r.body)
 		}
 		created := decodeReply[ruleReply](t, r)
-		if _, err := e.db.CreateRule(t.Context(), store.Rule{ClientID: c.ID, Name: "edge", Algorithm: "fixed_window", Limit: 1, Window: time.Minute,
+		if _, err := e.db.CreateRule(t.Context(), store.Rule{ClientID: c.ID, Name: "edge", Limit: algorithms.Limit{Algorithm: "fixed_window", Limit: 1, Window: time.Minute},
 			Descriptors: []store.DescriptorEntry{{Key: "path", Value: "/login"}}}); err != nil {
 			t.Fatal(err)
 		}
