@@ -13,6 +13,10 @@ import (
 	"github.com/throttle-rl/throttle/store"
 )
 
+// TestRules: a rule is created, listed, used by /check at once, refused
+// with the exact status and code when bad, and deleted. One story in steps
+// over each backend, with a table of refusals in its middle, hence its
+// length.
 func TestRules(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		e := newEnv(t, b)

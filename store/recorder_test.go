@@ -11,6 +11,10 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
+// TestUsageRecorder: decisions recorded from 50 goroutines while flushes
+// run are neither lost nor doubled, per client and per identifier, and a
+// failed flush keeps its counts. One story in steps, each checking the state
+// the one before left, hence its length.
 func TestUsageRecorder(t *testing.T) {
 	eachDialect(t, func(t *testing.T, url string) {
 		ctx := t.Context()
@@ -153,6 +157,10 @@ func BenchmarkRecord(b *testing.B) {
 	})
 }
 
+// TestTopIdentifiers follows one client's per-identifier counts from
+// unflushed through a failed and a good flush to pruned, with the order
+// /stats shows them in and another client's kept apart. One story in steps,
+// each checking the state the one before left, hence its length.
 func TestTopIdentifiers(t *testing.T) {
 	eachDialect(t, func(t *testing.T, url string) {
 		ctx := t.Context()

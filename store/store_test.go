@@ -506,6 +506,10 @@ func TestSnapshot(t *testing.T) {
 	})
 }
 
+// TestCacheSeesOtherReplicas: two stores over one database stand for two
+// replicas; what replica 2 writes (clients, rules, exemptions, deletions)
+// reaches replica 1's cache through its revision poll. One story in steps,
+// each checking the state the one before left, hence its length.
 func TestCacheSeesOtherReplicas(t *testing.T) {
 	eachDialect(t, func(t *testing.T, url string) {
 		ctx := t.Context()
