@@ -244,7 +244,7 @@ func (l *outageLoad) endpoints() []endpoint {
 // for 3 seconds, starts it again, waits until every endpoint succeeds
 // again, and 2 seconds later stops the load. It checks each call's outcome
 // as it comes and returns them counted by phase: "outage" for a call that
-// started after PostgreSQL stopped and ended before it was started again,
+// started after PostgreSQL was gone and ended before it was started again,
 // "up" for one made wholly while it was up, "edge" for the others.
 func runThroughOutage(t *testing.T, pg *pgtest.Server, endpoints []endpoint) *tally {
 	t.Helper()
@@ -297,9 +297,11 @@ func runThroughOutage(t *testing.T, pg *pgtest.Server, endpoints []endpoint) *ta
 	defer close(stop)
 
 	time.Sleep(time.Second)
+	pg.Stop(t)
+	// The outage starts once PostgreSQL is gone: a call in flight while it
+	// shut down (fast: committing what it could) may have succeeded.
 	outageEpoch.Add(1)
 	down.Store(1)
-	pg.Stop(t)
 	time.Sleep(3 * time.Second)
 	down.Store(2)
 	pg.Start(t)
