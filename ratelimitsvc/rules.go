@@ -4,7 +4,6 @@ import (
 	"math"
 	"time"
 
-	"github.com/throttle-rl/throttle/algorithms"
 	"github.com/throttle-rl/throttle/descriptors"
 	"github.com/throttle-rl/throttle/store"
 )
@@ -63,12 +62,12 @@ func toDescriptorRules(rules []store.Rule) []descriptors.Rule {
 			es[i] = descriptors.Entry{Key: e.Key, Value: e.Value}
 		}
 		out = append(out, descriptors.Rule{Entries: es, Limit: descriptors.RateLimit{
-			RequestsPerUnit: uint32(min(r.Limit, math.MaxUint32)),
-			Unit:            unitOf(r.Window),
-			Window:          r.Window,
+			RequestsPerUnit: uint32(min(r.Limit.Limit, math.MaxUint32)),
+			Unit:            unitOf(r.Limit.Window),
+			Window:          r.Limit.Window,
 			Name:            r.Name,
-			Algorithm:       algorithms.Algorithm(r.Algorithm),
-			RefillRate:      r.RefillRate,
+			Algorithm:       r.Limit.Algorithm,
+			RefillRate:      r.Limit.RefillRate,
 		}})
 	}
 	return out

@@ -34,10 +34,10 @@ type ruleReply struct {
 func newRuleReply(r store.Rule) ruleReply {
 	return ruleReply{
 		Name:        r.Name,
-		Algorithm:   r.Algorithm,
-		Limit:       r.Limit,
-		Window:      int64(r.Window / time.Second),
-		RefillRate:  r.RefillRate,
+		Algorithm:   string(r.Limit.Algorithm),
+		Limit:       r.Limit.Limit,
+		Window:      int64(r.Limit.Window / time.Second),
+		RefillRate:  r.Limit.RefillRate,
 		Descriptors: r.Descriptors,
 		CreatedAt:   r.CreatedAt.UTC(),
 	}
@@ -110,7 +110,7 @@ func handleRuleUpdate(db *store.DB, cache *store.Cache) http.Handler {
 func ruleFromRequest(c store.Client, req ruleRequest) (store.Rule, error) {
 	name := req.Algorithm
 	if name == "" {
-		name = c.DefaultAlgorithm
+		name = string(c.DefaultAlgorithm)
 	}
 	alg, err := algorithms.ParseAlgorithm(name)
 	if err != nil {
@@ -120,15 +120,7 @@ func ruleFromRequest(c store.Client, req ruleRequest) (store.Rule, error) {
 	if err != nil {
 		return store.Rule{}, err
 	}
-	return store.Rule{
-		ClientID:    c.ID,
-		Name:        req.Name,
-		Algorithm:   string(limit.Algorithm),
-		Limit:       limit.Limit,
-		Window:      limit.Window,
-		RefillRate:  limit.RefillRate,
-		Descriptors: req.Descriptors,
-	}, nil
+	return store.Rule{ClientID: c.ID, Name: req.Name, Limit: limit, Descriptors: req.Descriptors}, nil
 }
 
 // ruleError maps the store's rule errors that both create and update share.

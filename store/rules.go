@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/throttle-rl/throttle/algorithms"
 )
 
 const ruleColumns = `client_id, name, algorithm, "limit", window_seconds, refill_rate, descriptors, created_at`
@@ -15,13 +17,15 @@ const ruleColumns = `client_id, name, algorithm, "limit", window_seconds, refill
 func scanRule(row rowScanner) (Rule, error) {
 	var (
 		r           Rule
+		algorithm   string
 		windowSecs  int64
 		descriptors string
 	)
-	if err := row.Scan(&r.ClientID, &r.Name, &r.Algorithm, &r.Limit, &windowSecs, &r.RefillRate, &descriptors, timeScanner{&r.CreatedAt}); err != nil {
+	if err := row.Scan(&r.ClientID, &r.Name, &algorithm, &r.Limit.Limit, &windowSecs, &r.Limit.RefillRate, &descriptors, timeScanner{&r.CreatedAt}); err != nil {
 		return Rule{}, err
 	}
-	r.Window = time.Duration(windowSecs) * time.Second
+	r.Limit.Algorithm = algorithms.Algorithm(algorithm)
+	r.Limit.Window = time.Duration(windowSecs) * time.Second
 	if descriptors != "" && descriptors != "[]" {
 		if err := json.Unmarshal([]byte(descriptors), &r.Descriptors); err != nil {
 			return Rule{}, fmt.Errorf("rule %q: decode descriptors: %w", r.Name, err)
@@ -30,8 +34,8 @@ func scanRule(row rowScanner) (Rule, error) {
 	return r, nil
 }
 
-// CreateRule stores r for r.ClientID and returns it with CreatedAt set. An
-// empty Algorithm takes the client's DefaultAlgorithm. A name the client
+// CreateRule stores r for r.ClientID and returns it with CreatedAt set. A
+// limit without an Algorithm takes the client's DefaultAlgorithm. A name the client
 // already uses is ErrConflict; an unknown client is ErrNotFound.
 func (db *DB) CreateRule(ctx context.Context, r Rule) (_ Rule, err error) {
 	ctx, end := db.begin(ctx, "create_rule")
@@ -45,7 +49,7 @@ func (db *DB) CreateRule(ctx context.Context, r Rule) (_ Rule, err error) {
 		_, err := tx.ExecContext(ctx, db.q(`INSERT INTO rules
 			(client_id, name, algorithm, "limit", window_seconds, refill_rate, descriptors, created_at)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?)`),
-			r.ClientID, r.Name, r.Algorithm, r.Limit, int64(r.Window/time.Second), r.RefillRate, descriptors, r.CreatedAt)
+			r.ClientID, r.Name, string(r.Limit.Algorithm), r.Limit.Limit, windowSeconds(r.Limit), r.Limit.RefillRate, descriptors, r.CreatedAt)
 		if err != nil {
 			return err
 		}
@@ -57,10 +61,10 @@ func (db *DB) CreateRule(ctx context.Context, r Rule) (_ Rule, err error) {
 	return r, nil
 }
 
-// UpdateRule replaces the algorithm, limit, window, refill rate and
-// descriptors of the client's rule called r.Name with r's, keeping its name
-// and CreatedAt, and returns the rule as stored. An empty Algorithm takes the
-// client's DefaultAlgorithm, as in CreateRule. No such rule (for this
+// UpdateRule replaces the limit and descriptors of the client's rule called
+// r.Name with r's, keeping its name and CreatedAt, and returns the rule as
+// stored. A limit without an Algorithm takes the client's DefaultAlgorithm,
+// as in CreateRule. No such rule (for this
 // client) is ErrNotFound; descriptors another rule of the client has are
 // ErrDuplicateDescriptors.
 //
@@ -79,7 +83,7 @@ func (db *DB) UpdateRule(ctx context.Context, r Rule) (_ Rule, err error) {
 			SET algorithm = ?, "limit" = ?, window_seconds = ?, refill_rate = ?, descriptors = ?
 			WHERE client_id = ? AND name = ?
 			RETURNING created_at`),
-			r.Algorithm, r.Limit, int64(r.Window/time.Second), r.RefillRate, descriptors, r.ClientID, r.Name)
+			string(r.Limit.Algorithm), r.Limit.Limit, windowSeconds(r.Limit), r.Limit.RefillRate, descriptors, r.ClientID, r.Name)
 		if err := row.Scan(timeScanner{&r.CreatedAt}); err != nil {
 			if errors.Is(err, sql.ErrNoRows) {
 				return fmt.Errorf("rule %q: %w", r.Name, ErrNotFound)
@@ -106,10 +110,10 @@ func (db *DB) prepareRule(ctx context.Context, r Rule) (Rule, string, error) {
 		return Rule{}, "", fmt.Errorf("client %q: %w", r.ClientID, ErrNotFound)
 	}
 	r.ClientID = clientID
-	if r.Algorithm == "" {
+	if r.Limit.Algorithm == "" {
 		// Checked with a stand-in first so a bad rule is refused without a query.
 		probe := r
-		probe.Algorithm = TokenBucket
+		probe.Limit.Algorithm = algorithms.TokenBucket
 		if _, err := normalizeRule(probe); err != nil {
 			return Rule{}, "", err
 		}
@@ -117,7 +121,7 @@ func (db *DB) prepareRule(ctx context.Context, r Rule) (Rule, string, error) {
 		if err != nil {
 			return Rule{}, "", err
 		}
-		r.Algorithm = c.DefaultAlgorithm
+		r.Limit.Algorithm = c.DefaultAlgorithm
 	}
 	r, err := normalizeRule(r)
 	if err != nil {
@@ -131,6 +135,10 @@ func (db *DB) prepareRule(ctx context.Context, r Rule) (Rule, string, error) {
 	}
 	return r, string(descriptors), nil
 }
+
+// windowSeconds is l's window for the window_seconds column (normalizeRule
+// has checked it is whole seconds).
+func windowSeconds(l algorithms.Limit) int64 { return int64(l.Window / time.Second) }
 
 // ruleWriteError turns a failed INSERT or UPDATE of rule r into the error
 // callers branch on.

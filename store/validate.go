@@ -4,21 +4,11 @@ import (
 	"fmt"
 	"math"
 	"regexp"
-	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
-)
 
-// Algorithm names a rule or client may use: the engine's algorithms
-// (algorithms.Algorithms). store does not import the engine (DESIGN.md: it
-// imports only migrations), so TestAlgorithmsMatchEngine keeps these names,
-// their order and the messages that list them equal to the engine's.
-const (
-	FixedWindow   = "fixed_window"
-	SlidingWindow = "sliding_window"
-	TokenBucket   = "token_bucket"
-	GCRA          = "gcra"
+	"github.com/throttle-rl/throttle/algorithms"
 )
 
 // Field limits.
@@ -38,33 +28,21 @@ var (
 )
 
 func invalid(format string, args ...any) error {
-	return invalidError(fmt.Sprintf(format, args...))
+	return &refusal{reason: fmt.Sprintf(format, args...)}
 }
 
-// invalidError is a refusal of kind ErrInvalid whose message is only the
-// reason, ready to show a client.
-type invalidError string
-
-func (e invalidError) Error() string        { return string(e) }
-func (e invalidError) Is(target error) bool { return target == ErrInvalid }
-
-// algorithmNames lists the algorithms in the engine's documentation order.
-func algorithmNames() []string {
-	return []string{FixedWindow, SlidingWindow, TokenBucket, GCRA}
+// refusal is the store's refusal of a value, of kind ErrInvalid; its message
+// is only the reason, ready to show a client. A rule's limit is refused by
+// its owner, algorithms.Limit.Validate: cause is then the engine's error
+// (errors.Is algorithms.ErrInvalid too), and its message is the reason.
+type refusal struct {
+	reason string
+	cause  error
 }
 
-// ValidAlgorithm reports whether name is one of the engine's algorithms.
-func ValidAlgorithm(name string) bool {
-	return slices.Contains(algorithmNames(), name)
-}
-
-// algorithmList spells the algorithms for a message, exactly as
-// algorithms.Names does: "fixed_window, sliding_window, token_bucket or gcra".
-func algorithmList() string {
-	names := algorithmNames()
-	last := len(names) - 1
-	return strings.Join(names[:last], ", ") + " or " + names[last]
-}
+func (e *refusal) Error() string        { return e.reason }
+func (e *refusal) Is(target error) bool { return target == ErrInvalid }
+func (e *refusal) Unwrap() error        { return e.cause }
 
 // normalizeClient checks c and returns it cleaned up: name trimmed, email
 // trimmed and lower-cased, default algorithm defaulted. The domain is checked
@@ -93,10 +71,10 @@ func normalizeClient(c Client) (Client, error) {
 	}
 
 	if c.DefaultAlgorithm == "" {
-		c.DefaultAlgorithm = SlidingWindow
+		c.DefaultAlgorithm = algorithms.SlidingWindow
 	}
-	if !ValidAlgorithm(c.DefaultAlgorithm) {
-		return c, invalid("default_algorithm must be %s", algorithmList())
+	if _, err := algorithms.ParseAlgorithm(string(c.DefaultAlgorithm)); err != nil {
+		return c, invalid("default_algorithm must be %s", algorithms.Names())
 	}
 	return c, nil
 }
@@ -152,7 +130,10 @@ func slug(name string) string {
 	return s
 }
 
-// normalizeRule checks r; the algorithm must already be set.
+// normalizeRule checks r; its algorithm must already be set. The limit is
+// the engine's to judge (algorithms.Limit.Validate); the store adds only what
+// its columns and Envoy need: a window of whole seconds, and at most
+// MaxUint32 for a rule with descriptors.
 func normalizeRule(r Rule) (Rule, error) {
 	if !ruleNameRE.MatchString(r.Name) {
 		if r.Name == "" {
@@ -160,27 +141,16 @@ func normalizeRule(r Rule) (Rule, error) {
 		}
 		return r, invalid("name must be 1 to %d characters of A-Z, a-z, 0-9, '_', '.', ':', '-'", maxNameLen)
 	}
-	if !ValidAlgorithm(r.Algorithm) {
-		return r, invalid("algorithm must be %s", algorithmList())
+	if err := r.Limit.Validate(); err != nil {
+		return r, &refusal{reason: err.Error(), cause: err}
 	}
-	if r.Limit <= 0 {
-		return r, invalid("limit must be greater than 0")
-	}
-	switch {
-	case r.Window < 0:
-		return r, invalid("window must not be negative")
-	case r.Window%time.Second != 0:
+	if r.Limit.Window%time.Second != 0 {
 		return r, invalid("window must be a whole number of seconds")
-	case r.Window == 0 && r.Algorithm != TokenBucket:
-		return r, invalid("window is required for %s", r.Algorithm)
 	}
-	switch {
-	case math.IsNaN(r.RefillRate) || math.IsInf(r.RefillRate, 0) || r.RefillRate < 0:
-		return r, invalid("refill_rate must be a number ≥ 0")
-	case r.Algorithm != TokenBucket:
-		r.RefillRate = 0 // does not apply: ignored, as REST clients send one body for all algorithms
+	if r.Limit.Algorithm != algorithms.TokenBucket {
+		r.Limit.RefillRate = 0 // does not apply: ignored, as REST clients send one body for all algorithms
 	}
-	if len(r.Descriptors) > 0 && r.Limit > math.MaxUint32 {
+	if len(r.Descriptors) > 0 && r.Limit.Limit > math.MaxUint32 {
 		return r, invalid("limit of a rule with descriptors must be at most %d (Envoy's requests_per_unit)", uint32(math.MaxUint32))
 	}
 	if len(r.Descriptors) > maxDescriptors {
