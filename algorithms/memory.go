@@ -115,12 +115,16 @@ func (s *MemoryStore) Check(ctx context.Context, reqs []Request) ([]Decision, er
 	nowUS := s.now().UnixMicro()
 	for i := range reqs {
 		r := &reqs[i]
-		k, idHash, h := s.keyOf(r)
+		var rate float64 // a token bucket's refill rate, worked out once
+		if r.Limit.Algorithm == TokenBucket {
+			rate = r.Limit.Refill()
+		}
+		k, idHash, h := s.keyOf(r, rate)
 		sh := s.shard(idHash)
 		sh.mu.Lock()
 		at := sh.at(nowUS)
 		e := sh.find(&k, h) // nil, alive or expired
-		next, o := decideMemory(alive(e, at), r, at)
+		next, o := decideMemory(alive(e, at), r, rate, at)
 		if o.wrote {
 			next.expiresUS = at + o.ttlUS
 			sh.put(e, &k, h, next)
@@ -133,8 +137,8 @@ func (s *MemoryStore) Check(ctx context.Context, reqs []Request) ([]Decision, er
 
 // decideMemory applies r's algorithm to st (nil = no state) at nowUS and
 // returns the state to write when o.wrote, and the outcome. It writes
-// nothing itself.
-func decideMemory(st *memoryState, r *Request, nowUS int64) (next memoryState, o outcome) {
+// nothing itself. rate is r.Limit.Refill() for a token bucket.
+func decideMemory(st *memoryState, r *Request, rate float64, nowUS int64) (next memoryState, o outcome) {
 	l := &r.Limit
 	switch l.Algorithm {
 	case FixedWindow:
@@ -146,7 +150,7 @@ func decideMemory(st *memoryState, r *Request, nowUS int64) (next memoryState, o
 		if st != nil {
 			prev = &st.bucket
 		}
-		next.bucket, o = decideToken(prev, nowUS, l.Limit, l.Refill(), r.Hits)
+		next.bucket, o = decideToken(prev, nowUS, l.Limit, rate, r.Hits)
 	case GCRA:
 		var prev *gcraState
 		if st != nil {
@@ -166,10 +170,10 @@ func windowOf(st *memoryState) *windowState {
 }
 
 // keyOf returns r's key, the hash of its (scope, identifier), which picks
-// its shard, and the hash of the whole key. Every part that a client
-// chooses is hashed with the store's random seed, so no one can pick keys
-// that share a hash on purpose.
-func (s *MemoryStore) keyOf(r *Request) (k memoryKey, idHash, hash uint64) {
+// its shard, and the hash of the whole key. rate is r.Limit.Refill() for a
+// token bucket. Every part that a client chooses is hashed with the store's
+// random seed, so no one can pick keys that share a hash on purpose.
+func (s *MemoryStore) keyOf(r *Request, rate float64) (k memoryKey, idHash, hash uint64) {
 	k = memoryKey{scope: r.Key.Scope, identifier: r.Key.Identifier, alg: r.Limit.Algorithm}
 	idHash = s.identityHash(k.scope, k.identifier)
 	var lh uint64 // the hash of the parts that name the limit
@@ -179,7 +183,7 @@ func (s *MemoryStore) keyOf(r *Request) (k memoryKey, idHash, hash uint64) {
 	} else {
 		k.limit, k.windowMS = r.Limit.Limit, r.Limit.Window.Milliseconds()
 		if k.alg == TokenBucket {
-			k.refill = r.Limit.Refill()
+			k.refill = rate
 		}
 		lh = fmix(uint64(k.limit)^s.salt[0]) ^ fmix(uint64(k.windowMS)^s.salt[1]) ^ fmix(math.Float64bits(k.refill)^s.salt[2])
 	}

@@ -102,8 +102,8 @@ func TestMemoryKeyMatchesRedisKey(t *testing.T) {
 	}
 	for i := range reqs {
 		for j := range reqs {
-			ki, idi, hi := s.keyOf(&reqs[i])
-			kj, idj, hj := s.keyOf(&reqs[j])
+			ki, idi, hi := s.keyOf(&reqs[i], reqs[i].Limit.Refill())
+			kj, idj, hj := s.keyOf(&reqs[j], reqs[j].Limit.Refill())
 			if got, want := ki == kj, stateKey(reqs[i]) == stateKey(reqs[j]); got != want {
 				t.Errorf("requests %d and %d: same memory key %v, same Redis key %v (%q, %q)", i, j, got, want, stateKey(reqs[i]), stateKey(reqs[j]))
 			}
