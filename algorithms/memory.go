@@ -130,7 +130,7 @@ func (s *MemoryStore) Check(ctx context.Context, reqs []Request) ([]Decision, er
 			sh.put(e, &k, h, next)
 		}
 		sh.mu.Unlock()
-		out[i] = o.decision(r.Limit.Limit, at)
+		o.writeTo(&out[i], r.Limit.Limit, at)
 	}
 	return out, nil
 }
