@@ -36,15 +36,16 @@ type outcome struct {
 	wrote            bool
 }
 
-func (o outcome) decision(limit, nowUS int64) Decision {
-	return Decision{
-		Allowed:    o.allowed,
-		Limit:      limit,
-		Remaining:  o.remaining,
-		ResetAfter: time.Duration(o.resetUS) * time.Microsecond,
-		RetryAfter: time.Duration(o.retryUS) * time.Microsecond,
-		Now:        time.UnixMicro(nowUS),
-	}
+// writeTo fills in d, a zero Decision, with the decision of o. It writes
+// field by field: copying a whole Decision into a []Decision on the heap
+// costs a bulk write barrier while the GC runs.
+func (o outcome) writeTo(d *Decision, limit, nowUS int64) {
+	d.Allowed = o.allowed
+	d.Limit = limit
+	d.Remaining = o.remaining
+	d.ResetAfter = time.Duration(o.resetUS) * time.Microsecond
+	d.RetryAfter = time.Duration(o.retryUS) * time.Microsecond
+	d.Now = time.UnixMicro(nowUS)
 }
 
 // decideFixed applies fixed_window.lua's rule to st (nil = no state).

@@ -169,7 +169,8 @@ func decideFound(r *Request, f *found, nowUS int64, voided bool) (Decision, bool
 		o, _ = decideState(r, f, nowUS, 0)
 		o.allowed = true
 	}
-	d := o.decision(r.Limit.Limit, nowUS)
+	var d Decision
+	o.writeTo(&d, r.Limit.Limit, nowUS)
 	d.Counted = o.wrote && counted
 	return d, within
 }
