@@ -18,6 +18,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
 
 	"github.com/throttle-rl/throttle/algorithms"
 	"github.com/throttle-rl/throttle/descriptors"
@@ -26,268 +28,354 @@ import (
 	"github.com/throttle-rl/throttle/store"
 )
 
-// serve wires every part together and runs until ctx ends (SIGTERM), then
-// drains in-flight requests within ShutdownTimeout.
+// serve runs Throttle until ctx ends (SIGTERM), then drains in-flight
+// requests within ShutdownTimeout. It reads as its parts: each open* makes
+// one and registers how it is closed; close undoes them in reverse order.
 func serve(ctx context.Context, cfg *config, logOut io.Writer) error {
-	log := slog.New(slog.NewJSONHandler(logOut, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	a, err := newApp(cfg, logOut)
+	if err != nil {
+		return err
+	}
+	defer a.close()
+	for _, open := range []func(context.Context) error{
+		a.openStore,       // clients, rules, exemptions; their cache; usage
+		a.openTracing,     // OpenTelemetry, when an endpoint is set
+		a.openCounters,    // memory, or Redis behind the failure policy
+		a.openDescriptors, // DESCRIPTORS_DIR, reloaded on change
+		a.openAPIs,        // the Envoy gRPC services and the REST handler
+		a.listen,          // every port bound before any is served
+	} {
+		if err := open(ctx); err != nil {
+			return err
+		}
+	}
+	return a.serve(ctx)
+}
+
+// app is one `throttle serve`: its parts, and how to close them.
+type app struct {
+	cfg *config
+	log *slog.Logger
+	reg *prometheus.Registry
+
+	// closers undo what the open* steps did, run last to first by close.
+	closers []func()
+	// Background work has one owner: bg ends it, wg waits for it (one
+	// closer, registered before the first task starts).
+	bg        context.Context
+	stopBG    context.CancelFunc
+	wg        sync.WaitGroup
+	bgStarted bool
+
+	db         *store.DB
+	cache      *store.Cache
+	usage      *store.UsageRecorder
+	tracer     trace.TracerProvider // nil: tracing off, in every package
+	propagator propagation.TextMapPropagator
+	limiter    algorithms.Store
+	backend    string // "memory" or "redis"
+	current    func() *descriptors.Config
+	descStatus func(string) restapi.DescriptorStatus
+	grpcSrv    *grpc.Server
+	health     *health.Server
+	httpSrv    *http.Server
+	httpLis    net.Listener
+	grpcLis    net.Listener
+}
+
+func newApp(cfg *config, logOut io.Writer) (*app, error) {
+	a := &app{cfg: cfg, log: slog.New(slog.NewJSONHandler(logOut, &slog.HandlerOptions{Level: cfg.LogLevel})), reg: prometheus.NewRegistry()}
 	if cfg.GCPercent > 0 {
 		// The collector's target is the process's; serve is the process.
 		debug.SetGCPercent(cfg.GCPercent)
 	}
-	reg := prometheus.NewRegistry()
 	for _, c := range []prometheus.Collector{collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
-		if err := reg.Register(c); err != nil {
-			return err
+		if err := a.reg.Register(c); err != nil {
+			return nil, err
 		}
 	}
+	a.bg, a.stopBG = context.WithCancel(context.Background())
+	return a, nil
+}
 
-	// Background work has one owner: bg ends it, wg waits for it. Deferred
-	// in this order so that an early return (a start that fails) first
-	// ends the work, then waits for it.
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	bg, stopBG := context.WithCancel(context.Background())
-	defer stopBG()
-	goBG := func(name string, f func(context.Context) error) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := f(bg); err != nil {
-				log.Error("background task stopped", "task", name, "err", err)
-			}
-		}()
+// onClose registers f to run at close, before everything registered
+// earlier.
+func (a *app) onClose(f func()) { a.closers = append(a.closers, f) }
+
+// close runs the closers, last registered first.
+func (a *app) close() {
+	for i := len(a.closers) - 1; i >= 0; i-- {
+		a.closers[i]()
 	}
+	a.stopBG() // when no step started background work
+}
 
-	openCtx, cancelOpen := context.WithTimeout(ctx, 30*time.Second)
-	db, err := store.Open(openCtx, cfg.DatabaseURL, log)
-	cancelOpen()
+// goBG runs f in the background until close; the first call registers the
+// closer that ends and waits for all of them.
+func (a *app) goBG(name string, f func(context.Context) error) {
+	if !a.bgStarted {
+		a.bgStarted = true
+		a.onClose(func() { a.stopBG(); a.wg.Wait() })
+	}
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		if err := f(a.bg); err != nil {
+			a.log.Error("background task stopped", "task", name, "err", err)
+		}
+	}()
+}
+
+// openStore opens the database, the cache of clients and rules that spares
+// /check the database, and the usage recorder, which is flushed last, after
+// the servers drained (its own goroutine, closed after the background's).
+func (a *app) openStore(ctx context.Context) error {
+	openCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	db, err := store.Open(openCtx, a.cfg.DatabaseURL, a.log)
+	cancel()
 	if err != nil {
 		return fmt.Errorf("open database: %w", err)
 	}
-	defer db.Close()
-	if err := db.RegisterMetrics(reg); err != nil {
+	a.db = db
+	a.onClose(func() { db.Close() })
+	if err := db.RegisterMetrics(a.reg); err != nil {
 		return err
 	}
-	cache := store.NewCache(db, cfg.CacheRefresh, log)
-	if err := cache.Refresh(ctx); err != nil {
-		return fmt.Errorf("load clients and rules: %w", err)
-	}
-	goBG("cache", cache.Run)
-
-	// Usage is flushed last, after the servers drained: its own context.
-	usage := store.NewUsageRecorder(db, time.Second, log)
+	a.usage = store.NewUsageRecorder(db, time.Second, a.log)
 	usageCtx, stopUsage := context.WithCancel(context.Background())
 	usageDone := make(chan struct{})
 	go func() {
 		defer close(usageDone)
-		if err := usage.Run(usageCtx); err != nil {
-			log.Error("usage recorder stopped", "err", err)
+		if err := a.usage.Run(usageCtx); err != nil {
+			a.log.Error("usage recorder stopped", "err", err)
 		}
 	}()
-	defer func() { stopUsage(); <-usageDone }()
+	a.onClose(func() { stopUsage(); <-usageDone })
+	a.cache = store.NewCache(db, a.cfg.CacheRefresh, a.log)
+	if err := a.cache.Refresh(ctx); err != nil {
+		return fmt.Errorf("load clients and rules: %w", err)
+	}
+	a.goBG("cache", a.cache.Run)
+	return nil
+}
 
-	// Tracing: off (no provider, no spans) without an OTLP endpoint.
-	sdkTracer, err := newTracerProvider(ctx, &cfg.Tracing, log)
-	if err != nil {
+// openTracing starts OpenTelemetry when an OTLP endpoint is set; at close it
+// sends the spans of the drained requests.
+func (a *app) openTracing(ctx context.Context) error {
+	a.propagator = propagation.TraceContext{} // W3C traceparent, tracestate
+	sdkTracer, err := newTracerProvider(ctx, &a.cfg.Tracing, a.log)
+	if err != nil || sdkTracer == nil {
 		return err
 	}
-	var tracer trace.TracerProvider // nil: off, in every package
-	stopTracing := func() {}
-	if sdkTracer != nil {
-		tracer = sdkTracer
-		var once sync.Once
-		stopTracing = func() {
-			once.Do(func() {
-				// Flush the spans of the drained requests.
-				fctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
-				defer cancel()
-				if err := sdkTracer.Shutdown(fctx); err != nil {
-					log.Warn("OpenTelemetry: spans not all sent before shutdown", "err", err)
-				}
-			})
+	a.tracer = sdkTracer
+	a.onClose(func() {
+		fctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
+		defer cancel()
+		if err := sdkTracer.Shutdown(fctx); err != nil {
+			a.log.Warn("OpenTelemetry: spans not all sent before shutdown", "err", err)
 		}
-		defer stopTracing()
-	}
-	propagator := propagation.TraceContext{} // W3C traceparent, tracestate
+	})
+	return nil
+}
 
-	limiter, backend, err := newLimiter(ctx, cfg, log, reg, tracer, goBG)
+// openDescriptors loads DESCRIPTORS_DIR, if set, and reloads it on change.
+func (a *app) openDescriptors(context.Context) error {
+	cfg := a.cfg
+	if cfg.DescriptorsDir == "" {
+		return nil
+	}
+	opts := descriptors.Options{MergeDomains: cfg.MergeDomains}
+	var r *descriptors.Reloader
+	var err error
+	if cfg.ForceStart {
+		r, err = descriptors.NewReloaderWithoutInitialConfig(cfg.DescriptorsDir, cfg.ReloadInterval, opts, a.log, a.reg)
+	} else {
+		r, err = descriptors.NewReloader(cfg.DescriptorsDir, cfg.ReloadInterval, opts, a.log, a.reg)
+	}
 	if err != nil {
-		return err
+		if !cfg.ForceStart {
+			err = fmt.Errorf("%w (FORCE_START_WITHOUT_INITIAL_CONFIG=true starts without it)", err)
+		}
+		return fmt.Errorf("DESCRIPTORS_DIR: %w", err)
 	}
+	a.current, a.descStatus = r.Current, domainStatus(r)
+	a.goBG("descriptors", r.Run)
+	if c := r.Current(); c != nil {
+		a.log.Info("descriptor configuration loaded", "dir", cfg.DescriptorsDir, "domains", c.DomainCount())
+	} else {
+		a.log.Warn("starting without the descriptor configuration (FORCE_START_WITHOUT_INITIAL_CONFIG); it loads when it appears", "dir", cfg.DescriptorsDir)
+	}
+	return nil
+}
 
-	var (
-		current    func() *descriptors.Config
-		descStatus func(string) restapi.DescriptorStatus
-	)
-	if cfg.DescriptorsDir != "" {
-		newReloader := descriptors.NewReloader
-		if cfg.ForceStart {
-			newReloader = descriptors.NewReloaderWithoutInitialConfig
-		}
-		r, err := newReloader(cfg.DescriptorsDir, cfg.ReloadInterval, descriptors.Options{MergeDomains: cfg.MergeDomains}, log, reg)
-		if err != nil {
-			if !cfg.ForceStart {
-				err = fmt.Errorf("%w (FORCE_START_WITHOUT_INITIAL_CONFIG=true starts without it)", err)
-			}
-			return fmt.Errorf("DESCRIPTORS_DIR: %w", err)
-		}
-		current, descStatus = r.Current, domainStatus(r)
-		goBG("descriptors", r.Run)
-		if c := r.Current(); c != nil {
-			log.Info("descriptor configuration loaded", "dir", cfg.DescriptorsDir, "domains", c.DomainCount())
-		} else {
-			log.Warn("starting without the descriptor configuration (FORCE_START_WITHOUT_INITIAL_CONFIG); it loads when it appears", "dir", cfg.DescriptorsDir)
-		}
-	}
-	// GET /rlconfig: the YAML configuration in use, as the reference
-	// service's debug endpoint (REST client rules are private to their
-	// clients and not part of it).
-	configDump := func() string {
-		if current == nil {
-			return ""
-		}
-		return current().Dump()
-	}
-
+// openAPIs builds the gRPC server (Envoy's rate-limit service, gRPC health)
+// and the REST handler.
+func (a *app) openAPIs(context.Context) error {
+	cfg := a.cfg
 	// The Envoy path rejects known over-limit descriptors without Redis.
 	// Only there: its counters are scoped by domain, which no REST /reset
 	// (made on any replica) can touch, so the cache cannot go stale.
-	rlsLimiter := limiter
-	if backend == "redis" && cfg.LocalCacheBytes > 0 {
-		if rlsLimiter, err = algorithms.NewOverLimitCache(limiter, algorithms.OverLimitCacheOptions{MaxBytes: cfg.LocalCacheBytes, Registerer: reg}); err != nil {
+	rlsLimiter := a.limiter
+	if a.backend == "redis" && cfg.LocalCacheBytes > 0 {
+		var err error
+		if rlsLimiter, err = algorithms.NewOverLimitCache(a.limiter, algorithms.OverLimitCacheOptions{MaxBytes: cfg.LocalCacheBytes, Registerer: a.reg}); err != nil {
 			return err
 		}
 	}
 	rls, err := ratelimitsvc.New(ratelimitsvc.Options{
-		Limiter: rlsLimiter, Descriptors: current, Rules: cache, ResponseHeaders: cfg.ResponseHeaders, HeaderSets: cfg.HeaderSets,
+		Limiter: rlsLimiter, Descriptors: a.current, Rules: a.cache, ResponseHeaders: cfg.ResponseHeaders, HeaderSets: cfg.HeaderSets,
 		ShadowMode: cfg.ShadowMode, DynamicMetadata: cfg.DynamicMetadata, MaxValueStatsKeys: maxValueKeys(cfg.MaxValueStatsKeys),
 		MaxDescriptors: cfg.MaxDescriptors, MaxDescriptorEntries: cfg.MaxDescriptorEntries,
-		Log: log, Registerer: reg, TracerProvider: tracer, Propagator: propagator,
+		Log: a.log, Registerer: a.reg, TracerProvider: a.tracer, Propagator: a.propagator,
 	})
 	if err != nil {
 		return err
 	}
-	grpcSrv, health := ratelimitsvc.NewGRPCServer(rls)
+	a.grpcSrv, a.health = ratelimitsvc.NewGRPCServer(rls)
 	handler := restapi.NewHandler(restapi.Deps{
-		Log: log, DB: db, Cache: cache, Usage: usage, Limiter: limiter, Registerer: reg, Gatherer: reg,
-		TrustedProxies: cfg.TrustedProxies, ConfigDump: configDump, HeaderSets: cfg.HeaderSets, TracerProvider: tracer, Propagator: propagator,
+		Log: a.log, DB: a.db, Cache: a.cache, Usage: a.usage, Limiter: a.limiter, Registerer: a.reg, Gatherer: a.reg,
+		TrustedProxies: cfg.TrustedProxies, ConfigDump: a.configDump, HeaderSets: cfg.HeaderSets, TracerProvider: a.tracer, Propagator: a.propagator,
 		RegisterLimit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: cfg.RegisterLimit, Window: time.Hour},
-		Descriptors:   descStatus,
+		Descriptors:   a.descStatus,
 	})
-	httpSrv := restapi.NewServer(net.JoinHostPort(cfg.BindAddress, strconv.Itoa(cfg.Port)), handler)
+	a.httpSrv = restapi.NewServer(net.JoinHostPort(cfg.BindAddress, strconv.Itoa(cfg.Port)), handler)
+	return nil
+}
 
-	// Bind both before serving either, so a taken port fails the start.
-	httpLis, err := net.Listen("tcp", httpSrv.Addr)
-	if err != nil {
+// configDump is GET /rlconfig: the YAML configuration in use, as the
+// reference service's debug endpoint (REST client rules are private to
+// their clients and not part of it).
+func (a *app) configDump() string {
+	if a.current == nil {
+		return ""
+	}
+	return a.current().Dump()
+}
+
+// listen binds every port before any is served, so a taken port fails the
+// start; DEBUG_ADDRESS is served at once.
+func (a *app) listen(context.Context) error {
+	cfg := a.cfg
+	var err error
+	if a.httpLis, err = net.Listen("tcp", a.httpSrv.Addr); err != nil {
 		return fmt.Errorf("PORT: %w", err)
 	}
-	grpcLis, err := net.Listen("tcp", net.JoinHostPort(cfg.BindAddress, strconv.Itoa(cfg.GRPCPort)))
-	if err != nil {
-		httpLis.Close()
+	a.onClose(func() { a.httpLis.Close() })
+	if a.grpcLis, err = net.Listen("tcp", net.JoinHostPort(cfg.BindAddress, strconv.Itoa(cfg.GRPCPort))); err != nil {
 		return fmt.Errorf("GRPC_PORT: %w", err)
 	}
+	a.onClose(func() { a.grpcLis.Close() })
 	if cfg.DebugAddress != "" {
 		dl, err := net.Listen("tcp", cfg.DebugAddress)
 		if err != nil {
-			httpLis.Close()
-			grpcLis.Close()
 			return fmt.Errorf("DEBUG_ADDRESS: %w", err)
 		}
-		log.Info("serving /debug/pprof", "addr", dl.Addr().String())
-		goBG("debug server", func(ctx context.Context) error { return serveDebug(ctx, dl) })
+		a.log.Info("serving /debug/pprof", "addr", dl.Addr().String())
+		a.goBG("debug server", func(ctx context.Context) error { return serveDebug(ctx, dl) })
 	}
-	log.Info("throttle serving", "version", version, "rest", httpLis.Addr().String(), "grpc", grpcLis.Addr().String(),
-		"counters", backend, "database", db.Dialect(), "failure_mode", string(cfg.FailureMode),
-		"tracing", cfg.Tracing.String())
+	return nil
+}
 
+// serve serves REST and gRPC until ctx ends or a server fails, then drains
+// both (shutdown).
+func (a *app) serve(ctx context.Context) error {
+	a.log.Info("throttle serving", "version", version, "rest", a.httpLis.Addr().String(), "grpc", a.grpcLis.Addr().String(),
+		"counters", a.backend, "database", a.db.Dialect(), "failure_mode", string(a.cfg.FailureMode),
+		"tracing", a.cfg.Tracing.String())
 	errc := make(chan error, 2)
 	go func() {
-		if err := httpSrv.Serve(httpLis); !errors.Is(err, http.ErrServerClosed) {
+		if err := a.httpSrv.Serve(a.httpLis); !errors.Is(err, http.ErrServerClosed) {
 			errc <- fmt.Errorf("REST server: %w", err)
 		}
 	}()
 	go func() {
-		if err := grpcSrv.Serve(grpcLis); err != nil {
+		if err := a.grpcSrv.Serve(a.grpcLis); err != nil {
 			errc <- fmt.Errorf("gRPC server: %w", err)
 		}
 	}()
-
 	var serveErr error
 	select {
 	case <-ctx.Done():
-		log.Info("shutting down: draining in-flight requests", "timeout", cfg.ShutdownTimeout.String())
+		a.log.Info("shutting down: draining in-flight requests", "timeout", a.cfg.ShutdownTimeout.String())
 	case serveErr = <-errc:
-		log.Error("server failed; shutting down", "err", serveErr)
+		a.log.Error("server failed; shutting down", "err", serveErr)
 	}
+	a.shutdown()
+	a.log.Info("stopped")
+	return serveErr
+}
 
-	health.Shutdown() // gRPC health NOT_SERVING: Envoy stops sending
-	shutCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+// shutdown tells Envoy to stop sending (gRPC health NOT_SERVING), then
+// drains REST and gRPC together within ShutdownTimeout, and closes what is
+// left open after it.
+func (a *app) shutdown() {
+	a.health.Shutdown()
+	shutCtx, cancel := context.WithTimeout(context.Background(), a.cfg.ShutdownTimeout)
 	defer cancel()
 	var sd sync.WaitGroup
 	sd.Add(2)
 	go func() {
 		defer sd.Done()
-		if err := httpSrv.Shutdown(shutCtx); err != nil {
-			log.Warn("REST shutdown deadline passed; closing connections", "err", err)
-			httpSrv.Close()
+		if err := a.httpSrv.Shutdown(shutCtx); err != nil {
+			a.log.Warn("REST shutdown deadline passed; closing connections", "err", err)
+			a.httpSrv.Close()
 		}
 	}()
 	go func() {
 		defer sd.Done()
 		done := make(chan struct{})
-		go func() { grpcSrv.GracefulStop(); close(done) }()
+		go func() { a.grpcSrv.GracefulStop(); close(done) }()
 		select {
 		case <-done:
 		case <-shutCtx.Done():
-			log.Warn("gRPC shutdown deadline passed; closing connections")
-			grpcSrv.Stop()
+			a.log.Warn("gRPC shutdown deadline passed; closing connections")
+			a.grpcSrv.Stop()
 			<-done
 		}
 	}()
 	sd.Wait()
-	stopTracing()
-	stopBG()
-	log.Info("stopped")
-	return serveErr
 }
 
-// newLimiter builds the counter store: memory without REDIS_URL, else Redis
-// behind the failure policy.
-func newLimiter(ctx context.Context, cfg *config, log *slog.Logger, reg prometheus.Registerer, tracer trace.TracerProvider, goBG func(string, func(context.Context) error)) (algorithms.Store, string, error) {
+// openCounters builds the counter store: memory without REDIS_URL, else
+// Redis behind the failure policy.
+func (a *app) openCounters(ctx context.Context) error {
+	cfg := a.cfg
 	if cfg.RedisURL == "" {
 		mem := algorithms.NewMemoryStore(algorithms.MemoryOptions{})
-		goBG("memory sweep", mem.Run)
-		return mem, "memory", nil
+		a.goBG("memory sweep", mem.Run)
+		a.limiter, a.backend = mem, "memory"
+		return nil
 	}
 	rdb, err := newRedis(cfg.RedisURL)
 	if err != nil {
-		return nil, "", err
+		return err
 	}
 	// go-redis has one process-wide logger; serve is the process.
-	redis.SetLogger(&redisLog{log: log})
+	redis.SetLogger(&redisLog{log: a.log})
 	// Concurrent checks share script calls: under load one round trip
 	// decides many requests.
-	counters := algorithms.NewRedisStore(rdb, algorithms.RedisOptions{Coalesce: 4, MaxBatch: 128, TracerProvider: tracer})
-	goBG("redis close", func(ctx context.Context) error {
+	counters := algorithms.NewRedisStore(rdb, algorithms.RedisOptions{Coalesce: 4, MaxBatch: 128, TracerProvider: a.tracer})
+	a.goBG("redis close", func(ctx context.Context) error {
 		<-ctx.Done()
 		counters.Close()
 		return rdb.Close()
 	})
 	pingCtx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	if err := counters.Ping(pingCtx); err != nil {
-		log.Warn("Redis does not answer yet; FAILURE_MODE decides until it does", "err", err, "failure_mode", string(cfg.FailureMode))
+		a.log.Warn("Redis does not answer yet; FAILURE_MODE decides until it does", "err", err, "failure_mode", string(cfg.FailureMode))
 	}
 	cancel()
 	local := algorithms.NewMemoryStore(algorithms.MemoryOptions{})
-	goBG("local sweep", local.Run)
+	a.goBG("local sweep", local.Run)
 	g, err := algorithms.NewGuard(counters, algorithms.GuardOptions{
-		Mode: cfg.FailureMode, Timeout: cfg.BackendTimeout, DefaultTimeout: cfg.RESTTimeout, Local: local, Registerer: reg,
+		Mode: cfg.FailureMode, Timeout: cfg.BackendTimeout, DefaultTimeout: cfg.RESTTimeout, Local: local, Registerer: a.reg,
 	})
 	if err != nil {
-		return nil, "", err
+		return err
 	}
-	goBG("circuit probe", g.Run)
-	return g, "redis", nil
+	a.goBG("circuit probe", g.Run)
+	a.limiter, a.backend = g, "redis"
+	return nil
 }
 
 // domainStatus hands the reloader's view of a domain to the REST API in its
