@@ -93,7 +93,8 @@ func TestResponseHeadersIETF(t *testing.T) {
 		headersCall{descs: []*rlcommon.RateLimitDescriptor{desc("banned", "z"), desc("user", "alice"), desc("path", "/a"), desc("path", "/b"), desc("vip", "v")},
 			overall: OVER, want: [][2]string{
 				{"RateLimit-Policy", `"banned";q=0;w=60, "per \"user\" \\ limit";q=1;w=1, "path";q=5;w=3600, "path#3";q=5;w=3600`},
-				{"RateLimit", `"banned";r=0;t=60, "per \"user\" \\ limit";r=0;t=1, "path";r=4;t=3600, "path#3";r=4;t=3600`},
+				// The ban rejects the request: the others consume nothing.
+				{"RateLimit", `"banned";r=0;t=60, "per \"user\" \\ limit";r=1;t=1, "path";r=5;t=3600, "path#3";r=5;t=3600`},
 				{"Retry-After", "60"},
 			}},
 		headersCall{descs: []*rlcommon.RateLimitDescriptor{desc("vip", "v")}, overall: OK},
