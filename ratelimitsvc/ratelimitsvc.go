@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"math"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -266,6 +267,13 @@ func (s *Server) validate(req *rlsv3.RateLimitRequest) error {
 		for j, e := range es {
 			if e.GetKey() == "" {
 				return status.Errorf(codes.InvalidArgument, "descriptor %d entry %d has an empty key", i, j)
+			}
+		}
+		if o := d.GetLimit(); o != nil {
+			rl := descriptors.RateLimit{Unit: descriptors.Unit(o.GetUnit()), UnitMultiplier: o.GetUnitMultiplier().GetValue()}
+			if rl.WindowLength() > algorithms.MaxWindow {
+				return status.Errorf(codes.InvalidArgument, "descriptor %d limit override: unit_multiplier %d makes a window of %d %ss, longer than the longest window, %d days",
+					i, rl.UnitMultiplier, rl.UnitMultiplier, strings.ToLower(rl.Unit.String()), algorithms.MaxWindow/(24*time.Hour))
 			}
 		}
 	}
