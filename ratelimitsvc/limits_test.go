@@ -303,4 +303,6 @@ func wantHeaders(t *testing.T, i int, resp *rlsv3.RateLimitResponse, want [][2]s
 }
 
 // secs is d in whole seconds, as the headers write a reset.
-func secs(d time.Duration) string { return strconv.FormatInt(int64(d.Round(time.Second)/time.Second), 10) }
+func secs(d time.Duration) string {
+	return strconv.FormatInt(int64(d.Round(time.Second)/time.Second), 10)
+}
