@@ -39,6 +39,12 @@ func (c *testClock) advance(d time.Duration) { c.ns.Add(int64(d)) }
 // clock of its own starting at t0, serving testdata/limits.yaml with opts.
 func eachStore(t *testing.T, opts ratelimitsvc.Options, f func(t *testing.T, c rlsv3.RateLimitServiceClient, clock *testClock)) {
 	t.Helper()
+	eachServer(t, opts, func(t *testing.T, _ *ratelimitsvc.Server, c rlsv3.RateLimitServiceClient, clock *testClock) { f(t, c, clock) })
+}
+
+// eachServer is eachStore, also handing f the Server.
+func eachServer(t *testing.T, opts ratelimitsvc.Options, f func(t *testing.T, s *ratelimitsvc.Server, c rlsv3.RateLimitServiceClient, clock *testClock)) {
+	t.Helper()
 	stores := map[string]func(now func() time.Time) algorithms.Store{
 		"memory": func(now func() time.Time) algorithms.Store {
 			return algorithms.NewMemoryStore(algorithms.MemoryOptions{Now: now})
@@ -55,8 +61,8 @@ func eachStore(t *testing.T, opts ratelimitsvc.Options, f func(t *testing.T, c r
 			o.Limiter = stores[name](clock.now)
 			o.Descriptors = loadConfig(t, "testdata/limits.yaml")
 			o.Now = clock.now
-			c, _ := serve(t, o)
-			f(t, c, clock)
+			s, c, _ := serveServer(t, o)
+			f(t, s, c, clock)
 		})
 	}
 }

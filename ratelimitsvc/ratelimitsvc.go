@@ -8,6 +8,7 @@ package ratelimitsvc
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math"
 	"strconv"
@@ -27,6 +28,7 @@ import (
 
 	"github.com/throttle-rl/throttle/algorithms"
 	"github.com/throttle-rl/throttle/descriptors"
+	"github.com/throttle-rl/throttle/internal/envoycounters"
 	"github.com/throttle-rl/throttle/internal/ratelimitheader"
 )
 
@@ -236,8 +238,9 @@ func (s *Server) backendError(ctx context.Context, domain string, err error) err
 }
 
 // validate refuses what Envoy would never send: an empty domain, no
-// descriptors, a descriptor without entries, an entry without a key; and a
-// request over the caps on descriptors and entries, counted in
+// descriptors, a descriptor without entries, an entry without a key, an
+// override whose window is longer than 366 days; and a request over the
+// caps on descriptors and entries, counted in
 // throttle_ratelimit_oversized_requests_total. It reads no further than the
 // caps: past gRPC's decoding of the message, refusing an oversized request
 // costs no more than checking an allowed one.
@@ -245,39 +248,65 @@ func (s *Server) validate(req *rlsv3.RateLimitRequest) error {
 	if req.GetDomain() == "" {
 		return status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
 	}
-	ds := req.GetDescriptors()
+	msg, oversized := s.refuse(req.GetDescriptors())
+	if oversized != "" {
+		s.metrics.oversized.WithLabelValues(oversized).Inc()
+	}
+	if msg != "" {
+		return status.Error(codes.InvalidArgument, msg)
+	}
+	return nil
+}
+
+// refuse says why the descriptors of a request cannot be decided ("" when
+// they can), and, for a request over a cap, which one (a reason of
+// throttle_ratelimit_oversized_requests_total). See validate.
+func (s *Server) refuse(ds []*rlcommon.RateLimitDescriptor) (msg, oversized string) {
 	if len(ds) == 0 {
-		return status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
+		return "rate limit descriptor list must not be empty", ""
 	}
 	if n, limit := len(ds), s.opts.MaxDescriptors; n > limit {
-		s.metrics.oversized.WithLabelValues(oversizedDescriptors).Inc()
-		return status.Errorf(codes.InvalidArgument,
-			"rate limit request has %d descriptors, more than the %d allowed (MAX_DESCRIPTORS_PER_REQUEST)", n, limit)
+		return fmt.Sprintf("rate limit request has %d descriptors, more than the %d allowed (MAX_DESCRIPTORS_PER_REQUEST)", n, limit), oversizedDescriptors
 	}
 	for i, d := range ds {
 		es := d.GetEntries()
 		if n, limit := len(es), s.opts.MaxDescriptorEntries; n > limit {
-			s.metrics.oversized.WithLabelValues(oversizedEntries).Inc()
-			return status.Errorf(codes.InvalidArgument,
-				"descriptor %d has %d entries, more than the %d allowed (MAX_DESCRIPTOR_ENTRIES)", i, n, limit)
+			return fmt.Sprintf("descriptor %d has %d entries, more than the %d allowed (MAX_DESCRIPTOR_ENTRIES)", i, n, limit), oversizedEntries
 		}
 		if len(es) == 0 {
-			return status.Errorf(codes.InvalidArgument, "descriptor %d has no entries", i)
+			return fmt.Sprintf("descriptor %d has no entries", i), ""
 		}
 		for j, e := range es {
 			if e.GetKey() == "" {
-				return status.Errorf(codes.InvalidArgument, "descriptor %d entry %d has an empty key", i, j)
+				return fmt.Sprintf("descriptor %d entry %d has an empty key", i, j), ""
 			}
 		}
 		if o := d.GetLimit(); o != nil {
 			rl := descriptors.RateLimit{Unit: descriptors.Unit(o.GetUnit()), UnitMultiplier: o.GetUnitMultiplier().GetValue()}
 			if rl.WindowLength() > algorithms.MaxWindow {
-				return status.Errorf(codes.InvalidArgument, "descriptor %d limit override: unit_multiplier %d makes a window of %d %ss, longer than the longest window, %d days",
-					i, rl.UnitMultiplier, rl.UnitMultiplier, strings.ToLower(rl.Unit.String()), algorithms.MaxWindow/(24*time.Hour))
+				return fmt.Sprintf("descriptor %d limit override: unit_multiplier %d makes a window of %d %ss, longer than the longest window, %d days",
+					i, rl.UnitMultiplier, rl.UnitMultiplier, strings.ToLower(rl.Unit.String()), algorithms.MaxWindow/(24*time.Hour)), ""
 			}
 		}
 	}
-	return nil
+	return "", ""
+}
+
+// domain returns the limits of the domain named name and where they come
+// from: the YAML configuration when it has the domain, else the rules of
+// the client that owns it; nil when neither does.
+func (s *Server) domain(name string) (*descriptors.Domain, envoycounters.Source) {
+	if s.opts.Descriptors != nil {
+		if cfg := s.opts.Descriptors(); cfg != nil {
+			if d := cfg.Domain(name); d != nil {
+				return d, envoycounters.YAML
+			}
+		}
+	}
+	if d := s.ruleDomain(name); d != nil {
+		return d, envoycounters.Rules
+	}
+	return nil, envoycounters.NoLimits
 }
 
 // match finds each descriptor's limit: in the YAML configuration when it has
@@ -285,15 +314,7 @@ func (s *Server) validate(req *rlsv3.RateLimitRequest) error {
 // named in another match's replaces are dropped. It reports whether the
 // domain is configured at all, looked up once.
 func (s *Server) match(domain string, ds []*rlcommon.RateLimitDescriptor) ([]*descriptors.Match, bool) {
-	var dom *descriptors.Domain
-	if s.opts.Descriptors != nil {
-		if cfg := s.opts.Descriptors(); cfg != nil {
-			dom = cfg.Domain(domain)
-		}
-	}
-	if dom == nil {
-		dom = s.ruleDomain(domain)
-	}
+	dom, _ := s.domain(domain)
 	out := make([]*descriptors.Match, len(ds))
 	if dom == nil {
 		s.metrics.domainNotFound.Inc()

@@ -41,6 +41,13 @@ func quietLog() *slog.Logger {
 // made from the generated Envoy stubs.
 func serve(t *testing.T, opts ratelimitsvc.Options) (rlsv3.RateLimitServiceClient, *grpc.ClientConn) {
 	t.Helper()
+	_, c, conn := serveServer(t, opts)
+	return c, conn
+}
+
+// serveServer is serve, also returning the Server.
+func serveServer(t *testing.T, opts ratelimitsvc.Options) (*ratelimitsvc.Server, rlsv3.RateLimitServiceClient, *grpc.ClientConn) {
+	t.Helper()
 	if opts.Log == nil {
 		opts.Log = quietLog()
 	}
@@ -63,7 +70,7 @@ func serve(t *testing.T, opts ratelimitsvc.Options) (rlsv3.RateLimitServiceClien
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return rlsv3.NewRateLimitServiceClient(conn), conn
+	return s, rlsv3.NewRateLimitServiceClient(conn), conn
 }
 
 func loadConfig(t *testing.T, files ...string) func() *descriptors.Config {
