@@ -39,7 +39,9 @@ func (c *testClock) advance(d time.Duration) { c.ns.Add(int64(d)) }
 // clock of its own starting at t0, serving testdata/limits.yaml with opts.
 func eachStore(t *testing.T, opts ratelimitsvc.Options, f func(t *testing.T, c rlsv3.RateLimitServiceClient, clock *testClock)) {
 	t.Helper()
-	eachServer(t, opts, func(t *testing.T, _ *ratelimitsvc.Server, c rlsv3.RateLimitServiceClient, clock *testClock) { f(t, c, clock) })
+	eachServer(t, opts, func(t *testing.T, _ *ratelimitsvc.Server, c rlsv3.RateLimitServiceClient, clock *testClock) {
+		f(t, c, clock)
+	})
 }
 
 // eachServer is eachStore, also handing f the Server.
