@@ -152,7 +152,13 @@ func slug(name string) string {
 	return s
 }
 
-// normalizeRule checks r; the algorithm must already be set.
+// MaxRateLimits is the most limits a rule's RateLimits may have (as a
+// descriptor's rate_limits in the YAML).
+const MaxRateLimits = 16
+
+// normalizeRule checks r; the algorithm (of each of its RateLimits) must
+// already be set. With RateLimits, the rule's own limit fields are set from
+// RateLimits[0].
 func normalizeRule(r Rule) (Rule, error) {
 	if !ruleNameRE.MatchString(r.Name) {
 		if r.Name == "" {
@@ -160,28 +166,27 @@ func normalizeRule(r Rule) (Rule, error) {
 		}
 		return r, invalid("name must be 1 to %d characters of A-Z, a-z, 0-9, '_', '.', ':', '-'", maxNameLen)
 	}
-	if !ValidAlgorithm(r.Algorithm) {
-		return r, invalid("algorithm must be %s", algorithmList())
-	}
-	if r.Limit <= 0 {
-		return r, invalid("limit must be greater than 0")
-	}
-	switch {
-	case r.Window < 0:
-		return r, invalid("window must not be negative")
-	case r.Window%time.Second != 0:
-		return r, invalid("window must be a whole number of seconds")
-	case r.Window == 0 && r.Algorithm != TokenBucket:
-		return r, invalid("window is required for %s", r.Algorithm)
-	}
-	switch {
-	case math.IsNaN(r.RefillRate) || math.IsInf(r.RefillRate, 0) || r.RefillRate < 0:
-		return r, invalid("refill_rate must be a number ≥ 0")
-	case r.Algorithm != TokenBucket:
-		r.RefillRate = 0 // does not apply: ignored, as REST clients send one body for all algorithms
-	}
-	if len(r.Descriptors) > 0 && r.Limit > math.MaxUint32 {
-		return r, invalid("limit of a rule with descriptors must be at most %d (Envoy's requests_per_unit)", uint32(math.MaxUint32))
+	descriptors := len(r.Descriptors) > 0
+	if len(r.RateLimits) == 0 {
+		l, err := normalizeLimit(RuleLimit{Algorithm: r.Algorithm, Limit: r.Limit, Window: r.Window, RefillRate: r.RefillRate, AlwaysCount: r.AlwaysCount}, descriptors, "")
+		if err != nil {
+			return r, err
+		}
+		r.RefillRate = l.RefillRate
+	} else {
+		if err := checkRateLimits(r); err != nil {
+			return r, err
+		}
+		r.RateLimits = slices.Clone(r.RateLimits)
+		for i, l := range r.RateLimits {
+			l, err := normalizeLimit(l, descriptors, fmt.Sprintf("rate_limits[%d]: ", i))
+			if err != nil {
+				return r, err
+			}
+			r.RateLimits[i] = l
+		}
+		first := r.RateLimits[0]
+		r.Algorithm, r.Limit, r.Window, r.RefillRate, r.AlwaysCount = first.Algorithm, first.Limit, first.Window, first.RefillRate, first.AlwaysCount
 	}
 	if len(r.Descriptors) > maxDescriptors {
 		return r, invalid("descriptors has more than %d entries", maxDescriptors)
@@ -200,6 +205,70 @@ func normalizeRule(r Rule) (Rule, error) {
 		r.Descriptors = nil
 	}
 	return r, nil
+}
+
+// checkRateLimits checks what a rule's RateLimits must be together: only
+// with descriptors, at most MaxRateLimits, names valid and unique, and no
+// two limits that would count against one counter.
+func checkRateLimits(r Rule) error {
+	if len(r.Descriptors) == 0 {
+		return invalid("rate_limits is only for rules with descriptors (Envoy requests); a rule for /check has one limit")
+	}
+	if len(r.RateLimits) > MaxRateLimits {
+		return invalid("rate_limits has more than %d limits", MaxRateLimits)
+	}
+	names := map[string]int{}
+	for i, l := range r.RateLimits {
+		if l.Name == "" {
+			continue
+		}
+		if !ruleNameRE.MatchString(l.Name) {
+			return invalid("rate_limits[%d]: name must be 1 to %d characters of A-Z, a-z, 0-9, '_', '.', ':', '-'", i, maxNameLen)
+		}
+		if j, ok := names[l.Name]; ok {
+			return invalid("rate_limits[%d]: name %q is already the name of rate_limits[%d]", i, l.Name, j)
+		}
+		names[l.Name] = i
+	}
+	for i, l := range r.RateLimits {
+		for j := range i {
+			o := r.RateLimits[j]
+			if l.Algorithm == o.Algorithm && l.Limit == o.Limit && l.Window == o.Window && (l.Algorithm != TokenBucket || l.RefillRate == o.RefillRate) {
+				return invalid("rate_limits[%d]: same algorithm, limit, window and refill_rate as rate_limits[%d]: the two would count against one counter", i, j)
+			}
+		}
+	}
+	return nil
+}
+
+// normalizeLimit checks one limit of a rule; at prefixes its messages
+// ("rate_limits[1]: "). A refill rate given with a window algorithm or gcra
+// is dropped.
+func normalizeLimit(l RuleLimit, descriptors bool, at string) (RuleLimit, error) {
+	if !ValidAlgorithm(l.Algorithm) {
+		return l, invalid("%salgorithm must be %s", at, algorithmList())
+	}
+	if l.Limit <= 0 {
+		return l, invalid("%slimit must be greater than 0", at)
+	}
+	switch {
+	case l.Window < 0:
+		return l, invalid("%swindow must not be negative", at)
+	case l.Window%time.Second != 0:
+		return l, invalid("%swindow must be a whole number of seconds", at)
+	case l.Window == 0 && l.Algorithm != TokenBucket:
+		return l, invalid("%swindow is required for %s", at, l.Algorithm)
+	}
+	switch {
+	case math.IsNaN(l.RefillRate) || math.IsInf(l.RefillRate, 0) || l.RefillRate < 0:
+		return l, invalid("%srefill_rate must be a number ≥ 0", at)
+	case l.Algorithm != TokenBucket:
+		l.RefillRate = 0 // does not apply: ignored, as REST clients send one body for all algorithms
+	}
+	if descriptors && l.Limit > math.MaxUint32 {
+		return l, invalid("%slimit of a rule with descriptors must be at most %d (Envoy's requests_per_unit)", at, uint32(math.MaxUint32))
+	}
+	return l, nil
 }
 
 func checkExemption(e Exemption) error {
