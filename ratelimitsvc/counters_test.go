@@ -105,7 +105,7 @@ func TestCountersRefused(t *testing.T) {
 		is     error
 		msg    string
 	}{
-		{"elsewhere", []envoycounters.Descriptor{counterDesc("ip", "x")}, envoycounters.ErrNoLimits, `domain "elsewhere": no limits for the domain`},
+		{"elsewhere", []envoycounters.Descriptor{counterDesc("ip", "x")}, envoycounters.ErrNoLimits, `domain "elsewhere": neither the descriptor YAML nor a client's rules with descriptors limit it`},
 		{"limits", nil, envoycounters.ErrInvalid, "rate limit descriptor list must not be empty"},
 		{"limits", []envoycounters.Descriptor{{}}, envoycounters.ErrInvalid, "descriptor 0 has no entries"},
 		{"limits", []envoycounters.Descriptor{counterDesc("", "x")}, envoycounters.ErrInvalid, "descriptor 0 entry 0 has an empty key"},

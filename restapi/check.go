@@ -84,7 +84,7 @@ func handleCheck(d checkDeps, m *metrics, byIP bool) http.Handler {
 				return
 			}
 		}
-		limit, name, err := resolveLimit(d.Cache, c, req)
+		limit, name, alwaysCount, err := resolveLimit(d.Cache, c, req)
 		if err != nil {
 			writeError(w, r, err)
 			return
@@ -126,7 +126,7 @@ func handleCheck(d checkDeps, m *metrics, byIP bool) http.Handler {
 		}
 
 		key := algorithms.Key{Scope: c.ID, Identifier: identifier, Name: name}
-		dec, err := checkOne(ctx, d.Limiter, algorithms.Request{Key: key, Limit: limit, Hits: hits})
+		dec, err := checkOne(ctx, d.Limiter, algorithms.Request{Key: key, Limit: limit, Hits: hits, AlwaysCount: alwaysCount})
 		if err != nil {
 			writeError(w, r, err)
 			return
@@ -178,13 +178,17 @@ type checkDeps struct {
 
 // resolveLimit returns the limit a check asks for and the counter name: the
 // rule's when it names one (its limit, window, algorithm and refill rate
-// override the request's), else the inline fields, with the client's default
-// algorithm when none is given.
-func resolveLimit(cache *store.Cache, c store.Client, req checkRequest) (algorithms.Limit, string, error) {
+// override the request's; with always_count it counts hits past the limit),
+// else the inline fields, with the client's default algorithm when none is
+// given.
+func resolveLimit(cache *store.Cache, c store.Client, req checkRequest) (algorithms.Limit, string, bool, error) {
 	if req.Rule != "" {
 		rule, ok := cache.Rule(c.ID, req.Rule)
 		if !ok {
-			return algorithms.Limit{}, "", &apiError{http.StatusNotFound, "RULE_NOT_FOUND", fmt.Sprintf("rule %q not found", req.Rule)}
+			return algorithms.Limit{}, "", false, &apiError{http.StatusNotFound, "RULE_NOT_FOUND", fmt.Sprintf("rule %q not found", req.Rule)}
+		}
+		if len(rule.RateLimits) > 0 {
+			return algorithms.Limit{}, "", false, invalidField(fmt.Sprintf("rule %q has several limits (rate_limits): it limits Envoy requests only", req.Rule))
 		}
 		l := algorithms.Limit{
 			Algorithm:  algorithms.Algorithm(rule.Algorithm),
@@ -192,7 +196,7 @@ func resolveLimit(cache *store.Cache, c store.Client, req checkRequest) (algorit
 			Window:     rule.Window,
 			RefillRate: rule.RefillRate,
 		}
-		return l, "rule:" + rule.Name, nil
+		return l, "rule:" + rule.Name, rule.AlwaysCount, nil
 	}
 
 	name := req.Algorithm
@@ -204,13 +208,13 @@ func resolveLimit(cache *store.Cache, c store.Client, req checkRequest) (algorit
 	}
 	alg, err := algorithms.ParseAlgorithm(name)
 	if err != nil {
-		return algorithms.Limit{}, "", invalidField("algorithm must be " + algorithms.Names())
+		return algorithms.Limit{}, "", false, invalidField("algorithm must be " + algorithms.Names())
 	}
 	if req.Limit == nil {
-		return algorithms.Limit{}, "", missingField("limit is required when no rule is named")
+		return algorithms.Limit{}, "", false, missingField("limit is required when no rule is named")
 	}
 	l, err := inlineLimit(alg, req.Limit, req.Window, req.RefillRate)
-	return l, "", err
+	return l, "", false, err
 }
 
 // inlineLimit checks the limit, window (seconds) and refill rate given in a

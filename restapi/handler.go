@@ -64,6 +64,14 @@ type Deps struct {
 	// empty text (no configuration), as the reference answers before it has
 	// one.
 	ConfigDump func() string
+	// EnvoyCounters reads and resets the counters of Envoy descriptors for
+	// POST /descriptors/{domain}/counters and …/counters/reset: the gRPC
+	// rate-limit service (ratelimitsvc.Server). Default nil: no such routes.
+	EnvoyCounters envoyCounters
+	// AdminKey is the operator credential (setting ADMIN_API_KEY): on the
+	// counters routes it acts on every domain, those of the descriptor YAML
+	// included; everywhere else it is no key at all. Default "": none.
+	AdminKey string
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
 	// TracerProvider, when set, traces requests with OpenTelemetry (see

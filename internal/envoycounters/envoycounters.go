@@ -84,7 +84,7 @@ type Counters struct {
 
 var (
 	// ErrNoLimits: the domain has no limits (see NoLimits).
-	ErrNoLimits = errors.New("no limits for the domain")
+	ErrNoLimits = errors.New("neither the descriptor YAML nor a client's rules with descriptors limit it")
 	// ErrInvalid marks descriptors that cannot be matched: none, too many,
 	// an entry without a key, a bad override. Its errors say why.
 	ErrInvalid = errors.New("invalid descriptors")
