@@ -151,7 +151,9 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer) error {
 
 	// The Envoy path rejects known over-limit descriptors without Redis.
 	// Only there: its counters are scoped by domain, which no REST /reset
-	// (made on any replica) can touch, so the cache cannot go stale.
+	// touches; the Envoy counters reset (…/counters/reset) clears this
+	// replica's entries, another replica's expire when Redis said the
+	// request could pass.
 	rlsLimiter := limiter
 	if backend == "redis" && cfg.LocalCacheBytes > 0 {
 		if rlsLimiter, err = algorithms.NewOverLimitCache(limiter, algorithms.OverLimitCacheOptions{MaxBytes: cfg.LocalCacheBytes, Registerer: reg}); err != nil {
@@ -161,7 +163,7 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer) error {
 	rls, err := ratelimitsvc.New(ratelimitsvc.Options{
 		Limiter: rlsLimiter, Descriptors: current, Rules: cache, ResponseHeaders: cfg.ResponseHeaders, HeaderSets: cfg.HeaderSets,
 		ShadowMode: cfg.ShadowMode, DynamicMetadata: cfg.DynamicMetadata, MaxValueStatsKeys: maxValueKeys(cfg.MaxValueStatsKeys),
-		MaxDescriptors: cfg.MaxDescriptors, MaxDescriptorEntries: cfg.MaxDescriptorEntries,
+		MaxDescriptors: cfg.MaxDescriptors, MaxDescriptorEntries: cfg.MaxDescriptorEntries, CountRejectedHits: cfg.CountRejectedHits,
 		Log: log, Registerer: reg, TracerProvider: tracer, Propagator: propagator,
 	})
 	if err != nil {
@@ -172,7 +174,7 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer) error {
 		Log: log, DB: db, Cache: cache, Usage: usage, Limiter: limiter, Registerer: reg, Gatherer: reg,
 		TrustedProxies: cfg.TrustedProxies, ConfigDump: configDump, HeaderSets: cfg.HeaderSets, TracerProvider: tracer, Propagator: propagator,
 		RegisterLimit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: cfg.RegisterLimit, Window: time.Hour},
-		Descriptors:   descStatus,
+		Descriptors:   descStatus, EnvoyCounters: rls, AdminKey: cfg.AdminKey,
 	})
 	httpSrv := restapi.NewServer(net.JoinHostPort(cfg.BindAddress, strconv.Itoa(cfg.Port)), handler)
 
@@ -267,7 +269,7 @@ func newLimiter(ctx context.Context, cfg *config, log *slog.Logger, reg promethe
 	redis.SetLogger(&redisLog{log: log})
 	// Concurrent checks share script calls: under load one round trip
 	// decides many requests.
-	counters := algorithms.NewRedisStore(rdb, algorithms.RedisOptions{Coalesce: 4, MaxBatch: 128, TracerProvider: tracer})
+	counters := algorithms.NewRedisStore(rdb, algorithms.RedisOptions{Coalesce: 4, MaxBatch: 128, TracerProvider: tracer, KeyPrefix: cfg.CacheKeyPrefix})
 	goBG("redis close", func(ctx context.Context) error {
 		<-ctx.Done()
 		counters.Close()
