@@ -25,26 +25,9 @@
 //     admitted when that many tokens are there.
 //
 //   - GCRA, the generic cell rate algorithm: a token bucket of capacity
-//     Limit refilled at Limit per Window, kept as one number and computed
-//     exactly. Each hit costs the emission interval T = Window/Limit; the
-//     state is the theoretical arrival time TAT, taken as now when it is in
-//     the past or was never set. A request is admitted when
-//     max(TAT, now) + hits×T − now ≤ Window, and then moves TAT there.
-//     Time is counted in integer units of gcd(Limit, Window in µs)/Limit µs,
-//     in which T and every other quantity are whole numbers, so nothing is
-//     rounded and these hold exactly: (1) an idle identifier gets Limit hits
-//     at once, never Limit+1; (2) any span of time of length s, both ends
-//     included, holds at most Limit + ⌊s×Limit/Window⌋ admitted hits, and
-//     traffic can reach that (a full burst, then one hit every T) — so a
-//     span shorter than Window holds at most 2×Limit−1, one shorter than n
-//     windows at most (n+1)×Limit−1, and the long-run rate is at most Limit
-//     per Window; (3) Remaining is the largest hits admitted now; (4) a
-//     rejected request repeated RetryAfter later, with no other traffic, is
-//     admitted, and one microsecond sooner it is not; (5) ResetAfter is until
-//     TAT ≤ now, when the identifier is idle again. RefillRate does not
-//     apply. A limit whose Limit and Window in µs have a least common
-//     multiple of 2^53 or more is refused with ErrInvalid: it cannot be
-//     counted exactly in the IEEE doubles of Redis Lua.
+//     Limit refilled at Limit per Window, kept as one number (the theoretical
+//     arrival time) and computed exactly; RefillRate does not apply.
+//     docs/algorithms.md states its rule and proves what it guarantees.
 //
 // In all four a rejected request consumes nothing, and hits = 0 reads the
 // state without changing it (a peek).

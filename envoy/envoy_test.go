@@ -1,13 +1,13 @@
 package envoy_test
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/throttle-rl/throttle/internal/manifest"
 	"github.com/throttle-rl/throttle/internal/strictyaml"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -198,10 +198,10 @@ func TestIstio(t *testing.T) {
 	)
 	for _, f := range filters {
 		if f.Spec.WorkloadSelector.Labels["istio"] != "ingressgateway" {
-			t.Errorf("EnvoyFilter %s: workloadSelector %v, want istio=ingressgateway", f.Metadata.Name, f.Spec.WorkloadSelector.Labels)
+			t.Errorf("EnvoyFilter %s: workloadSelector %v, want istio=ingressgateway", f.Name, f.Spec.WorkloadSelector.Labels)
 		}
 		for i, p := range f.Spec.ConfigPatches {
-			where := fmt.Sprintf("EnvoyFilter %s configPatches[%d] (%s)", f.Metadata.Name, i, p.ApplyTo)
+			where := fmt.Sprintf("EnvoyFilter %s configPatches[%d] (%s)", f.Name, i, p.ApplyTo)
 			if p.Match.Context != "GATEWAY" {
 				t.Errorf("%s: match.context = %q, want GATEWAY", where, p.Match.Context)
 			}
@@ -291,26 +291,16 @@ func TestIstioRejectsMistakes(t *testing.T) {
 	}
 }
 
-// checkEnvoyFilters decodes each filter and each patch value, for the negative test.
+// checkEnvoyFilters decodes each filter and each patch value (validated),
+// for the negative test.
 func checkEnvoyFilters(data []byte) error {
 	fs, err := decodeEnvoyFilters(data)
 	if err != nil {
 		return err
 	}
 	for _, f := range fs {
-		for _, p := range f.Spec.ConfigPatches {
-			var err error
-			switch p.ApplyTo {
-			case "CLUSTER":
-				err = envoy.Decode(p.Patch.Value, &clusterv3.Cluster{})
-			case "HTTP_FILTER":
-				err = envoy.Decode(p.Patch.Value, &hcmv3.HttpFilter{})
-			case "VIRTUAL_HOST":
-				err = envoy.Decode(p.Patch.Value, &routev3.VirtualHost{})
-			}
-			if err != nil {
-				return err
-			}
+		if _, err := f.Patches(); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -402,64 +392,25 @@ func (c *descriptorConfig) match(entries ...descriptors.Entry) *descriptors.Matc
 
 // ---- Istio ----
 
-type envoyFilter struct {
-	APIVersion string `json:"apiVersion"`
-	Kind       string `json:"kind"`
-	Metadata   struct {
-		Name      string `json:"name"`
-		Namespace string `json:"namespace"`
-	} `json:"metadata"`
-	Spec struct {
-		WorkloadSelector struct {
-			Labels map[string]string `json:"labels"`
-		} `json:"workloadSelector"`
-		ConfigPatches []struct {
-			ApplyTo string `json:"applyTo"`
-			Match   struct {
-				Context  string `json:"context"`
-				Listener *struct {
-					FilterChain struct {
-						Filter struct {
-							Name      string `json:"name"`
-							SubFilter struct {
-								Name string `json:"name"`
-							} `json:"subFilter"`
-						} `json:"filter"`
-					} `json:"filterChain"`
-				} `json:"listener,omitempty"`
-				RouteConfiguration *struct {
-					Vhost struct {
-						Name  string `json:"name"`
-						Route struct {
-							Action string `json:"action"`
-						} `json:"route"`
-					} `json:"vhost"`
-				} `json:"routeConfiguration,omitempty"`
-			} `json:"match"`
-			Patch struct {
-				Operation string          `json:"operation"`
-				Value     json.RawMessage `json:"value"`
-			} `json:"patch"`
-		} `json:"configPatches"`
-	} `json:"spec"`
-}
-
-func decodeEnvoyFilters(data []byte) ([]envoyFilter, error) {
-	var out []envoyFilter
-	for i, doc := range splitYAML(data) {
-		var f envoyFilter
-		if err := strictyaml.Unmarshal(doc, &f); err != nil {
+// decodeEnvoyFilters decodes every document strictly (manifest.Decode); each
+// must be an EnvoyFilter.
+func decodeEnvoyFilters(data []byte) ([]*manifest.EnvoyFilter, error) {
+	var out []*manifest.EnvoyFilter
+	for i, doc := range manifest.Split(data) {
+		obj, err := manifest.Decode(doc)
+		if err != nil {
 			return nil, fmt.Errorf("document %d: %w", i, err)
 		}
-		if f.APIVersion != "networking.istio.io/v1alpha3" || f.Kind != "EnvoyFilter" {
-			return nil, fmt.Errorf("document %d: %s %s, want networking.istio.io/v1alpha3 EnvoyFilter", i, f.APIVersion, f.Kind)
+		f, ok := obj.(*manifest.EnvoyFilter)
+		if !ok {
+			return nil, fmt.Errorf("document %d: %T, want networking.istio.io/v1alpha3 EnvoyFilter", i, obj)
 		}
 		out = append(out, f)
 	}
 	return out, nil
 }
 
-func mustLoadEnvoyFilters(t *testing.T, name string) []envoyFilter {
+func mustLoadEnvoyFilters(t *testing.T, name string) []*manifest.EnvoyFilter {
 	t.Helper()
 	fs, err := decodeEnvoyFilters(mustRead(t, name))
 	if err != nil {
@@ -513,26 +464,6 @@ func mustDecodeValid(t *testing.T, where string, data []byte, m proto.Message) {
 	if err := envoy.Validate(m); err != nil {
 		t.Fatalf("%s: %v", where, err)
 	}
-}
-
-func splitYAML(data []byte) [][]byte {
-	var docs [][]byte
-	for _, d := range strings.Split("\n"+string(data), "\n---") {
-		if strings.TrimSpace(stripComments(d)) != "" {
-			docs = append(docs, []byte(d))
-		}
-	}
-	return docs
-}
-
-func stripComments(s string) string {
-	var b strings.Builder
-	for _, l := range strings.Split(s, "\n") {
-		if !strings.HasPrefix(strings.TrimSpace(l), "#") {
-			b.WriteString(l + "\n")
-		}
-	}
-	return b.String()
 }
 
 func onlyHTTPConnectionManager(t *testing.T, ls []*listenerv3.Listener) *hcmv3.HttpConnectionManager {

@@ -1,7 +1,6 @@
 package k8s_test
 
 import (
-	"bytes"
 	"fmt"
 	"net/url"
 	"os"
@@ -13,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/throttle-rl/throttle/internal/manifest"
 	"github.com/throttle-rl/throttle/internal/strictyaml"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -20,14 +20,9 @@ import (
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
-	appsv1 "k8s.io/api/apps/v1"
-	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
-	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/util/intstr"
-	"sigs.k8s.io/yaml"
 
 	"github.com/throttle-rl/throttle/descriptors"
 	"github.com/throttle-rl/throttle/envoy"
@@ -48,62 +43,7 @@ var settings = []string{
 	"OTEL_EXPORTER_OTLP_HEADERS", "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES", "OTEL_TRACES_SAMPLER", "OTEL_TRACES_SAMPLER_ARG",
 }
 
-// newObject returns an empty typed object for a manifest's apiVersion and kind;
-// a kind missing here fails the test, so every manifest is decoded strictly.
-func newObject(apiVersion, kind string) (any, bool) {
-	switch apiVersion + " " + kind {
-	case "v1 Namespace":
-		return &corev1.Namespace{}, true
-	case "v1 ConfigMap":
-		return &corev1.ConfigMap{}, true
-	case "v1 Secret":
-		return &corev1.Secret{}, true
-	case "v1 Service":
-		return &corev1.Service{}, true
-	case "apps/v1 Deployment":
-		return &appsv1.Deployment{}, true
-	case "apps/v1 StatefulSet":
-		return &appsv1.StatefulSet{}, true
-	case "policy/v1 PodDisruptionBudget":
-		return &policyv1.PodDisruptionBudget{}, true
-	case "autoscaling/v2 HorizontalPodAutoscaler":
-		return &autoscalingv2.HorizontalPodAutoscaler{}, true
-	}
-	return nil, false
-}
-
-// manifests is every object of the kustomization, by type.
-type manifests struct {
-	namespaces   []*corev1.Namespace
-	configMaps   map[string]*corev1.ConfigMap
-	secrets      map[string]*corev1.Secret
-	services     map[string]*corev1.Service
-	deployments  map[string]*appsv1.Deployment
-	statefulSets map[string]*appsv1.StatefulSet
-	pdbs         []*policyv1.PodDisruptionBudget
-	hpas         []*autoscalingv2.HorizontalPodAutoscaler
-}
-
-// workload is a Deployment or StatefulSet seen through what the checks need.
-type workload struct {
-	kind, name string
-	selector   *metav1.LabelSelector
-	pod        corev1.PodTemplateSpec
-}
-
-func (m *manifests) workloads() []workload {
-	var ws []workload
-	for _, d := range m.deployments {
-		ws = append(ws, workload{"Deployment", d.Name, d.Spec.Selector, d.Spec.Template})
-	}
-	for _, s := range m.statefulSets {
-		ws = append(ws, workload{"StatefulSet", s.Name, s.Spec.Selector, s.Spec.Template})
-	}
-	slices.SortFunc(ws, func(a, b workload) int { return strings.Compare(a.kind+a.name, b.kind+b.name) })
-	return ws
-}
-
-func loadManifests(t *testing.T) *manifests {
+func loadManifests(t *testing.T) *manifest.Set {
 	t.Helper()
 	var kz struct {
 		APIVersion string   `json:"apiVersion"`
@@ -126,82 +66,36 @@ func loadManifests(t *testing.T) *manifests {
 		}
 	}
 
-	m := &manifests{
-		configMaps:   map[string]*corev1.ConfigMap{},
-		secrets:      map[string]*corev1.Secret{},
-		services:     map[string]*corev1.Service{},
-		deployments:  map[string]*appsv1.Deployment{},
-		statefulSets: map[string]*appsv1.StatefulSet{},
-	}
+	m := manifest.NewSet()
 	for _, file := range kz.Resources {
-		for i, doc := range splitYAML(mustRead(t, file)) {
+		for i, doc := range manifest.Split(mustRead(t, file)) {
 			where := fmt.Sprintf("%s document %d", file, i)
-			obj, err := decodeObject(doc)
+			obj, err := manifest.Decode(doc)
 			if err != nil {
 				t.Fatalf("%s: %v", where, err)
 			}
-			switch o := obj.(type) {
-			case *corev1.Namespace:
-				m.namespaces = append(m.namespaces, o)
-			case *corev1.ConfigMap:
-				m.configMaps[o.Name] = o
-			case *corev1.Secret:
-				m.secrets[o.Name] = o
-			case *corev1.Service:
-				m.services[o.Name] = o
-			case *appsv1.Deployment:
-				m.deployments[o.Name] = o
-			case *appsv1.StatefulSet:
-				m.statefulSets[o.Name] = o
-			case *policyv1.PodDisruptionBudget:
-				m.pdbs = append(m.pdbs, o)
-			case *autoscalingv2.HorizontalPodAutoscaler:
-				m.hpas = append(m.hpas, o)
+			if err := m.Add(obj); err != nil {
+				t.Fatalf("%s: %v", where, err)
 			}
-			if _, ok := obj.(*corev1.Namespace); !ok {
-				meta := objectMeta(obj)
-				if meta.GetNamespace() != namespace {
-					t.Errorf("%s: %s has namespace %q, want %q", where, meta.GetName(), meta.GetNamespace(), namespace)
-				}
+			if _, ok := obj.(*corev1.Namespace); !ok && obj.GetNamespace() != namespace {
+				t.Errorf("%s: %s has namespace %q, want %q", where, obj.GetName(), obj.GetNamespace(), namespace)
 			}
 		}
 	}
 	return m
 }
 
-// decodeObject decodes one manifest strictly into the type its apiVersion and
-// kind name.
-func decodeObject(doc []byte) (any, error) {
-	var tm metav1.TypeMeta
-	if err := yaml.Unmarshal(doc, &tm); err != nil {
-		return nil, err
-	}
-	obj, ok := newObject(tm.APIVersion, tm.Kind)
-	if !ok {
-		return nil, fmt.Errorf("unknown kind %q %q: add it to newObject so it is decoded strictly", tm.APIVersion, tm.Kind)
-	}
-	if err := strictyaml.Unmarshal(doc, obj); err != nil {
-		return nil, fmt.Errorf("%s: %w", tm.Kind, err)
-	}
-	if objectMeta(obj).GetName() == "" {
-		return nil, fmt.Errorf("%s without metadata.name", tm.Kind)
-	}
-	return obj, nil
-}
-
-func objectMeta(obj any) metav1.Object { return obj.(metav1.Object) }
-
 func TestManifestsDecodeStrictly(t *testing.T) {
 	m := loadManifests(t)
-	if len(m.namespaces) != 1 || m.namespaces[0].Name != namespace {
+	if len(m.Namespaces) != 1 || m.Namespaces[0].Name != namespace {
 		t.Errorf("want one Namespace %q", namespace)
 	}
 	for _, name := range []string{"throttle", "redis", "app", "envoy"} {
-		if m.deployments[name] == nil {
+		if m.Deployments[name] == nil {
 			t.Errorf("no Deployment %q", name)
 		}
 	}
-	if m.statefulSets["postgres"] == nil {
+	if m.StatefulSets["postgres"] == nil {
 		t.Error("no StatefulSet postgres")
 	}
 
@@ -213,69 +107,36 @@ func TestManifestsDecodeStrictly(t *testing.T) {
 		{"unknown kind", "apiVersion: v1\nkind: Pod\nmetadata: {name: x}\n"},
 	}
 	for _, tt := range bad {
-		if _, err := decodeObject([]byte(tt.doc)); err == nil {
-			t.Errorf("%s: decodeObject accepted %q", tt.name, tt.doc)
+		if _, err := manifest.Decode([]byte(tt.doc)); err == nil {
+			t.Errorf("%s: manifest.Decode accepted %q", tt.name, tt.doc)
 		}
 	}
 }
 
 // Services select a workload's pods and target ports its containers declare;
-// workload selectors select their own pods; PDB and HPA point at Throttle.
+// workload selectors select their own pods (manifest.CheckReferences); PDB
+// and HPA point at Throttle.
 func TestReferences(t *testing.T) {
 	m := loadManifests(t)
-	ws := m.workloads()
+	m.CheckReferences(t)
 
-	for _, w := range ws {
-		sel, err := metav1.LabelSelectorAsSelector(w.selector)
-		if err != nil || sel.Empty() {
-			t.Errorf("%s %s: bad or empty selector: %v", w.kind, w.name, err)
-			continue
-		}
-		if !sel.Matches(labels.Set(w.pod.Labels)) {
-			t.Errorf("%s %s: selector %v does not match its pod labels %v", w.kind, w.name, sel, w.pod.Labels)
-		}
-	}
-
-	for name, svc := range m.services {
-		var selected []workload
-		for _, w := range ws {
-			if len(svc.Spec.Selector) > 0 && labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(w.pod.Labels)) {
-				selected = append(selected, w)
-			}
-		}
-		if len(selected) != 1 {
-			t.Errorf("Service %s selects %d workloads, want 1", name, len(selected))
-			continue
-		}
-		for _, p := range svc.Spec.Ports {
-			if _, ok := containerPort(selected[0].pod.Spec, p.TargetPort); !ok {
-				t.Errorf("Service %s port %s: targetPort %s is not a container port of %s %s",
-					name, p.Name, p.TargetPort.String(), selected[0].kind, selected[0].name)
-			}
-		}
-	}
-
-	throttlePods := labels.Set(m.deployments["throttle"].Spec.Template.Labels)
-	if len(m.pdbs) == 0 {
+	throttlePods := labels.Set(m.Deployments["throttle"].Spec.Template.Labels)
+	if len(m.PDBs) == 0 {
 		t.Error("no PodDisruptionBudget")
 	}
-	for _, p := range m.pdbs {
+	for _, p := range m.PDBs {
 		sel, _ := metav1.LabelSelectorAsSelector(p.Spec.Selector)
 		if !sel.Matches(throttlePods) {
 			t.Errorf("PodDisruptionBudget %s does not select Throttle's pods", p.Name)
 		}
-		if p.Spec.MinAvailable == nil || p.Spec.MinAvailable.IntValue() >= int(*m.deployments["throttle"].Spec.Replicas) {
+		if p.Spec.MinAvailable == nil || p.Spec.MinAvailable.IntValue() >= int(*m.Deployments["throttle"].Spec.Replicas) {
 			t.Errorf("PodDisruptionBudget %s: minAvailable must be below the replica count, or no node can drain", p.Name)
 		}
 	}
-	if len(m.hpas) == 0 {
+	if len(m.HPAs) == 0 {
 		t.Error("no HorizontalPodAutoscaler")
 	}
-	for _, h := range m.hpas {
-		ref := h.Spec.ScaleTargetRef
-		if ref.APIVersion != "apps/v1" || ref.Kind != "Deployment" || m.deployments[ref.Name] == nil {
-			t.Errorf("HPA %s: scaleTargetRef %v names no Deployment here", h.Name, ref)
-		}
+	for _, h := range m.HPAs {
 		if len(h.Spec.Metrics) == 0 || h.Spec.Metrics[0].Resource == nil || h.Spec.Metrics[0].Resource.Name != corev1.ResourceCPU {
 			t.Errorf("HPA %s: want a CPU resource metric", h.Name)
 		}
@@ -284,101 +145,36 @@ func TestReferences(t *testing.T) {
 		}
 	}
 
-	for _, s := range m.statefulSets {
-		svc := m.services[s.Spec.ServiceName]
+	for _, s := range m.StatefulSets {
+		svc := m.Services[s.Spec.ServiceName]
 		if svc == nil || svc.Spec.ClusterIP != corev1.ClusterIPNone {
 			t.Errorf("StatefulSet %s: serviceName %q must be a headless Service here", s.Name, s.Spec.ServiceName)
 		}
 	}
-	if len(m.statefulSets["postgres"].Spec.VolumeClaimTemplates) == 0 {
+	if len(m.StatefulSets["postgres"].Spec.VolumeClaimTemplates) == 0 {
 		t.Error("StatefulSet postgres has no volumeClaimTemplates")
 	}
 }
 
 // Every ConfigMap, Secret and key a pod refers to exists; every mount names a
 // volume; probes use declared ports; every container has resources and runs
-// under the restricted Pod Security Standard.
+// under the restricted Pod Security Standard (manifest.CheckPods); no pod
+// mounts a service account token; every container has readiness and
+// liveness probes and uses images kind loaded.
 func TestPods(t *testing.T) {
 	m := loadManifests(t)
-	for _, w := range m.workloads() {
-		spec := w.pod.Spec
-		where := w.kind + " " + w.name
-		volumes := map[string]corev1.Volume{}
-		for _, v := range spec.Volumes {
-			volumes[v.Name] = v
-			switch {
-			case v.ConfigMap != nil:
-				m.checkConfigMapKeys(t, where+" volume "+v.Name, v.ConfigMap.Name, keysOf(v.ConfigMap.Items))
-			case v.Secret != nil:
-				m.checkSecretKeys(t, where+" volume "+v.Name, v.Secret.SecretName, keysOf(v.Secret.Items))
-			}
-		}
-		for _, vct := range statefulClaims(m, w) {
-			volumes[vct] = corev1.Volume{Name: vct}
-		}
-		if spec.SecurityContext == nil || spec.SecurityContext.RunAsNonRoot == nil || !*spec.SecurityContext.RunAsNonRoot {
-			t.Errorf("%s: pod securityContext.runAsNonRoot must be true", where)
-		}
+	m.CheckPods(t)
+	for _, w := range m.Workloads() {
+		spec := w.Pod.Spec
+		where := w.Kind + " " + w.Name
 		if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
 			t.Errorf("%s: automountServiceAccountToken should be false (no pod here talks to the API server)", where)
 		}
 		for _, c := range append(slices.Clone(spec.InitContainers), spec.Containers...) {
 			cw := where + " container " + c.Name
-			for _, e := range c.Env {
-				if e.ValueFrom == nil {
-					continue
-				}
-				if r := e.ValueFrom.ConfigMapKeyRef; r != nil {
-					m.checkConfigMapKeys(t, cw+" env "+e.Name, r.Name, []string{r.Key})
-				}
-				if r := e.ValueFrom.SecretKeyRef; r != nil {
-					m.checkSecretKeys(t, cw+" env "+e.Name, r.Name, []string{r.Key})
-				}
-			}
-			for _, e := range c.EnvFrom {
-				if e.ConfigMapRef != nil {
-					m.checkConfigMapKeys(t, cw+" envFrom", e.ConfigMapRef.Name, nil)
-				}
-				if e.SecretRef != nil {
-					m.checkSecretKeys(t, cw+" envFrom", e.SecretRef.Name, nil)
-				}
-			}
-			for _, vm := range c.VolumeMounts {
-				if _, ok := volumes[vm.Name]; !ok {
-					t.Errorf("%s: volumeMount %q names no volume", cw, vm.Name)
-				}
-			}
-			for name, p := range map[string]*corev1.Probe{"readiness": c.ReadinessProbe, "liveness": c.LivenessProbe, "startup": c.StartupProbe} {
-				if p == nil {
-					continue
-				}
-				var port *intstr.IntOrString
-				switch {
-				case p.HTTPGet != nil:
-					port = &p.HTTPGet.Port
-				case p.TCPSocket != nil:
-					port = &p.TCPSocket.Port
-				case p.GRPC != nil:
-					port = &intstr.IntOrString{IntVal: p.GRPC.Port}
-				}
-				if port != nil {
-					if _, ok := containerPort(spec, *port); !ok {
-						t.Errorf("%s: %s probe port %s is not a container port", cw, name, port.String())
-					}
-				}
-			}
 			if c.ReadinessProbe == nil || c.LivenessProbe == nil {
 				t.Errorf("%s: want readiness and liveness probes", cw)
 			}
-			for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
-				if _, ok := c.Resources.Requests[r]; !ok {
-					t.Errorf("%s: no %s request", cw, r)
-				}
-				if _, ok := c.Resources.Limits[r]; !ok {
-					t.Errorf("%s: no %s limit", cw, r)
-				}
-			}
-			checkRestricted(t, cw, spec.SecurityContext, c.SecurityContext)
 			if c.ImagePullPolicy != corev1.PullIfNotPresent {
 				t.Errorf("%s: imagePullPolicy %q, want IfNotPresent (kind-loaded images have no registry)", cw, c.ImagePullPolicy)
 			}
@@ -386,97 +182,10 @@ func TestPods(t *testing.T) {
 	}
 }
 
-func statefulClaims(m *manifests, w workload) []string {
-	var names []string
-	if s := m.statefulSets[w.name]; w.kind == "StatefulSet" && s != nil {
-		for _, c := range s.Spec.VolumeClaimTemplates {
-			names = append(names, c.Name)
-		}
-	}
-	return names
-}
-
-// checkRestricted checks what the "restricted" Pod Security Standard requires
-// (the namespace enforces it, so a violation would only show at apply time).
-func checkRestricted(t *testing.T, where string, pod *corev1.PodSecurityContext, c *corev1.SecurityContext) {
-	t.Helper()
-	if c == nil {
-		t.Errorf("%s: no securityContext", where)
-		return
-	}
-	if c.AllowPrivilegeEscalation == nil || *c.AllowPrivilegeEscalation {
-		t.Errorf("%s: allowPrivilegeEscalation must be false", where)
-	}
-	if c.Capabilities == nil || !slices.Contains(c.Capabilities.Drop, "ALL") || len(c.Capabilities.Add) > 0 {
-		t.Errorf("%s: capabilities must drop ALL and add none", where)
-	}
-	seccomp := c.SeccompProfile
-	if seccomp == nil && pod != nil {
-		seccomp = pod.SeccompProfile
-	}
-	if seccomp == nil || seccomp.Type != corev1.SeccompProfileTypeRuntimeDefault {
-		t.Errorf("%s: seccompProfile must be RuntimeDefault", where)
-	}
-	if c.RunAsNonRoot == nil || !*c.RunAsNonRoot {
-		t.Errorf("%s: runAsNonRoot must be true", where)
-	}
-}
-
-func (m *manifests) checkConfigMapKeys(t *testing.T, where, name string, keys []string) {
-	t.Helper()
-	cm, ok := m.configMaps[name]
-	if !ok {
-		t.Errorf("%s: ConfigMap %q is not among the manifests", where, name)
-		return
-	}
-	for _, k := range keys {
-		if _, ok := cm.Data[k]; !ok {
-			t.Errorf("%s: ConfigMap %q has no key %q", where, name, k)
-		}
-	}
-}
-
-func (m *manifests) checkSecretKeys(t *testing.T, where, name string, keys []string) {
-	t.Helper()
-	s, ok := m.secrets[name]
-	if !ok {
-		t.Errorf("%s: Secret %q is not among the manifests", where, name)
-		return
-	}
-	for _, k := range keys {
-		_, inData := s.Data[k]
-		_, inString := s.StringData[k]
-		if !inData && !inString {
-			t.Errorf("%s: Secret %q has no key %q", where, name, k)
-		}
-	}
-}
-
-func keysOf(items []corev1.KeyToPath) []string {
-	var ks []string
-	for _, it := range items {
-		ks = append(ks, it.Key)
-	}
-	return ks
-}
-
-// containerPort finds the container port a Service targetPort or a probe port
-// names, by name or number.
-func containerPort(spec corev1.PodSpec, p intstr.IntOrString) (corev1.ContainerPort, bool) {
-	for _, c := range spec.Containers {
-		for _, cp := range c.Ports {
-			if (p.Type == intstr.String && cp.Name == p.StrVal) || (p.Type == intstr.Int && cp.ContainerPort == p.IntVal) {
-				return cp, true
-			}
-		}
-	}
-	return corev1.ContainerPort{}, false
-}
-
 // Throttle's Deployment is what the brief and DESIGN.md promise.
 func TestThrottleDeployment(t *testing.T) {
 	m := loadManifests(t)
-	d := m.deployments["throttle"]
+	d := m.Deployments["throttle"]
 	if d.Spec.Replicas == nil || *d.Spec.Replicas != 2 {
 		t.Errorf("replicas = %v, want 2", d.Spec.Replicas)
 	}
@@ -551,7 +260,7 @@ func TestThrottleDeployment(t *testing.T) {
 		t.Error("want a startupProbe and a gRPC probe on the gRPC port")
 	}
 
-	svc := m.services["throttle"]
+	svc := m.Services["throttle"]
 	want := map[string]struct {
 		port        int32
 		appProtocol string
@@ -571,8 +280,8 @@ func TestThrottleDeployment(t *testing.T) {
 // The demo Secrets agree with each other and with the Services they name.
 func TestConnectionStrings(t *testing.T) {
 	m := loadManifests(t)
-	s := m.secrets["throttle-secrets"]
-	pg := m.secrets["postgres-credentials"]
+	s := m.Secrets["throttle-secrets"]
+	pg := m.Secrets["postgres-credentials"]
 	if s == nil || pg == nil {
 		t.Fatal("want Secrets throttle-secrets and postgres-credentials")
 	}
@@ -596,18 +305,18 @@ func TestConnectionStrings(t *testing.T) {
 		strings.TrimPrefix(db.Path, "/") != pg.StringData["POSTGRES_DB"] {
 		t.Errorf("DATABASE_URL %q does not match postgres-credentials", s.StringData["DATABASE_URL"])
 	}
-	m.checkServiceAddress(t, "DATABASE_URL", db.Host)
+	checkServiceAddress(t, m, "DATABASE_URL", db.Host)
 
 	r, err := url.Parse(s.StringData["REDIS_URL"])
 	if err != nil || r.Scheme != "redis" {
 		t.Fatalf("REDIS_URL %q: want redis://…", s.StringData["REDIS_URL"])
 	}
-	m.checkServiceAddress(t, "REDIS_URL", r.Host)
+	checkServiceAddress(t, m, "REDIS_URL", r.Host)
 }
 
 // checkServiceAddress checks that host:port is a Service here, by its
 // cluster DNS name, on one of its ports; it returns the Service.
-func (m *manifests) checkServiceAddress(t *testing.T, where, hostport string) *corev1.Service {
+func checkServiceAddress(t *testing.T, m *manifest.Set, where, hostport string) *corev1.Service {
 	t.Helper()
 	host, port, ok := strings.Cut(hostport, ":")
 	name, rest, _ := strings.Cut(host, ".")
@@ -615,7 +324,7 @@ func (m *manifests) checkServiceAddress(t *testing.T, where, hostport string) *c
 		t.Errorf("%s: address %q, want <service>.%s.svc.cluster.local:<port>", where, hostport, namespace)
 		return nil
 	}
-	svc := m.services[name]
+	svc := m.Services[name]
 	if svc == nil {
 		t.Errorf("%s: address %q names no Service here", where, hostport)
 		return nil
@@ -634,7 +343,7 @@ func (m *manifests) checkServiceAddress(t *testing.T, where, hostport string) *c
 // port, and uses the domain of the descriptors ConfigMap.
 func TestEnvoyConfig(t *testing.T) {
 	m := loadManifests(t)
-	cm := m.configMaps["envoy-config"]
+	cm := m.ConfigMaps["envoy-config"]
 	if cm == nil {
 		t.Fatal("no ConfigMap envoy-config")
 	}
@@ -653,7 +362,7 @@ func TestEnvoyConfig(t *testing.T) {
 		t.Fatal("the ratelimit filter names no defined cluster")
 	}
 	for _, addr := range envoy.EndpointAddrs(rlsCluster) {
-		svc := m.checkServiceAddress(t, "Envoy cluster "+rlsCluster.GetName(), addr)
+		svc := checkServiceAddress(t, m, "Envoy cluster "+rlsCluster.GetName(), addr)
 		if svc == nil {
 			continue
 		}
@@ -667,7 +376,7 @@ func TestEnvoyConfig(t *testing.T) {
 		}
 	}
 	for _, addr := range envoy.EndpointAddrs(clusters["app"]) {
-		if svc := m.checkServiceAddress(t, "Envoy cluster app", addr); svc != nil && svc.Name != "app" {
+		if svc := checkServiceAddress(t, m, "Envoy cluster app", addr); svc != nil && svc.Name != "app" {
 			t.Errorf("Envoy cluster app points at Service %s", svc.Name)
 		}
 	}
@@ -690,7 +399,7 @@ func TestEnvoyConfig(t *testing.T) {
 	}
 
 	// Descriptors: the ConfigMap is envoy/descriptors/edge.yaml and loads.
-	dcm := m.configMaps["throttle-descriptors"]
+	dcm := m.ConfigMaps["throttle-descriptors"]
 	if dcm == nil || len(dcm.Data) == 0 {
 		t.Fatal("no ConfigMap throttle-descriptors with data")
 	}
@@ -711,7 +420,7 @@ func TestEnvoyConfig(t *testing.T) {
 
 	// Envoy's NodePort is the port kind publishes.
 	kind := loadKindConfig(t)
-	svc := m.services["envoy"]
+	svc := m.Services["envoy"]
 	if svc == nil || svc.Spec.Type != corev1.ServiceTypeNodePort {
 		t.Fatal("want Service envoy of type NodePort")
 	}
@@ -724,7 +433,7 @@ func TestEnvoyConfig(t *testing.T) {
 				}
 			}
 		}
-		if _, ok := containerPort(m.deployments["envoy"].Spec.Template.Spec, p.TargetPort); ok &&
+		if _, ok := manifest.ContainerPort(m.Deployments["envoy"].Spec.Template.Spec, p.TargetPort); ok &&
 			p.Port != int32(b.GetStaticResources().GetListeners()[0].GetAddress().GetSocketAddress().GetPortValue()) {
 			t.Errorf("Service envoy port %d is not Envoy's listener port", p.Port)
 		}
@@ -777,8 +486,8 @@ func TestKindDemoScript(t *testing.T) {
 	}
 	script := string(mustRead(t, "kind-demo.sh"))
 	m := loadManifests(t)
-	for _, w := range m.workloads() {
-		for _, c := range w.pod.Spec.Containers {
+	for _, w := range m.Workloads() {
+		for _, c := range w.Pod.Spec.Containers {
 			if strings.HasSuffix(c.Image, ":dev") {
 				if !strings.Contains(script, "docker build -t "+c.Image+" ") {
 					t.Errorf("kind-demo.sh does not build %s", c.Image)
@@ -788,8 +497,8 @@ func TestKindDemoScript(t *testing.T) {
 				}
 			}
 		}
-		if !strings.Contains(script, "rollout status "+strings.ToLower(w.kind)+"/"+w.name+" ") {
-			t.Errorf("kind-demo.sh does not wait for %s/%s", strings.ToLower(w.kind), w.name)
+		if !strings.Contains(script, "rollout status "+strings.ToLower(w.Kind)+"/"+w.Name+" ") {
+			t.Errorf("kind-demo.sh does not wait for %s/%s", strings.ToLower(w.Kind), w.Name)
 		}
 	}
 	for _, want := range []string{"--config k8s/kind-config.yaml", "kubectl apply -k k8s/", "x-user-id"} {
@@ -831,17 +540,4 @@ func mustRead(t *testing.T, name string) []byte {
 		t.Fatal(err)
 	}
 	return b
-}
-
-// splitYAML splits a multi-document YAML file, dropping empty documents.
-func splitYAML(data []byte) [][]byte {
-	var docs [][]byte
-	for _, d := range bytes.Split(append([]byte("\n"), data...), []byte("\n---")) {
-		var v any
-		if err := yaml.Unmarshal(d, &v); err == nil && v == nil {
-			continue
-		}
-		docs = append(docs, d)
-	}
-	return docs
 }

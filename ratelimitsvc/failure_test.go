@@ -86,7 +86,7 @@ func TestRESTRuleDomains(t *testing.T) {
 	if client.Domain != "shop-front" {
 		t.Fatalf("domain = %q, want shop-front", client.Domain)
 	}
-	if _, err := db.CreateRule(ctx, store.Rule{ClientID: client.ID, Name: "per_user", Algorithm: "fixed_window", Limit: 2, Window: time.Minute,
+	if _, err := db.CreateRule(ctx, store.Rule{ClientID: client.ID, Name: "per_user", Limit: algorithms.Limit{Algorithm: "fixed_window", Limit: 2, Window: time.Minute},
 		Descriptors: []store.DescriptorEntry{{Key: "generic_key", Value: "api"}, {Key: "user_id"}}}); err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +109,7 @@ func TestRESTRuleDomains(t *testing.T) {
 	mustCall(t, c, 3, other)
 
 	// A new rule, with a 90 s window (90 seconds to Envoy), live at once.
-	if _, err := db.CreateRule(ctx, store.Rule{ClientID: client.ID, Name: "per_ip", Algorithm: "token_bucket", Limit: 1, Window: 90 * time.Second,
+	if _, err := db.CreateRule(ctx, store.Rule{ClientID: client.ID, Name: "per_ip", Limit: algorithms.Limit{Algorithm: "token_bucket", Limit: 1, Window: 90 * time.Second},
 		Descriptors: []store.DescriptorEntry{{Key: "remote_address"}}}); err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +124,8 @@ func TestRESTRuleDomains(t *testing.T) {
 	// A rule of two limits: named by the rule and their position unless
 	// named; 600 s is 10 minutes to Envoy.
 	if _, err := db.CreateRule(ctx, store.Rule{ClientID: client.ID, Name: "search", Descriptors: []store.DescriptorEntry{{Key: "path", Value: "/search"}},
-		RateLimits: []store.RuleLimit{{Algorithm: "fixed_window", Limit: 2, Window: time.Second}, {Name: "ten_minutes", Algorithm: "fixed_window", Limit: 3, Window: 10 * time.Minute}}}); err != nil {
+		RateLimits: []store.RuleLimit{{Limit: algorithms.Limit{Algorithm: "fixed_window", Limit: 2, Window: time.Second}},
+			{Name: "ten_minutes", Limit: algorithms.Limit{Algorithm: "fixed_window", Limit: 3, Window: 10 * time.Minute}}}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := cache.Refresh(ctx); err != nil {

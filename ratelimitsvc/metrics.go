@@ -5,8 +5,6 @@ import (
 	"sync"
 	"time"
 
-	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
-
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
@@ -207,7 +205,3 @@ func (m *metrics) label(domain, key, rollup string) string {
 	m.folded.Inc()
 	return rollup
 }
-
-// keysOnly is a descriptor's keys joined with '.': the configured key of a
-// limit override, whose stats key (fullKey) carries the request's values.
-func keysOnly(d *rlcommon.RateLimitDescriptor) string { return joinEntries(d, false) }

@@ -409,6 +409,10 @@ func withoutDomain(k, domain string) string {
 // with '.', used as the metric label of overrides.
 func fullKey(d *rlcommon.RateLimitDescriptor) string { return joinEntries(d, true) }
 
+// keysOnly is a descriptor's keys joined with '.': the configured key of a
+// limit override, whose stats key (fullKey) carries the request's values.
+func keysOnly(d *rlcommon.RateLimitDescriptor) string { return joinEntries(d, false) }
+
 // joinEntries joins a descriptor's keys with '.', each with "_value" when
 // withValues and it has one.
 func joinEntries(d *rlcommon.RateLimitDescriptor, withValues bool) string {

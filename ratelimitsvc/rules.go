@@ -5,7 +5,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/throttle-rl/throttle/algorithms"
 	"github.com/throttle-rl/throttle/descriptors"
 	"github.com/throttle-rl/throttle/store"
 )
@@ -77,15 +76,15 @@ func toDescriptorRules(rules []store.Rule) []descriptors.Rule {
 			default:
 				name = r.Name + "[" + strconv.Itoa(i) + "]"
 			}
-			unit, mult := unitOf(l.Window)
+			unit, mult := unitOf(l.Limit.Window)
 			converted[i] = descriptors.RateLimit{
-				RequestsPerUnit: uint32(min(l.Limit, math.MaxUint32)),
+				RequestsPerUnit: uint32(min(l.Limit.Limit, math.MaxUint32)),
 				Unit:            unit,
 				UnitMultiplier:  mult,
-				Window:          l.Window,
+				Window:          l.Limit.Window,
 				Name:            name,
-				Algorithm:       algorithms.Algorithm(l.Algorithm),
-				RefillRate:      l.RefillRate,
+				Algorithm:       l.Limit.Algorithm,
+				RefillRate:      l.Limit.RefillRate,
 				AlwaysCount:     l.AlwaysCount,
 			}
 		}

@@ -59,111 +59,134 @@ type checkReply struct {
 // identifier clears it.
 func handleCheck(d checkDeps, m *metrics, byIP bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx := r.Context()
-		c := clientFrom(ctx)
-		req, err := decode[checkRequest](w, r)
+		c := clientFrom(r.Context())
+		ch, err := parseCheck(w, r, d, c, byIP)
 		if err != nil {
 			writeError(w, r, err)
 			return
 		}
-		var identifier string
-		if byIP {
-			if req.Identifier != nil {
-				writeError(w, r, invalidField("identifier must be left out on /check/ip: it is the client's IP address"))
-				return
-			}
-			identifier = clientIP(r, d.TrustedProxies)
-		} else {
-			if req.Identifier == nil || *req.Identifier == "" {
-				writeError(w, r, missingField("identifier is required"))
-				return
-			}
-			identifier = *req.Identifier
-			if utf8.RuneCountInString(identifier) > maxIdentifierLen {
-				writeError(w, r, invalidField(fmt.Sprintf("identifier is longer than %d characters", maxIdentifierLen)))
-				return
-			}
-		}
-		limit, name, alwaysCount, err := resolveLimit(d.Cache, c, req)
-		if err != nil {
-			writeError(w, r, err)
-			return
-		}
-		threshold := defaultWarnThreshold
-		if t := req.WarnThreshold; t != nil {
-			if !(*t > 0 && *t < 1) {
-				writeError(w, r, invalidField("warn_threshold must be a number between 0 and 1, both excluded"))
-				return
-			}
-			threshold = *t
-		}
-		hits := int64(1)
-		if req.Hits != nil {
-			if *req.Hits < 0 || *req.Hits > algorithms.MaxLimit {
-				writeError(w, r, invalidField(fmt.Sprintf("hits must be between 0 and %d", int64(algorithms.MaxLimit))))
-				return
-			}
-			hits = *req.Hits
-		}
-		alg := string(limit.Algorithm)
-
-		if d.Cache.Exempt(c.ID, identifier) {
-			d.Usage.Record(c.ID, identifier, alg, true)
+		alg := string(ch.limit.Algorithm)
+		if d.Cache.Exempt(c.ID, ch.identifier) {
+			d.Usage.Record(c.ID, ch.identifier, alg, true)
 			m.decisions.WithLabelValues("rest", alg, "exempt").Inc()
-			// Nothing is counted, so there is no reset (and no t).
-			setLimitHeaders(w.Header(), d.HeaderSets, limitHeaders{
-				policy: policyName(req.Rule, limit), limit: limit, remaining: limit.Limit, reset: -1,
-			})
-			if d.HeaderSets.SendsX() {
-				w.Header().Set("X-RateLimit-Algorithm", alg)
-			}
-			encode(w, r, http.StatusOK, checkReply{
-				Allowed: true, Exempted: true, Identifier: identifier,
-				Limit: limit.Limit, Remaining: limit.Limit, ResetAt: ceilUnix(d.Now()),
-				Algorithm: alg, Rule: req.Rule,
-			})
+			writeCheck(w, r, d.HeaderSets, ch, ch.exemptReply(d.Now()), -1)
 			return
 		}
-
-		key := algorithms.Key{Scope: c.ID, Identifier: identifier, Name: name}
-		dec, err := checkOne(ctx, d.Limiter, algorithms.Request{Key: key, Limit: limit, Hits: hits, AlwaysCount: alwaysCount})
+		key := algorithms.Key{Scope: c.ID, Identifier: ch.identifier, Name: ch.counter}
+		dec, err := checkOne(r.Context(), d.Limiter, algorithms.Request{Key: key, Limit: ch.limit, Hits: ch.hits, AlwaysCount: ch.alwaysCount})
 		if err != nil {
 			writeError(w, r, err)
 			return
 		}
-		d.Usage.Record(c.ID, identifier, alg, dec.Allowed)
+		d.Usage.Record(c.ID, ch.identifier, alg, dec.Allowed)
 		outcome := "allowed"
 		if !dec.Allowed {
 			outcome = "rejected"
 		}
 		m.decisions.WithLabelValues("rest", alg, outcome).Inc()
-
-		reply := checkReply{
-			Allowed:    dec.Allowed,
-			Identifier: identifier,
-			Limit:      dec.Limit,
-			Remaining:  dec.Remaining,
-			ResetAt:    ceilUnix(dec.ResetAt()),
-			Algorithm:  alg,
-			Rule:       req.Rule,
-			Warning:    float64(dec.Remaining) < threshold*float64(dec.Limit),
-		}
-		if !dec.Allowed {
-			reply.RetryAfter = max(ceilSeconds(dec.RetryAfter), 1)
-		}
-		h := w.Header()
-		setLimitHeaders(h, d.HeaderSets, limitHeaders{
-			policy: policyName(req.Rule, limit), limit: limit, remaining: reply.Remaining,
-			resetAt: reply.ResetAt, reset: ceilSeconds(dec.ResetAfter), retryAfter: reply.RetryAfter,
-		})
-		if d.HeaderSets.SendsX() {
-			h.Set("X-RateLimit-Algorithm", alg)
-			if reply.Warning {
-				h.Set("X-RateLimit-Warning", "true")
-			}
-		}
-		encode(w, r, http.StatusOK, reply)
+		writeCheck(w, r, d.HeaderSets, ch, ch.reply(dec), ceilSeconds(dec.ResetAfter))
 	})
+}
+
+// check is a /check or /check/ip request, parsed and checked.
+type check struct {
+	identifier string
+	limit      algorithms.Limit
+	counter    string // the counter's name: "rule:<rule>", or "" for an inline limit
+	rule       string // the rule the request named, or ""
+	hits       int64
+	threshold  float64 // warn when remaining/limit is below it
+	// alwaysCount: the rule always counts its hits, even past the limit (a
+	// cost reported after the fact).
+	alwaysCount bool
+}
+
+// parseCheck reads the body of a /check (byIP false) or /check/ip request of
+// client c and checks it, field by field in the order the API documents.
+func parseCheck(w http.ResponseWriter, r *http.Request, d checkDeps, c store.Client, byIP bool) (check, error) {
+	req, err := decode[checkRequest](w, r)
+	if err != nil {
+		return check{}, err
+	}
+	ch := check{rule: req.Rule, hits: 1, threshold: defaultWarnThreshold}
+	switch {
+	case byIP && req.Identifier != nil:
+		return check{}, invalidField("identifier must be left out on /check/ip: it is the client's IP address")
+	case byIP:
+		ch.identifier = clientIP(r, d.TrustedProxies)
+	case req.Identifier == nil || *req.Identifier == "":
+		return check{}, missingField("identifier is required")
+	case utf8.RuneCountInString(*req.Identifier) > maxIdentifierLen:
+		return check{}, invalidField(fmt.Sprintf("identifier is longer than %d characters", maxIdentifierLen))
+	default:
+		ch.identifier = *req.Identifier
+	}
+	if ch.limit, ch.counter, ch.alwaysCount, err = resolveLimit(d.Cache, c, req); err != nil {
+		return check{}, err
+	}
+	if t := req.WarnThreshold; t != nil {
+		if !(*t > 0 && *t < 1) {
+			return check{}, invalidField("warn_threshold must be a number between 0 and 1, both excluded")
+		}
+		ch.threshold = *t
+	}
+	if h := req.Hits; h != nil {
+		if *h < 0 || *h > algorithms.MaxLimit {
+			return check{}, invalidField(fmt.Sprintf("hits must be between 0 and %d", int64(algorithms.MaxLimit)))
+		}
+		ch.hits = *h
+	}
+	return ch, nil
+}
+
+// reply is the reply to ch decided as dec.
+func (ch check) reply(dec algorithms.Decision) checkReply {
+	reply := checkReply{
+		Allowed:    dec.Allowed,
+		Identifier: ch.identifier,
+		Limit:      dec.Limit,
+		Remaining:  dec.Remaining,
+		ResetAt:    ceilUnix(dec.ResetAt()),
+		Algorithm:  string(ch.limit.Algorithm),
+		Rule:       ch.rule,
+		Warning:    float64(dec.Remaining) < ch.threshold*float64(dec.Limit),
+	}
+	if !dec.Allowed {
+		reply.RetryAfter = max(ceilSeconds(dec.RetryAfter), 1)
+	}
+	return reply
+}
+
+// exemptReply is the reply to ch when its identifier is exempt: allowed,
+// with the whole limit remaining, and nothing counted.
+func (ch check) exemptReply(now time.Time) checkReply {
+	return checkReply{
+		Allowed: true, Exempted: true, Identifier: ch.identifier,
+		Limit: ch.limit.Limit, Remaining: ch.limit.Limit, ResetAt: ceilUnix(now),
+		Algorithm: string(ch.limit.Algorithm), Rule: ch.rule,
+	}
+}
+
+// writeCheck writes reply with its rate-limit headers (the sets that sets
+// chooses); reset is the draft's t, the seconds until the state is fresh
+// again. An exempt reply has no reset in its headers: nothing was counted.
+func writeCheck(w http.ResponseWriter, r *http.Request, sets ratelimitheader.Sets, ch check, reply checkReply, reset int64) {
+	lh := limitHeaders{
+		policy: policyName(ch.rule, ch.limit), limit: ch.limit, remaining: reply.Remaining,
+		resetAt: reply.ResetAt, reset: reset, retryAfter: reply.RetryAfter,
+	}
+	if reply.Exempted {
+		lh.resetAt, lh.reset = 0, -1
+	}
+	h := w.Header()
+	setLimitHeaders(h, sets, lh)
+	if sets.SendsX() {
+		h.Set("X-RateLimit-Algorithm", reply.Algorithm)
+		if reply.Warning {
+			h.Set("X-RateLimit-Warning", "true")
+		}
+	}
+	encode(w, r, http.StatusOK, reply)
 }
 
 // checkDeps is what /check and /check/ip use.
@@ -179,8 +202,8 @@ type checkDeps struct {
 // resolveLimit returns the limit a check asks for and the counter name: the
 // rule's when it names one (its limit, window, algorithm and refill rate
 // override the request's; with always_count it counts hits past the limit),
-// else the inline fields, with the client's default algorithm when none is
-// given.
+// else the inline fields, with the client's default
+// algorithm when none is given.
 func resolveLimit(cache *store.Cache, c store.Client, req checkRequest) (algorithms.Limit, string, bool, error) {
 	if req.Rule != "" {
 		rule, ok := cache.Rule(c.ID, req.Rule)
@@ -190,18 +213,12 @@ func resolveLimit(cache *store.Cache, c store.Client, req checkRequest) (algorit
 		if len(rule.RateLimits) > 0 {
 			return algorithms.Limit{}, "", false, invalidField(fmt.Sprintf("rule %q has several limits (rate_limits): it limits Envoy requests only", req.Rule))
 		}
-		l := algorithms.Limit{
-			Algorithm:  algorithms.Algorithm(rule.Algorithm),
-			Limit:      rule.Limit,
-			Window:     rule.Window,
-			RefillRate: rule.RefillRate,
-		}
-		return l, "rule:" + rule.Name, rule.AlwaysCount, nil
+		return rule.Limit, "rule:" + rule.Name, rule.AlwaysCount, nil
 	}
 
 	name := req.Algorithm
 	if name == "" {
-		name = c.DefaultAlgorithm
+		name = string(c.DefaultAlgorithm)
 	}
 	if name == "" {
 		name = string(algorithms.SlidingWindow)
@@ -277,39 +294,4 @@ func limiterError(err error) error {
 		return err
 	}
 	return &backendError{err}
-}
-
-// decodeIdentified decodes a body whose identifier (as id reads it) is
-// required.
-func decodeIdentified[T any](w http.ResponseWriter, r *http.Request, id func(T) string) (T, error) {
-	v, err := decode[T](w, r)
-	if err == nil && id(v) == "" {
-		err = missingField("identifier is required")
-	}
-	return v, err
-}
-
-func missingField(msg string) error {
-	return &apiError{http.StatusBadRequest, "MISSING_FIELD", msg}
-}
-
-func invalidField(msg string) error {
-	return &apiError{http.StatusBadRequest, "INVALID_FIELD", msg}
-}
-
-// ceilUnix returns t in Unix seconds, rounded up.
-func ceilUnix(t time.Time) int64 {
-	s := t.Unix()
-	if t.Nanosecond() > 0 {
-		s++
-	}
-	return s
-}
-
-// ceilSeconds returns d in whole seconds, rounded up; 0 for d ≤ 0.
-func ceilSeconds(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	return int64((d + time.Second - 1) / time.Second)
 }

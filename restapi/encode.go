@@ -63,6 +63,16 @@ func decode[T any](w http.ResponseWriter, r *http.Request) (T, error) {
 	return v, nil
 }
 
+// decodeIdentified decodes a body whose identifier (as id reads it) is
+// required.
+func decodeIdentified[T any](w http.ResponseWriter, r *http.Request, id func(T) string) (T, error) {
+	v, err := decode[T](w, r)
+	if err == nil && id(v) == "" {
+		err = missingField("identifier is required")
+	}
+	return v, err
+}
+
 var errBodyTooLarge = &apiError{http.StatusRequestEntityTooLarge, "BODY_TOO_LARGE", fmt.Sprintf("request body is larger than %d bytes", maxBodyBytes)}
 
 func checkContentType(ct string) error {
@@ -122,6 +132,16 @@ type apiError struct {
 }
 
 func (e *apiError) Error() string { return e.message }
+
+// missingField is a 400 MISSING_FIELD: a required field is missing.
+func missingField(msg string) error {
+	return &apiError{http.StatusBadRequest, "MISSING_FIELD", msg}
+}
+
+// invalidField is a 400 INVALID_FIELD: a field has an unacceptable value.
+func invalidField(msg string) error {
+	return &apiError{http.StatusBadRequest, "INVALID_FIELD", msg}
+}
 
 // errorReply is the body of every error reply.
 type errorReply struct {

@@ -197,6 +197,18 @@ func recoverPanics(next http.Handler) http.Handler {
 	})
 }
 
+// handleNotFound answers as an unknown route does.
+func handleNotFound() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, r, routeNotFound(r))
+	})
+}
+
+// routeNotFound is the 404 of a request no route serves.
+func routeNotFound(r *http.Request) error {
+	return &apiError{http.StatusNotFound, "NOT_FOUND", fmt.Sprintf("no such route: %s %s", r.Method, r.URL.Path)}
+}
+
 // jsonMuxErrors makes the mux's own 404 and 405 replies JSON. 405 keeps the
 // Allow header the mux sets.
 func jsonMuxErrors(mux *http.ServeMux) http.Handler {
@@ -221,10 +233,10 @@ func (w *muxErrorWriter) WriteHeader(code int) {
 		return
 	}
 	w.wrote = true
-	var err *apiError
+	var err error
 	switch code {
 	case http.StatusNotFound:
-		err = &apiError{code, "NOT_FOUND", fmt.Sprintf("no such route: %s %s", w.r.Method, w.r.URL.Path)}
+		err = routeNotFound(w.r)
 	case http.StatusMethodNotAllowed:
 		err = &apiError{code, "METHOD_NOT_ALLOWED", fmt.Sprintf("method %s is not allowed on %s; allowed: %s", w.r.Method, w.r.URL.Path, w.Header().Get("Allow"))}
 	default:

@@ -114,53 +114,89 @@ func TestPostgresOutage(t *testing.T) {
 	}()
 	defer func() { stopRecorder(); <-recDone }()
 
-	c := e.register(t, "outage")
-	e.call(t, "POST", "/rules", c.Key, `{"name":"base","algorithm":"fixed_window","limit":10,"window":60}`)
-	// Rules and exemptions to delete, over and over: 200 the first time,
-	// 404 after.
-	const deletable = 200
+	load := newOutageLoad(t, e)
+	endpoints := load.endpoints()
+	counts := runThroughOutage(t, pg, endpoints)
+	checkOutagePhases(t, counts, endpoints)
+	var unavailable float64
+	for _, op := range []string{"create_client", "create_rule", "update_rule", "delete_rule", "rules", "create_exemption",
+		"delete_exemption", "exemptions", "usage", "top_identifiers", "add_usage", "snapshot", "client_by_id"} {
+		unavailable += counterValue(t, e.reg, "throttle_store_unavailable_total", map[string]string{"op": op})
+	}
+	t.Logf("throttle_store_unavailable_total: %v", unavailable)
+	if unavailable == 0 {
+		t.Error("throttle_store_unavailable_total did not count the outage")
+	}
+	stopRecorder()
+	<-recDone // its last flush
+	load.checkKept(t)
+}
+
+// outageLoad is the load of TestPostgresOutage on one client, and what its
+// calls acknowledged.
+type outageLoad struct {
+	e *testEnv
+	c client
+
+	checks                       atomic.Int64 // /check decisions answered 200
+	nextRule, nextExemption, reg atomic.Int64
+
+	mu                        sync.Mutex
+	rulesMade, exemptionsMade []string
+	rulesGone, exemptionsGone []string
+	keysMade                  []string
+}
+
+// deletable is how many rules and exemptions the load deletes, over and
+// over: 200 the first time, 404 after.
+const deletable = 200
+
+// newOutageLoad registers the load's client, its rule "base", and the
+// rules and exemptions it deletes.
+func newOutageLoad(t *testing.T, e *testEnv) *outageLoad {
+	t.Helper()
+	l := &outageLoad{e: e, c: e.register(t, "outage")}
+	e.call(t, "POST", "/rules", l.c.Key, `{"name":"base","algorithm":"fixed_window","limit":10,"window":60}`)
 	for i := range deletable {
 		for _, r := range []reply{
-			e.call(t, "POST", "/rules", c.Key, fmt.Sprintf(`{"name":"del-%d","algorithm":"fixed_window","limit":10,"window":60}`, i)),
-			e.call(t, "POST", "/exemptions", c.Key, fmt.Sprintf(`{"identifier":"del-%d"}`, i)),
+			e.call(t, "POST", "/rules", l.c.Key, fmt.Sprintf(`{"name":"del-%d","algorithm":"fixed_window","limit":10,"window":60}`, i)),
+			e.call(t, "POST", "/exemptions", l.c.Key, fmt.Sprintf(`{"identifier":"del-%d"}`, i)),
 		} {
 			if r.status != http.StatusCreated {
 				t.Fatalf("setup: %d %s", r.status, r.body)
 			}
 		}
 	}
+	return l
+}
 
-	var (
-		checks                       atomic.Int64 // /check decisions answered 200
-		mu                           sync.Mutex
-		rulesMade, exemptionsMade    []string
-		rulesGone, exemptionsGone    []string
-		keysMade                     []string
-		nextRule, nextExemption, reg atomic.Int64
-	)
-	keep := func(list *[]string, v string) {
-		mu.Lock()
-		defer mu.Unlock()
-		*list = append(*list, v)
-	}
-	endpoints := []endpoint{
+func (l *outageLoad) keep(list *[]string, v string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	*list = append(*list, v)
+}
+
+// endpoints are the calls of the load, one kind per endpoint.
+func (l *outageLoad) endpoints() []endpoint {
+	e, c := l.e, l.c
+	return []endpoint{
 		{"POST /register", []int{http.StatusCreated}, true, func(int) (outcome, string, error) {
-			n := reg.Add(1)
+			n := l.reg.Add(1)
 			o, body, err := e.try("POST", "/register", "", fmt.Sprintf(`{"name":"load %d","email":"load-%d-%s@example.com"}`, n, n, randomHex(3)))
 			if err == nil && o.status == http.StatusCreated {
 				var r registerReply
 				if err := json.Unmarshal([]byte(body), &r); err != nil {
 					return o, body, err
 				}
-				keep(&keysMade, r.APIKey)
+				l.keep(&l.keysMade, r.APIKey)
 			}
 			return o, body, err
 		}},
 		{"POST /rules", []int{http.StatusCreated}, true, func(int) (outcome, string, error) {
-			name := fmt.Sprintf("load-%d", nextRule.Add(1))
+			name := fmt.Sprintf("load-%d", l.nextRule.Add(1))
 			o, body, err := e.try("POST", "/rules", c.Key, `{"name":"`+name+`","algorithm":"sliding_window","limit":5,"window":10}`)
 			if err == nil && o.status == http.StatusCreated {
-				keep(&rulesMade, name)
+				l.keep(&l.rulesMade, name)
 			}
 			return o, body, err
 		}},
@@ -171,16 +207,16 @@ func TestPostgresOutage(t *testing.T) {
 			name := fmt.Sprintf("del-%d", n%deletable)
 			o, body, err := e.try("DELETE", "/rules/"+name, c.Key, "")
 			if err == nil && (o.status == http.StatusOK || o.code == "RULE_NOT_FOUND") {
-				keep(&rulesGone, name)
+				l.keep(&l.rulesGone, name)
 			}
 			return o, body, err
 		}},
 		{"GET /rules/list", []int{http.StatusOK}, true, func(int) (outcome, string, error) { return e.try("GET", "/rules/list", c.Key, "") }},
 		{"POST /exemptions", []int{http.StatusCreated}, true, func(int) (outcome, string, error) {
-			id := fmt.Sprintf("load-%d", nextExemption.Add(1))
+			id := fmt.Sprintf("load-%d", l.nextExemption.Add(1))
 			o, body, err := e.try("POST", "/exemptions", c.Key, `{"identifier":"`+id+`"}`)
 			if err == nil && o.status == http.StatusCreated {
-				keep(&exemptionsMade, id)
+				l.keep(&l.exemptionsMade, id)
 			}
 			return o, body, err
 		}},
@@ -188,7 +224,7 @@ func TestPostgresOutage(t *testing.T) {
 			id := fmt.Sprintf("del-%d", n%deletable)
 			o, body, err := e.try("DELETE", "/exemptions/"+id, c.Key, "")
 			if err == nil && (o.status == http.StatusOK || o.code == "EXEMPTION_NOT_FOUND") {
-				keep(&exemptionsGone, id)
+				l.keep(&l.exemptionsGone, id)
 			}
 			return o, body, err
 		}},
@@ -197,14 +233,21 @@ func TestPostgresOutage(t *testing.T) {
 		{"POST /check", []int{http.StatusOK}, false, func(n int) (outcome, string, error) {
 			o, body, err := e.try("POST", "/check", c.Key, fmt.Sprintf(`{"identifier":"user-%d","limit":1000000,"window":60,"algorithm":"fixed_window"}`, n%50))
 			if err == nil && o.status == http.StatusOK {
-				checks.Add(1)
+				l.checks.Add(1)
 			}
 			return o, body, err
 		}},
 	}
+}
 
-	// The phase a call belongs to: "outage" only when it started after
-	// PostgreSQL stopped and ended before it was started again.
+// runThroughOutage calls endpoints from 6 workers for a second, stops pg
+// for 3 seconds, starts it again, waits until every endpoint succeeds
+// again, and 2 seconds later stops the load. It checks each call's outcome
+// as it comes and returns them counted by phase: "outage" for a call that
+// started after PostgreSQL was gone and ended before it was started again,
+// "up" for one made wholly while it was up, "edge" for the others.
+func runThroughOutage(t *testing.T, pg *pgtest.Server, endpoints []endpoint) *tally {
+	t.Helper()
 	var down atomic.Int32 // 0 up, 1 stopped, 2 starting again
 	var outageEpoch atomic.Int64
 	phaseOf := func(startDown int32, startEpoch int64) string {
@@ -250,16 +293,19 @@ func TestPostgresOutage(t *testing.T) {
 			}
 		})
 	}
+	defer wg.Wait()
+	defer close(stop)
 
 	time.Sleep(time.Second)
+	pg.Stop(t)
+	// The outage starts once PostgreSQL is gone: a call in flight while it
+	// shut down (fast: committing what it could) may have succeeded.
 	outageEpoch.Add(1)
 	down.Store(1)
-	pg.Stop(t)
 	time.Sleep(3 * time.Second)
 	down.Store(2)
 	pg.Start(t)
 	back := time.Now()
-	// Every endpoint succeeds again.
 	for _, ep := range endpoints {
 		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 			o, body, err := ep.call(0)
@@ -274,10 +320,14 @@ func TestPostgresOutage(t *testing.T) {
 	t.Logf("every endpoint answered again %v after PostgreSQL was started", time.Since(back).Round(time.Millisecond))
 	down.Store(0)
 	time.Sleep(2 * time.Second)
-	close(stop)
-	wg.Wait()
+	return counts
+}
 
-	// The figures, and the phases' rules.
+// checkOutagePhases logs the counts and checks that every endpoint that
+// reads or writes the database got a 503 within the outage, and that every
+// endpoint succeeded while PostgreSQL was up.
+func checkOutagePhases(t *testing.T, counts *tally, endpoints []endpoint) {
+	t.Helper()
 	var phases []string
 	for k := range counts.m {
 		phases = append(phases, k)
@@ -295,19 +345,16 @@ func TestPostgresOutage(t *testing.T) {
 			t.Errorf("%s: no success while PostgreSQL was up (%v)", ep.name, up)
 		}
 	}
-	var unavailable float64
-	for _, op := range []string{"create_client", "create_rule", "update_rule", "delete_rule", "rules", "create_exemption",
-		"delete_exemption", "exemptions", "usage", "top_identifiers", "add_usage", "snapshot", "client_by_id"} {
-		unavailable += counterValue(t, e.reg, "throttle_store_unavailable_total", map[string]string{"op": op})
-	}
-	t.Logf("throttle_store_unavailable_total: %v", unavailable)
-	if unavailable == 0 {
-		t.Error("throttle_store_unavailable_total did not count the outage")
-	}
+}
 
-	// Nothing acknowledged is lost.
-	ctx := t.Context()
-	rules, err := e.db.Rules(ctx, c.ID)
+// checkKept checks that nothing the load saw acknowledged is lost: rules,
+// exemptions and keys created are there, rules and exemptions deleted are
+// gone, and the usage in the database counts every /check answered. The
+// usage recorder must have stopped (flushed) first.
+func (l *outageLoad) checkKept(t *testing.T) {
+	t.Helper()
+	ctx, e := t.Context(), l.e
+	rules, err := e.db.Rules(ctx, l.c.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -315,17 +362,8 @@ func TestPostgresOutage(t *testing.T) {
 	for _, r := range rules {
 		ruleNames[r.Name] = true
 	}
-	for _, n := range rulesMade {
-		if !ruleNames[n] {
-			t.Errorf("rule %s was created (201) and is gone", n)
-		}
-	}
-	for _, n := range rulesGone {
-		if ruleNames[n] {
-			t.Errorf("rule %s was deleted (200) and is there", n)
-		}
-	}
-	exemptions, err := e.db.Exemptions(ctx, c.ID)
+	checkMadeAndGone(t, "rule", ruleNames, l.rulesMade, l.rulesGone)
+	exemptions, err := e.db.Exemptions(ctx, l.c.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -333,35 +371,39 @@ func TestPostgresOutage(t *testing.T) {
 	for _, x := range exemptions {
 		exempt[x.Identifier] = true
 	}
-	for _, id := range exemptionsMade {
-		if !exempt[id] {
-			t.Errorf("exemption %s was created (201) and is gone", id)
-		}
-	}
-	for _, id := range exemptionsGone {
-		if exempt[id] {
-			t.Errorf("exemption %s was deleted (200) and is there", id)
-		}
-	}
+	checkMadeAndGone(t, "exemption", exempt, l.exemptionsMade, l.exemptionsGone)
 	if err := e.cache.Refresh(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for _, key := range keysMade {
+	for _, key := range l.keysMade {
 		if r, _, err := e.try("GET", "/me", key, ""); err != nil || r.status != http.StatusOK {
 			t.Errorf("a key registered (201) does not work: %v %v", r, err)
 		}
 	}
-	stopRecorder()
-	<-recDone // its last flush
-	u, err := e.db.Usage(ctx, c.ID)
+	u, err := e.db.Usage(ctx, l.c.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if u.TotalChecks != checks.Load() {
-		t.Errorf("usage in the database: %d checks, want the %d answered", u.TotalChecks, checks.Load())
+	if u.TotalChecks != l.checks.Load() {
+		t.Errorf("usage in the database: %d checks, want the %d answered", u.TotalChecks, l.checks.Load())
 	}
 	t.Logf("acknowledged and kept: %d clients, %d rules, %d exemptions, %d deletions, %d checks counted",
-		len(keysMade), len(rulesMade), len(exemptionsMade), len(rulesGone)+len(exemptionsGone), u.TotalChecks)
+		len(l.keysMade), len(l.rulesMade), len(l.exemptionsMade), len(l.rulesGone)+len(l.exemptionsGone), u.TotalChecks)
+}
+
+// checkMadeAndGone checks that every name of made is in stored and none of gone is.
+func checkMadeAndGone(t *testing.T, what string, stored map[string]bool, made, gone []string) {
+	t.Helper()
+	for _, n := range made {
+		if !stored[n] {
+			t.Errorf("%s %s was created (201) and is gone", what, n)
+		}
+	}
+	for _, n := range gone {
+		if stored[n] {
+			t.Errorf("%s %s was deleted (200) and is there", what, n)
+		}
+	}
 }
 
 // TestSQLiteLocked: while another process holds SQLite's write lock, a

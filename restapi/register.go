@@ -90,7 +90,7 @@ func handleRegister(db *store.DB, cache *store.Cache, limiter algorithms.Store, 
 			Name:             req.Name,
 			Email:            req.Email,
 			Domain:           req.Domain,
-			DefaultAlgorithm: req.DefaultAlgorithm,
+			DefaultAlgorithm: algorithms.Algorithm(req.DefaultAlgorithm),
 		}, sha256.Sum256([]byte(key)))
 		if err != nil {
 			writeError(w, r, err)
@@ -106,7 +106,7 @@ func handleRegister(db *store.DB, cache *store.Cache, limiter algorithms.Store, 
 			Name:             c.Name,
 			Email:            c.Email,
 			Domain:           c.Domain,
-			DefaultAlgorithm: c.DefaultAlgorithm,
+			DefaultAlgorithm: string(c.DefaultAlgorithm),
 			CreatedAt:        c.CreatedAt.UTC(),
 		})
 	})

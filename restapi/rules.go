@@ -62,14 +62,15 @@ type ruleLimitReply struct {
 func newRuleReply(r store.Rule) ruleReply {
 	reply := ruleReply{Name: r.Name, Descriptors: r.Descriptors, CreatedAt: r.CreatedAt.UTC()}
 	if len(r.RateLimits) == 0 {
-		w := int64(r.Window / time.Second)
-		reply.Algorithm, reply.Limit, reply.Window, reply.RefillRate, reply.AlwaysCount = r.Algorithm, r.Limit, &w, r.RefillRate, r.AlwaysCount
+		w := int64(r.Limit.Window / time.Second)
+		reply.Algorithm, reply.Limit, reply.Window = string(r.Limit.Algorithm), r.Limit.Limit, &w
+		reply.RefillRate, reply.AlwaysCount = r.Limit.RefillRate, r.AlwaysCount
 		return reply
 	}
 	reply.RateLimits = make([]ruleLimitReply, len(r.RateLimits))
 	for i, l := range r.RateLimits {
-		reply.RateLimits[i] = ruleLimitReply{Name: l.Name, Algorithm: l.Algorithm, Limit: l.Limit, Window: int64(l.Window / time.Second),
-			RefillRate: l.RefillRate, AlwaysCount: l.AlwaysCount}
+		reply.RateLimits[i] = ruleLimitReply{Name: l.Name, Algorithm: string(l.Limit.Algorithm), Limit: l.Limit.Limit,
+			Window: int64(l.Limit.Window / time.Second), RefillRate: l.Limit.RefillRate, AlwaysCount: l.AlwaysCount}
 	}
 	return reply
 }
@@ -156,8 +157,7 @@ func ruleFromRequest(c store.Client, req ruleRequest) (store.Rule, error) {
 				}
 				return store.Rule{}, err
 			}
-			rule.RateLimits = append(rule.RateLimits, store.RuleLimit{Name: l.Name, Algorithm: string(limit.Algorithm), Limit: limit.Limit,
-				Window: limit.Window, RefillRate: limit.RefillRate, AlwaysCount: l.AlwaysCount})
+			rule.RateLimits = append(rule.RateLimits, store.RuleLimit{Name: l.Name, Limit: limit, AlwaysCount: l.AlwaysCount})
 		}
 		return rule, nil
 	}
@@ -165,8 +165,7 @@ func ruleFromRequest(c store.Client, req ruleRequest) (store.Rule, error) {
 	if err != nil {
 		return store.Rule{}, err
 	}
-	rule.Algorithm, rule.Limit, rule.Window, rule.RefillRate = string(limit.Algorithm), limit.Limit, limit.Window, limit.RefillRate
-	rule.AlwaysCount = req.AlwaysCount != nil && *req.AlwaysCount
+	rule.Limit, rule.AlwaysCount = limit, req.AlwaysCount != nil && *req.AlwaysCount
 	return rule, nil
 }
 
@@ -174,7 +173,7 @@ func ruleFromRequest(c store.Client, req ruleRequest) (store.Rule, error) {
 // client's.
 func ruleLimit(c store.Client, alg string, limit, window *int64, refill *float64) (algorithms.Limit, error) {
 	if alg == "" {
-		alg = c.DefaultAlgorithm
+		alg = string(c.DefaultAlgorithm)
 	}
 	a, err := algorithms.ParseAlgorithm(alg)
 	if err != nil {

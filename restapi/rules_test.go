@@ -9,9 +9,14 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/throttle-rl/throttle/algorithms"
 	"github.com/throttle-rl/throttle/store"
 )
 
+// TestRules: a rule is created, listed, used by /check at once, refused
+// with the exact status and code when bad, and deleted. One story in steps
+// over each backend, with a table of refusals in its middle, hence its
+// length.
 func TestRules(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		e := newEnv(t, b)
@@ -109,7 +114,7 @@ func TestRuleUpdate(t *testing.T) {
 			t.Fatalf("POST /rules = %d %s", r.status, r.body)
 		}
 		created := decodeReply[ruleReply](t, r)
-		if _, err := e.db.CreateRule(t.Context(), store.Rule{ClientID: c.ID, Name: "edge", Algorithm: "fixed_window", Limit: 1, Window: time.Minute,
+		if _, err := e.db.CreateRule(t.Context(), store.Rule{ClientID: c.ID, Name: "edge", Limit: algorithms.Limit{Algorithm: "fixed_window", Limit: 1, Window: time.Minute},
 			Descriptors: []store.DescriptorEntry{{Key: "path", Value: "/login"}}}); err != nil {
 			t.Fatal(err)
 		}

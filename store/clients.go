@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/google/uuid"
+
+	"github.com/throttle-rl/throttle/algorithms"
 )
 
 const clientColumns = `id, name, email, domain, default_algorithm, created_at`
@@ -18,9 +20,13 @@ type rowScanner interface {
 }
 
 func scanClient(row rowScanner, extra ...any) (Client, error) {
-	var c Client
-	dest := append([]any{&c.ID, &c.Name, &c.Email, &c.Domain, &c.DefaultAlgorithm, timeScanner{&c.CreatedAt}}, extra...)
+	var (
+		c         Client
+		algorithm string
+	)
+	dest := append([]any{&c.ID, &c.Name, &c.Email, &c.Domain, &algorithm, timeScanner{&c.CreatedAt}}, extra...)
 	err := row.Scan(dest...)
+	c.DefaultAlgorithm = algorithms.Algorithm(algorithm)
 	return c, err
 }
 
@@ -81,7 +87,7 @@ func (db *DB) insertClient(ctx context.Context, c Client, keyHash [32]byte) erro
 		_, err := tx.ExecContext(ctx, db.q(`INSERT INTO clients
 			(id, name, email, domain, default_algorithm, api_key_hash, created_at)
 			VALUES (?, ?, ?, ?, ?, ?, ?)`),
-			c.ID, c.Name, c.Email, c.Domain, c.DefaultAlgorithm, keyHash[:], c.CreatedAt)
+			c.ID, c.Name, c.Email, c.Domain, string(c.DefaultAlgorithm), keyHash[:], c.CreatedAt)
 		if err != nil {
 			return err
 		}

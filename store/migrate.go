@@ -27,43 +27,12 @@ func Migrate(ctx context.Context, databaseURL string, cmd string) (version uint,
 	default:
 		return 0, false, fmt.Errorf("migrate: command %q is not one of up, down, version: %w", cmd, ErrInvalid)
 	}
-	dialect, sqlDB, err := openSQL(databaseURL)
+	m, err := openMigrator(ctx, databaseURL)
 	if err != nil {
 		return 0, false, err
 	}
-	if err := sqlDB.PingContext(ctx); err != nil {
-		sqlDB.Close()
-		return 0, false, fmt.Errorf("migrate: connect to %s database: %w", dialect, err)
-	}
-
-	var (
-		driver database.Driver
-		source fs.FS
-	)
-	switch dialect {
-	case DialectSQLite:
-		source = migrations.SQLite()
-		driver, err = sqlitemigrate.WithInstance(sqlDB, &sqlitemigrate.Config{})
-	default:
-		source = migrations.Postgres()
-		driver, err = pgxmigrate.WithInstance(sqlDB, &pgxmigrate.Config{})
-	}
-	if err != nil {
-		sqlDB.Close()
-		return 0, false, fmt.Errorf("migrate: prepare %s database: %w", dialect, err)
-	}
-	src, err := iofs.New(source, ".")
-	if err != nil {
-		driver.Close()
-		return 0, false, fmt.Errorf("migrate: read embedded migrations: %w", err)
-	}
-	m, err := migrate.NewWithInstance("iofs", src, dialect, driver)
-	if err != nil {
-		src.Close()
-		driver.Close()
-		return 0, false, fmt.Errorf("migrate: %w", err)
-	}
-	// m.Close closes the source and the driver, and the driver closes sqlDB.
+	// m.Close closes the source and the driver, and the driver closes the
+	// database.
 	defer func() {
 		srcErr, dbErr := m.Close()
 		if err == nil {
@@ -96,15 +65,63 @@ func Migrate(ctx context.Context, databaseURL string, cmd string) (version uint,
 			err = fmt.Errorf("migrate %s: %w", cmd, err)
 		}
 	}
-	v, d, verr := m.Version()
+	return schemaVersion(m, err)
+}
+
+// openMigrator connects to databaseURL and returns golang-migrate over it
+// and the embedded migrations of its dialect.
+func openMigrator(ctx context.Context, databaseURL string) (*migrate.Migrate, error) {
+	dialect, sqlDB, err := openSQL(databaseURL)
+	if err != nil {
+		return nil, err
+	}
+	if err := sqlDB.PingContext(ctx); err != nil {
+		sqlDB.Close()
+		return nil, fmt.Errorf("migrate: connect to %s database: %w", dialect, err)
+	}
+
+	var (
+		driver database.Driver
+		source fs.FS
+	)
+	switch dialect {
+	case DialectSQLite:
+		source = migrations.SQLite()
+		driver, err = sqlitemigrate.WithInstance(sqlDB, &sqlitemigrate.Config{})
+	default:
+		source = migrations.Postgres()
+		driver, err = pgxmigrate.WithInstance(sqlDB, &pgxmigrate.Config{})
+	}
+	if err != nil {
+		sqlDB.Close()
+		return nil, fmt.Errorf("migrate: prepare %s database: %w", dialect, err)
+	}
+	src, err := iofs.New(source, ".")
+	if err != nil {
+		driver.Close()
+		return nil, fmt.Errorf("migrate: read embedded migrations: %w", err)
+	}
+	m, err := migrate.NewWithInstance("iofs", src, dialect, driver)
+	if err != nil {
+		src.Close()
+		driver.Close()
+		return nil, fmt.Errorf("migrate: %w", err)
+	}
+	return m, nil
+}
+
+// schemaVersion reports m's schema version after a command that ended with
+// err; a dirty schema is an error of its own when the command had none.
+func schemaVersion(m *migrate.Migrate, err error) (uint, bool, error) {
+	v, dirty, verr := m.Version()
 	if errors.Is(verr, migrate.ErrNilVersion) {
 		return 0, false, err
 	}
 	if verr != nil && err == nil {
 		err = fmt.Errorf("migrate: read schema version: %w", verr)
 	}
-	if d && err == nil {
+	if dirty && err == nil {
 		err = fmt.Errorf("migrate: schema version %d is dirty (a migration failed half way); repair the database, then force the version", v)
 	}
-	return v, d, err
+	return v, dirty, err
 }

@@ -11,6 +11,10 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
+// TestUsageRecorder: decisions recorded from 50 goroutines while flushes
+// run are neither lost nor doubled, per client and per identifier, and a
+// failed flush keeps its counts. One story in steps, each checking the state
+// the one before left, hence its length.
 func TestUsageRecorder(t *testing.T) {
 	eachDialect(t, func(t *testing.T, url string) {
 		ctx := t.Context()
@@ -20,7 +24,7 @@ func TestUsageRecorder(t *testing.T) {
 		rec := NewUsageRecorder(db, time.Hour, nil)
 
 		const goroutines, records = 50, 200
-		algorithms := []string{FixedWindow, SlidingWindow, TokenBucket}
+		algorithms := []string{"fixed_window", "sliding_window", "token_bucket"}
 		var wg sync.WaitGroup
 		for g := 0; g < goroutines; g++ {
 			wg.Add(1)
@@ -52,7 +56,7 @@ func TestUsageRecorder(t *testing.T) {
 		perClient := int64(goroutines / 2 * records)
 		want := func(id string) Usage {
 			return Usage{ClientID: id, TotalChecks: perClient, Allowed: perClient * 3 / 4, Rejected: perClient / 4,
-				ByAlgorithm: map[string]int64{FixedWindow: 25 * 67, SlidingWindow: 25 * 67, TokenBucket: 25 * 66}}
+				ByAlgorithm: map[string]int64{"fixed_window": 25 * 67, "sliding_window": 25 * 67, "token_bucket": 25 * 66}}
 		}
 		check := func(when string, get func(string) (Usage, error)) {
 			t.Helper()
@@ -85,13 +89,13 @@ func TestUsageRecorder(t *testing.T) {
 		}
 
 		// A flush that fails keeps its counts.
-		rec.Record(a.ID, "user-0", FixedWindow, true)
+		rec.Record(a.ID, "user-0", "fixed_window", true)
 		canceled, cancel := context.WithCancel(ctx)
 		cancel()
 		if err := rec.Flush(canceled); err == nil {
 			t.Fatal("Flush with a canceled context: want an error")
 		}
-		rec.Record(a.ID, "user-0", FixedWindow, true)
+		rec.Record(a.ID, "user-0", "fixed_window", true)
 		if err := rec.Flush(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -121,7 +125,7 @@ func TestUsageRecorderRunFlushesOnStop(t *testing.T) {
 		done := make(chan error, 1)
 		go func() { done <- rec.Run(ctx) }()
 		for i := 0; i < 10; i++ {
-			rec.Record(a.ID, "u", TokenBucket, i < 7)
+			rec.Record(a.ID, "u", "token_bucket", i < 7)
 		}
 		cancel()
 		if err := <-done; err != nil {
@@ -131,7 +135,7 @@ func TestUsageRecorderRunFlushesOnStop(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := Usage{ClientID: a.ID, TotalChecks: 10, Allowed: 7, Rejected: 3, ByAlgorithm: map[string]int64{TokenBucket: 10}}
+		want := Usage{ClientID: a.ID, TotalChecks: 10, Allowed: 7, Rejected: 3, ByAlgorithm: map[string]int64{"token_bucket": 10}}
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Errorf("usage after Run stopped (-want +got):\n%s", diff)
 		}
@@ -147,12 +151,16 @@ func BenchmarkRecord(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		i := 0
 		for pb.Next() {
-			rec.Record(ids[i%len(ids)], "u", FixedWindow, true)
+			rec.Record(ids[i%len(ids)], "u", "fixed_window", true)
 			i++
 		}
 	})
 }
 
+// TestTopIdentifiers follows one client's per-identifier counts from
+// unflushed through a failed and a good flush to pruned, with the order
+// /stats shows them in and another client's kept apart. One story in steps,
+// each checking the state the one before left, hence its length.
 func TestTopIdentifiers(t *testing.T) {
 	eachDialect(t, func(t *testing.T, url string) {
 		ctx := t.Context()
@@ -161,10 +169,10 @@ func TestTopIdentifiers(t *testing.T) {
 		rec := NewUsageRecorder(db, time.Hour, nil)
 		record := func(client Client, identifier string, allowed, rejected int) {
 			for range allowed {
-				rec.Record(client.ID, identifier, FixedWindow, true)
+				rec.Record(client.ID, identifier, "fixed_window", true)
 			}
 			for range rejected {
-				rec.Record(client.ID, identifier, FixedWindow, false)
+				rec.Record(client.ID, identifier, "fixed_window", false)
 			}
 		}
 		record(a, "alice", 3, 2)
@@ -263,9 +271,9 @@ func TestTopIdentifiersBounded(t *testing.T) {
 	c := mustCreateClient(t, db, "Alpha")
 	rec := NewUsageRecorder(db, time.Hour, nil)
 	for i := range MaxIdentifiersPerFlush + 5 {
-		rec.Record(c.ID, fmt.Sprint("user-", i), FixedWindow, true)
+		rec.Record(c.ID, fmt.Sprint("user-", i), "fixed_window", true)
 	}
-	rec.Record(c.ID, "user-0", FixedWindow, false) // an identifier already counted still counts
+	rec.Record(c.ID, "user-0", "fixed_window", false) // an identifier already counted still counts
 	if err := rec.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -280,7 +288,7 @@ func TestTopIdentifiersBounded(t *testing.T) {
 		t.Errorf("usage = %+v, %v; want %d checks", u, err, MaxIdentifiersPerFlush+6)
 	}
 	// The next interval tracks new identifiers again.
-	rec.Record(c.ID, "late", FixedWindow, true)
+	rec.Record(c.ID, "late", "fixed_window", true)
 	if top, err := rec.TopIdentifiers(ctx, c.ID, 1); err != nil || len(top) != 1 || top[0].Identifier != "user-0" {
 		t.Errorf("top 1 = %+v, %v; want user-0", top, err)
 	}

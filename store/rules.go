@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/throttle-rl/throttle/algorithms"
 )
 
 const ruleColumns = `client_id, name, algorithm, "limit", window_seconds, refill_rate, always_count, rate_limits, descriptors, created_at`
@@ -16,14 +18,16 @@ const ruleColumns = `client_id, name, algorithm, "limit", window_seconds, refill
 func scanRule(row rowScanner) (Rule, error) {
 	var (
 		r           Rule
+		algorithm   string
 		windowSecs  int64
 		rateLimits  string
 		descriptors string
 	)
-	if err := row.Scan(&r.ClientID, &r.Name, &r.Algorithm, &r.Limit, &windowSecs, &r.RefillRate, &r.AlwaysCount, &rateLimits, &descriptors, timeScanner{&r.CreatedAt}); err != nil {
+	if err := row.Scan(&r.ClientID, &r.Name, &algorithm, &r.Limit.Limit, &windowSecs, &r.Limit.RefillRate, &r.AlwaysCount, &rateLimits, &descriptors, timeScanner{&r.CreatedAt}); err != nil {
 		return Rule{}, err
 	}
-	r.Window = time.Duration(windowSecs) * time.Second
+	r.Limit.Algorithm = algorithms.Algorithm(algorithm)
+	r.Limit.Window = time.Duration(windowSecs) * time.Second
 	if descriptors != "" && descriptors != "[]" {
 		if err := json.Unmarshal([]byte(descriptors), &r.Descriptors); err != nil {
 			return Rule{}, fmt.Errorf("rule %q: decode descriptors: %w", r.Name, err)
@@ -53,23 +57,24 @@ type storedLimit struct {
 }
 
 func (l storedLimit) ruleLimit() RuleLimit {
-	return RuleLimit{Name: l.Name, Algorithm: l.Algorithm, Limit: l.Limit, Window: time.Duration(l.WindowSeconds) * time.Second,
-		RefillRate: l.RefillRate, AlwaysCount: l.AlwaysCount}
+	return RuleLimit{Name: l.Name, AlwaysCount: l.AlwaysCount, Limit: algorithms.Limit{
+		Algorithm: algorithms.Algorithm(l.Algorithm), Limit: l.Limit, Window: time.Duration(l.WindowSeconds) * time.Second, RefillRate: l.RefillRate,
+	}}
 }
 
 // encodeRateLimits is the rate_limits column of limits.
 func encodeRateLimits(limits []RuleLimit) (string, error) {
 	stored := make([]storedLimit, len(limits))
 	for i, l := range limits {
-		stored[i] = storedLimit{Name: l.Name, Algorithm: l.Algorithm, Limit: l.Limit, WindowSeconds: int64(l.Window / time.Second),
-			RefillRate: l.RefillRate, AlwaysCount: l.AlwaysCount}
+		stored[i] = storedLimit{Name: l.Name, Algorithm: string(l.Limit.Algorithm), Limit: l.Limit.Limit, WindowSeconds: windowSeconds(l.Limit),
+			RefillRate: l.Limit.RefillRate, AlwaysCount: l.AlwaysCount}
 	}
 	b, err := json.Marshal(stored)
 	return string(b), err
 }
 
-// CreateRule stores r for r.ClientID and returns it with CreatedAt set. An
-// empty Algorithm takes the client's DefaultAlgorithm. A name the client
+// CreateRule stores r for r.ClientID and returns it with CreatedAt set. A
+// limit without an Algorithm takes the client's DefaultAlgorithm. A name the client
 // already uses is ErrConflict; an unknown client is ErrNotFound.
 func (db *DB) CreateRule(ctx context.Context, r Rule) (_ Rule, err error) {
 	ctx, end := db.begin(ctx, "create_rule")
@@ -84,7 +89,7 @@ func (db *DB) CreateRule(ctx context.Context, r Rule) (_ Rule, err error) {
 		_, err := tx.ExecContext(ctx, db.q(`INSERT INTO rules
 			(client_id, name, algorithm, "limit", window_seconds, refill_rate, always_count, rate_limits, descriptors, created_at)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
-			r.ClientID, r.Name, r.Algorithm, r.Limit, int64(r.Window/time.Second), r.RefillRate, r.AlwaysCount, cols.rateLimits, descriptors, r.CreatedAt)
+			r.ClientID, r.Name, string(r.Limit.Algorithm), r.Limit.Limit, windowSeconds(r.Limit), r.Limit.RefillRate, r.AlwaysCount, cols.rateLimits, descriptors, r.CreatedAt)
 		if err != nil {
 			return err
 		}
@@ -96,10 +101,10 @@ func (db *DB) CreateRule(ctx context.Context, r Rule) (_ Rule, err error) {
 	return r, nil
 }
 
-// UpdateRule replaces the algorithm, limit, window, refill rate and
-// descriptors of the client's rule called r.Name with r's, keeping its name
-// and CreatedAt, and returns the rule as stored. An empty Algorithm takes the
-// client's DefaultAlgorithm, as in CreateRule. No such rule (for this
+// UpdateRule replaces the limit and descriptors of the client's rule called
+// r.Name with r's, keeping its name and CreatedAt, and returns the rule as
+// stored. A limit without an Algorithm takes the client's DefaultAlgorithm,
+// as in CreateRule. No such rule (for this
 // client) is ErrNotFound; descriptors another rule of the client has are
 // ErrDuplicateDescriptors.
 //
@@ -119,7 +124,7 @@ func (db *DB) UpdateRule(ctx context.Context, r Rule) (_ Rule, err error) {
 			SET algorithm = ?, "limit" = ?, window_seconds = ?, refill_rate = ?, always_count = ?, rate_limits = ?, descriptors = ?
 			WHERE client_id = ? AND name = ?
 			RETURNING created_at`),
-			r.Algorithm, r.Limit, int64(r.Window/time.Second), r.RefillRate, r.AlwaysCount, cols.rateLimits, descriptors, r.ClientID, r.Name)
+			string(r.Limit.Algorithm), r.Limit.Limit, windowSeconds(r.Limit), r.Limit.RefillRate, r.AlwaysCount, cols.rateLimits, descriptors, r.ClientID, r.Name)
 		if err := row.Scan(timeScanner{&r.CreatedAt}); err != nil {
 			if errors.Is(err, sql.ErrNoRows) {
 				return fmt.Errorf("rule %q: %w", r.Name, ErrNotFound)
@@ -141,8 +146,8 @@ func (db *DB) UpdateRule(ctx context.Context, r Rule) (_ Rule, err error) {
 type ruleCols struct{ descriptors, rateLimits string }
 
 // prepareRule checks r for CreateRule and UpdateRule: its client id in
-// canonical form, the client's default algorithm where it has none, and its
-// descriptors and rate limits encoded for their columns.
+// canonical form, the client's default algorithm where a limit has none,
+// and its descriptors and rate limits encoded for their columns.
 func (db *DB) prepareRule(ctx context.Context, r Rule) (Rule, ruleCols, error) {
 	clientID, ok := clientUUID(r.ClientID)
 	if !ok {
@@ -151,7 +156,7 @@ func (db *DB) prepareRule(ctx context.Context, r Rule) (Rule, ruleCols, error) {
 	r.ClientID = clientID
 	if needsDefaultAlgorithm(r) {
 		// Checked with a stand-in first so a bad rule is refused without a query.
-		if _, err := normalizeRule(withDefaultAlgorithm(r, TokenBucket)); err != nil {
+		if _, err := normalizeRule(withDefaultAlgorithm(r, algorithms.TokenBucket)); err != nil {
 			return Rule{}, ruleCols{}, err
 		}
 		c, err := db.ClientByID(ctx, clientID)
@@ -180,36 +185,40 @@ func (db *DB) prepareRule(ctx context.Context, r Rule) (Rule, ruleCols, error) {
 	return r, cols, nil
 }
 
-// needsDefaultAlgorithm reports whether r, or a limit of its RateLimits,
-// has no algorithm.
+// needsDefaultAlgorithm reports whether r's limit, or one of its
+// RateLimits, has no algorithm.
 func needsDefaultAlgorithm(r Rule) bool {
 	if len(r.RateLimits) == 0 {
-		return r.Algorithm == ""
+		return r.Limit.Algorithm == ""
 	}
 	for _, l := range r.RateLimits {
-		if l.Algorithm == "" {
+		if l.Limit.Algorithm == "" {
 			return true
 		}
 	}
 	return false
 }
 
-// withDefaultAlgorithm gives alg to r, and to every limit of its
+// withDefaultAlgorithm gives alg to r's limit, and to every limit of its
 // RateLimits, that has none.
-func withDefaultAlgorithm(r Rule, alg string) Rule {
-	if r.Algorithm == "" {
-		r.Algorithm = alg
+func withDefaultAlgorithm(r Rule, alg algorithms.Algorithm) Rule {
+	if r.Limit.Algorithm == "" {
+		r.Limit.Algorithm = alg
 	}
 	if len(r.RateLimits) > 0 {
 		r.RateLimits = slices.Clone(r.RateLimits)
 		for i := range r.RateLimits {
-			if r.RateLimits[i].Algorithm == "" {
-				r.RateLimits[i].Algorithm = alg
+			if r.RateLimits[i].Limit.Algorithm == "" {
+				r.RateLimits[i].Limit.Algorithm = alg
 			}
 		}
 	}
 	return r
 }
+
+// windowSeconds is l's window for the window_seconds column (normalizeRule
+// has checked it is whole seconds).
+func windowSeconds(l algorithms.Limit) int64 { return int64(l.Window / time.Second) }
 
 // ruleWriteError turns a failed INSERT or UPDATE of rule r into the error
 // callers branch on.

@@ -1,22 +1,16 @@
-// Package store keeps Throttle's clients, rules, exemptions and usage counts in
-// SQLite (the embedded default, pure Go) or PostgreSQL (pgx), and caches them
-// in memory so the hot path never reads the database.
-//
-// The API, in short (see each declaration for details):
-//
-//   - Open connects to "sqlite://PATH" or "postgres://…" and applies the
-//     embedded migrations; Migrate runs "up", "down" or "version" by hand.
-//   - *DB reads and writes clients, rules, exemptions and usage counts; every
-//     write to clients, rules and exemptions bumps a revision counter.
-//   - *Cache holds an immutable, lock-free copy of everything the hot path
-//     needs and reloads it when the revision changes (on any replica).
-//   - *UsageRecorder counts decisions in memory and adds them in batches.
+// Package store keeps Throttle's clients, rules, exemptions and usage counts
+// in SQLite (the embedded default, pure Go) or PostgreSQL (pgx). A DB reads
+// and writes them (Open applies the embedded migrations); a Cache holds the
+// copy the hot path reads, reloaded when any replica writes; a UsageRecorder
+// counts decisions in memory and adds them in batches.
 package store
 
 import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/throttle-rl/throttle/algorithms"
 )
 
 // Errors callers branch on. Returned errors wrap them (errors.Is).
@@ -31,7 +25,9 @@ var (
 	// ErrConflict.
 	ErrDuplicateDescriptors = fmt.Errorf("another rule has the same descriptors: %w", ErrConflict)
 	// ErrInvalid: a field is missing or malformed (empty name, bad email, bad
-	// domain, bad algorithm, limit ≤ 0 …). The message says which field.
+	// domain, bad algorithm …). The message says which field. A rule's limit
+	// refused by algorithms.Limit.Validate is also errors.Is
+	// algorithms.ErrInvalid, with the engine's message.
 	ErrInvalid = errors.New("invalid")
 	// ErrUnavailable: the database cannot serve now — PostgreSQL down,
 	// refusing or resetting connections, starting up or shutting down;
@@ -44,11 +40,11 @@ var (
 // Client is a registered application. It owns rules, exemptions and counters,
 // and the Envoy domain Domain.
 type Client struct {
-	ID               string // UUID v4, set by CreateClient
-	Name             string // required, 1..100 chars
-	Email            string // required, unique (case-insensitive), must contain one '@'
-	Domain           string // unique; defaults to a slug of Name ("My App!" → "my-app"); [a-z0-9][a-z0-9._-]{0,99}
-	DefaultAlgorithm string // fixed_window | sliding_window | token_bucket | gcra; default sliding_window
+	ID               string               // UUID v4, set by CreateClient
+	Name             string               // required, 1..100 chars
+	Email            string               // required, unique (case-insensitive), must contain one '@'
+	Domain           string               // unique; defaults to a slug of Name ("My App!" → "my-app"); [a-z0-9][a-z0-9._-]{0,99}
+	DefaultAlgorithm algorithms.Algorithm // one of algorithms.Algorithms; default sliding_window
 	CreatedAt        time.Time
 }
 
@@ -61,12 +57,13 @@ type DescriptorEntry struct {
 
 // Rule is a named, reusable limit owned by a client.
 type Rule struct {
-	ClientID   string
-	Name       string        // required, unique per client; [A-Za-z0-9_.:-]{1,100}
-	Algorithm  string        // fixed_window | sliding_window | token_bucket | gcra
-	Limit      int64         // > 0
-	Window     time.Duration // whole seconds; required (> 0) for the window algorithms and gcra
-	RefillRate float64       // token bucket tokens/second; 0 = default
+	ClientID string
+	Name     string // required, unique per client; [A-Za-z0-9_.:-]{1,100}
+	// Limit is what the rule enforces, valid by algorithms.Limit.Validate,
+	// with a Window of whole seconds. CreateRule and UpdateRule give a limit
+	// without an Algorithm the client's DefaultAlgorithm, and drop a
+	// RefillRate its algorithm does not use.
+	Limit algorithms.Limit
 	// AlwaysCount makes the limit count its hits even past the limit
 	// (costs reported after the response): later requests are refused
 	// until the window or the refill pays the debt back.
@@ -74,8 +71,8 @@ type Rule struct {
 	// RateLimits, when not empty, are the rule's limits given as a list:
 	// several limits on the same descriptors (burst and sustained), all of
 	// which must admit a request; only with Descriptors, at most
-	// MaxRateLimits. Algorithm, Limit, Window, RefillRate and AlwaysCount
-	// then hold those of RateLimits[0].
+	// MaxRateLimits. Limit and AlwaysCount then hold those of
+	// RateLimits[0].
 	RateLimits []RuleLimit
 	// Descriptors, when not empty, makes the rule apply to Envoy requests on
 	// the client's domain whose descriptor matches these entries in order.
@@ -83,15 +80,13 @@ type Rule struct {
 	CreatedAt   time.Time
 }
 
-// RuleLimit is one limit of a rule's RateLimits, checked as a rule's own.
+// RuleLimit is one limit of a rule's RateLimits, checked as a rule's own
+// Limit (a limit without an Algorithm takes the client's default).
 type RuleLimit struct {
 	// Name is optional; unique within the rule; [A-Za-z0-9_.:-]{1,100}. It
 	// names the limit's policy in rate-limit headers.
 	Name        string
-	Algorithm   string // empty: the client's default
-	Limit       int64
-	Window      time.Duration
-	RefillRate  float64
+	Limit       algorithms.Limit
 	AlwaysCount bool
 }
 
@@ -100,7 +95,7 @@ func (r Rule) Limits() []RuleLimit {
 	if len(r.RateLimits) > 0 {
 		return r.RateLimits
 	}
-	return []RuleLimit{{Algorithm: r.Algorithm, Limit: r.Limit, Window: r.Window, RefillRate: r.RefillRate, AlwaysCount: r.AlwaysCount}}
+	return []RuleLimit{{Limit: r.Limit, AlwaysCount: r.AlwaysCount}}
 }
 
 // Exemption takes an identifier of a client out of rate limiting.
@@ -134,65 +129,3 @@ type ClientKey struct {
 	Client  Client
 	KeyHash [32]byte
 }
-
-/*
-The *DB type offers:
-
-	Open(ctx, databaseURL string, log *slog.Logger) (*DB, error)
-	    databaseURL: "sqlite://PATH" (":memory:" not allowed), "sqlite:PATH",
-	    "postgres://…", "postgresql://…". Applies pending migrations.
-	(*DB).Close() error
-	(*DB).Dialect() string                              // "sqlite" | "postgres"
-	(*DB).Ping(ctx) error
-	(*DB).RegisterMetrics(reg prometheus.Registerer) error      // pool statistics, throttle_store_unavailable_total
-
-	Every operation below waits at most Timeout for the database; an error
-	that says the database cannot serve now wraps ErrUnavailable.
-
-	(*DB).CreateClient(ctx, c Client, keyHash [32]byte) (Client, error)
-	(*DB).ClientByKeyHash(ctx, keyHash [32]byte) (Client, error)
-	(*DB).ClientByID(ctx, id string) (Client, error)
-
-	(*DB).CreateRule(ctx, r Rule) (Rule, error)         // ErrConflict on duplicate name; empty Algorithm = client's default
-	(*DB).Rules(ctx, clientID string) ([]Rule, error)   // ordered by name
-	(*DB).Rule(ctx, clientID, name string) (Rule, error)
-	(*DB).UpdateRule(ctx, r Rule) (Rule, error)         // ErrNotFound, ErrDuplicateDescriptors; keeps CreatedAt
-	(*DB).DeleteRule(ctx, clientID, name string) error  // ErrNotFound
-
-	(*DB).CreateExemption(ctx, e Exemption) (Exemption, error) // ErrConflict on duplicate
-	(*DB).Exemptions(ctx, clientID string) ([]Exemption, error) // ordered by identifier
-	(*DB).Exemption(ctx, clientID, identifier string) (Exemption, error)
-	(*DB).DeleteExemption(ctx, clientID, identifier string) error
-
-	(*DB).AddUsage(ctx, deltas []Usage) error           // atomic increments, one transaction; one algorithm per delta
-	(*DB).Usage(ctx, clientID string) (Usage, error)
-	(*DB).TopIdentifiers(ctx, clientID string, n int) ([]IdentifierUsage, error)  // per-identifier counts, most checked first
-	(*DB).PruneIdentifierUsage(ctx, before time.Time) (int64, error)
-
-	(*DB).Revision(ctx) (int64, error)                  // bumped by every write above except AddUsage
-	(*DB).Snapshot(ctx) (Snapshot, error)
-
-Also: ValidAlgorithm(name) bool; the constants FixedWindow, SlidingWindow,
-TokenBucket, GCRA, DialectSQLite, DialectPostgres.
-
-Migrations: Migrate(ctx, databaseURL string, cmd string) (version uint, dirty bool, err error)
-with cmd "up" | "down" (one step) | "version".
-
-Cache (NewCache(db *DB, every time.Duration, log *slog.Logger) *Cache):
-	(*Cache).Run(ctx) error            // polls Revision every `every`, reloads Snapshot on change; returns nil when ctx ends
-	(*Cache).Refresh(ctx) error        // reload now (called after a local write so it is seen at once)
-	(*Cache).ClientByKeyHash(h) (Client, bool)
-	(*Cache).ClientByDomain(domain) (Client, bool)
-	(*Cache).ClientByID(id) (Client, bool)
-	(*Cache).Revision() int64             // of the loaded snapshot; -1 before the first load
-	(*Cache).Rule(clientID, name) (Rule, bool)
-	(*Cache).DescriptorRules(clientID) []Rule   // rules with Descriptors, in creation order
-	(*Cache).Exempt(clientID, identifier) bool
-
-Usage recorder (NewUsageRecorder(db *DB, every time.Duration, log *slog.Logger) *UsageRecorder):
-	(*UsageRecorder).Record(clientID, identifier, algorithm string, allowed bool)   // lock-cheap, never blocks on the DB
-	(*UsageRecorder).TopIdentifiers(ctx, clientID, n) ([]IdentifierUsage, error)  // DB + not yet flushed, most checked first
-	(*UsageRecorder).Run(ctx) error      // flushes every `every`; on ctx end flushes once more (with its own short deadline) and returns
-	(*UsageRecorder).Flush(ctx) error    // flush now; on failure the counts are kept for the next flush
-	(*UsageRecorder).Usage(ctx, clientID) (Usage, error)   // DB + not yet flushed; failed flushes are kept and retried, never dropped
-*/

@@ -10,6 +10,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/throttle-rl/throttle/algorithms"
 )
 
 func TestCreateClient(t *testing.T) {
@@ -27,7 +29,7 @@ func TestCreateClient(t *testing.T) {
 			Name:             "My App!",
 			Email:            "dev@example.com",
 			Domain:           "my-app",
-			DefaultAlgorithm: SlidingWindow,
+			DefaultAlgorithm: algorithms.SlidingWindow,
 			CreatedAt:        got.CreatedAt,
 		}
 		if diff := cmp.Diff(want, got); diff != "" {
@@ -66,11 +68,11 @@ func TestCreateClient(t *testing.T) {
 		_, err = db.ClientByID(ctx, "not-a-uuid")
 		wantErr(t, err, ErrNotFound)
 
-		explicit, err := db.CreateClient(ctx, Client{Name: "Edge", Email: "edge@example.com", Domain: "edge.prod", DefaultAlgorithm: TokenBucket}, keyHash("k2"))
+		explicit, err := db.CreateClient(ctx, Client{Name: "Edge", Email: "edge@example.com", Domain: "edge.prod", DefaultAlgorithm: algorithms.TokenBucket}, keyHash("k2"))
 		if err != nil {
 			t.Fatalf("CreateClient with domain: %v", err)
 		}
-		if explicit.Domain != "edge.prod" || explicit.DefaultAlgorithm != TokenBucket {
+		if explicit.Domain != "edge.prod" || explicit.DefaultAlgorithm != algorithms.TokenBucket {
 			t.Errorf("got domain %q algorithm %q, want edge.prod token_bucket", explicit.Domain, explicit.DefaultAlgorithm)
 		}
 	})
@@ -179,10 +181,10 @@ func TestRules(t *testing.T) {
 		b := mustCreateClient(t, db, "Beta")
 
 		in := []Rule{
-			{ClientID: a.ID, Name: "z_last", Algorithm: FixedWindow, Limit: 10, Window: time.Minute},
-			{ClientID: a.ID, Name: "api_default", Algorithm: TokenBucket, Limit: 100, RefillRate: 2.5,
+			{ClientID: a.ID, Name: "z_last", Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 10, Window: time.Minute}},
+			{ClientID: a.ID, Name: "api_default", Limit: algorithms.Limit{Algorithm: algorithms.TokenBucket, Limit: 100, RefillRate: 2.5},
 				Descriptors: []DescriptorEntry{{Key: "path", Value: "/api/*"}, {Key: "user"}}},
-			{ClientID: a.ID, Name: "uses.default:algo-1", Limit: 5, Window: 2 * time.Second},
+			{ClientID: a.ID, Name: "uses.default:algo-1", Limit: algorithms.Limit{Limit: 5, Window: 2 * time.Second}},
 		}
 		var created []Rule
 		for _, r := range in {
@@ -192,8 +194,8 @@ func TestRules(t *testing.T) {
 			}
 			created = append(created, got)
 		}
-		if created[2].Algorithm != SlidingWindow {
-			t.Errorf("rule without algorithm got %q, want the client's default %q", created[2].Algorithm, SlidingWindow)
+		if created[2].Limit.Algorithm != algorithms.SlidingWindow {
+			t.Errorf("rule without algorithm got %q, want the client's default %q", created[2].Limit.Algorithm, algorithms.SlidingWindow)
 		}
 
 		list, err := db.Rules(ctx, a.ID)
@@ -212,11 +214,11 @@ func TestRules(t *testing.T) {
 			t.Errorf("Rule (-want +got):\n%s", diff)
 		}
 
-		_, err = db.CreateRule(ctx, Rule{ClientID: a.ID, Name: "api_default", Algorithm: FixedWindow, Limit: 1, Window: time.Second})
+		_, err = db.CreateRule(ctx, Rule{ClientID: a.ID, Name: "api_default", Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 1, Window: time.Second}})
 		wantErr(t, err, ErrConflict, "api_default")
 
 		// Another client may use the same name, and sees nothing of a's.
-		if _, err := db.CreateRule(ctx, Rule{ClientID: b.ID, Name: "api_default", Algorithm: FixedWindow, Limit: 1, Window: time.Second}); err != nil {
+		if _, err := db.CreateRule(ctx, Rule{ClientID: b.ID, Name: "api_default", Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 1, Window: time.Second}}); err != nil {
 			t.Fatalf("same name for another client: %v", err)
 		}
 		_, err = db.Rule(ctx, b.ID, "z_last")
@@ -226,7 +228,7 @@ func TestRules(t *testing.T) {
 			t.Errorf("a's rule after b tried to delete it: %v", err)
 		}
 		bList, err := db.Rules(ctx, b.ID)
-		if err != nil || len(bList) != 1 || bList[0].Limit != 1 {
+		if err != nil || len(bList) != 1 || bList[0].Limit.Limit != 1 {
 			t.Errorf("Rules(b) = %v, %v; want only b's rule", bList, err)
 		}
 
@@ -237,9 +239,9 @@ func TestRules(t *testing.T) {
 		_, err = db.Rule(ctx, a.ID, "z_last")
 		wantErr(t, err, ErrNotFound)
 
-		_, err = db.CreateRule(ctx, Rule{ClientID: "6f1c1f6e-1d0e-4e5e-9d5e-000000000000", Name: "r", Algorithm: FixedWindow, Limit: 1, Window: time.Second})
+		_, err = db.CreateRule(ctx, Rule{ClientID: "6f1c1f6e-1d0e-4e5e-9d5e-000000000000", Name: "r", Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 1, Window: time.Second}})
 		wantErr(t, err, ErrNotFound, "client")
-		_, err = db.CreateRule(ctx, Rule{ClientID: "nope", Name: "r", Algorithm: FixedWindow, Limit: 1, Window: time.Second})
+		_, err = db.CreateRule(ctx, Rule{ClientID: "nope", Name: "r", Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 1, Window: time.Second}})
 		wantErr(t, err, ErrNotFound, "client")
 		empty, err := db.Rules(ctx, "nope")
 		if err != nil || len(empty) != 0 {
@@ -254,18 +256,18 @@ func TestRuleValidation(t *testing.T) {
 		in    Rule
 		field string
 	}{
-		{"no name", Rule{Algorithm: FixedWindow, Limit: 1, Window: time.Second}, "name"},
-		{"bad name", Rule{Name: "a b", Algorithm: FixedWindow, Limit: 1, Window: time.Second}, "name"},
-		{"long name", Rule{Name: strings.Repeat("r", 101), Algorithm: FixedWindow, Limit: 1, Window: time.Second}, "name"},
-		{"bad algorithm", Rule{Name: "r", Algorithm: "leaky_bucket", Limit: 1, Window: time.Second}, "algorithm"},
-		{"gcra without window", Rule{Name: "r", Algorithm: GCRA, Limit: 1}, "window"},
-		{"zero limit", Rule{Name: "r", Algorithm: FixedWindow, Window: time.Second}, "limit"},
-		{"negative limit", Rule{Name: "r", Algorithm: FixedWindow, Limit: -1, Window: time.Second}, "limit"},
-		{"no window", Rule{Name: "r", Algorithm: SlidingWindow, Limit: 1}, "window"},
-		{"fractional window", Rule{Name: "r", Algorithm: FixedWindow, Limit: 1, Window: 1500 * time.Millisecond}, "window"},
-		{"negative refill", Rule{Name: "r", Algorithm: TokenBucket, Limit: 1, RefillRate: -1}, "refill_rate"},
-		{"descriptor without key", Rule{Name: "r", Algorithm: TokenBucket, Limit: 1, Descriptors: []DescriptorEntry{{Value: "v"}}}, "descriptors[0].key"},
-		{"bad name, default algorithm", Rule{Name: "a/b", Limit: 1, Window: time.Second}, "name"},
+		{"no name", Rule{Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 1, Window: time.Second}}, "name"},
+		{"bad name", Rule{Name: "a b", Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 1, Window: time.Second}}, "name"},
+		{"long name", Rule{Name: strings.Repeat("r", 101), Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 1, Window: time.Second}}, "name"},
+		{"bad algorithm", Rule{Name: "r", Limit: algorithms.Limit{Algorithm: "leaky_bucket", Limit: 1, Window: time.Second}}, "algorithm"},
+		{"gcra without window", Rule{Name: "r", Limit: algorithms.Limit{Algorithm: algorithms.GCRA, Limit: 1}}, "window"},
+		{"zero limit", Rule{Name: "r", Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Window: time.Second}}, "limit"},
+		{"negative limit", Rule{Name: "r", Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: -1, Window: time.Second}}, "limit"},
+		{"no window", Rule{Name: "r", Limit: algorithms.Limit{Algorithm: algorithms.SlidingWindow, Limit: 1}}, "window"},
+		{"fractional window", Rule{Name: "r", Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 1, Window: 1500 * time.Millisecond}}, "window"},
+		{"negative refill", Rule{Name: "r", Limit: algorithms.Limit{Algorithm: algorithms.TokenBucket, Limit: 1, RefillRate: -1}}, "refill_rate"},
+		{"descriptor without key", Rule{Name: "r", Limit: algorithms.Limit{Algorithm: algorithms.TokenBucket, Limit: 1}, Descriptors: []DescriptorEntry{{Value: "v"}}}, "descriptors[0].key"},
+		{"bad name, default algorithm", Rule{Name: "a/b", Limit: algorithms.Limit{Limit: 1, Window: time.Second}}, "name"},
 	}
 	eachDialect(t, func(t *testing.T, url string) {
 		db := mustOpen(t, url)
@@ -287,13 +289,13 @@ func TestRuleRefillRateIgnoredOnWindows(t *testing.T) {
 	eachDialect(t, func(t *testing.T, url string) {
 		db := mustOpen(t, url)
 		c := mustCreateClient(t, db, "Alpha")
-		for _, alg := range []string{FixedWindow, GCRA} {
-			r, err := db.CreateRule(t.Context(), Rule{ClientID: c.ID, Name: "r-" + alg, Algorithm: alg, Limit: 1, Window: time.Second, RefillRate: 1})
+		for _, alg := range []algorithms.Algorithm{algorithms.FixedWindow, algorithms.GCRA} {
+			r, err := db.CreateRule(t.Context(), Rule{ClientID: c.ID, Name: "r-" + string(alg), Limit: algorithms.Limit{Algorithm: alg, Limit: 1, Window: time.Second, RefillRate: 1}})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if r.RefillRate != 0 {
-				t.Errorf("stored refill_rate = %v, want 0 (ignored for %s)", r.RefillRate, alg)
+			if r.Limit.RefillRate != 0 {
+				t.Errorf("stored refill_rate = %v, want 0 (ignored for %s)", r.Limit.RefillRate, alg)
 			}
 		}
 	})
@@ -378,9 +380,9 @@ func TestUsage(t *testing.T) {
 				defer wg.Done()
 				for i := 0; i < rounds; i++ {
 					errs <- db.AddUsage(ctx, []Usage{
-						{ClientID: a.ID, Allowed: 2, Rejected: 1, ByAlgorithm: map[string]int64{FixedWindow: 3}},
-						{ClientID: a.ID, Allowed: 1, ByAlgorithm: map[string]int64{TokenBucket: 1}},
-						{ClientID: "someone-else", Allowed: 1, ByAlgorithm: map[string]int64{TokenBucket: 1}},
+						{ClientID: a.ID, Allowed: 2, Rejected: 1, ByAlgorithm: map[string]int64{"fixed_window": 3}},
+						{ClientID: a.ID, Allowed: 1, ByAlgorithm: map[string]int64{"token_bucket": 1}},
+						{ClientID: "someone-else", Allowed: 1, ByAlgorithm: map[string]int64{"token_bucket": 1}},
 					})
 				}
 			}()
@@ -394,7 +396,7 @@ func TestUsage(t *testing.T) {
 		}
 		n := int64(workers * rounds)
 		want := Usage{ClientID: a.ID, TotalChecks: 4 * n, Allowed: 3 * n, Rejected: n,
-			ByAlgorithm: map[string]int64{FixedWindow: 3 * n, TokenBucket: n}}
+			ByAlgorithm: map[string]int64{"fixed_window": 3 * n, "token_bucket": n}}
 		got, err := db.Usage(ctx, a.ID)
 		if err != nil {
 			t.Fatal(err)
@@ -411,8 +413,8 @@ func TestUsage(t *testing.T) {
 		for _, bad := range [][]Usage{
 			{{Allowed: 1}},
 			{{ClientID: a.ID, Allowed: -1}},
-			{{ClientID: a.ID, Allowed: 1, ByAlgorithm: map[string]int64{FixedWindow: 2}}},
-			{{ClientID: a.ID, Allowed: 2, ByAlgorithm: map[string]int64{FixedWindow: 1, TokenBucket: 1}}},
+			{{ClientID: a.ID, Allowed: 1, ByAlgorithm: map[string]int64{"fixed_window": 2}}},
+			{{ClientID: a.ID, Allowed: 2, ByAlgorithm: map[string]int64{"fixed_window": 1, "token_bucket": 1}}},
 		} {
 			wantErr(t, db.AddUsage(ctx, bad), ErrInvalid)
 		}
@@ -454,9 +456,9 @@ func TestRevision(t *testing.T) {
 		step("CreateClient", true, err)
 		_, err = db.CreateClient(ctx, Client{Name: "a", Email: "a@example.com"}, keyHash("b"))
 		step("refused CreateClient", false, err)
-		_, err = db.CreateRule(ctx, Rule{ClientID: c.ID, Name: "r", Algorithm: FixedWindow, Limit: 1, Window: time.Second})
+		_, err = db.CreateRule(ctx, Rule{ClientID: c.ID, Name: "r", Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 1, Window: time.Second}})
 		step("CreateRule", true, err)
-		_, err = db.CreateRule(ctx, Rule{ClientID: c.ID, Name: "r", Algorithm: FixedWindow, Limit: 1, Window: time.Second})
+		_, err = db.CreateRule(ctx, Rule{ClientID: c.ID, Name: "r", Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 1, Window: time.Second}})
 		step("duplicate CreateRule", false, err)
 		_, err = db.CreateExemption(ctx, Exemption{ClientID: c.ID, Identifier: "x"})
 		step("CreateExemption", true, err)
@@ -473,12 +475,12 @@ func TestSnapshot(t *testing.T) {
 		ctx := t.Context()
 		a := mustCreateClient(t, db, "Alpha")
 		b := mustCreateClient(t, db, "Beta")
-		ra, err := db.CreateRule(ctx, Rule{ClientID: a.ID, Name: "ra", Algorithm: FixedWindow, Limit: 1, Window: time.Second,
+		ra, err := db.CreateRule(ctx, Rule{ClientID: a.ID, Name: "ra", Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 1, Window: time.Second},
 			Descriptors: []DescriptorEntry{{Key: "k", Value: "v"}}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		rb, err := db.CreateRule(ctx, Rule{ClientID: b.ID, Name: "rb", Algorithm: TokenBucket, Limit: 9})
+		rb, err := db.CreateRule(ctx, Rule{ClientID: b.ID, Name: "rb", Limit: algorithms.Limit{Algorithm: algorithms.TokenBucket, Limit: 9}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -504,6 +506,10 @@ func TestSnapshot(t *testing.T) {
 	})
 }
 
+// TestCacheSeesOtherReplicas: two stores over one database stand for two
+// replicas; what replica 2 writes (clients, rules, exemptions, deletions)
+// reaches replica 1's cache through its revision poll. One story in steps,
+// each checking the state the one before left, hence its length.
 func TestCacheSeesOtherReplicas(t *testing.T) {
 	eachDialect(t, func(t *testing.T, url string) {
 		ctx := t.Context()
@@ -544,16 +550,16 @@ func TestCacheSeesOtherReplicas(t *testing.T) {
 		}
 
 		// Writes through replica 2 reach replica 1's cache.
-		second, err := db2.CreateRule(ctx, Rule{ClientID: a.ID, Name: "b-second", Algorithm: FixedWindow, Limit: 5, Window: time.Minute,
+		second, err := db2.CreateRule(ctx, Rule{ClientID: a.ID, Name: "b-second", Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 5, Window: time.Minute},
 			Descriptors: []DescriptorEntry{{Key: "path"}}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		first, err := db2.CreateRule(ctx, Rule{ClientID: a.ID, Name: "a-plain", Algorithm: TokenBucket, Limit: 5})
+		first, err := db2.CreateRule(ctx, Rule{ClientID: a.ID, Name: "a-plain", Limit: algorithms.Limit{Algorithm: algorithms.TokenBucket, Limit: 5}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		third, err := db2.CreateRule(ctx, Rule{ClientID: a.ID, Name: "a-third", Algorithm: TokenBucket, Limit: 5,
+		third, err := db2.CreateRule(ctx, Rule{ClientID: a.ID, Name: "a-third", Limit: algorithms.Limit{Algorithm: algorithms.TokenBucket, Limit: 5},
 			Descriptors: []DescriptorEntry{{Key: "user", Value: "vip*"}}})
 		if err != nil {
 			t.Fatal(err)
@@ -598,11 +604,11 @@ func TestReopenKeepsData(t *testing.T) {
 			t.Fatal(err)
 		}
 		a := mustCreateClient(t, db, "Alpha")
-		r, err := db.CreateRule(ctx, Rule{ClientID: a.ID, Name: "r", Algorithm: FixedWindow, Limit: 3, Window: time.Hour})
+		r, err := db.CreateRule(ctx, Rule{ClientID: a.ID, Name: "r", Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 3, Window: time.Hour}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := db.AddUsage(ctx, []Usage{{ClientID: a.ID, Rejected: 4, ByAlgorithm: map[string]int64{FixedWindow: 4}}}); err != nil {
+		if err := db.AddUsage(ctx, []Usage{{ClientID: a.ID, Rejected: 4, ByAlgorithm: map[string]int64{"fixed_window": 4}}}); err != nil {
 			t.Fatal(err)
 		}
 		before, err := db.Snapshot(ctx)
@@ -724,7 +730,7 @@ func TestRuleDescriptorsUnique(t *testing.T) {
 		a, b := mustCreateClient(t, db, "Alpha"), mustCreateClient(t, db, "Beta")
 		match := []DescriptorEntry{{Key: "generic_key", Value: "api"}, {Key: "user_id"}}
 		rule := func(client Client, name string, d []DescriptorEntry) error {
-			_, err := db.CreateRule(ctx, Rule{ClientID: client.ID, Name: name, Algorithm: FixedWindow, Limit: 5, Window: time.Minute, Descriptors: d})
+			_, err := db.CreateRule(ctx, Rule{ClientID: client.ID, Name: name, Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 5, Window: time.Minute}, Descriptors: d})
 			return err
 		}
 		if err := rule(a, "one", match); err != nil {
@@ -747,7 +753,7 @@ func TestRuleDescriptorsUnique(t *testing.T) {
 		if err := rule(b, "one", match); err != nil {
 			t.Errorf("another client's rule with the same descriptors: %v", err)
 		}
-		_, err = db.CreateRule(ctx, Rule{ClientID: a.ID, Name: "huge", Algorithm: FixedWindow, Limit: 1 << 32, Window: time.Minute, Descriptors: []DescriptorEntry{{Key: "k"}}})
+		_, err = db.CreateRule(ctx, Rule{ClientID: a.ID, Name: "huge", Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 1 << 32, Window: time.Minute}, Descriptors: []DescriptorEntry{{Key: "k"}}})
 		wantErr(t, err, ErrInvalid, "4294967295")
 	})
 }
@@ -759,11 +765,11 @@ func TestUpdateRule(t *testing.T) {
 		ctx := t.Context()
 		db := mustOpen(t, url)
 		a, b := mustCreateClient(t, db, "Alpha"), mustCreateClient(t, db, "Beta")
-		orig, err := db.CreateRule(ctx, Rule{ClientID: a.ID, Name: "api", Algorithm: FixedWindow, Limit: 5, Window: time.Minute})
+		orig, err := db.CreateRule(ctx, Rule{ClientID: a.ID, Name: "api", Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 5, Window: time.Minute}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := db.CreateRule(ctx, Rule{ClientID: a.ID, Name: "edge", Algorithm: FixedWindow, Limit: 5, Window: time.Minute,
+		if _, err := db.CreateRule(ctx, Rule{ClientID: a.ID, Name: "edge", Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 5, Window: time.Minute},
 			Descriptors: []DescriptorEntry{{Key: "path", Value: "/login"}}}); err != nil {
 			t.Fatal(err)
 		}
@@ -773,12 +779,12 @@ func TestUpdateRule(t *testing.T) {
 		}
 
 		// No algorithm: the client's default (sliding_window).
-		got, err := db.UpdateRule(ctx, Rule{ClientID: a.ID, Name: "api", Limit: 50, Window: time.Hour,
+		got, err := db.UpdateRule(ctx, Rule{ClientID: a.ID, Name: "api", Limit: algorithms.Limit{Limit: 50, Window: time.Hour},
 			Descriptors: []DescriptorEntry{{Key: "user_id"}}})
 		if err != nil {
 			t.Fatalf("UpdateRule: %v", err)
 		}
-		want := Rule{ClientID: a.ID, Name: "api", Algorithm: SlidingWindow, Limit: 50, Window: time.Hour,
+		want := Rule{ClientID: a.ID, Name: "api", Limit: algorithms.Limit{Algorithm: algorithms.SlidingWindow, Limit: 50, Window: time.Hour},
 			Descriptors: []DescriptorEntry{{Key: "user_id"}}, CreatedAt: orig.CreatedAt}
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Errorf("UpdateRule reply (-want +got):\n%s", diff)
@@ -795,24 +801,24 @@ func TestUpdateRule(t *testing.T) {
 		}
 
 		// Back to no descriptors, as a token bucket.
-		got, err = db.UpdateRule(ctx, Rule{ClientID: a.ID, Name: "api", Algorithm: TokenBucket, Limit: 7, RefillRate: 0.5})
+		got, err = db.UpdateRule(ctx, Rule{ClientID: a.ID, Name: "api", Limit: algorithms.Limit{Algorithm: algorithms.TokenBucket, Limit: 7, RefillRate: 0.5}})
 		if err != nil {
 			t.Fatalf("UpdateRule to a token bucket: %v", err)
 		}
-		if got.Descriptors != nil || got.Window != 0 || got.RefillRate != 0.5 || got.Algorithm != TokenBucket {
+		if got.Descriptors != nil || got.Limit.Window != 0 || got.Limit.RefillRate != 0.5 || got.Limit.Algorithm != algorithms.TokenBucket {
 			t.Errorf("UpdateRule to a token bucket = %+v", got)
 		}
 
-		_, err = db.UpdateRule(ctx, Rule{ClientID: a.ID, Name: "api", Algorithm: FixedWindow, Limit: 1, Window: time.Second,
+		_, err = db.UpdateRule(ctx, Rule{ClientID: a.ID, Name: "api", Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 1, Window: time.Second},
 			Descriptors: []DescriptorEntry{{Key: "path", Value: "/login"}}})
 		wantErr(t, err, ErrDuplicateDescriptors, "api")
-		_, err = db.UpdateRule(ctx, Rule{ClientID: a.ID, Name: "missing", Algorithm: FixedWindow, Limit: 1, Window: time.Second})
+		_, err = db.UpdateRule(ctx, Rule{ClientID: a.ID, Name: "missing", Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 1, Window: time.Second}})
 		wantErr(t, err, ErrNotFound, "missing")
-		_, err = db.UpdateRule(ctx, Rule{ClientID: b.ID, Name: "api", Algorithm: FixedWindow, Limit: 1, Window: time.Second})
+		_, err = db.UpdateRule(ctx, Rule{ClientID: b.ID, Name: "api", Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 1, Window: time.Second}})
 		wantErr(t, err, ErrNotFound, "api")
-		_, err = db.UpdateRule(ctx, Rule{ClientID: a.ID, Name: "api", Algorithm: FixedWindow, Limit: 0, Window: time.Second})
+		_, err = db.UpdateRule(ctx, Rule{ClientID: a.ID, Name: "api", Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 0, Window: time.Second}})
 		wantErr(t, err, ErrInvalid, "limit")
-		_, err = db.UpdateRule(ctx, Rule{ClientID: "nope", Name: "api", Algorithm: FixedWindow, Limit: 1, Window: time.Second})
+		_, err = db.UpdateRule(ctx, Rule{ClientID: "nope", Name: "api", Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 1, Window: time.Second}})
 		wantErr(t, err, ErrNotFound, "client")
 		if now, err := db.Revision(ctx); err != nil || now != rev+2 {
 			t.Errorf("revision after refused updates = %d, %v; want %d (unchanged)", now, err, rev+2)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/throttle-rl/throttle/algorithms"
 	"github.com/throttle-rl/throttle/internal/pgtest"
 )
 
@@ -50,7 +51,7 @@ func TestUnavailableSQLiteLocked(t *testing.T) {
 	db.timeout = 300 * time.Millisecond
 
 	lockSQLite(t, path)
-	rule := Rule{ClientID: c.ID, Name: "r", Algorithm: FixedWindow, Limit: 1, Window: time.Minute}
+	rule := Rule{ClientID: c.ID, Name: "r", Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 1, Window: time.Minute}}
 	_, err := db.CreateRule(t.Context(), rule)
 	if !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("CreateRule while locked: %v, want ErrUnavailable", err)
@@ -146,7 +147,7 @@ func TestUnavailablePostgres(t *testing.T) {
 		}
 		t.Logf("%s: %v", op.name, err)
 	}
-	if _, err := db.CreateRule(ctx, Rule{ClientID: c.ID, Name: "bad name!", Algorithm: FixedWindow, Limit: 1, Window: time.Minute}); !errors.Is(err, ErrInvalid) || errors.Is(err, ErrUnavailable) {
+	if _, err := db.CreateRule(ctx, Rule{ClientID: c.ID, Name: "bad name!", Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 1, Window: time.Minute}}); !errors.Is(err, ErrInvalid) || errors.Is(err, ErrUnavailable) {
 		t.Errorf("an invalid rule with PostgreSQL stopped: %v, want ErrInvalid (checked first)", err)
 	}
 

@@ -8,17 +8,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
-)
 
-// Algorithm names a rule or client may use: the engine's algorithms
-// (algorithms.Algorithms). store does not import the engine (DESIGN.md: it
-// imports only migrations), so TestAlgorithmsMatchEngine keeps these names,
-// their order and the messages that list them equal to the engine's.
-const (
-	FixedWindow   = "fixed_window"
-	SlidingWindow = "sliding_window"
-	TokenBucket   = "token_bucket"
-	GCRA          = "gcra"
+	"github.com/throttle-rl/throttle/algorithms"
 )
 
 // Field limits.
@@ -38,33 +29,21 @@ var (
 )
 
 func invalid(format string, args ...any) error {
-	return invalidError(fmt.Sprintf(format, args...))
+	return &refusal{reason: fmt.Sprintf(format, args...)}
 }
 
-// invalidError is a refusal of kind ErrInvalid whose message is only the
-// reason, ready to show a client.
-type invalidError string
-
-func (e invalidError) Error() string        { return string(e) }
-func (e invalidError) Is(target error) bool { return target == ErrInvalid }
-
-// algorithmNames lists the algorithms in the engine's documentation order.
-func algorithmNames() []string {
-	return []string{FixedWindow, SlidingWindow, TokenBucket, GCRA}
+// refusal is the store's refusal of a value, of kind ErrInvalid; its message
+// is only the reason, ready to show a client. A rule's limit is refused by
+// its owner, algorithms.Limit.Validate: cause is then the engine's error
+// (errors.Is algorithms.ErrInvalid too), and its message is the reason.
+type refusal struct {
+	reason string
+	cause  error
 }
 
-// ValidAlgorithm reports whether name is one of the engine's algorithms.
-func ValidAlgorithm(name string) bool {
-	return slices.Contains(algorithmNames(), name)
-}
-
-// algorithmList spells the algorithms for a message, exactly as
-// algorithms.Names does: "fixed_window, sliding_window, token_bucket or gcra".
-func algorithmList() string {
-	names := algorithmNames()
-	last := len(names) - 1
-	return strings.Join(names[:last], ", ") + " or " + names[last]
-}
+func (e *refusal) Error() string        { return e.reason }
+func (e *refusal) Is(target error) bool { return target == ErrInvalid }
+func (e *refusal) Unwrap() error        { return e.cause }
 
 // normalizeClient checks c and returns it cleaned up: name trimmed, email
 // trimmed and lower-cased, default algorithm defaulted. The domain is checked
@@ -93,10 +72,10 @@ func normalizeClient(c Client) (Client, error) {
 	}
 
 	if c.DefaultAlgorithm == "" {
-		c.DefaultAlgorithm = SlidingWindow
+		c.DefaultAlgorithm = algorithms.SlidingWindow
 	}
-	if !ValidAlgorithm(c.DefaultAlgorithm) {
-		return c, invalid("default_algorithm must be %s", algorithmList())
+	if _, err := algorithms.ParseAlgorithm(string(c.DefaultAlgorithm)); err != nil {
+		return c, invalid("default_algorithm must be %s", algorithms.Names())
 	}
 	return c, nil
 }
@@ -156,8 +135,12 @@ func slug(name string) string {
 // descriptor's rate_limits in the YAML).
 const MaxRateLimits = 16
 
-// normalizeRule checks r; the algorithm (of each of its RateLimits) must
-// already be set. With RateLimits, the rule's own limit fields are set from
+// normalizeRule checks r; the algorithm of its limit (of each of its
+// RateLimits) must already be set. A limit is the engine's to judge
+// (algorithms.Limit.Validate); the store adds only what its columns and
+// Envoy need: a window of whole seconds, and at most MaxUint32 for a rule
+// with descriptors; and, for RateLimits, what the limits must be together.
+// With RateLimits, the rule's Limit and AlwaysCount are those of
 // RateLimits[0].
 func normalizeRule(r Rule) (Rule, error) {
 	if !ruleNameRE.MatchString(r.Name) {
@@ -168,25 +151,27 @@ func normalizeRule(r Rule) (Rule, error) {
 	}
 	descriptors := len(r.Descriptors) > 0
 	if len(r.RateLimits) == 0 {
-		l, err := normalizeLimit(RuleLimit{Algorithm: r.Algorithm, Limit: r.Limit, Window: r.Window, RefillRate: r.RefillRate, AlwaysCount: r.AlwaysCount}, descriptors, "")
+		l, err := normalizeLimit(r.Limit, descriptors, "")
 		if err != nil {
 			return r, err
 		}
-		r.RefillRate = l.RefillRate
+		r.Limit = l
 	} else {
 		if err := checkRateLimits(r); err != nil {
 			return r, err
 		}
 		r.RateLimits = slices.Clone(r.RateLimits)
-		for i, l := range r.RateLimits {
-			l, err := normalizeLimit(l, descriptors, fmt.Sprintf("rate_limits[%d]: ", i))
+		for i := range r.RateLimits {
+			l, err := normalizeLimit(r.RateLimits[i].Limit, descriptors, fmt.Sprintf("rate_limits[%d]: ", i))
 			if err != nil {
 				return r, err
 			}
-			r.RateLimits[i] = l
+			r.RateLimits[i].Limit = l
 		}
-		first := r.RateLimits[0]
-		r.Algorithm, r.Limit, r.Window, r.RefillRate, r.AlwaysCount = first.Algorithm, first.Limit, first.Window, first.RefillRate, first.AlwaysCount
+		if err := checkShared(r.RateLimits); err != nil {
+			return r, err
+		}
+		r.Limit, r.AlwaysCount = r.RateLimits[0].Limit, r.RateLimits[0].AlwaysCount
 	}
 	if len(r.Descriptors) > maxDescriptors {
 		return r, invalid("descriptors has more than %d entries", maxDescriptors)
@@ -207,9 +192,28 @@ func normalizeRule(r Rule) (Rule, error) {
 	return r, nil
 }
 
-// checkRateLimits checks what a rule's RateLimits must be together: only
-// with descriptors, at most MaxRateLimits, names valid and unique, and no
-// two limits that would count against one counter.
+// normalizeLimit checks one limit of a rule; at prefixes its messages
+// ("rate_limits[1]: "). A refill rate its algorithm does not use is
+// dropped.
+func normalizeLimit(l algorithms.Limit, descriptors bool, at string) (algorithms.Limit, error) {
+	if err := l.Validate(); err != nil {
+		return l, &refusal{reason: at + err.Error(), cause: err}
+	}
+	if l.Window%time.Second != 0 {
+		return l, invalid("%swindow must be a whole number of seconds", at)
+	}
+	if l.Algorithm != algorithms.TokenBucket {
+		l.RefillRate = 0 // does not apply: ignored, as REST clients send one body for all algorithms
+	}
+	if descriptors && l.Limit > math.MaxUint32 {
+		return l, invalid("%slimit of a rule with descriptors must be at most %d (Envoy's requests_per_unit)", at, uint32(math.MaxUint32))
+	}
+	return l, nil
+}
+
+// checkRateLimits checks what a rule's RateLimits must be before their
+// limits are: only with descriptors, at most MaxRateLimits, names valid and
+// unique.
 func checkRateLimits(r Rule) error {
 	if len(r.Descriptors) == 0 {
 		return invalid("rate_limits is only for rules with descriptors (Envoy requests); a rule for /check has one limit")
@@ -230,45 +234,20 @@ func checkRateLimits(r Rule) error {
 		}
 		names[l.Name] = i
 	}
-	for i, l := range r.RateLimits {
+	return nil
+}
+
+// checkShared refuses two limits the engine would count as one (same
+// algorithm, limit, window and refill rate: one counter).
+func checkShared(ls []RuleLimit) error {
+	for i, l := range ls {
 		for j := range i {
-			o := r.RateLimits[j]
-			if l.Algorithm == o.Algorithm && l.Limit == o.Limit && l.Window == o.Window && (l.Algorithm != TokenBucket || l.RefillRate == o.RefillRate) {
+			if l.Limit == ls[j].Limit {
 				return invalid("rate_limits[%d]: same algorithm, limit, window and refill_rate as rate_limits[%d]: the two would count against one counter", i, j)
 			}
 		}
 	}
 	return nil
-}
-
-// normalizeLimit checks one limit of a rule; at prefixes its messages
-// ("rate_limits[1]: "). A refill rate given with a window algorithm or gcra
-// is dropped.
-func normalizeLimit(l RuleLimit, descriptors bool, at string) (RuleLimit, error) {
-	if !ValidAlgorithm(l.Algorithm) {
-		return l, invalid("%salgorithm must be %s", at, algorithmList())
-	}
-	if l.Limit <= 0 {
-		return l, invalid("%slimit must be greater than 0", at)
-	}
-	switch {
-	case l.Window < 0:
-		return l, invalid("%swindow must not be negative", at)
-	case l.Window%time.Second != 0:
-		return l, invalid("%swindow must be a whole number of seconds", at)
-	case l.Window == 0 && l.Algorithm != TokenBucket:
-		return l, invalid("%swindow is required for %s", at, l.Algorithm)
-	}
-	switch {
-	case math.IsNaN(l.RefillRate) || math.IsInf(l.RefillRate, 0) || l.RefillRate < 0:
-		return l, invalid("%srefill_rate must be a number ≥ 0", at)
-	case l.Algorithm != TokenBucket:
-		l.RefillRate = 0 // does not apply: ignored, as REST clients send one body for all algorithms
-	}
-	if descriptors && l.Limit > math.MaxUint32 {
-		return l, invalid("%slimit of a rule with descriptors must be at most %d (Envoy's requests_per_unit)", at, uint32(math.MaxUint32))
-	}
-	return l, nil
 }
 
 func checkExemption(e Exemption) error {

@@ -1,42 +1,46 @@
 package store
 
 import (
-	"slices"
-	"strings"
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/throttle-rl/throttle/algorithms"
 )
 
-// TestAlgorithmsMatchEngine keeps the store's algorithm names equal to the
-// engine's, which own the list: the same names in the same order, and the
-// messages that list them spelled by algorithms.Names. (Only this test
-// imports the engine; the store itself does not.)
-func TestAlgorithmsMatchEngine(t *testing.T) {
-	var engine []string
-	for _, a := range algorithms.Algorithms {
-		engine = append(engine, string(a))
+// TestLimitJudgedByEngine: a rule's limit is refused by its owner,
+// algorithms.Limit.Validate, with the engine's message, as an error of both
+// kinds (store.ErrInvalid for the store's callers, algorithms.ErrInvalid as
+// its cause); a client's default algorithm must be one of the engine's.
+func TestLimitJudgedByEngine(t *testing.T) {
+	limits := []algorithms.Limit{
+		{Algorithm: "leaky_bucket", Limit: 1, Window: time.Second},
+		{Algorithm: algorithms.FixedWindow, Limit: algorithms.MaxLimit + 1, Window: time.Second},
+		{Algorithm: algorithms.SlidingWindow, Limit: 1, Window: algorithms.MaxWindow + time.Second},
+		{Algorithm: algorithms.GCRA, Limit: 1},
+		{Algorithm: algorithms.TokenBucket, Limit: 1, RefillRate: -1},
 	}
-	if got := algorithmNames(); !slices.Equal(got, engine) {
-		t.Fatalf("store algorithms %v, engine algorithms %v: add or remove the difference in validate.go", got, engine)
-	}
-	for _, name := range engine {
-		if !ValidAlgorithm(name) {
-			t.Errorf("ValidAlgorithm(%q) = false", name)
+	for _, l := range limits {
+		want := l.Validate()
+		if want == nil {
+			t.Fatalf("%+v: the engine accepts it; the case is wrong", l)
+		}
+		_, got := normalizeRule(Rule{Name: "r", Limit: l})
+		if got == nil || got.Error() != want.Error() {
+			t.Errorf("normalizeRule(%+v) = %v, want the engine's %q", l, got, want)
+		}
+		if !errors.Is(got, ErrInvalid) || !errors.Is(got, algorithms.ErrInvalid) {
+			t.Errorf("normalizeRule(%+v) = %v: errors.Is ErrInvalid %v, algorithms.ErrInvalid %v; want both", l, got,
+				errors.Is(got, ErrInvalid), errors.Is(got, algorithms.ErrInvalid))
 		}
 	}
-	if ValidAlgorithm("leaky_bucket") {
-		t.Error(`ValidAlgorithm("leaky_bucket") = true`)
+	_, err := normalizeClient(Client{Name: "a", Email: "a@b.c", DefaultAlgorithm: "leaky_bucket"})
+	if want := "default_algorithm must be " + algorithms.Names(); err == nil || err.Error() != want || !errors.Is(err, ErrInvalid) {
+		t.Errorf("normalizeClient(leaky_bucket) = %v, want %q (ErrInvalid)", err, want)
 	}
-	if got, want := algorithmList(), algorithms.Names(); got != want {
-		t.Errorf("algorithmList() = %q, want algorithms.Names() = %q", got, want)
-	}
-	_, errClient := normalizeClient(Client{Name: "a", Email: "a@b.c", DefaultAlgorithm: "leaky_bucket"})
-	_, errRule := normalizeRule(Rule{Name: "r", Algorithm: "leaky_bucket", Limit: 1, Window: time.Second})
-	for _, err := range []error{errClient, errRule} {
-		if err == nil || !strings.Contains(err.Error(), algorithms.Names()) {
-			t.Errorf("error %v does not list %q", err, algorithms.Names())
+	for _, a := range algorithms.Algorithms {
+		if _, err := normalizeClient(Client{Name: "a", Email: "a@b.c", DefaultAlgorithm: a}); err != nil {
+			t.Errorf("normalizeClient(default %s) = %v", a, err)
 		}
 	}
 }
@@ -47,28 +51,28 @@ func TestGCRAStored(t *testing.T) {
 	eachDialect(t, func(t *testing.T, url string) {
 		db := mustOpen(t, url)
 		ctx := t.Context()
-		c, err := db.CreateClient(ctx, Client{Name: "Cells", Email: "cells@example.com", DefaultAlgorithm: GCRA}, keyHash("gcra"))
+		c, err := db.CreateClient(ctx, Client{Name: "Cells", Email: "cells@example.com", DefaultAlgorithm: algorithms.GCRA}, keyHash("gcra"))
 		if err != nil {
 			t.Fatalf("CreateClient: %v", err)
 		}
-		if got, err := db.ClientByID(ctx, c.ID); err != nil || got.DefaultAlgorithm != GCRA {
+		if got, err := db.ClientByID(ctx, c.ID); err != nil || got.DefaultAlgorithm != algorithms.GCRA {
 			t.Fatalf("ClientByID = %+v, %v; want default_algorithm gcra", got, err)
 		}
-		byDefault, err := db.CreateRule(ctx, Rule{ClientID: c.ID, Name: "by_default", Limit: 7, Window: time.Minute})
+		byDefault, err := db.CreateRule(ctx, Rule{ClientID: c.ID, Name: "by_default", Limit: algorithms.Limit{Limit: 7, Window: time.Minute}})
 		if err != nil {
 			t.Fatalf("CreateRule: %v", err)
 		}
-		if byDefault.Algorithm != GCRA {
-			t.Errorf("rule without algorithm got %q, want the client's default gcra", byDefault.Algorithm)
+		if byDefault.Limit.Algorithm != algorithms.GCRA {
+			t.Errorf("rule without algorithm got %q, want the client's default gcra", byDefault.Limit.Algorithm)
 		}
-		if _, err := db.CreateRule(ctx, Rule{ClientID: c.ID, Name: "explicit", Algorithm: GCRA, Limit: 100, Window: time.Hour}); err != nil {
+		if _, err := db.CreateRule(ctx, Rule{ClientID: c.ID, Name: "explicit", Limit: algorithms.Limit{Algorithm: algorithms.GCRA, Limit: 100, Window: time.Hour}}); err != nil {
 			t.Fatalf("CreateRule: %v", err)
 		}
 		rules, err := db.Rules(ctx, c.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(rules) != 2 || rules[0].Algorithm != GCRA || rules[1].Algorithm != GCRA || rules[1].Window != time.Hour {
+		if len(rules) != 2 || rules[0].Limit.Algorithm != algorithms.GCRA || rules[1].Limit.Algorithm != algorithms.GCRA || rules[1].Limit.Window != time.Hour {
 			t.Errorf("Rules = %+v, want two gcra rules", rules)
 		}
 	})

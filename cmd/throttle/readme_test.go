@@ -1,77 +1,296 @@
 package main
 
 import (
+	"io/fs"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
+	"unicode"
 
 	"github.com/throttle-rl/throttle/internal/redistest"
 	"github.com/throttle-rl/throttle/internal/throttletest"
 )
 
-// TestREADMECurlExamples runs the README's REST API curl examples, in order,
-// in one shell, against the built binary — with the embedded default, and
-// with Redis and PostgreSQL: the documentation must work as written.
-func TestREADMECurlExamples(t *testing.T) {
+// repoRoot is the repository's root, seen from this package's folder.
+const repoRoot = "../.."
+
+// curlDoc is a document whose sh examples run in order, in one shell,
+// against a fresh server, and what their output must show.
+type curlDoc struct {
+	file      string // from the repository's root
+	section   string // "## Heading" whose examples run; "" = the whole file
+	minBlocks int
+	want      []string
+}
+
+var curlDocs = []curlDoc{
+	{
+		file: "README.md", section: "## REST API", minBlocks: 3,
+		want: []string{`"api_key":"thr_`, `"allowed":true`, `"allowed":false`, `"name":"api_default"`, `"rule":"api_default"`},
+	},
+	{
+		file: "docs/api.md", minBlocks: 14, // one per endpoint at least
+		want: []string{
+			`{"status":"ok"}`,
+			`"api_key":"thr_`,
+			`"allowed":true`,
+			`"allowed":false`,
+			`"code":"METHOD_NOT_ALLOWED"`,
+			`"code":"UNKNOWN_FIELD"`,
+			`"keys_deleted":`,
+			`"total_checks":`,
+			"throttle_decisions_total{",
+		},
+	},
+}
+
+// TestDocsCurlExamples runs the REST API curl examples of the README's tour
+// and of the reference, docs/api.md — each document's in order, in one
+// shell, against the built binary — with the embedded default, and with
+// Redis and PostgreSQL: the documentation must work as written.
+func TestDocsCurlExamples(t *testing.T) {
 	if _, err := exec.LookPath("curl"); err != nil {
 		t.Fatal("curl is not installed: run the tests via scripts/with-test-services.sh (make test), which installs it")
 	}
-	readme, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
+	setups := []struct {
+		name string
+		env  func(t *testing.T) []string
+	}{
+		{"embedded", func(*testing.T) []string { return nil }},
+		{"redis+postgres", func(t *testing.T) []string {
+			return []string{"REDIS_URL=" + redistest.SharedURL(t), "DATABASE_URL=" + freshPostgres(t), "BACKEND_TIMEOUT=2s"}
+		}},
 	}
-	text := string(readme)
-	start, end := strings.Index(text, "\n## REST API\n"), strings.Index(text, "\n## Run with Envoy\n")
-	if start < 0 || end < start {
-		t.Fatal("README has no '## REST API' section followed by '## Run with Envoy'")
-	}
-	blocks := regexp.MustCompile("(?s)```sh\n(.*?)```").FindAllStringSubmatch(text[start:end], -1)
-	if len(blocks) < 14 {
-		t.Fatalf("found %d sh examples in the REST API section, want one per endpoint at least", len(blocks))
-	}
-	setups := map[string][]string{
-		"embedded":       nil,
-		"redis+postgres": {"REDIS_URL=" + redistest.SharedURL(t), "DATABASE_URL=" + freshPostgres(t), "BACKEND_TIMEOUT=2s"},
-	}
-	for name, env := range setups {
-		t.Run(name, func(t *testing.T) { runREADMEExamples(t, blocks, env) })
+	for _, doc := range curlDocs {
+		blocks := shBlocks(t, doc)
+		for _, setup := range setups {
+			t.Run(doc.file+"/"+setup.name, func(t *testing.T) { runCurlExamples(t, doc, blocks, setup.env(t)) })
+		}
 	}
 }
 
-func runREADMEExamples(t *testing.T, blocks [][]string, env []string) {
+// shBlocks returns the bodies of the ```sh blocks of doc's section.
+func shBlocks(t *testing.T, doc curlDoc) []string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repoRoot, doc.file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(b)
+	if doc.section != "" {
+		start := strings.Index(text, "\n"+doc.section+"\n")
+		if start < 0 {
+			t.Fatalf("%s has no %q section", doc.file, doc.section)
+		}
+		text = text[start+1:]
+		if end := strings.Index(text[len(doc.section):], "\n## "); end >= 0 {
+			text = text[:len(doc.section)+end]
+		}
+	}
+	var blocks []string
+	for _, m := range regexp.MustCompile("(?s)```sh\n(.*?)```").FindAllStringSubmatch(text, -1) {
+		blocks = append(blocks, m[1])
+	}
+	if len(blocks) < doc.minBlocks {
+		t.Fatalf("found %d sh examples in %s %s, want at least %d", len(blocks), doc.file, doc.section, doc.minBlocks)
+	}
+	return blocks
+}
+
+func runCurlExamples(t *testing.T, doc curlDoc, blocks []string, env []string) {
 	s := throttletest.Start(t, env...)
 	var script strings.Builder
 	script.WriteString("set -e\n")
 	for _, b := range blocks {
-		script.WriteString(strings.ReplaceAll(b[1], "http://localhost:8080", s.URL))
+		script.WriteString(strings.ReplaceAll(b, "http://localhost:8080", s.URL))
 		script.WriteString("\necho\n")
 	}
 	out, err := exec.Command("bash", "-c", script.String()).CombinedOutput()
 	if err != nil {
-		t.Fatalf("README examples failed: %v\n%s", err, out)
+		t.Fatalf("%s examples failed: %v\n%s", doc.file, err, out)
 	}
 	got := string(out)
-	for _, want := range []string{
-		`{"status":"ok"}`,
-		`"api_key":"thr_`,
-		`"allowed":true`,
-		`"allowed":false`,
-		`"code":"METHOD_NOT_ALLOWED"`,
-		`"code":"UNKNOWN_FIELD"`,
-		`"keys_deleted":`,
-		`"total_checks":`,
-		"throttle_decisions_total{",
-	} {
+	for _, want := range doc.want {
 		if !strings.Contains(got, want) {
-			t.Errorf("README examples' output lacks %q", want)
+			t.Errorf("%s examples' output lacks %q", doc.file, want)
 		}
 	}
 	if strings.Contains(got, `"code":"INVALID_API_KEY"`) || strings.Contains(got, `"code":"MISSING_API_KEY"`) {
-		t.Errorf("an example ran without a valid key:\n%s", got)
+		t.Errorf("an example of %s ran without a valid key:\n%s", doc.file, got)
 	}
 	if t.Failed() {
 		t.Logf("output:\n%s", got)
 	}
+}
+
+// TestSettingsDocumented: docs/settings.md has a row for every setting of
+// throttle serve, with its flag and default as --help gives them, and no
+// row for a setting serve does not have.
+func TestSettingsDocumented(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(repoRoot, "docs/settings.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := map[string][]string{} // variable → its row's cells
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.HasPrefix(line, "| `") {
+			continue
+		}
+		cells := strings.Split(strings.Trim(line, "| "), " | ")
+		rows[cells[0]] = cells
+	}
+	known := map[string]bool{}
+	for _, s := range serveSettings {
+		env := "`" + s.env + "`"
+		known[env] = true
+		cells, ok := rows[env]
+		if !ok {
+			t.Errorf("docs/settings.md has no row for %s", s.env)
+			continue
+		}
+		wantDef := "`" + s.def + "`"
+		if s.def == "" {
+			wantDef = "empty"
+		}
+		if got := cells[1]; got != "`--"+s.flag+"`" {
+			t.Errorf("docs/settings.md: %s's flag is %s, want `--%s`", s.env, got, s.flag)
+		}
+		if got := cells[len(cells)-1]; !strings.HasPrefix(got, wantDef) {
+			t.Errorf("docs/settings.md: %s's default is %s, want %s", s.env, got, wantDef)
+		}
+	}
+	for env, cells := range rows {
+		if !known[env] && cells[1] != "—" {
+			t.Errorf("docs/settings.md has a row for %s, which throttle serve does not have", env)
+		}
+	}
+}
+
+// TestDocsLinksResolve: every relative link of every Markdown file in the
+// repository (README.md, docs/*.md, envoy/README.md, …) names a file or
+// folder that exists, and a #fragment names a heading of the file it points
+// to (as GitHub makes anchors of headings).
+func TestDocsLinksResolve(t *testing.T) {
+	var docs []string
+	err := filepath.WalkDir(repoRoot, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		name := d.Name()
+		if d.IsDir() && path != repoRoot && (strings.HasPrefix(name, ".") || name == "testdata" || name == "node_modules") {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() && strings.HasSuffix(name, ".md") {
+			docs = append(docs, path)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"README.md", "docs/api.md", "envoy/README.md"} {
+		if !containsPath(docs, filepath.Join(repoRoot, want)) {
+			t.Fatalf("the walk found no %s (found %v)", want, docs)
+		}
+	}
+	anchors := map[string]map[string]bool{} // file → its headings' anchors
+	anchorsOf := func(file string) map[string]bool {
+		if a, ok := anchors[file]; ok {
+			return a
+		}
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		anchors[file] = headingAnchors(string(b))
+		return anchors[file]
+	}
+	checked := 0
+	for _, doc := range docs {
+		b, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rel, _ := filepath.Rel(repoRoot, doc)
+		for _, link := range relativeLinks(string(b)) {
+			checked++
+			target, fragment, _ := strings.Cut(link, "#")
+			file := doc
+			if target != "" {
+				file = filepath.Join(filepath.Dir(doc), filepath.FromSlash(target))
+				if _, err := os.Stat(file); err != nil {
+					t.Errorf("%s: link %q: %v", rel, link, err)
+					continue
+				}
+			}
+			if fragment != "" && strings.HasSuffix(file, ".md") && !anchorsOf(file)[fragment] {
+				t.Errorf("%s: link %q: no heading of %s has the anchor #%s", rel, link, filepath.Base(file), fragment)
+			}
+		}
+	}
+	if checked < 40 {
+		t.Errorf("checked %d relative links in %d files; the docs have many more: is the link pattern broken?", checked, len(docs))
+	}
+}
+
+func containsPath(paths []string, p string) bool {
+	for _, q := range paths {
+		if filepath.Clean(q) == filepath.Clean(p) {
+			return true
+		}
+	}
+	return false
+}
+
+var (
+	fenceRE      = regexp.MustCompile("(?ms)^```.*?^```")
+	codeSpanRE   = regexp.MustCompile("`[^`\n]*`")
+	linkTargetRE = regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	headingRE    = regexp.MustCompile(`(?m)^#{1,6} +(.+?) *$`)
+)
+
+// relativeLinks returns the targets of the Markdown links and images of
+// text outside code that are neither URLs nor mail addresses.
+func relativeLinks(text string) []string {
+	text = codeSpanRE.ReplaceAllString(fenceRE.ReplaceAllString(text, ""), "")
+	var links []string
+	for _, m := range linkTargetRE.FindAllStringSubmatch(text, -1) {
+		l := m[1]
+		if strings.Contains(l, "://") || strings.HasPrefix(l, "mailto:") {
+			continue
+		}
+		links = append(links, l)
+	}
+	return links
+}
+
+// headingAnchors returns the anchors GitHub gives the headings of text:
+// lower case, spaces as '-', other punctuation but '-' and '_' dropped, and
+// "-1", "-2", … after a repeated one.
+func headingAnchors(text string) map[string]bool {
+	anchors := map[string]bool{}
+	seen := map[string]int{}
+	for _, m := range headingRE.FindAllStringSubmatch(fenceRE.ReplaceAllString(text, ""), -1) {
+		var b strings.Builder
+		for _, r := range strings.ToLower(m[1]) {
+			switch {
+			case r == ' ':
+				b.WriteRune('-')
+			case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+				b.WriteRune(r)
+			}
+		}
+		a := b.String()
+		if n := seen[a]; n > 0 {
+			anchors[a+"-"+strconv.Itoa(n)] = true
+		} else {
+			anchors[a] = true
+		}
+		seen[a]++
+	}
+	return anchors
 }

@@ -2,11 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -47,29 +42,8 @@ func TestRedisURLCluster(t *testing.T) {
 }
 
 func TestRedisURLSentinel(t *testing.T) {
-	master := redistest.Start(t)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	conf := filepath.Join(t.TempDir(), "sentinel.conf")
-	body := fmt.Sprintf("port %d\nbind 127.0.0.1\nsentinel monitor mymaster 127.0.0.1 %d 1\n", port, master.Port)
-	if err := os.WriteFile(conf, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		t.Fatal("redis-server not found: run via scripts/with-test-services.sh (make test)")
-	}
-	cmd := exec.Command(bin, conf, "--sentinel")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-
-	rdb, err := newRedis(fmt.Sprintf("redis://127.0.0.1:%d/0?master_name=mymaster", port))
+	sentinel := redistest.StartSentinel(t, redistest.Start(t), "mymaster")
+	rdb, err := newRedis("redis://" + sentinel + "/0?master_name=mymaster")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -103,7 +104,8 @@ func (s *Server) Restart() {
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		err := rdb.Ping(ctx).Err()
 		cancel()
-		if err == nil {
+		// NOAUTH is an answer too: the server runs with --requirepass.
+		if err == nil || strings.HasPrefix(err.Error(), "NOAUTH") {
 			return
 		}
 		if time.Now().After(deadline) {
@@ -204,4 +206,53 @@ func StartClusterOf(t testing.TB, n int) []*Server {
 		rdb.Close()
 	}
 	return servers
+}
+
+// StartSentinel runs a Redis Sentinel on a free loopback port that monitors
+// master as name (quorum 1), with the extra sentinel.conf lines conf (such
+// as "sentinel auth-pass NAME PASSWORD" or "requirepass PASSWORD"); it is
+// stopped when the test ends. It returns the sentinel's address once the
+// sentinel knows the master's address.
+func StartSentinel(t testing.TB, master *Server, name string, conf ...string) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	// The sentinel rewrites its config file, so it must be its own.
+	path := filepath.Join(t.TempDir(), "sentinel.conf")
+	body := fmt.Sprintf("port %d\nbind 127.0.0.1\nsentinel monitor %s 127.0.0.1 %d 1\n%s\n", port, name, master.Port, strings.Join(conf, "\n"))
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(master.bin, path, "--sentinel")
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start redis-server --sentinel: %v", err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	opt := &redis.Options{Addr: addr}
+	for _, line := range conf {
+		if pass, ok := strings.CutPrefix(line, "requirepass "); ok {
+			opt.Password = pass
+		}
+	}
+	rdb := redis.NewSentinelClient(opt)
+	defer rdb.Close()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := rdb.GetMasterAddrByName(ctx, name).Result()
+		cancel()
+		if err == nil {
+			return addr
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sentinel on %s does not know master %s: %v", addr, name, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }

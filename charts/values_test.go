@@ -1,0 +1,190 @@
+package charts
+
+import (
+	"fmt"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"helm.sh/helm/v4/pkg/chart/common"
+	"helm.sh/helm/v4/pkg/chart/v2/lint"
+	"helm.sh/helm/v4/pkg/chart/v2/lint/support"
+)
+
+// Bad values fail the render, and the message names the value: the schema
+// (values.schema.json) catches what one value alone decides, the templates
+// what depends on several.
+func TestBadValues(t *testing.T) {
+	tests := []struct {
+		name string
+		in   input
+		want []string // each must be in the error
+	}{
+		{"unknown failure mode", input{set: []string{"config.failureMode=sideways"}}, []string{"/config/failureMode", "open", "closed", "local"}},
+		{"negative replica count", input{set: []string{"replicaCount=-1"}}, []string{"/replicaCount", "-1"}},
+		{"replica count not a number", input{values: "replicaCount: two"}, []string{"/replicaCount", "string"}},
+		{"misspelled top-level value", input{set: []string{"replicaCont=3"}}, []string{"replicaCont"}},
+		{"misspelled nested value", input{set: []string{"redis.adresses={redis:6379}"}}, []string{"/redis", "adresses"}},
+		{"unknown redis mode", input{set: []string{"redis.mode=master"}}, []string{"/redis/mode"}},
+		{"redis address without a port", input{set: []string{"redis.addresses={redis}"}}, []string{"/redis/addresses/0", "redis"}},
+		{"redis URL of another scheme", input{set: []string{"redis.url=http://redis:6379"}}, []string{"/redis/url"}},
+		{"sentinel without a master name", input{values: "redis: {mode: sentinel, addresses: [s:26379]}"}, []string{"/redis/sentinel/masterName"}},
+		{"URL and parts both", input{values: "redis: {url: redis://r:6379/0, addresses: [r:6379]}"}, []string{"redis.url and redis.addresses are both set"}},
+		{"cluster with a database", input{values: "redis: {mode: cluster, addresses: [n:6379], db: 3}"}, []string{"redis.db is 3", "cluster"}},
+		{"single with two addresses", input{values: "redis: {addresses: [a:6379, b:6379]}"}, []string{"redis.addresses has 2 entries"}},
+		{"password without addresses", input{set: []string{"redis.password=pw"}}, []string{"redis.addresses is empty"}},
+		{"database URL of another scheme", input{set: []string{"database.url=mysql://db/throttle"}}, []string{"/database/url"}},
+		{"bad duration", input{set: []string{"config.cacheRefreshInterval=2 seconds"}}, []string{"/config/cacheRefreshInterval"}},
+		{"unknown log level", input{set: []string{"config.logLevel=verbose"}}, []string{"/config/logLevel"}},
+		{"sampler ratio above 1", input{values: `config: {otelTracesSamplerArg: "1.5"}`}, []string{"/config/otelTracesSamplerArg"}},
+		{"cache size negative", input{set: []string{"config.localCacheSizeInBytes=-1"}}, []string{"/config/localCacheSizeInBytes"}},
+		{"port out of range", input{set: []string{"containerPorts.grpc=70000"}}, []string{"/containerPorts/grpc", "65,535"}},
+		{"min replicas above max", input{values: "autoscaling: {minReplicas: 5, maxReplicas: 3}"}, []string{"autoscaling.minReplicas (5) is above autoscaling.maxReplicas (3)"}},
+		{"PDB that blocks every drain", input{values: "autoscaling: {enabled: false}\nreplicaCount: 2\npodDisruptionBudget: {minAvailable: 2}"}, []string{"podDisruptionBudget.minAvailable (2) must be below replicaCount (2)"}},
+		{"descriptor file not YAML by name", input{values: "descriptors: {files: {edge.txt: 'domain: edge'}}"}, []string{"descriptors.files.edge.txt", "*.yaml"}},
+		{"descriptor file not YAML", input{values: "descriptors: {files: {edge.yaml: 'domain: [edge'}}"}, []string{"descriptors.files.edge.yaml is not YAML"}},
+		{"descriptor file without a domain", input{values: "descriptors: {files: {edge.yaml: 'descriptors: []'}}"}, []string{"descriptors.files.edge.yaml has no domain"}},
+		{"descriptors given twice", input{values: "descriptors: {files: {edge.yaml: 'domain: edge'}, existingConfigMap: mine}"}, []string{"descriptors.files and descriptors.existingConfigMap are both set"}},
+		{"extraEnv repeats a chart setting", input{values: "extraEnv: [{name: REDIS_URL, value: 'redis://x:6379'}]"}, []string{"extraEnv[0] sets REDIS_URL", "from redis"}},
+		{"extraEnv sets GOMEMLIMIT too", input{values: "extraEnv: [{name: GOMEMLIMIT, value: 100MiB}]"}, []string{"extraEnv[0] sets GOMEMLIMIT", "resources.limits.memory"}},
+		{"redis option the parts set", input{values: "redis: {addresses: [r:6379], options: {password: x}}"}, []string{"redis.options.password"}},
+		{"extraEnv repeats a config setting", input{values: "extraEnv: [{name: GOGC, value: '100'}, {name: FAILURE_MODE, value: closed}]"}, []string{"extraEnv[1] sets FAILURE_MODE", "config.failureMode"}},
+		{"extraEnv entry without a name", input{values: "extraEnv: [{value: x}]"}, []string{"/extraEnv/0", "name"}},
+		{"headless LoadBalancer", input{values: "service: {type: LoadBalancer, headless: true}"}, []string{"service.headless needs service.type ClusterIP"}},
+		{"Envoy duration in Go's form", input{values: "istio: {envoyFilter: {enabled: true, timeout: 50ms}}"}, []string{"/istio/envoyFilter/timeout", "50ms"}},
+		{"unknown Envoy header mode", input{values: "istio: {envoyFilter: {enableXRatelimitHeaders: DRAFT_VERSION_99}}"}, []string{"/istio/envoyFilter/enableXRatelimitHeaders"}},
+		{"no rate-limit actions", input{values: "istio: {envoyFilter: {rateLimits: []}}"}, []string{"/istio/envoyFilter/rateLimits"}},
+		{"ServiceMonitor interval", input{values: "serviceMonitor: {interval: 30 seconds}"}, []string{"/serviceMonitor/interval"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := renderErr(t, tt.in)
+			if err == nil {
+				t.Fatalf("rendered with %s", tt.in)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error does not name %q:\n%v", w, err)
+				}
+			}
+		})
+	}
+}
+
+// The chart sets only Throttle's own settings (those `throttle serve --help`
+// lists), every config key of values.yaml is one, everySetting sets them
+// all, and the defaults values.yaml states are Throttle's.
+func TestSettings(t *testing.T) {
+	settings := throttleSettings(t)
+	ch := loadChart(t)
+	config, ok := ch.Values["config"].(map[string]any)
+	if !ok || len(config) == 0 {
+		t.Fatal("values.yaml has no config map")
+	}
+
+	r := render(t, defaultRelease, input{values: everySetting})
+	env := envOf(t, r)
+	for key, def := range config {
+		name := screamingSnake(key)
+		s, ok := settings[name]
+		if !ok {
+			t.Errorf("config.%s is %s, which `throttle serve --help` does not list", key, name)
+			continue
+		}
+		if _, ok := env[name]; !ok {
+			t.Errorf("config.%s: everySetting does not set it, or the chart does not pass it as %s", key, name)
+		}
+		if d := fmt.Sprint(def); d != "" && d != s.def {
+			t.Errorf("config.%s defaults to %q in values.yaml, but %s defaults to %q", key, d, name, s.def)
+		}
+	}
+	ports, _ := ch.Values["containerPorts"].(map[string]any)
+	if fmt.Sprint(ports["http"]) != settings["PORT"].def || fmt.Sprint(ports["grpc"]) != settings["GRPC_PORT"].def {
+		t.Errorf("containerPorts %v, want Throttle's PORT %s and GRPC_PORT %s", ports, settings["PORT"].def, settings["GRPC_PORT"].def)
+	}
+
+	// Every value set: each variable is a setting, Go's GOMEMLIMIT, or one
+	// the values gave in extraEnv.
+	for _, vs := range valueSets {
+		r := render(t, vs.rel, vs.in)
+		for name := range envOf(t, r) {
+			_, known := settings[name]
+			if !known && name != "GOMEMLIMIT" && !strings.Contains(vs.in.values, "name: "+name) {
+				t.Errorf("%s: env %s is not one of Throttle's settings", vs.name, name)
+			}
+		}
+	}
+}
+
+// screamingSnake is the chart's config key to variable rule (sprig's
+// snakecase, upper-cased) for the keys values.yaml uses: camelCase words.
+func screamingSnake(key string) string {
+	return strings.ToUpper(regexp.MustCompile(`([a-z0-9])([A-Z])`).ReplaceAllString(key, "${1}_${2}"))
+}
+
+// helm lint finds nothing to warn about for any value set (the first has
+// the default values).
+func TestLint(t *testing.T) {
+	kv, err := common.ParseKubeVersion(kubeVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, vs := range valueSets {
+		t.Run(vs.name, func(t *testing.T) {
+			vals, err := vs.in.parse()
+			if err != nil {
+				t.Fatal(err)
+			}
+			res := lint.RunAll(chartDir, vals, vs.rel.namespace, lint.WithKubeVersion(kv))
+			for _, m := range res.Messages {
+				if m.Severity >= support.WarningSev {
+					t.Errorf("helm lint: %v", m)
+				} else {
+					t.Logf("helm lint: %v", m)
+				}
+			}
+		})
+	}
+}
+
+// The README's Helm section shows a working command: its --set values
+// render, and REDIS_URL is the one given.
+func TestREADMEHelmCommand(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^helm install throttle \./charts/throttle((?: *\\\n)?(?: +--set [^ \n]+(?: *\\\n)?)+)`).FindSubmatch(readme)
+	if m == nil {
+		t.Fatal("README.md has no `helm install throttle ./charts/throttle --set …` line")
+	}
+	var sets []string
+	for _, f := range strings.Fields(strings.ReplaceAll(string(m[1]), "\\\n", " ")) {
+		if f != "--set" {
+			sets = append(sets, strings.Trim(f, `'"`))
+		}
+	}
+	if !slices.ContainsFunc(sets, func(s string) bool { return strings.HasPrefix(s, "redis.url=") }) {
+		t.Fatalf("the README's command sets %v, no redis.url", sets)
+	}
+	r := render(t, defaultRelease, input{set: sets})
+	checkCommon(t, defaultRelease, nil, r)
+	for _, s := range sets {
+		if v, ok := strings.CutPrefix(s, "redis.url="); ok {
+			wantSecretKey(t, r, "REDIS_URL", v)
+		}
+	}
+}
+
+func wantSecretKey(t *testing.T, r rendered, key, want string) {
+	t.Helper()
+	for _, s := range r.set.Secrets {
+		if got := string(s.Data[key]); got != want {
+			t.Errorf("Secret %s %s = %q, want %q", s.Name, key, got, want)
+		}
+		return
+	}
+	t.Errorf("no Secret holds %s", key)
+}
