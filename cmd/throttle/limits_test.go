@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/throttle-rl/throttle/descriptors"
 	"github.com/throttle-rl/throttle/internal/redistest"
 	"github.com/throttle-rl/throttle/internal/throttletest"
 )
@@ -160,6 +162,16 @@ func TestIssue17EndToEnd(t *testing.T) {
 				if got := outcome(askRLS(t, c, "shop", tokens(step.hits))); got != step.want {
 					t.Fatalf("tokens step %d (hits %d): %s, want %s", i, step.hits, got, step.want)
 				}
+			}
+
+			// A charge is counted even when the over-limit cache knows the
+			// budget is spent: it never answers one.
+			cached := s.Metric(t, "throttle_overlimit_cache_hits_total")
+			if got := outcome(askRLS(t, c, "shop", tokens(200))); got != "OVER_LIMIT over:0" {
+				t.Errorf("a charge of 200 in debt: %s, want OVER_LIMIT over:0", got)
+			}
+			if got := s.Metric(t, "throttle_overlimit_cache_hits_total"); got != cached {
+				t.Errorf("throttle_overlimit_cache_hits_total went from %v to %v on an always_count charge: it was not counted", cached, got)
 			}
 
 			// The operator reads and resets the YAML domain's counters.
@@ -335,4 +347,35 @@ func counterLimits(t *testing.T, body map[string]any) []map[string]any {
 		out = append(out, m)
 	}
 	return out
+}
+
+// TestREADMEYAMLExtensions: the README's YAML of Throttle's extensions
+// loads, with a burst + sustained descriptor and a 5-minute window.
+func TestREADMEYAMLExtensions(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(repoRoot, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(b)
+	start := strings.Index(text, "\n## Envoy and Istio\n")
+	end := strings.Index(text[start+1:], "\n## ")
+	if start < 0 || end < 0 {
+		t.Fatal("README has no '## Envoy and Istio' section")
+	}
+	blocks := regexp.MustCompile("(?s)```yaml\n(domain: .*?)```").FindAllStringSubmatch(text[start:start+1+end], -1)
+	if len(blocks) != 1 {
+		t.Fatalf("found %d YAML blocks of a domain in the README's Envoy section, want 1", len(blocks))
+	}
+	cfg, err := descriptors.Load(descriptors.Options{}, descriptors.Source{Name: "README.md", Data: []byte(blocks[0][1])})
+	if err != nil {
+		t.Fatalf("the README's YAML does not load: %v", err)
+	}
+	m := cfg.Match("shop", []descriptors.Entry{{Key: "user_id", Value: "alice"}})
+	if m == nil || len(m.Limits) != 2 || m.Limits[0].WindowLength() != time.Second || m.Limits[1].WindowLength() != 24*time.Hour {
+		t.Errorf("user_id: %+v, want burst per second and sustained per day", m)
+	}
+	m = cfg.Match("shop", []descriptors.Entry{{Key: "report", Value: "weekly"}})
+	if m == nil || m.Limit.WindowLength() != 5*time.Minute || m.Limit.RequestsPerUnit != 100 {
+		t.Errorf("report: %+v, want 100 per 5 minutes", m)
+	}
 }
