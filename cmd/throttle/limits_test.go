@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -377,5 +379,58 @@ func TestREADMEYAMLExtensions(t *testing.T) {
 	m = cfg.Match("shop", []descriptors.Entry{{Key: "report", Value: "weekly"}})
 	if m == nil || m.Limit.WindowLength() != 5*time.Minute || m.Limit.RequestsPerUnit != 100 {
 		t.Errorf("report: %+v, want 100 per 5 minutes", m)
+	}
+}
+
+// TestIssue17Cluster: on a Redis Cluster of three masters, with
+// CACHE_KEY_PREFIX, a request whose descriptors' keys live on two masters
+// consumes nothing of the one that admitted it when the other refuses (the
+// engine refunds across masters), and every key carries the prefix.
+func TestIssue17Cluster(t *testing.T) {
+	masters := redistest.StartClusterServers(t)
+	run := strconv.FormatInt(time.Now().UnixNano(), 36)
+	prefix := "shop-" + run + ":"
+	env := issue17Setups(t)["memory"] // the YAML and settings, with a Cluster for counters
+	s := throttletest.Start(t, append(env, "REDIS_URL="+clusterURL(masters), "BACKEND_TIMEOUT=2s", "CACHE_KEY_PREFIX="+prefix)...)
+	c := rlsClient(t, s)
+
+	ip := "ip-" + run
+	if got := outcome(askRLS(t, c, "shop", rlsDesc("ip", ip))); got != "OK ok:99" {
+		t.Fatalf("ip alone: %s", got)
+	}
+	ipMaster := masterOf(t, masters, ip)
+	var user string
+	for i := 0; ; i++ {
+		if i == 200 {
+			t.Fatal("200 users all on the ip's master")
+		}
+		user = fmt.Sprintf("user-%s-%d", run, i)
+		if got := outcome(askRLS(t, c, "shop", rlsDesc("user", user))); got != "OK ok:0" {
+			t.Fatalf("user alone: %s", got)
+		}
+		if m := masterOf(t, masters, user); m >= 0 && m != ipMaster {
+			break
+		}
+	}
+	for i := range 3 {
+		if got := outcome(askRLS(t, c, "shop", rlsDesc("ip", ip), rlsDesc("user", user))); got != "OVER_LIMIT ok:99 over:0" {
+			t.Errorf("ip and user on two masters, request %d: %s, want OVER_LIMIT ok:99 over:0 (ip refunded)", i, got)
+		}
+	}
+	if got := outcome(askRLS(t, c, "shop", rlsDesc("ip", ip))); got != "OK ok:98" {
+		t.Errorf("ip alone after the refused requests: %s, want OK ok:98", got)
+	}
+	for _, m := range masters {
+		rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+		keys, err := rdb.Keys(context.Background(), "*"+run+"*").Result()
+		rdb.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range keys {
+			if !strings.HasPrefix(k, prefix) {
+				t.Errorf("key %q on %s lacks the prefix %q", k, m.Addr(), prefix)
+			}
+		}
 	}
 }
