@@ -105,7 +105,7 @@ var serveSettings = []setting{
 	{"REGISTER_LIMIT_PER_HOUR", "register-limit-per-hour", "10", "POST /register calls allowed per client IP per hour"},
 	{"SHUTDOWN_TIMEOUT", "shutdown-timeout", "15s", "how long SIGTERM waits for in-flight requests"},
 	{"ADMIN_API_KEY", "admin-api-key", "", "operator key (at least 16 characters, not a client's thr_ key) for POST /descriptors/{domain}/counters and …/reset: reads and resets the Envoy counters of any domain, the YAML's included; no other route takes it; empty = no operator access"},
-	{"CACHE_KEY_PREFIX", "cache-key-prefix", "", "put before every Redis key, so several deployments share one Redis or Redis Cluster (the reference service's setting); no '{', '}', spaces or control characters, at most 64 bytes"},
+	{"CACHE_KEY_PREFIX", "cache-key-prefix", "", "with REDIS_URL: put before every Redis key, so several deployments share one Redis or Redis Cluster (the reference service's setting); no '{', '}', spaces or control characters, at most 64 bytes"},
 	{"COUNT_REJECTED_HITS", "count-rejected-hits", "false", "count every hit of every descriptor of a gRPC rate-limit request, admitted or not, as the reference service does; by default a rejected request consumes nothing, from any of its descriptors"},
 	// OpenTelemetry tracing: the standard variables, named by its specification.
 	{"OTEL_EXPORTER_OTLP_ENDPOINT", "otel-exporter-otlp-endpoint", "", "OpenTelemetry tracing: base URL of the OTLP receiver, such as http://collector:4318 (http/protobuf; /v1/traces is appended) or http://collector:4317 (grpc); https:// uses TLS with the system's roots; empty = tracing off (no spans, no cost)"},
