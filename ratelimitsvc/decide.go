@@ -51,8 +51,10 @@ type limited struct {
 	key      algorithms.Key
 	hits     int64
 	// limits are the descriptor's limits in configuration order: one
-	// unlimited limit, or limits to decide.
+	// unlimited limit, or limits to decide. A descriptor of one limit holds
+	// it in one, without an allocation of its own.
 	limits []limitState
+	one    [1]limitState
 	// decided is the index in limits of the limit the status reports, set
 	// by decide.
 	decided int
@@ -66,6 +68,7 @@ type limitState struct {
 	// decide (unlimited, requests_per_unit 0).
 	engine algorithms.Limit
 
+	peek      int64 // the hits a read of 0 stands for, when the request is refused already
 	over      bool
 	remaining int64
 	reset     time.Duration // until the state is fresh again
@@ -115,12 +118,7 @@ func (s *Server) decide(ctx context.Context, todo []*limited) error {
 		}
 	}
 	if n > 0 {
-		type ref struct {
-			ls   *limitState
-			peek int64 // the hits a read stands for, when the group is rejected already
-		}
 		reqs := make([]algorithms.Request, 0, n)
-		refs := make([]ref, 0, n)
 		for _, l := range todo {
 			grouped := s.grouped(l)
 			for i := range l.limits {
@@ -129,27 +127,36 @@ func (s *Server) decide(ctx context.Context, todo []*limited) error {
 					continue
 				}
 				always := ls.limit.AlwaysCount || s.opts.CountRejectedHits
-				r := ref{ls: ls}
 				hits := l.hits
+				ls.peek = 0
 				if rejected && grouped && !always {
-					r.peek, hits = hits, 0
+					// Refused already: only read, and over if what
+					// remains is less than the request's hits.
+					ls.peek, hits = hits, 0
 				}
 				// Domain-scoped counters: no API but the REST counters
 				// endpoint (which clears them by key and limit) resets
 				// them, so Redis keeps no index for them.
 				reqs = append(reqs, algorithms.Request{Key: l.key, Limit: ls.engine, Hits: hits, Unindexed: true,
 					AlwaysCount: always, AllOrNothing: grouped})
-				refs = append(refs, r)
 			}
 		}
 		decisions, err := s.opts.Limiter.Check(ctx, reqs)
 		if err != nil {
 			return err
 		}
-		for i, d := range decisions {
-			ls := refs[i].ls
-			ls.over = !d.Allowed || refs[i].peek > d.Remaining
-			ls.remaining, ls.reset, ls.retry, ls.cached = d.Remaining, d.ResetAfter, d.RetryAfter, d.Cached
+		k := 0 // the decisions come in the order of the requests
+		for _, l := range todo {
+			for i := range l.limits {
+				ls := &l.limits[i]
+				if ls.engine.Algorithm == "" {
+					continue
+				}
+				d := decisions[k]
+				k++
+				ls.over = !d.Allowed || ls.peek > d.Remaining
+				ls.remaining, ls.reset, ls.retry, ls.cached = d.Remaining, d.ResetAfter, d.RetryAfter, d.Cached
+			}
 		}
 	}
 	for _, l := range todo {

@@ -370,7 +370,8 @@ func (s *Server) prepare(domain string, known bool, d *rlcommon.RateLimitDescrip
 			}
 			ls.engine = algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: int64(rl.RequestsPerUnit), Window: rl.WindowLength()}
 		}
-		l.limits = []limitState{ls}
+		l.one[0] = ls
+		l.limits = l.one[:]
 		return l
 	}
 	if m == nil {
@@ -378,7 +379,11 @@ func (s *Server) prepare(domain string, known bool, d *rlcommon.RateLimitDescrip
 	}
 	l := &limited{index: index, shadow: m.ShadowMode, quota: m.QuotaMode && !m.Limit.Unlimited,
 		statsKey: withoutDomain(m.StatsKey, m.Domain), rollup: withoutDomain(m.ConfigKey, m.Domain),
-		metadata: m.Metadata, key: m.Key(), hits: hits, limits: make([]limitState, len(m.Limits))}
+		metadata: m.Metadata, key: m.Key(), hits: hits}
+	l.limits = l.one[:]
+	if len(m.Limits) > 1 {
+		l.limits = make([]limitState, len(m.Limits))
+	}
 	for i, rl := range m.Limits {
 		ls := limitState{limit: rl, unit: rlsv3.RateLimitResponse_RateLimit_Unit(rl.Unit)}
 		if !rl.Unlimited && !rl.AlwaysOverLimit() {
