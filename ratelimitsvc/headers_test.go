@@ -73,11 +73,12 @@ func TestResponseHeadersBoth(t *testing.T) {
 			{"RateLimit", `"generic_key_api";r=1;t=60, "bucket";r=0;t=2000, "cell";r=0;t=60, "sliding";r=0;t=60`},
 		}},
 		// Over: t of each descriptor over is when it would pass; the request
-		// passes when all do.
+		// passes when all do. generic_key_api admitted it, but a refused
+		// request consumes nothing: 1 is left.
 		headersCall{descs: descs, overall: OVER, want: [][2]string{
-			{"X-RateLimit-Limit", "3, 3;w=60"}, {"X-RateLimit-Remaining", "0"}, {"X-RateLimit-Reset", "60"},
+			{"X-RateLimit-Limit", "2, 2;w=60"}, {"X-RateLimit-Remaining", "0"}, {"X-RateLimit-Reset", "2000"},
 			{"RateLimit-Policy", policy},
-			{"RateLimit", `"generic_key_api";r=0;t=60, "bucket";r=0;t=1000, "cell";r=0;t=30, "sliding";r=0;t=90`},
+			{"RateLimit", `"generic_key_api";r=1;t=60, "bucket";r=0;t=1000, "cell";r=0;t=30, "sliding";r=0;t=90`},
 			{"Retry-After", "1000"},
 		}},
 		headersCall{descs: []*rlcommon.RateLimitDescriptor{desc("vip", "v"), desc("nothing", "n")}, overall: OK},
