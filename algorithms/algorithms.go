@@ -205,12 +205,6 @@ type Request struct {
 	// it — three Redis calls fewer each time a window or bucket starts.
 	// Reset does not find such a state; its TTL still ends it.
 	Unindexed bool
-	// AlwaysCount charges Hits even when they are over the limit (stub of
-	// the engine API of issue 17; the engine commit replaces it).
-	AlwaysCount bool
-	// AllOrNothing ties the request to every other AllOrNothing request of
-	// the same Check call: they count only if every one is admitted (stub).
-	AllOrNothing bool
 }
 
 // Validate reports why r cannot be decided, as an error wrapping ErrInvalid.
@@ -250,8 +244,6 @@ type Decision struct {
 	// Cached is true when OverLimitCache rejected the request without the
 	// backend (a rejection the backend would have made too).
 	Cached bool
-	// Counted is true when the hits were counted (stub).
-	Counted bool
 }
 
 // ResetAt returns the moment the state is fresh again.
@@ -268,19 +260,6 @@ type Store interface {
 	// those of algorithm alg when alg is not empty, and returns how many
 	// limits' states it deleted. Other identifiers are untouched.
 	Reset(ctx context.Context, scope, identifier string, alg Algorithm) (int, error)
-	// Clear deletes the state of each request's (Key, Limit) and returns
-	// how many existed (stub).
-	Clear(ctx context.Context, reqs []Request) (int, error)
-}
-
-// errClearStub: the engine of issue 17 implements Clear; until it lands on
-// main these stubs let the callers compile.
-var errClearStub = errors.New("algorithms: Clear is not implemented before the engine of issue 17")
-
-func (s *MemoryStore) Clear(ctx context.Context, reqs []Request) (int, error) { return 0, errClearStub }
-func (g *Guard) Clear(ctx context.Context, reqs []Request) (int, error)       { return 0, errClearStub }
-func (c *OverLimitCache) Clear(ctx context.Context, reqs []Request) (int, error) {
-	return 0, errClearStub
 }
 
 // validateBatch checks every request before anything is counted.
@@ -292,4 +271,3 @@ func validateBatch(reqs []Request) error {
 	}
 	return nil
 }
-func (s *RedisStore) Clear(ctx context.Context, reqs []Request) (int, error) { return 0, errClearStub }

@@ -33,8 +33,6 @@ var (
 
 // RedisOptions configures a RedisStore. Every field is optional.
 type RedisOptions struct {
-	// KeyPrefix is put before every key (stub of the engine API of issue 17).
-	KeyPrefix string
 	// Now, when set, is passed to the scripts as the time instead of Redis
 	// TIME. Only tests set it, to be exact; in production every replica must
 	// use Redis's clock so that skewed hosts agree.
