@@ -29,8 +29,9 @@
 //     arrival time) and computed exactly; RefillRate does not apply.
 //     docs/algorithms.md states its rule and proves what it guarantees.
 //
-// In all four a rejected request consumes nothing, and hits = 0 reads the
-// state without changing it (a peek).
+// In all four a rejected request consumes nothing (unless it always counts,
+// Request.AlwaysCount), and hits = 0 reads the state without changing it (a
+// peek).
 package algorithms
 
 import (
@@ -205,6 +206,22 @@ type Request struct {
 	// it — three Redis calls fewer each time a window or bucket starts.
 	// Reset does not find such a state; its TTL still ends it.
 	Unindexed bool
+	// AlwaysCount charges Hits even when they are over the limit (costs
+	// reported after the response, Envoy's apply_on_stream_done): the count
+	// goes past the limit — a token bucket's tokens or a GCRA's budget below
+	// zero (a GCRA's debt stops at 2^53 of its units) — and later requests
+	// are refused until the window or the refill pays it back.
+	// Decision.Allowed still says whether the hits were within the limit.
+	AlwaysCount bool
+	// AllOrNothing ties the request to every other AllOrNothing request of
+	// the same Check call: they count only if every one of them is within
+	// its limit (an AlwaysCount request among them counts anyway, and its
+	// being over still voids the others). Requests without it (shadow mode)
+	// are decided on their own. Atomic where the keys share a Redis node;
+	// across Redis Cluster masters, what one master counted is refunded
+	// when another's request was over (between the two, another request can
+	// see the count that is then refunded).
+	AllOrNothing bool
 }
 
 // Validate reports why r cannot be decided, as an error wrapping ErrInvalid.
@@ -223,8 +240,12 @@ func (r Request) Validate() error {
 
 // Decision is the engine's answer to one Request.
 type Decision struct {
-	// Allowed is true when the hits were admitted (and counted).
+	// Allowed is true when the hits were within the limit: admitted, and
+	// counted unless Counted says otherwise.
 	Allowed bool
+	// Counted is true when the hits were counted: allowed and not voided
+	// by another request of an all-or-nothing group, or AlwaysCount.
+	Counted bool
 	// Limit is the limit that applied (Request.Limit.Limit).
 	Limit int64
 	// Remaining is how many more hits would be admitted now, ≥ 0.
@@ -260,6 +281,11 @@ type Store interface {
 	// those of algorithm alg when alg is not empty, and returns how many
 	// limits' states it deleted. Other identifiers are untouched.
 	Reset(ctx context.Context, scope, identifier string, alg Algorithm) (int, error)
+	// Clear deletes the state of each request's (Key, Limit) — what Check
+	// of that request reads and writes — indexed or not, and returns how
+	// many existed. (The Envoy path's counters have no index: a REST reset
+	// of one works out the same Key and Limit as ShouldRateLimit does.)
+	Clear(ctx context.Context, reqs []Request) (int, error)
 }
 
 // validateBatch checks every request before anything is counted.

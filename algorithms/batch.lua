@@ -1,33 +1,94 @@
 -- The script Throttle runs: a batch of requests, each decided by its
 -- algorithm's function (the prelude and the algorithms come first).
 -- ARGV[1]: the time in µs ("" = Redis TIME: the clock every replica shares;
--- only tests pass one); ARGV[2]: n, the number of requests.
--- KEYS: each request's state key and index key, in pairs. On a Redis
--- Cluster only the first key is declared, and all 2n follow in ARGV.
--- Then five ARGV per request: the algorithm's code, limit, window µs (token
--- bucket: refill rate), hits, index member.
--- Returns one {allowed 0|1, remaining, reset_us, retry_us, now_us} per request.
-local algs = {fw = fixed_window, sw = sliding_window, tb = token_bucket, gcra = gcra}
-local now
-if ARGV[1] == "" then
-  local t = redis.call("TIME")
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-else
-  now = tonumber(ARGV[1])
-end
-local n = tonumber(ARGV[2])
-local keys, base = KEYS, 2
-if #KEYS < 2 * n then
-  keys = {}
-  for i = 1, 2 * n do
-    keys[i] = ARGV[2 + i]
+-- only tests pass one). ARGV[2]: the requests, 28 bytes each, packed
+-- little-endian: algorithm (1 fixed window, 2 sliding window, 3 token
+-- bucket, 4 gcra), flags (1 indexed, 2 always count, 4 all or nothing),
+-- group (16 bits: the requests of one caller), limit, window µs or refill
+-- rate, hits (doubles). ARGV[3]: "" when KEYS holds every request's state
+-- key; else the number of requests, and the state keys follow in ARGV (on a
+-- Redis Cluster, where only the first key is declared: a call may not
+-- declare keys of several slots). Then the index members of the indexed
+-- requests, in order.
+-- A group's all-or-nothing requests count only if all are within their
+-- limits: at the first one over, what the group counted is undone and its
+-- other all-or-nothing requests are decided without counting (an
+-- always-counting request counts anyway).
+-- Returns the time, then what each request's function appended.
+-- batch is the function Redis calls (FCALL; or the script's last line
+-- under EVALSHA), with the keys and arguments of the call.
+local algs = {fixed_window, sliding_window, token_bucket, gcra}
+local tb_fields, gcra_fields = {"t", "ts"}, {"t", "r"}
+
+-- undo takes back the writes of a group's undo log.
+local function undo(ukey, ua, ub, uhash, n)
+  for j = 1, n do
+    if uhash[j] then
+      if ua[j] then
+        redis.call("HSET", ukey[j], uhash[j][1], ua[j], uhash[j][2], ub[j])
+      else
+        redis.call("DEL", ukey[j])
+      end
+    else
+      uncount(ukey[j], ub[j], ua[j])
+    end
   end
-  base = 2 + 2 * n
 end
-local out = {}
-for i = 1, n do
-  local a = base + (i - 1) * 5
-  out[i] = algs[ARGV[a + 1]](keys[2 * i - 1], keys[2 * i], ARGV[a + 5], now,
-    tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]))
+
+local function batch(KEYS, ARGV)
+  out, nout, texts = {}, 1, {}
+  local now
+  if ARGV[1] == "" then
+    local t = redis.call("TIME")
+    now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  else
+    now = tonumber(ARGV[1])
+  end
+  out[1] = now
+  local blob = ARGV[2]
+  local keys, k = KEYS, 0
+  local m = 4
+  if ARGV[3] ~= "" then
+    keys, k = ARGV, 3
+    m = 4 + tonumber(ARGV[3])
+  end
+  -- The undo log of the current group: key written, and its old state
+  -- (a window counter's count before and the hits; a hash's two fields).
+  local group, voided, nundo = -1, false, 0
+  local ukey, ua, ub, uhash = {}, {}, {}, {}
+  local pos, i = 1, 0
+  while pos <= #blob do
+    local alg, flags, g, limit, third, hits
+    alg, flags, g, limit, third, hits, pos = struct.unpack("<BBHddd", blob, pos)
+    i = i + 1
+    if g ~= group then
+      group, voided, nundo = g, false, 0
+    end
+    local key, member, index = keys[k + i], "", nil
+    if flags % 2 == 1 then
+      member = ARGV[m]
+      m = m + 1
+      index = string.sub(key, 1, #key - #member) .. "i"
+    end
+    local always = flags % 4 >= 2
+    local aon = flags >= 4
+    local within, wk, a, b = algs[alg](key, index, member, now, limit, third, hits, always or not (aon and voided), always)
+    if aon then
+      if not within and not voided then
+        voided = true
+        undo(ukey, ua, ub, uhash, nundo)
+        nundo = 0
+      elseif wk and not always and not voided then
+        nundo = nundo + 1
+        ukey[nundo] = wk
+        if alg <= 2 then
+          ua[nundo], ub[nundo], uhash[nundo] = a, hits, false
+        else
+          ua[nundo], ub[nundo] = a, b
+          uhash[nundo] = alg == 3 and tb_fields or gcra_fields
+        end
+      end
+    end
+  end
+  return out
 end
-return out

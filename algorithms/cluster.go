@@ -43,7 +43,11 @@ var errNoMaster = errors.New("CLUSTERDOWN: no master serves the slot")
 // Sentinel's current master, is one shard named "".
 type shard struct {
 	name   string
-	client redis.Scripter // nil: the slot has no master (errNoMaster)
+	client redis.Cmdable // nil: the slot has no master (errNoMaster)
+	// lua is how this master runs the engine: luaUnknown until the first
+	// call loads the library; luaFunction (FCALL), or luaEval (EVALSHA:
+	// Redis 6, or FUNCTION LOAD refused).
+	lua atomic.Int32
 	ping   func(context.Context) error
 	merge  *coalescer // nil unless RedisOptions.Coalesce
 	// answered is when this master last answered (Unix ns): Guard's

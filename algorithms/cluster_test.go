@@ -89,7 +89,7 @@ func TestGuardClusterFailover(t *testing.T) {
 	st.cluster.ready(ctx)
 	for i := 0; len(onDead) < 3 || len(onLive) < 3; i++ {
 		id := fmt.Sprintf("user-%d", i)
-		switch st.cluster.shardOf(indexKey(scope, id)).name {
+		switch st.cluster.shardOf(st.indexKey(scope, id)).name {
 		case masters[0].Addr():
 			if len(onDead) < 3 {
 				onDead = append(onDead, id)
@@ -116,6 +116,11 @@ func TestGuardClusterFailover(t *testing.T) {
 		}
 	}
 
+	// Replication is asynchronous: a failover can lose the last writes.
+	// Here the replica has them all before the kill.
+	if n, err := m0.Do(ctx, "WAIT", 1, 5000).Int(); err != nil || n != 1 {
+		t.Fatalf("WAIT for the replica: %d, %v", n, err)
+	}
 	masters[0].Stop()
 	killed := time.Now()
 	for range 3 {
@@ -146,9 +151,9 @@ func TestGuardClusterFailover(t *testing.T) {
 	}
 	promoted := time.Now()
 	t.Logf("replica promoted and serving %v after the kill", promoted.Sub(killed))
-	for !(st.cluster.shardOf(indexKey(scope, onDead[0])).name == replica.Addr() && !g.Degraded()) {
+	for !(st.cluster.shardOf(st.indexKey(scope, onDead[0])).name == replica.Addr() && !g.Degraded()) {
 		if time.Since(promoted) > 2*time.Second {
-			t.Fatalf("2s after the promotion: %s routes to %s, circuits open: %v", onDead[0], st.cluster.shardOf(indexKey(scope, onDead[0])).name, g.Degraded())
+			t.Fatalf("2s after the promotion: %s routes to %s, circuits open: %v", onDead[0], st.cluster.shardOf(st.indexKey(scope, onDead[0])).name, g.Degraded())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -157,6 +162,47 @@ func TestGuardClusterFailover(t *testing.T) {
 	for _, id := range onDead {
 		if d := check(id); !d.Allowed || d.Degraded || d.Remaining != 3 {
 			t.Errorf("%s on the promoted replica: %+v, want allowed by Redis with 3 remaining", id, d)
+		}
+	}
+}
+
+// TestClusterAllOrNothingAcrossMasters: a group whose requests live on two
+// masters. Each master counts its own part; when the other master's part is
+// over, what this one counted is refunded, so the wide limit ends where it
+// would on one node.
+func TestClusterAllOrNothingAcrossMasters(t *testing.T) {
+	addrs := redistest.StartCluster(t)
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
+	defer cc.Close()
+	s := NewRedisStore(cc, RedisOptions{Coalesce: 2})
+	defer s.Close()
+	ctx := context.Background()
+	s.cluster.ready(ctx)
+	scope := uniqueScope(t)
+	user := "user-0"
+	ip := ""
+	for i := 0; ip == ""; i++ {
+		if id := fmt.Sprintf("10.0.0.%d", i); s.cluster.shardOf(s.indexKey(scope, id)) != s.cluster.shardOf(s.indexKey(scope, user)) {
+			ip = id
+		}
+	}
+	for _, wide := range groupLimits {
+		narrow := Limit{Algorithm: FixedWindow, Limit: 1, Window: time.Minute}
+		for i := range 4 {
+			ds, err := s.Check(ctx, []Request{
+				{Key: Key{scope, user, string(wide.Algorithm)}, Limit: narrow, Hits: 1, AllOrNothing: true, Unindexed: true},
+				{Key: Key{scope, ip, string(wide.Algorithm)}, Limit: wide, Hits: 1, AllOrNothing: true, Unindexed: true},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := i == 0; ds[0].Allowed != want || ds[1].Counted != want || !ds[1].Allowed {
+				t.Errorf("%s, request %d: %+v; want the user limit allowed=%v and the ip limit within, counted=%v", wide.Algorithm, i, ds, want, want)
+			}
+		}
+		ds, err := s.Check(ctx, []Request{{Key: Key{scope, ip, string(wide.Algorithm)}, Limit: wide, Unindexed: true}})
+		if err != nil || ds[0].Remaining != 99 {
+			t.Errorf("%s: the ip limit after 4 requests, 3 of them void: %+v %v, want 99 left", wide.Algorithm, ds, err)
 		}
 	}
 }

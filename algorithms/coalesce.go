@@ -18,7 +18,7 @@ const maxCallWait = 5 * time.Second
 // delay — and, while they are busy, the batches that arrive meanwhile wait
 // and leave together: under load one round trip decides many callers.
 type coalescer struct {
-	decide   func(ctx context.Context, reqs []Request) ([]Decision, error)
+	decide   func(ctx context.Context, reqs []Request, sizes []int) ([]Decision, error)
 	queue    chan *waiting
 	maxBatch int
 	stop     context.CancelFunc
@@ -40,7 +40,7 @@ type checkResult struct {
 	err error
 }
 
-func newCoalescer(workers, maxBatch int, decide func(context.Context, []Request) ([]Decision, error)) *coalescer {
+func newCoalescer(workers, maxBatch int, decide func(context.Context, []Request, []int) ([]Decision, error)) *coalescer {
 	ctx, stop := context.WithCancel(context.Background())
 	c := &coalescer{decide: decide, queue: make(chan *waiting, 4*workers*maxBatch), maxBatch: maxBatch, stop: stop}
 	c.pool.New = func() any { return &waiting{done: make(chan checkResult, 1)} }
@@ -130,12 +130,14 @@ func (c *coalescer) run(group []*waiting, n int) {
 		return
 	}
 	reqs := make([]Request, 0, n)
-	for _, w := range live {
+	sizes := make([]int, len(live))
+	for i, w := range live {
 		reqs = append(reqs, w.reqs...)
+		sizes[i] = len(w.reqs)
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	ctx, endSpan := c.traceBatch(ctx, live, n)
-	ds, err := c.decide(ctx, reqs)
+	ds, err := c.decide(ctx, reqs, sizes)
 	endSpan(err)
 	cancel()
 	for _, w := range live {

@@ -5,10 +5,15 @@ import (
 	"time"
 )
 
-// The decision arithmetic, in integer microseconds. The Lua scripts compute
-// exactly the same (same operations in the same order, IEEE doubles), so the
-// memory and Redis stores give identical decisions; the conformance suite
-// checks that they do.
+// The decision arithmetic, in integer microseconds. Both stores decide with
+// it: the memory store on its own state; the Redis store on the state the
+// script read before counting (the script decides within-or-over with the
+// same operations in the same order, IEEE doubles, and Go checks that the
+// two agree), so the two stores give identical decisions; the conformance
+// suite checks that they do.
+//
+// always is Request.AlwaysCount: hits over the limit are counted anyway
+// (outcome.allowed stays false).
 
 // windowState is the state of a fixed or sliding window: the start of the
 // window it counts (µs), its count, and (sliding only) the previous window's.
@@ -31,19 +36,20 @@ type outcome struct {
 	wrote            bool
 }
 
-func (o outcome) decision(limit, nowUS int64) Decision {
-	return Decision{
-		Allowed:    o.allowed,
-		Limit:      limit,
-		Remaining:  o.remaining,
-		ResetAfter: time.Duration(o.resetUS) * time.Microsecond,
-		RetryAfter: time.Duration(o.retryUS) * time.Microsecond,
-		Now:        time.UnixMicro(nowUS),
-	}
+// writeTo fills in d, a zero Decision, with the decision of o. It writes
+// field by field: copying a whole Decision into a []Decision on the heap
+// costs a bulk write barrier while the GC runs.
+func (o outcome) writeTo(d *Decision, limit, nowUS int64) {
+	d.Allowed = o.allowed
+	d.Limit = limit
+	d.Remaining = o.remaining
+	d.ResetAfter = time.Duration(o.resetUS) * time.Microsecond
+	d.RetryAfter = time.Duration(o.retryUS) * time.Microsecond
+	d.Now = time.UnixMicro(nowUS)
 }
 
 // decideFixed applies fixed_window.lua's rule to st (nil = no state).
-func decideFixed(st *windowState, nowUS, windowUS, limit, hits int64) (windowState, outcome) {
+func decideFixed(st *windowState, nowUS, windowUS, limit, hits int64, always bool) (windowState, outcome) {
 	start := nowUS - nowUS%windowUS
 	var count int64
 	if st != nil && st.start == start {
@@ -51,7 +57,7 @@ func decideFixed(st *windowState, nowUS, windowUS, limit, hits int64) (windowSta
 	}
 	o := outcome{resetUS: start + windowUS - nowUS}
 	o.allowed = count+hits <= limit
-	if o.allowed && hits > 0 {
+	if (o.allowed || always) && hits > 0 {
 		count += hits
 		o.wrote = true
 		o.ttlUS = o.resetUS
@@ -64,7 +70,7 @@ func decideFixed(st *windowState, nowUS, windowUS, limit, hits int64) (windowSta
 }
 
 // decideSliding applies sliding_window.lua's rule to st (nil = no state).
-func decideSliding(st *windowState, nowUS, windowUS, limit, hits int64) (windowState, outcome) {
+func decideSliding(st *windowState, nowUS, windowUS, limit, hits int64, always bool) (windowState, outcome) {
 	start := nowUS - nowUS%windowUS
 	var count, prev int64
 	if st != nil {
@@ -79,13 +85,15 @@ func decideSliding(st *windowState, nowUS, windowUS, limit, hits int64) (windowS
 	used := float64(prev)*float64(windowUS-elapsed)/float64(windowUS) + float64(count)
 	o := outcome{resetUS: windowUS - elapsed}
 	o.allowed = used+float64(hits) <= float64(limit)
-	if o.allowed && hits > 0 {
+	before := count
+	if (o.allowed || always) && hits > 0 {
 		count += hits
 		used += float64(hits)
 		o.wrote = true
 		o.ttlUS = start + 2*windowUS - nowUS
 	}
 	if !o.allowed {
+		count := before
 		switch {
 		case hits > limit:
 			o.retryUS = o.resetUS
@@ -105,7 +113,7 @@ func decideSliding(st *windowState, nowUS, windowUS, limit, hits int64) (windowS
 
 // decideToken applies token_bucket.lua's rule to st (nil = a full bucket).
 // rate is in tokens per second.
-func decideToken(st *tokenState, nowUS, limit int64, rate float64, hits int64) (tokenState, outcome) {
+func decideToken(st *tokenState, nowUS, limit int64, rate float64, hits int64, always bool) (tokenState, outcome) {
 	tokens := float64(limit)
 	if st != nil {
 		elapsed := nowUS - st.ts
@@ -116,7 +124,8 @@ func decideToken(st *tokenState, nowUS, limit int64, rate float64, hits int64) (
 	}
 	var o outcome
 	o.allowed = tokens >= float64(hits)
-	if o.allowed && hits > 0 {
+	before := tokens
+	if (o.allowed || always) && hits > 0 {
 		tokens -= float64(hits)
 		o.wrote = true
 	}
@@ -128,10 +137,10 @@ func decideToken(st *tokenState, nowUS, limit int64, rate float64, hits int64) (
 		if hits > limit {
 			o.retryUS = o.resetUS
 		} else {
-			o.retryUS = int64(math.Ceil((float64(hits) - tokens) / rate * 1e6))
+			o.retryUS = int64(math.Ceil((float64(hits) - before) / rate * 1e6))
 		}
 	}
-	o.remaining = int64(math.Floor(tokens))
+	o.remaining = max(0, int64(math.Floor(tokens)))
 	return tokenState{tokens: tokens, ts: nowUS}, o
 }
 
@@ -168,25 +177,31 @@ func ceilDiv(a, b int64) int64 {
 }
 
 // decideGCRA applies gcra.lua's rule to st (nil = idle). All arithmetic is
-// in integer units of gcraUnits, below maxExact, so it is exact.
-func decideGCRA(st *gcraState, nowUS, windowUS, limit, hits int64) (gcraState, outcome) {
+// in integer units of gcraUnits, below maxExact, so it is exact. An
+// always-counting limit's debt (TAT further ahead than a window) is kept, up
+// to maxExact units; any other limit treats TAT more than a window ahead as
+// a clock gone back, and counts it as a full window.
+func decideGCRA(st *gcraState, nowUS, windowUS, limit, hits int64, always bool) (gcraState, outcome) {
 	p, c := gcraUnits(limit, windowUS)
 	capacity := limit * c
 	// level is how far TAT lies ahead of now, in units (0 when TAT ≤ now).
 	var level int64
 	if st != nil {
 		switch ahead := st.tat - nowUS; {
-		case ahead > windowUS:
+		case ahead > windowUS && !always:
 			// Only if the clock went back: as far ahead as TAT may be.
 			level = capacity
+		case ahead >= 0 && always:
+			level = min(ahead*p+st.rem, maxExact)
 		case ahead >= 0:
 			level = min(ahead*p+st.rem, capacity)
 		}
 	}
 	var o outcome
 	o.allowed = hits <= limit && hits*c <= capacity-level
-	if o.allowed && hits > 0 {
-		level += hits * c
+	before := level
+	if (o.allowed || always) && hits > 0 {
+		level = min(level+hits*c, maxExact)
 		o.wrote = true
 	}
 	o.resetUS = ceilDiv(level, p)
@@ -198,9 +213,9 @@ func decideGCRA(st *gcraState, nowUS, windowUS, limit, hits int64) (gcraState, o
 			o.retryUS = o.resetUS
 		} else {
 			// Until TAT has come close enough to now for hits more.
-			o.retryUS = ceilDiv(level-(limit-hits)*c, p)
+			o.retryUS = ceilDiv(before-(limit-hits)*c, p)
 		}
 	}
-	o.remaining = (capacity - level) / c
+	o.remaining = max(0, capacity-level) / c
 	return gcraState{tat: nowUS + level/p, rem: level % p}, o
 }

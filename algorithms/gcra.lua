@@ -1,12 +1,14 @@
 -- GCRA, the generic cell rate algorithm: the state is a theoretical arrival
 -- time TAT; each hit costs the emission interval T = window / limit. A
 -- request is admitted when max(TAT, now) + hits * T - now <= window, and then
--- moves TAT there. A missing key (or TAT <= now) is idle: limit hits at once.
--- A rejected request changes nothing; hits = 0 only reads.
+-- moves TAT there (always: moves it anyway, further ahead than a window). A
+-- missing key (or TAT <= now) is idle: limit hits at once.
 -- Exact in integers: with g = gcd(limit, window), a µs is p = limit / g units
 -- and T is c = window / g units; TAT is t + r / p µs. Every number stays
--- below 2^53 (Limit.Validate refuses limits where limit * c would not).
+-- below 2^53 (Limit.Validate refuses limits where limit * c would not; an
+-- always-counting limit's debt stops there).
 -- The state is a hash {t = TAT µs, r = remainder in units, 0 <= r < p}.
+-- Appends 1 (within) or 0, then t and r as stored (false when missing).
 -- divmod returns floor(a / b) and a - b * floor(a / b), exactly for
 -- 0 <= a < 2^53 and b > 0 (the division is correctly rounded; the checks
 -- only make sure of it).
@@ -21,14 +23,9 @@ local function divmod(a, b)
   return q, r
 end
 
--- ceildiv returns ceil(a / b), as divmod exactly.
-local function ceildiv(a, b)
-  local q, r = divmod(a, b)
-  if r > 0 then q = q + 1 end
-  return q
-end
+local max_exact = 9007199254740991
 
-local function gcra(state, index, member, now, limit, window, hits)
+local function gcra(state, index, member, now, limit, window, hits, write, always)
   local g, b = limit, window
   while b > 0 do
     g, b = b, g % b
@@ -41,36 +38,26 @@ local function gcra(state, index, member, now, limit, window, hits)
   local st = redis.call("HMGET", state, "t", "r")
   if st[1] then
     local ahead = tonumber(st[1]) - now
-    if ahead > window then
+    if ahead > window and not always then
       -- Only if the clock went back: as far ahead as TAT may be.
       level = capacity
     elseif ahead >= 0 then
-      level = math.min(ahead * p + (tonumber(st[2]) or 0), capacity)
+      level = math.min(ahead * p + (tonumber(st[2]) or 0), always and max_exact or capacity)
     end
   end
-
-  local allowed = hits <= limit and hits * c <= capacity - level
-  local wrote = false
-  if allowed and hits > 0 then
-    level = level + hits * c
-    wrote = true
+  local within = hits <= limit and hits * c <= capacity - level
+  put(within and 1 or 0)
+  put(st[1])
+  put(st[2])
+  if hits == 0 or not write or not (within or always) then
+    return within
   end
-  local reset = ceildiv(level, p)
-  local retry = 0
-  if wrote then
-    local ahead, rem = divmod(level, p)
-    redis.call("HSET", state, "t", now + ahead, "r", rem)
-    -- The key lives until TAT: after that a missing key means the same.
-    keep(state, index, member, math.ceil(math.max(reset, 1000) / 1000), not st[1])
-  end
-  if not allowed then
-    if hits > limit then
-      retry = reset
-    else
-      -- Until TAT has come close enough to now for hits more.
-      retry = ceildiv(level - (limit - hits) * c, p)
-    end
-  end
-  local remaining = divmod(capacity - level, c)
-  return {allowed and 1 or 0, remaining, reset, retry, now}
+  level = math.min(level + hits * c, max_exact)
+  local ahead, rem = divmod(level, p)
+  redis.call("HSET", state, "t", itoa(now + ahead), "r", itoa(rem))
+  -- The key lives until TAT: after that a missing key means the same.
+  local reset = ahead
+  if rem > 0 then reset = reset + 1 end
+  keep(state, index, member, math.ceil(math.max(reset, 1000) / 1000), not st[1])
+  return within, state, st[1], st[2]
 end

@@ -196,8 +196,9 @@ type stateKeeper struct {
 
 func keeper(t *testing.T, s Store, r Request) stateKeeper {
 	t.Helper()
-	k := stateKeeper{t: t, key: stateKey(r)}
-	if _, ok := s.(*RedisStore); ok {
+	k := stateKeeper{t: t}
+	if rs, ok := s.(*RedisStore); ok {
+		k.key = rs.stateKey(&r)
 		k.rdb = newRedisClient(t, 1)
 	}
 	return k

@@ -5,7 +5,8 @@ import (
 	"strings"
 )
 
-// keyPrefix starts every Redis key Throttle writes.
+// keyPrefix starts every Redis key Throttle writes, after
+// RedisOptions.KeyPrefix.
 const keyPrefix = "throttle:"
 
 // algCode is the short tag of an algorithm inside a key. Each algorithm keeps
@@ -60,33 +61,49 @@ func identityTag(scope, identifier string) string {
 }
 
 // identityPrefix is the common start of every key of (scope, identifier):
-// "throttle:{<scope>:<identifier>}:".
-func identityPrefix(scope, identifier string) string {
-	return keyPrefix + "{" + identityTag(scope, identifier) + "}:"
+// "<KeyPrefix>throttle:{<scope>:<identifier>}:".
+func (s *RedisStore) identityPrefix(scope, identifier string) string {
+	return s.opts.KeyPrefix + keyPrefix + "{" + identityTag(scope, identifier) + "}:"
 }
 
 // indexKey lists the state keys of one identifier, so Reset finds them
 // without scanning the keyspace.
-func indexKey(scope, identifier string) string {
-	return identityPrefix(scope, identifier) + "i"
+func (s *RedisStore) indexKey(scope, identifier string) string {
+	return s.identityPrefix(scope, identifier) + "i"
 }
 
 // stateMember names one limit's state inside an identifier:
 // "<alg>:n:<name>" for a named limit, "<alg>:l:<limit>:<window ms>:<refill>"
-// for an unnamed one, so different limits never share state.
-func stateMember(r Request) string {
+// for an unnamed one, so different limits never share state. A window
+// algorithm's member ends in "@<window µs>": its state is a counter per
+// window, "<state key>:<window number>", and Reset works out from it which
+// counters are live.
+func stateMember(r *Request) string {
 	code := algCode(r.Limit.Algorithm)
+	var s string
 	if r.Key.Name != "" {
-		return code + ":n:" + r.Key.Name
+		s = code + ":n:" + r.Key.Name
+	} else {
+		s = code + ":l:" + strconv.FormatInt(r.Limit.Limit, 10) + ":" + strconv.FormatInt(r.Limit.Window.Milliseconds(), 10)
 	}
-	s := code + ":l:" + strconv.FormatInt(r.Limit.Limit, 10) + ":" + strconv.FormatInt(r.Limit.Window.Milliseconds(), 10)
-	if r.Limit.Algorithm == TokenBucket {
-		s += ":" + strconv.FormatFloat(r.Limit.Refill(), 'g', -1, 64)
+	switch r.Limit.Algorithm {
+	case TokenBucket:
+		if r.Key.Name == "" {
+			s += ":" + strconv.FormatFloat(r.Limit.Refill(), 'g', -1, 64)
+		}
+	case FixedWindow, SlidingWindow:
+		s += "@" + strconv.FormatInt(r.Limit.Window.Microseconds(), 10)
 	}
 	return s
 }
 
-// stateKey is the Redis key of one limit's state on one identifier.
-func stateKey(r Request) string {
-	return identityPrefix(r.Key.Scope, r.Key.Identifier) + stateMember(r)
+// stateKey is the Redis key of one limit's state on one identifier (a
+// window algorithm's: the start of its counters' keys).
+func (s *RedisStore) stateKey(r *Request) string {
+	return s.identityPrefix(r.Key.Scope, r.Key.Identifier) + stateMember(r)
+}
+
+// windowKey is the key of the counter of the window that holds nowUS.
+func (s *RedisStore) windowKey(r *Request, nowUS int64) string {
+	return s.stateKey(r) + ":" + strconv.FormatInt(nowUS/r.Limit.Window.Microseconds(), 10)
 }

@@ -3,14 +3,18 @@ package algorithms
 import (
 	"context"
 	"hash/maphash"
-	"strings"
+	"math"
+	"slices"
 	"sync"
 	"time"
 )
 
 // MemoryOptions configures a MemoryStore. Every field is optional.
 type MemoryOptions struct {
-	// Now is the clock. Default time.Now.
+	// Now is the clock, read once per batch. Default time.Now. The store
+	// never decides at a moment earlier than one it already decided at
+	// for the same (scope, identifier): a reading behind that counts as
+	// that moment (see memoryShard.at).
 	Now func() time.Time
 	// Shards is the number of independently locked shards. Default 64.
 	Shards int
@@ -22,21 +26,57 @@ type MemoryOptions struct {
 // per-replica fallback of FAILURE_MODE=local. It gives the same decisions as
 // RedisStore. Expired state is dropped when touched and by Run's sweeps, so
 // memory stays bounded by the identifiers active within their windows.
+//
+// All the limits of one (scope, identifier) live in one shard, chosen by a
+// hash of the two, in a map from a hash of each limit's memoryKey. A
+// decision builds no string and allocates nothing but the batch's result:
+// it hashes the key's parts with maphash, finds the state under the shard's
+// lock and updates it in place.
 type MemoryStore struct {
 	now        func() time.Time
 	seed       maphash.Seed
+	salt       [3]uint64 // random, from seed: keys the hash of a limit's numbers
 	shards     []memoryShard
 	sweepEvery time.Duration
 }
 
 type memoryShard struct {
-	mu     sync.Mutex
-	idents map[identity]map[string]*memoryState
+	mu sync.Mutex
+	// states holds each limit's entry under the hash keyOf gives its key;
+	// entries whose keys share a hash are chained.
+	states map[uint64]*memoryEntry
+	// lastUS is the latest moment this shard decided at (see at).
+	lastUS int64
+	// index is the shard's place in MemoryStore.shards: the order in which
+	// an all-or-nothing batch locks several.
+	index int32
+	// Pad to a cache line of its own, so goroutines working on
+	// neighbouring shards do not contend on one.
+	_ [36]byte
 }
 
-type identity struct{ scope, identifier string }
+// memoryKey names one limit's state on one identifier: the same parts, with
+// the same meaning, as RedisStore's key (stateKey). A named limit is its
+// algorithm and name (limit, windowMS and refill stay zero); an unnamed one
+// is its algorithm, limit, window in whole ms and, for a token bucket, its
+// refill rate (name stays empty). A window algorithm's key also has its
+// window in µs, named or not.
+type memoryKey struct {
+	scope, identifier, name   string
+	alg                       Algorithm
+	limit, windowMS, windowUS int64
+	refill                    float64
+}
 
-// memoryState is one limit's state; expiresUS is when it stops mattering.
+// memoryEntry is one limit's key and state in a shard's chain.
+type memoryEntry struct {
+	key   memoryKey
+	state memoryState
+	next  *memoryEntry // another key of the same hash
+}
+
+// memoryState is one limit's state, of the shape its algorithm uses;
+// expiresUS is when it stops mattering.
 type memoryState struct {
 	window    windowState
 	bucket    tokenState
@@ -56,22 +96,18 @@ func NewMemoryStore(opts MemoryOptions) *MemoryStore {
 		opts.SweepEvery = 10 * time.Second
 	}
 	s := &MemoryStore{now: opts.Now, seed: maphash.MakeSeed(), sweepEvery: opts.SweepEvery, shards: make([]memoryShard, opts.Shards)}
+	for i := range s.salt {
+		s.salt[i] = maphash.Comparable(s.seed, i)
+	}
 	for i := range s.shards {
-		s.shards[i].idents = make(map[identity]map[string]*memoryState)
+		s.shards[i].states = make(map[uint64]*memoryEntry)
+		s.shards[i].index = int32(i)
 	}
 	return s
 }
 
-func (s *MemoryStore) shard(id identity) *memoryShard {
-	var h maphash.Hash
-	h.SetSeed(s.seed)
-	h.WriteString(id.scope)
-	h.WriteByte(0)
-	h.WriteString(id.identifier)
-	return &s.shards[h.Sum64()%uint64(len(s.shards))]
-}
-
-// Check decides each request against this process's state.
+// Check decides each request against this process's state. The
+// all-or-nothing requests of a batch (see checkTied) are decided as one.
 func (s *MemoryStore) Check(ctx context.Context, reqs []Request) ([]Decision, error) {
 	if err := validateBatch(reqs); err != nil {
 		return nil, err
@@ -80,63 +116,305 @@ func (s *MemoryStore) Check(ctx context.Context, reqs []Request) ([]Decision, er
 		return nil, err
 	}
 	out := make([]Decision, len(reqs))
-	for i, r := range reqs {
-		out[i] = s.decide(r)
+	if len(reqs) == 0 {
+		return out, nil
+	}
+	nowUS := s.now().UnixMicro()
+	if allOrNothing(reqs) {
+		s.checkTied(reqs, out, nowUS)
+		return out, nil
+	}
+	for i := range reqs {
+		r := &reqs[i]
+		var rate float64 // a token bucket's refill rate, worked out once
+		if r.Limit.Algorithm == TokenBucket {
+			rate = r.Limit.Refill()
+		}
+		k, idHash, h := s.keyOf(r, rate)
+		sh := s.shard(idHash)
+		sh.mu.Lock()
+		at := sh.at(nowUS)
+		e := sh.find(&k, h) // nil, alive or expired
+		next, o := decideMemory(alive(e, at), r, rate, at)
+		if o.wrote {
+			next.expiresUS = at + o.ttlUS
+			sh.put(e, &k, h, next)
+		}
+		sh.mu.Unlock()
+		o.writeTo(&out[i], r.Limit.Limit, at)
+		out[i].Counted = o.wrote
 	}
 	return out, nil
 }
 
-func (s *MemoryStore) decide(r Request) Decision {
-	id := identity{r.Key.Scope, r.Key.Identifier}
-	member := stateMember(r)
-	sh := s.shard(id)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	nowUS := s.now().UnixMicro()
-
-	states := sh.idents[id]
-	st := states[member]
-	if st != nil && st.expiresUS <= nowUS {
-		st = nil
+// checkTied decides a batch with all-or-nothing requests, with every shard
+// it touches locked (in index order), so that the group counts as one: at
+// its first request over the limit, what the group counted is put back, and
+// its other requests are decided without counting (an always-counting one
+// counts anyway), as the Redis script does.
+func (s *MemoryStore) checkTied(reqs []Request, out []Decision, nowUS int64) {
+	ps := make([]placed, len(reqs))
+	shards := make([]int32, len(reqs))
+	for i := range reqs {
+		p := &ps[i]
+		if reqs[i].Limit.Algorithm == TokenBucket {
+			p.rate = reqs[i].Limit.Refill()
+		}
+		var idHash uint64
+		p.k, idHash, p.h = s.keyOf(&reqs[i], p.rate)
+		p.sh = s.shard(idHash)
+		shards[i] = p.sh.index
 	}
-	var o outcome
-	next := &memoryState{}
-	switch r.Limit.Algorithm {
-	case FixedWindow, SlidingWindow:
-		var prev *windowState
-		if st != nil {
-			prev = &st.window
+	slices.Sort(shards)
+	shards = slices.Compact(shards)
+	for _, i := range shards {
+		s.shards[i].mu.Lock()
+	}
+	defer func() {
+		for _, i := range shards {
+			s.shards[i].mu.Unlock()
 		}
-		decide := decideFixed
-		if r.Limit.Algorithm == SlidingWindow {
-			decide = decideSliding
+	}()
+	// One moment for the whole group: the latest of its shards'.
+	for _, i := range shards {
+		nowUS = max(nowUS, s.shards[i].lastUS)
+	}
+	for _, i := range shards {
+		s.shards[i].at(nowUS)
+	}
+	voided := false
+	for i := range reqs {
+		r, p := &reqs[i], &ps[i]
+		e := p.sh.find(&p.k, p.h)
+		next, o := decideMemory(alive(e, nowUS), r, p.rate, nowUS)
+		write := o.wrote && (r.AlwaysCount || !(r.AllOrNothing && voided))
+		if write {
+			if e != nil {
+				p.old, p.had = e.state, true
+			}
+			next.expiresUS = nowUS + o.ttlUS
+			p.sh.put(e, &p.k, p.h, next)
+			p.wrote = true
 		}
-		next.window, o = decide(prev, nowUS, r.Limit.Window.Microseconds(), r.Limit.Limit, r.Hits)
+		o.writeTo(&out[i], r.Limit.Limit, nowUS)
+		out[i].Counted = write
+		if r.AllOrNothing && !o.allowed && !voided {
+			voided = true
+			for j := range i {
+				if q := &ps[j]; q.wrote && reqs[j].AllOrNothing && !reqs[j].AlwaysCount {
+					q.putBack(nowUS)
+					out[j].Counted = false
+				}
+			}
+		}
+	}
+	if !voided {
+		return
+	}
+	// Within their limits but not counted: say what the state is.
+	for i := range reqs {
+		if r := &reqs[i]; r.AllOrNothing && !r.AlwaysCount && out[i].Allowed {
+			p := &ps[i]
+			peek := *r
+			peek.Hits = 0
+			_, o := decideMemory(alive(p.sh.find(&p.k, p.h), nowUS), &peek, p.rate, nowUS)
+			out[i] = Decision{}
+			o.writeTo(&out[i], r.Limit.Limit, nowUS)
+			out[i].Allowed = true
+		}
+	}
+}
+
+// placed is where checkTied found a request's state, and what it was before
+// the request wrote it.
+type placed struct {
+	k     memoryKey
+	h     uint64
+	sh    *memoryShard
+	rate  float64
+	old   memoryState
+	had   bool
+	wrote bool
+}
+
+// putBack restores the state p's request wrote over (or removes the one
+// it made). Call it with p.sh.mu held.
+func (p *placed) putBack(nowUS int64) {
+	e := p.sh.find(&p.k, p.h)
+	if p.had {
+		e.state = p.old
+		return
+	}
+	p.sh.drop(p.h, p.sh.states[p.h], nowUS, func(x *memoryEntry) bool { return x == e })
+}
+
+// decideMemory applies r's algorithm to st (nil = no state) at nowUS and
+// returns the state to write when o.wrote, and the outcome. It writes
+// nothing itself. rate is r.Limit.Refill() for a token bucket.
+func decideMemory(st *memoryState, r *Request, rate float64, nowUS int64) (next memoryState, o outcome) {
+	l := &r.Limit
+	switch l.Algorithm {
+	case FixedWindow:
+		next.window, o = decideFixed(windowOf(st), nowUS, l.Window.Microseconds(), l.Limit, r.Hits, r.AlwaysCount)
+	case SlidingWindow:
+		next.window, o = decideSliding(windowOf(st), nowUS, l.Window.Microseconds(), l.Limit, r.Hits, r.AlwaysCount)
 	case TokenBucket:
 		var prev *tokenState
 		if st != nil {
 			prev = &st.bucket
 		}
-		next.bucket, o = decideToken(prev, nowUS, r.Limit.Limit, r.Limit.Refill(), r.Hits)
+		next.bucket, o = decideToken(prev, nowUS, l.Limit, rate, r.Hits, r.AlwaysCount)
 	case GCRA:
 		var prev *gcraState
 		if st != nil {
 			prev = &st.cell
 		}
-		next.cell, o = decideGCRA(prev, nowUS, r.Limit.Window.Microseconds(), r.Limit.Limit, r.Hits)
+		next.cell, o = decideGCRA(prev, nowUS, l.Window.Microseconds(), l.Limit, r.Hits, r.AlwaysCount)
 	}
-	if o.wrote {
-		next.expiresUS = nowUS + o.ttlUS
-		if states == nil {
-			states = make(map[string]*memoryState)
-			sh.idents[id] = states
+	return next, o
+}
+
+// windowOf returns the window state in st (nil = no state).
+func windowOf(st *memoryState) *windowState {
+	if st == nil {
+		return nil
+	}
+	return &st.window
+}
+
+// keyOf returns r's key, the hash of its (scope, identifier), which picks
+// its shard, and the hash of the whole key. rate is r.Limit.Refill() for a
+// token bucket. Every part that a client chooses is hashed with the store's
+// random seed, so no one can pick keys that share a hash on purpose.
+func (s *MemoryStore) keyOf(r *Request, rate float64) (k memoryKey, idHash, hash uint64) {
+	k = memoryKey{scope: r.Key.Scope, identifier: r.Key.Identifier, alg: r.Limit.Algorithm}
+	idHash = s.identityHash(k.scope, k.identifier)
+	var lh uint64 // the hash of the parts that name the limit
+	if r.Key.Name != "" {
+		k.name = r.Key.Name
+		lh = maphash.String(s.seed, k.name)
+	} else {
+		k.limit, k.windowMS = r.Limit.Limit, r.Limit.Window.Milliseconds()
+		if k.alg == TokenBucket {
+			k.refill = rate
 		}
-		states[member] = next
+		lh = fmix(uint64(k.limit)^s.salt[0]) ^ fmix(uint64(k.windowMS)^s.salt[1]) ^ fmix(math.Float64bits(k.refill)^s.salt[2])
 	}
-	return o.decision(r.Limit.Limit, nowUS)
+	if k.alg == FixedWindow || k.alg == SlidingWindow {
+		k.windowUS = r.Limit.Window.Microseconds()
+		lh ^= fmix(uint64(k.windowUS) ^ s.salt[1] ^ s.salt[2])
+	}
+	return k, idHash, idHash ^ lh ^ algIndex(k.alg)
+}
+
+// identityHash is the hash of (scope, identifier).
+func (s *MemoryStore) identityHash(scope, identifier string) uint64 {
+	return maphash.String(s.seed, scope)*0x9e3779b97f4a7c15 ^ maphash.String(s.seed, identifier)
+}
+
+// fmix is MurmurHash3's 64-bit finalizer: each bit of x changes about half
+// the bits of the result.
+func fmix(x uint64) uint64 {
+	x ^= x >> 33
+	x *= 0xff51afd7ed558ccd
+	x ^= x >> 33
+	x *= 0xc4ceb9fe1a85ec53
+	return x ^ x>>33
+}
+
+// algIndex numbers the algorithms for a hash.
+func algIndex(a Algorithm) uint64 {
+	switch a {
+	case FixedWindow:
+		return 1
+	case SlidingWindow:
+		return 2
+	case TokenBucket:
+		return 3
+	case GCRA:
+		return 4
+	}
+	return 0
+}
+
+// shard returns the shard that holds every limit of the (scope,
+// identifier) of idHash.
+func (s *MemoryStore) shard(idHash uint64) *memoryShard {
+	return &s.shards[idHash%uint64(len(s.shards))]
+}
+
+// find returns the entry of k, of hash h, or nil. Call it with sh.mu held.
+func (sh *memoryShard) find(k *memoryKey, h uint64) *memoryEntry {
+	e := sh.states[h]
+	for e != nil && e.key != *k {
+		e = e.next
+	}
+	return e
+}
+
+// put stores next as the state of k, of hash h, in e: the entry find
+// returned, or nil for a new one. Call it with sh.mu held.
+func (sh *memoryShard) put(e *memoryEntry, k *memoryKey, h uint64, next memoryState) {
+	if e == nil {
+		e = &memoryEntry{key: *k, next: sh.states[h]}
+		sh.states[h] = e
+	}
+	e.state = next
+}
+
+// drop unlinks, from the chain head of hash h, the entries for which gone
+// is true, and returns how many of those were alive at nowUS. A chain it
+// leaves whole is not written. Call it with sh.mu held.
+func (sh *memoryShard) drop(h uint64, head *memoryEntry, nowUS int64, gone func(*memoryEntry) bool) int {
+	n, changed := 0, false
+	for link := &head; *link != nil; {
+		e := *link
+		if !gone(e) {
+			link = &e.next
+			continue
+		}
+		if e.state.expiresUS > nowUS {
+			n++
+		}
+		*link, changed = e.next, true
+	}
+	switch {
+	case !changed:
+	case head == nil:
+		delete(sh.states, h)
+	default:
+		sh.states[h] = head
+	}
+	return n
+}
+
+// at returns the moment the shard decides at, given the batch's clock
+// reading nowUS: nowUS, or the shard's latest moment if that is later. The
+// clock is read once per batch before any lock is taken, so a batch that
+// waited for the lock may hold an older reading than one that went first;
+// deciding it at its own reading would apply an old window to a newer
+// window's state (and overwrite it). at keeps each shard's time from
+// running backwards, as it would if the clock were read under the lock.
+// Call it with sh.mu held.
+func (sh *memoryShard) at(nowUS int64) int64 {
+	if nowUS < sh.lastUS {
+		return sh.lastUS
+	}
+	sh.lastUS = nowUS
+	return nowUS
+}
+
+// alive returns the state of e when it is still alive at nowUS, else nil.
+func alive(e *memoryEntry, nowUS int64) *memoryState {
+	if e == nil || e.state.expiresUS <= nowUS {
+		return nil
+	}
+	return &e.state
 }
 
 // Reset forgets the state of (scope, identifier), all algorithms or only alg.
+// It looks through the one shard that holds them (1/Shards of all state,
+// like one shard of a Sweep), under its lock.
 func (s *MemoryStore) Reset(ctx context.Context, scope, identifier string, alg Algorithm) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
@@ -146,24 +424,43 @@ func (s *MemoryStore) Reset(ctx context.Context, scope, identifier string, alg A
 			return 0, err
 		}
 	}
-	id := identity{scope, identifier}
-	code := algCode(alg)
-	sh := s.shard(id)
+	nowUS := s.now().UnixMicro()
+	sh := s.shard(s.identityHash(scope, identifier))
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	nowUS = sh.at(nowUS)
+	n := 0
+	for h, head := range sh.states {
+		n += sh.drop(h, head, nowUS, func(e *memoryEntry) bool {
+			return e.key.scope == scope && e.key.identifier == identifier && (alg == "" || e.key.alg == alg)
+		})
+	}
+	return n, nil
+}
+
+// Clear forgets the state of each request's key and limit, and returns how
+// many were alive.
+func (s *MemoryStore) Clear(ctx context.Context, reqs []Request) (int, error) {
+	if err := validateBatch(reqs); err != nil {
+		return 0, err
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
 	nowUS := s.now().UnixMicro()
 	n := 0
-	for member, st := range sh.idents[id] {
-		if code != "" && !strings.HasPrefix(member, code+":") {
-			continue
+	for i := range reqs {
+		r := &reqs[i]
+		var rate float64
+		if r.Limit.Algorithm == TokenBucket {
+			rate = r.Limit.Refill()
 		}
-		if st.expiresUS > nowUS {
-			n++
-		}
-		delete(sh.idents[id], member)
-	}
-	if len(sh.idents[id]) == 0 {
-		delete(sh.idents, id)
+		k, idHash, h := s.keyOf(r, rate)
+		sh := s.shard(idHash)
+		sh.mu.Lock()
+		at := sh.at(nowUS)
+		n += sh.drop(h, sh.states[h], at, func(e *memoryEntry) bool { return e.key == k })
+		sh.mu.Unlock()
 	}
 	return n, nil
 }
@@ -184,19 +481,13 @@ func (s *MemoryStore) Run(ctx context.Context) error {
 
 // Sweep drops every expired state now.
 func (s *MemoryStore) Sweep() {
+	nowUS := s.now().UnixMicro()
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		nowUS := s.now().UnixMicro()
-		for id, states := range sh.idents {
-			for member, st := range states {
-				if st.expiresUS <= nowUS {
-					delete(states, member)
-				}
-			}
-			if len(states) == 0 {
-				delete(sh.idents, id)
-			}
+		at := sh.at(nowUS)
+		for h, head := range sh.states {
+			sh.drop(h, head, at, func(e *memoryEntry) bool { return e.state.expiresUS <= at })
 		}
 		sh.mu.Unlock()
 	}
@@ -209,8 +500,10 @@ func (s *MemoryStore) Len() int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		for _, states := range sh.idents {
-			n += len(states)
+		for _, e := range sh.states {
+			for ; e != nil; e = e.next {
+				n++
+			}
 		}
 		sh.mu.Unlock()
 	}

@@ -56,3 +56,154 @@ func TestMemoryRunStopsWithContext(t *testing.T) {
 		t.Fatal("Run did not return after its context ended")
 	}
 }
+
+// TestMemoryOneShard runs the conformance suite on a store of one shard:
+// every identifier shares the map, so Reset, Sweep and lookups must tell
+// them apart by their keys alone.
+func TestMemoryOneShard(t *testing.T) {
+	oneShard := []storeFactory{{"memory-1-shard", func(t *testing.T, clock func() time.Time) Store {
+		return NewMemoryStore(MemoryOptions{Now: clock, Shards: 1})
+	}}}
+	t.Run("conformance", func(t *testing.T) { conformance(t, oneShard) })
+	t.Run("batch", func(t *testing.T) { conformanceBatch(t, oneShard) })
+	t.Run("isolation", func(t *testing.T) { conformanceIsolation(t, oneShard) })
+	t.Run("reset", func(t *testing.T) { conformanceReset(t, oneShard) })
+	t.Run("invalid", func(t *testing.T) { conformanceInvalid(t, oneShard) })
+}
+
+// TestMemoryKeyMatchesRedisKey: two requests share state in memory exactly
+// when they share a Redis state key (stateKey), and equal keys hash alike.
+func TestMemoryKeyMatchesRedisKey(t *testing.T) {
+	s := NewMemoryStore(MemoryOptions{})
+	fw := Limit{Algorithm: FixedWindow, Limit: 10, Window: time.Minute}
+	reqs := []Request{
+		{Key: Key{"s", "bob", ""}, Limit: fw},
+		{Key: Key{"s", "bob", ""}, Limit: fw, Hits: 3}, // hits are not part of the key
+		{Key: Key{"s", "bob", ""}, Limit: Limit{Algorithm: FixedWindow, Limit: 10, Window: time.Minute + 500*time.Microsecond}}, // same whole ms
+		{Key: Key{"s", "bob", ""}, Limit: Limit{Algorithm: FixedWindow, Limit: 10, Window: time.Minute + time.Millisecond}},
+		{Key: Key{"s", "bob", ""}, Limit: Limit{Algorithm: FixedWindow, Limit: 11, Window: time.Minute}},
+		{Key: Key{"s", "bob", ""}, Limit: Limit{Algorithm: SlidingWindow, Limit: 10, Window: time.Minute}},
+		{Key: Key{"s", "bob", ""}, Limit: Limit{Algorithm: GCRA, Limit: 10, Window: time.Minute}},
+		{Key: Key{"s", "bob", ""}, Limit: Limit{Algorithm: TokenBucket, Limit: 60, Window: time.Minute}},
+		{Key: Key{"s", "bob", ""}, Limit: Limit{Algorithm: TokenBucket, Limit: 60, Window: time.Minute, RefillRate: 1}}, // the default rate, given
+		{Key: Key{"s", "bob", ""}, Limit: Limit{Algorithm: TokenBucket, Limit: 60, Window: time.Minute, RefillRate: 2}},
+		{Key: Key{"s", "bob", ""}, Limit: Limit{Algorithm: TokenBucket, Limit: 60, RefillRate: 1}},
+		{Key: Key{"s", "bob", "r"}, Limit: fw},
+		{Key: Key{"s", "bob", "r"}, Limit: Limit{Algorithm: FixedWindow, Limit: 99, Window: time.Hour}}, // a name is the key
+		{Key: Key{"s", "bob", "r"}, Limit: Limit{Algorithm: GCRA, Limit: 10, Window: time.Minute}},
+		{Key: Key{"s", "bob", "r2"}, Limit: fw},
+		{Key: Key{"s", "bo", ""}, Limit: fw},
+		{Key: Key{"s", "bob:1", ""}, Limit: fw},
+		{Key: Key{"s:bob", "1", ""}, Limit: fw},
+		{Key: Key{"t", "bob", ""}, Limit: fw},
+		{Key: Key{"bob", "s", ""}, Limit: fw},
+		{Key: Key{"s", "s", ""}, Limit: fw},
+		{Key: Key{"bob", "bob", ""}, Limit: fw},
+	}
+	rs := &RedisStore{}
+	stateKey := func(r Request) string { return rs.stateKey(&r) }
+	for i := range reqs {
+		for j := range reqs {
+			ki, idi, hi := s.keyOf(&reqs[i], reqs[i].Limit.Refill())
+			kj, idj, hj := s.keyOf(&reqs[j], reqs[j].Limit.Refill())
+			if got, want := ki == kj, stateKey(reqs[i]) == stateKey(reqs[j]); got != want {
+				t.Errorf("requests %d and %d: same memory key %v, same Redis key %v (%q, %q)", i, j, got, want, stateKey(reqs[i]), stateKey(reqs[j]))
+			}
+			if ki == kj && (hi != hj || idi != idj) {
+				t.Errorf("requests %d and %d: equal keys, hashes %x/%x and %x/%x", i, j, idi, hi, idj, hj)
+			}
+			if ki != kj && hi == hj {
+				t.Errorf("requests %d and %d: different keys share hash %x", i, j, hi)
+			}
+		}
+	}
+}
+
+// TestMemoryHashChain: keys that share a hash are chained, and each is
+// found, kept, swept and reset on its own. Seeded hashes make such keys
+// rare and impossible to choose, so this drives the shard directly.
+func TestMemoryHashChain(t *testing.T) {
+	clock := &fakeClock{now: t0}
+	s := NewMemoryStore(MemoryOptions{Now: clock.Now, Shards: 1})
+	sh := &s.shards[0]
+	const h = 42
+	nowUS := t0.UnixMicro()
+	keys := []memoryKey{
+		{scope: "s", identifier: "a", alg: FixedWindow, limit: 1, windowMS: 1000},
+		{scope: "s", identifier: "b", alg: FixedWindow, limit: 1, windowMS: 1000},
+		{scope: "s", identifier: "a", alg: GCRA, name: "r"},
+		{scope: "s", identifier: "c", alg: FixedWindow, limit: 1, windowMS: 1000},
+	}
+	for i, k := range keys {
+		expires := nowUS + 10_000_000
+		if i == 1 {
+			expires = nowUS + 1 // b expires first
+		}
+		sh.put(sh.find(&k, h), &k, h, memoryState{window: windowState{count: int64(i)}, expiresUS: expires})
+	}
+	check := func(when string, want map[int]bool) {
+		t.Helper()
+		for i, k := range keys {
+			e := sh.find(&k, h)
+			if (e != nil) != want[i] {
+				t.Errorf("%s: key %d found %v, want %v", when, i, e != nil, want[i])
+			} else if e != nil && e.state.window.count != int64(i) {
+				t.Errorf("%s: key %d holds the state of key %d", when, i, e.state.window.count)
+			}
+		}
+		if got := s.Len(); got != len(want) {
+			t.Errorf("%s: Len = %d, want %d", when, got, len(want))
+		}
+	}
+	check("after puts", map[int]bool{0: true, 1: true, 2: true, 3: true})
+	// Overwriting one entry leaves the others alone.
+	k0 := keys[0]
+	sh.put(sh.find(&k0, h), &k0, h, memoryState{window: windowState{count: 0}, expiresUS: nowUS + 10_000_000})
+	check("after an overwrite", map[int]bool{0: true, 1: true, 2: true, 3: true})
+
+	clock.Advance(time.Millisecond)
+	s.Sweep()
+	check("after a sweep", map[int]bool{0: true, 2: true, 3: true})
+
+	n, err := s.Reset(context.Background(), "s", "a", GCRA)
+	if err != nil || n != 1 {
+		t.Fatalf("Reset(s, a, gcra) = %d, %v; want 1, nil", n, err)
+	}
+	check("after Reset(a, gcra)", map[int]bool{0: true, 3: true})
+	n, err = s.Reset(context.Background(), "s", "a", "")
+	if err != nil || n != 1 {
+		t.Fatalf("Reset(s, a) = %d, %v; want 1, nil", n, err)
+	}
+	check("after Reset(a)", map[int]bool{3: true})
+	n, err = s.Reset(context.Background(), "s", "c", "")
+	if err != nil || n != 1 {
+		t.Fatalf("Reset(s, c) = %d, %v; want 1, nil", n, err)
+	}
+	check("after Reset(c)", map[int]bool{})
+	if len(sh.states) != 0 {
+		t.Errorf("an empty chain is still in the map: %d hashes", len(sh.states))
+	}
+}
+
+// TestMemoryClockNeverRunsBackwards: the clock is read once per batch,
+// before the shard's lock, so a batch can reach a shard after one that read
+// a later time; it is decided at that later time, never against a newer
+// window's state as if that were stale. A clock going back stands for it.
+func TestMemoryClockNeverRunsBackwards(t *testing.T) {
+	clock := &fakeClock{now: t0.Add(time.Minute)} // the start of a window
+	s := NewMemoryStore(MemoryOptions{Now: clock.Now})
+	ctx := context.Background()
+	req := []Request{{Key: Key{"s", "bob", ""}, Limit: Limit{Algorithm: FixedWindow, Limit: 1, Window: time.Minute}, Hits: 1}}
+	if ds, err := s.Check(ctx, req); err != nil || !ds[0].Allowed {
+		t.Fatalf("first request: %v, %v; want allowed", ds, err)
+	}
+	clock.Advance(-time.Millisecond) // back into the previous window
+	ds, err := s.Check(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Decision{Allowed: false, Limit: 1, Remaining: 0, ResetAfter: time.Minute, RetryAfter: time.Minute, Now: t0.Add(time.Minute)}
+	if ds[0] != want {
+		t.Errorf("request at an earlier time: %+v, want %+v (decided at the later time, the limit spent)", ds[0], want)
+	}
+}

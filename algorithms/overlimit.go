@@ -113,8 +113,8 @@ func (c *OverLimitCache) Check(ctx context.Context, reqs []Request) ([]Decision,
 	now := c.now()
 	var out []Decision // nil until a request is answered here
 	for i, r := range reqs {
-		if r.Hits <= 0 || r.Hits > MaxLimit {
-			continue // a peek, or invalid: the store answers
+		if r.Hits <= 0 || r.Hits > MaxLimit || r.AlwaysCount {
+			continue // a peek, invalid, or counted anyway: the store answers
 		}
 		e, ok := c.lookup(r, now)
 		if !ok {
@@ -127,6 +127,9 @@ func (c *OverLimitCache) Check(ctx context.Context, reqs []Request) ([]Decision,
 			Limit: r.Limit.Limit, ResetAfter: e.resetAt.Sub(now), RetryAfter: e.until.Sub(now),
 			Now: now, Cached: true,
 		}
+	}
+	if out != nil && allOrNothing(reqs) {
+		out = c.keepTied(reqs, out)
 	}
 	if out == nil {
 		ds, err := c.next.Check(ctx, reqs)
@@ -156,6 +159,44 @@ func (c *OverLimitCache) Check(ctx context.Context, reqs []Request) ([]Decision,
 		out[index[j]] = d
 	}
 	return out, nil
+}
+
+// keepTied sends the all-or-nothing requests of reqs to the store when one
+// of them was answered here: it is over its limit, so none of them may be
+// counted, and only the store can decide them so (it does, at the one it
+// rejects). It returns nil when nothing is answered here any more.
+func (c *OverLimitCache) keepTied(reqs []Request, out []Decision) []Decision {
+	tied := false
+	for i := range reqs {
+		tied = tied || (reqs[i].AllOrNothing && out[i].Cached)
+	}
+	if !tied {
+		return out
+	}
+	any := false
+	for i := range reqs {
+		if reqs[i].AllOrNothing {
+			out[i] = Decision{}
+		}
+		any = any || out[i].Cached
+	}
+	if !any {
+		return nil
+	}
+	return out
+}
+
+// Clear forgets the cached rejections of reqs' keys and limits, then clears
+// them on the wrapped store.
+func (c *OverLimitCache) Clear(ctx context.Context, reqs []Request) (int, error) {
+	for _, r := range reqs {
+		k := cacheKey{r.Key, r.Limit}
+		s := c.shard(k)
+		s.mu.Lock()
+		s.drop(k)
+		s.mu.Unlock()
+	}
+	return c.next.Clear(ctx, reqs)
 }
 
 // lookup returns r's entry when it still rejects r.

@@ -29,7 +29,15 @@ var (
 	batchLua string
 	//go:embed reset.lua
 	resetLua string
+	//go:embed clear.lua
+	clearLua string
+	//go:embed refund.lua
+	refundLua string
 )
+
+// crossSlot lets a script touch keys of several slots of one Cluster
+// master (Redis 7).
+const crossSlot = "#!lua flags=allow-cross-slot-keys\n"
 
 // RedisOptions configures a RedisStore. Every field is optional.
 type RedisOptions struct {
@@ -45,6 +53,10 @@ type RedisOptions struct {
 	Coalesce int
 	// MaxBatch bounds a merged call. Default 64.
 	MaxBatch int
+	// KeyPrefix is put before every key Throttle writes (the reference
+	// service's CACHE_KEY_PREFIX), so that several deployments can share
+	// one Redis or Cluster. Default "".
+	KeyPrefix string
 	// TracerProvider makes the spans of Redis calls ("redis.check",
 	// "redis.batch"; see trace.go), children of the caller's span. Default
 	// nil: no spans, nothing spent on tracing.
@@ -63,8 +75,12 @@ type RedisOptions struct {
 type RedisStore struct {
 	rdb     redis.UniversalClient
 	now     func() time.Time
-	script  *redis.Script
+	script  *redis.Script // the engine as a script: where functions cannot be loaded
+	// library is the engine as a function library, function its name.
+	library, function string
 	reset   *redis.Script
+	clear   *redis.Script
+	refund  *redis.Script  // Cluster only: see refundVoided
 	single  *shard         // a single Redis, or Sentinel's master; nil on a Cluster
 	cluster *clusterRouter // nil unless a Cluster
 	opts    RedisOptions
@@ -84,14 +100,18 @@ func NewRedisStore(rdb redis.UniversalClient, opts RedisOptions) *RedisStore {
 	s := &RedisStore{
 		rdb:    rdb,
 		now:    opts.Now,
-		script: redis.NewScript(throttleScript()),
+		script: redis.NewScript(luaCode() + evalCall),
 		reset:  redis.NewScript(resetLua),
+		clear:  redis.NewScript(clearLua),
 		opts:   opts,
 		tracer: Tracer(opts.TracerProvider, tracerName),
 	}
+	s.library, s.function = luaLibrary()
 	if cc, ok := rdb.(*redis.ClusterClient); ok {
 		// Each master's call may touch keys of several of its slots.
-		s.script = redis.NewScript("#!lua flags=allow-cross-slot-keys\n" + throttleScript())
+		s.script = redis.NewScript(crossSlot + luaCode() + evalCall)
+		s.clear = redis.NewScript(crossSlot + clearLua)
+		s.refund = redis.NewScript(crossSlot + refundLua)
 		s.cluster = newClusterRouter(cc, func(name string, c *redis.Client) *shard {
 			return s.newShard(name, c, func(ctx context.Context) error { return clusterReady(ctx, c) }, c.Close)
 		})
@@ -101,11 +121,11 @@ func NewRedisStore(rdb redis.UniversalClient, opts RedisOptions) *RedisStore {
 	return s
 }
 
-func (s *RedisStore) newShard(name string, c redis.Scripter, ping func(context.Context) error, close func() error) *shard {
+func (s *RedisStore) newShard(name string, c redis.Cmdable, ping func(context.Context) error, close func() error) *shard {
 	sh := &shard{name: name, client: c, ping: ping, close: close}
 	if s.opts.Coalesce > 0 {
-		sh.merge = newCoalescer(s.opts.Coalesce, s.opts.MaxBatch, func(ctx context.Context, reqs []Request) ([]Decision, error) {
-			return s.decide(ctx, sh, reqs)
+		sh.merge = newCoalescer(s.opts.Coalesce, s.opts.MaxBatch, func(ctx context.Context, reqs []Request, sizes []int) ([]Decision, error) {
+			return s.decide(ctx, sh, reqs, sizes)
 		})
 		sh.merge.tracer = s.tracer
 	}
@@ -124,9 +144,9 @@ func (s *RedisStore) Close() {
 	}
 }
 
-// throttleScript is the one script: the prelude, a function per algorithm,
-// and batch.lua, which calls them for each request of a batch.
-func throttleScript() string {
+// luaCode is the engine's Lua: the prelude, a function per algorithm, and
+// batch.lua's batch, which calls them for each request of a batch.
+func luaCode() string {
 	var b strings.Builder
 	b.WriteString(preludeLua)
 	for _, a := range Algorithms {
@@ -149,27 +169,6 @@ func algorithmLua(a Algorithm) string {
 		return gcraLua
 	}
 	panic("algorithms: no script for " + string(a)) // Algorithms lists only those above
-}
-
-// appendArgs appends r's keys and its five arguments of batch.lua. The
-// keys share one prefix, built once; numbers go as strings, as Redis reads
-// them. A request that is never reset (Unindexed) passes its state key as
-// its index and an empty member: the script then keeps no index for it.
-func appendArgs(keys []string, args []any, r Request) ([]string, []any) {
-	prefix := identityPrefix(r.Key.Scope, r.Key.Identifier)
-	member := stateMember(r)
-	state, index := prefix+member, prefix+"i"
-	if r.Unindexed {
-		index, member = state, ""
-	}
-	var third string
-	if r.Limit.Algorithm == TokenBucket {
-		third = strconv.FormatFloat(r.Limit.Refill(), 'g', -1, 64)
-	} else {
-		third = strconv.FormatInt(r.Limit.Window.Microseconds(), 10)
-	}
-	return append(keys, state, index),
-		append(args, algCode(r.Limit.Algorithm), strconv.FormatInt(r.Limit.Limit, 10), third, strconv.FormatInt(r.Hits, 10), member)
 }
 
 // Check decides the batch in one round trip per Redis master it touches
@@ -233,6 +232,7 @@ func (s *RedisStore) dispatch(ctx context.Context, reqs []Request, check shardCh
 				return nil, failed
 			}
 			if len(at) == 0 {
+				s.refundVoided(ctx, reqs, out)
 				return out, nil
 			}
 		}
@@ -287,7 +287,7 @@ func (s *RedisStore) split(reqs []Request, at []int) []part {
 	var parts []part
 	add := func(i int) {
 		r := reqs[i]
-		sh := s.cluster.shardOf(indexKey(r.Key.Scope, r.Key.Identifier))
+		sh := s.cluster.shardOf(s.indexKey(r.Key.Scope, r.Key.Identifier))
 		j := 0
 		for j < len(parts) && parts[j].sh != sh {
 			j++
@@ -323,83 +323,32 @@ func (s *RedisStore) onShard(ctx context.Context, sh *shard, reqs []Request) ([]
 		// once).
 		return sh.merge.check(ctx, reqs)
 	}
-	return s.decide(ctx, sh, reqs)
+	return s.decide(ctx, sh, reqs, nil)
 }
 
-// decide runs a validated batch on one shard's master.
-func (s *RedisStore) decide(ctx context.Context, sh *shard, reqs []Request) ([]Decision, error) {
+// decide runs a validated batch on one shard's master: the requests of
+// callers (sizes: each caller's count, nil for one caller) in one script
+// call.
+func (s *RedisStore) decide(ctx context.Context, sh *shard, reqs []Request, sizes []int) ([]Decision, error) {
 	if sh.client == nil {
 		return nil, errNoMaster
 	}
-	ds, err := s.run(ctx, sh.client, reqs)
-	if err == nil {
-		sh.answered.Store(time.Now().UnixNano())
-	}
-	return ds, err
-}
-
-// run sends a validated batch to one Redis master in one script call.
-func (s *RedisStore) run(ctx context.Context, c redis.Scripter, reqs []Request) ([]Decision, error) {
-	now := ""
-	if s.now != nil {
-		now = strconv.FormatInt(s.now().UnixMicro(), 10)
-	}
-	keys := make([]string, 0, 2*len(reqs))
-	args := make([]any, 2, 2+7*len(reqs))
-	args[0], args[1] = now, strconv.Itoa(len(reqs))
-	for _, r := range reqs {
-		keys, args = appendArgs(keys, args, r)
-	}
-	if s.cluster != nil {
-		// Redis refuses a call that declares keys of several slots, even
-		// to a script allowed to touch them: the first key is declared
-		// (it routes the call, and a MOVED reply says its slot moved),
-		// and every key goes in ARGV, before the requests' arguments.
-		ks := make([]any, 0, len(keys)+len(args))
-		ks = append(ks, args[0], args[1])
-		for _, k := range keys {
-			ks = append(ks, k)
-		}
-		args, keys = append(ks, args[2:]...), keys[:1]
-	}
-	res, err := s.script.Run(ctx, c, keys, args...).Slice()
+	keys, args := s.scriptArgs(reqs, sizes, s.nowArg(), s.cluster != nil)
+	res, err := s.runBatch(ctx, sh, keys, args).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("redis: %w", err)
 	}
-	return parseDecisions(res, reqs)
+	sh.answered.Store(time.Now().UnixNano())
+	return decodeReply(res, reqs, sizes)
 }
 
-// parseDecisions turns the script's replies, one {allowed, remaining,
-// reset_us, retry_us, now_us} per request, into decisions.
-func parseDecisions(res []any, reqs []Request) ([]Decision, error) {
-	if len(res) != len(reqs) {
-		return nil, fmt.Errorf("redis: script returned %d decisions for %d requests", len(res), len(reqs))
+// nowArg is the time the scripts take: "" for Redis TIME, the clock every
+// replica shares; µs of RedisOptions.Now in tests.
+func (s *RedisStore) nowArg() string {
+	if s.now == nil {
+		return ""
 	}
-	out := make([]Decision, len(reqs))
-	for i, v := range res {
-		vals, ok := v.([]any)
-		if !ok {
-			return nil, fmt.Errorf("redis: request %d: unexpected reply %T", i, v)
-		}
-		var n [5]int64
-		if len(vals) != len(n) {
-			return nil, fmt.Errorf("redis: request %d: script returned %d values, want 5", i, len(vals))
-		}
-		for j, x := range vals {
-			if n[j], ok = x.(int64); !ok {
-				return nil, fmt.Errorf("redis: request %d: value %d is %T, not an integer", i, j, x)
-			}
-		}
-		out[i] = Decision{
-			Allowed:    n[0] == 1,
-			Limit:      reqs[i].Limit.Limit,
-			Remaining:  n[1],
-			ResetAfter: time.Duration(n[2]) * time.Microsecond,
-			RetryAfter: time.Duration(n[3]) * time.Microsecond,
-			Now:        time.UnixMicro(n[4]),
-		}
-	}
-	return out, nil
+	return strconv.FormatInt(s.now().UnixMicro(), 10)
 }
 
 // Reset deletes the state keys of (scope, identifier) that its index lists —
@@ -410,9 +359,9 @@ func (s *RedisStore) Reset(ctx context.Context, scope, identifier string, alg Al
 			return 0, err
 		}
 	}
-	index := indexKey(scope, identifier)
-	reset := func(c redis.Scripter) (int, error) {
-		n, err := s.reset.Run(ctx, c, []string{index}, identityPrefix(scope, identifier), algCode(alg)).Int()
+	index := s.indexKey(scope, identifier)
+	reset := func(c redis.Cmdable) (int, error) {
+		n, err := s.reset.Run(ctx, c, []string{index}, s.identityPrefix(scope, identifier), algCode(alg), s.nowArg()).Int()
 		if err != nil && !errors.Is(err, redis.Nil) {
 			return 0, fmt.Errorf("redis: reset: %w", err)
 		}

@@ -26,9 +26,11 @@ func TestRedisKeysExpire(t *testing.T) {
 	if _, err := s.Check(ctx, reqs); err != nil {
 		t.Fatal(err)
 	}
-	keys := []string{indexKey(scope, "ttl")}
-	for _, r := range reqs {
-		keys = append(keys, stateKey(r))
+	// The index and one state per limit (a window's counter for the window
+	// algorithms).
+	keys, err := rdb.Keys(ctx, s.identityPrefix(scope, "ttl")+"*").Result()
+	if err != nil || len(keys) != 1+len(reqs) {
+		t.Fatalf("keys = %v, %v; want the index and %d states", keys, err, len(reqs))
 	}
 	for _, k := range keys {
 		ttl, err := rdb.PTTL(ctx, k).Result()
@@ -61,8 +63,8 @@ func TestRedisPeekWritesNothing(t *testing.T) {
 	if _, err := s.Check(ctx, []Request{r}); err != nil {
 		t.Fatal(err)
 	}
-	if n := rdb.Exists(ctx, stateKey(r), indexKey(r.Key.Scope, "peek")).Val(); n != 0 {
-		t.Errorf("peek created %d keys, want 0", n)
+	if keys := rdb.Keys(ctx, s.identityPrefix(r.Key.Scope, "peek")+"*").Val(); len(keys) != 0 {
+		t.Errorf("peek created keys %v, want none", keys)
 	}
 }
 
@@ -103,18 +105,24 @@ func TestRedisKeyLayout(t *testing.T) {
 		want string
 	}{
 		{Request{Key: Key{"client-1", "user_123", ""}, Limit: Limit{Algorithm: FixedWindow, Limit: 100, Window: time.Minute}},
-			"throttle:{client-1:user_123}:fw:l:100:60000"},
+			"throttle:{client-1:user_123}:fw:l:100:60000@60000000"},
 		{Request{Key: Key{"client-1", "user_123", "rule:api"}, Limit: Limit{Algorithm: SlidingWindow, Limit: 100, Window: time.Minute}},
-			"throttle:{client-1:user_123}:sw:n:rule:api"},
+			"throttle:{client-1:user_123}:sw:n:rule:api@60000000"},
 		{Request{Key: Key{"a:b", "c}{%", ""}, Limit: Limit{Algorithm: TokenBucket, Limit: 10}},
 			"throttle:{a%3Ab:c%7D%7B%25}:tb:l:10:0:0.16666666666666666"},
 		{Request{Key: Key{"client-1", "user_123", ""}, Limit: Limit{Algorithm: GCRA, Limit: 100, Window: time.Minute}},
 			"throttle:{client-1:user_123}:gcra:l:100:60000"},
 	}
 	for _, tc := range cases {
-		if got := stateKey(tc.req); got != tc.want {
+		if got := (&RedisStore{}).stateKey(&tc.req); got != tc.want {
 			t.Errorf("stateKey(%+v) = %q, want %q", tc.req.Key, got, tc.want)
 		}
+	}
+	// CACHE_KEY_PREFIX goes first; a window's counter follows its number.
+	s := &RedisStore{opts: RedisOptions{KeyPrefix: "edge-1:"}}
+	r := cases[0].req
+	if got, want := s.windowKey(&r, 3*60_000_000+5), "edge-1:throttle:{client-1:user_123}:fw:l:100:60000@60000000:3"; got != want {
+		t.Errorf("windowKey = %q, want %q", got, want)
 	}
 }
 
@@ -163,7 +171,7 @@ func TestRedisIndexOutlivesState(t *testing.T) {
 				}
 			}
 			time.Sleep(tc.check)
-			if n := rdb.Exists(ctx, stateKey(Request{Key: key, Limit: tc.limit})).Val(); n != 1 {
+			if n := len(rdb.Keys(ctx, s.stateKey(&Request{Key: key, Limit: tc.limit})+"*").Val()); n != 1 {
 				t.Fatalf("state gone before the check (timing too slow here?)")
 			}
 			n, err := s.Reset(ctx, key.Scope, key.Identifier, "")
@@ -194,6 +202,9 @@ func TestRedisCluster(t *testing.T) {
 	t.Run("isolation", func(t *testing.T) { conformanceIsolation(t, cluster) })
 	t.Run("reset", func(t *testing.T) { conformanceReset(t, cluster) })
 	t.Run("invalid", func(t *testing.T) { conformanceInvalid(t, cluster) })
+	t.Run("all or nothing", func(t *testing.T) { conformanceAllOrNothing(t, cluster) })
+	t.Run("always count", func(t *testing.T) { conformanceAlwaysCount(t, cluster) })
+	t.Run("clear", func(t *testing.T) { conformanceClear(t, cluster) })
 
 	// The keys of a batch really are spread over the nodes.
 	ctx := context.Background()
@@ -213,12 +224,13 @@ func TestRedisCluster(t *testing.T) {
 		if !d.Allowed {
 			t.Errorf("request %d denied", i)
 		}
-		slot, err := rdb.ClusterKeySlot(ctx, stateKey(batch[i])).Result()
+		key := s.stateKey(&batch[i])
+		slot, err := rdb.ClusterKeySlot(ctx, key).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := keySlot(stateKey(batch[i])); int64(got) != slot {
-			t.Errorf("keySlot(%q) = %d, Redis says %d", stateKey(batch[i]), got, slot)
+		if got := keySlot(key); int64(got) != slot {
+			t.Errorf("keySlot(%q) = %d, Redis says %d", key, got, slot)
 		}
 		slots[slot] = true
 	}
@@ -255,14 +267,18 @@ func TestRedisUnindexed(t *testing.T) {
 				t.Errorf("%s check %d: indexed %+v, unindexed %+v", l.Algorithm, i, a, b)
 			}
 		}
-		if n := rdb.Exists(ctx, indexKey(scope, "unindexed")).Val(); n != 0 {
+		if n := rdb.Exists(ctx, s.indexKey(scope, "unindexed")).Val(); n != 0 {
 			t.Errorf("%s: an unindexed state has an index key", l.Algorithm)
 		}
 		// The sliding window keeps its count through the next window.
-		if ttl := rdb.PTTL(ctx, stateKey(unindexed)).Val(); ttl <= 0 || ttl > 2*time.Minute {
+		keys := rdb.Keys(ctx, s.stateKey(&unindexed)+"*").Val()
+		if len(keys) != 1 {
+			t.Fatalf("%s: unindexed state keys %v, want one", l.Algorithm, keys)
+		}
+		if ttl := rdb.PTTL(ctx, keys[0]).Val(); ttl <= 0 || ttl > 2*time.Minute {
 			t.Errorf("%s: unindexed state PTTL = %v, want (0, 2m]", l.Algorithm, ttl)
 		}
-		if n := rdb.Exists(ctx, indexKey(scope, "indexed")).Val(); n != 1 {
+		if n := rdb.Exists(ctx, s.indexKey(scope, "indexed")).Val(); n != 1 {
 			t.Errorf("%s: the indexed state has no index key", l.Algorithm)
 		}
 	}

@@ -77,7 +77,7 @@ func (s *RedisStore) tracedCheck(ctx context.Context, sh *shard, reqs []Request)
 		if sh.merge != nil {
 			return sh.merge.check(ctx, reqs)
 		}
-		return s.decide(ctx, sh, reqs)
+		return s.decide(ctx, sh, reqs, nil)
 	}
 	coalesced := sh.merge != nil
 	kind := trace.SpanKindClient
@@ -92,7 +92,7 @@ func (s *RedisStore) tracedCheck(ctx context.Context, sh *shard, reqs []Request)
 	if coalesced {
 		ds, err = sh.merge.check(ctx, reqs)
 	} else {
-		ds, err = s.decide(ctx, sh, reqs)
+		ds, err = s.decide(ctx, sh, reqs, nil)
 	}
 	if err != nil {
 		span.RecordError(err)

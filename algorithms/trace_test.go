@@ -171,7 +171,7 @@ func (g *gate) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (g *gate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if strings.HasPrefix(cmd.Name(), "eval") {
+		if strings.HasPrefix(cmd.Name(), "eval") || cmd.Name() == "fcall" {
 			g.wait()
 		}
 		return next(ctx, cmd)

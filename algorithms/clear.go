@@ -1,0 +1,163 @@
+package algorithms
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Clear deletes the state of each request's key and limit — what Check of
+// the request reads and writes, indexed or not — and returns how many
+// existed. On a Cluster, each master's requests in one call.
+func (s *RedisStore) Clear(ctx context.Context, reqs []Request) (int, error) {
+	if err := validateBatch(reqs); err != nil {
+		return 0, err
+	}
+	if len(reqs) == 0 {
+		return 0, nil
+	}
+	if s.cluster == nil {
+		return s.clearOn(ctx, s.single.client, reqs)
+	}
+	s.cluster.ready(ctx)
+	total := 0
+	for _, p := range s.split(reqs, nil) {
+		sent := time.Now()
+		n, err := s.clearOn(ctx, p.sh.client, p.reqs)
+		if isRedirect(err) && s.cluster.refresh(ctx, sent) {
+			n, err = s.clearOn(ctx, s.cluster.shardOf(s.indexKey(p.reqs[0].Key.Scope, p.reqs[0].Key.Identifier)).client, p.reqs)
+		}
+		if err != nil {
+			return total, err
+		}
+		total += n
+	}
+	return total, nil
+}
+
+// clearOn runs clear.lua for reqs on one master.
+func (s *RedisStore) clearOn(ctx context.Context, c redis.Cmdable, reqs []Request) (int, error) {
+	if c == nil {
+		return 0, fmt.Errorf("redis: clear: %w", errNoMaster)
+	}
+	keys := make([]string, len(reqs))
+	blob := make([]byte, 0, 9*len(reqs))
+	for i := range reqs {
+		r := &reqs[i]
+		keys[i] = s.stateKey(r)
+		blob = append(blob, algNumber(r.Limit.Algorithm))
+		blob = binary.LittleEndian.AppendUint64(blob, math.Float64bits(float64(r.Limit.Window.Microseconds())))
+	}
+	args := []any{s.nowArg(), blob, ""}
+	if s.cluster != nil {
+		args[2] = strconv.Itoa(len(keys))
+		for _, k := range keys {
+			args = append(args, k)
+		}
+		keys = keys[:1]
+	}
+	n, err := s.clear.Run(ctx, c, keys, args...).Int()
+	if err != nil {
+		return 0, fmt.Errorf("redis: clear: %w", err)
+	}
+	return n, nil
+}
+
+// refundVoided takes back, on a Cluster, what the masters counted for an
+// all-or-nothing batch that another master's request was over: each master
+// decided its own part atomically, but only the whole batch says whether
+// the group is void. Between the counting and the refund (one more round
+// trip) another request can see the count that is then taken back. A refund
+// that fails leaves the hits counted: over-counting, never under. The
+// decisions of the refunded requests say so (Counted false).
+func (s *RedisStore) refundVoided(ctx context.Context, reqs []Request, ds []Decision) {
+	if !allOrNothing(reqs) {
+		return
+	}
+	voided := false
+	for i := range reqs {
+		voided = voided || (reqs[i].AllOrNothing && !ds[i].Allowed)
+	}
+	if !voided {
+		return
+	}
+	var at []int
+	for i := range reqs {
+		if r := &reqs[i]; r.AllOrNothing && !r.AlwaysCount && ds[i].Counted && !ds[i].Degraded {
+			at = append(at, i)
+		}
+	}
+	if len(at) == 0 {
+		return
+	}
+	for _, p := range s.split(reqs, at) {
+		// The requests of one master's call share its time; a part sent
+		// again after a redirect may not: one refund per time.
+		for len(p.at) > 0 {
+			now := ds[p.at[0]].Now
+			var same, rest []int
+			for _, i := range p.at {
+				if ds[i].Now.Equal(now) {
+					same = append(same, i)
+				} else {
+					rest = append(rest, i)
+				}
+			}
+			if s.refundOn(ctx, p.sh, reqs, same, now) == nil {
+				for _, i := range same {
+					ds[i].Counted = false
+					ds[i].Remaining = min(ds[i].Limit, ds[i].Remaining+reqs[i].Hits)
+				}
+			}
+			p.at = rest
+		}
+	}
+}
+
+// refundOn runs refund.lua on one master for the requests at positions at,
+// decided at now.
+func (s *RedisStore) refundOn(ctx context.Context, sh *shard, reqs []Request, at []int, now time.Time) error {
+	if sh.client == nil {
+		return errNoMaster
+	}
+	blob := make([]byte, 0, 25*len(at))
+	args := []any{strconv.FormatInt(now.UnixMicro(), 10), nil, strconv.Itoa(len(at))}
+	for _, i := range at {
+		r := &reqs[i]
+		third := float64(r.Limit.Window.Microseconds())
+		if r.Limit.Algorithm == TokenBucket {
+			third = r.Limit.Refill()
+		}
+		blob = append(blob, algNumber(r.Limit.Algorithm))
+		for _, f := range []float64{float64(r.Limit.Limit), third, float64(r.Hits)} {
+			blob = binary.LittleEndian.AppendUint64(blob, math.Float64bits(f))
+		}
+		args = append(args, s.stateKey(r))
+	}
+	args[1] = blob
+	err := s.refund.Run(ctx, sh.client, []string{args[3].(string)}, args...).Err()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("redis: refund: %w", err)
+	}
+	return nil
+}
+
+// Clear clears on Redis (and on the local fallback in FailLocal). It fails
+// when Redis cannot be reached: a clear that did not happen must not look
+// like one that did.
+func (g *Guard) Clear(ctx context.Context, reqs []Request) (int, error) {
+	if g.opts.Local != nil {
+		if _, err := g.opts.Local.Clear(ctx, reqs); err != nil {
+			return 0, err
+		}
+	}
+	cctx, cancel := context.WithTimeout(ctx, max(g.opts.Timeout, time.Second))
+	defer cancel()
+	return g.store.Clear(cctx, reqs)
+}

@@ -1,0 +1,81 @@
+package algorithms
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"errors"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The engine runs in Redis as a function (Redis 7's FUNCTION LOAD, then
+// FCALL): the library is loaded once per master, so a call runs only the
+// batch, not the whole chunk that defines the algorithms, as an EVALSHA
+// would each time. Where functions cannot be loaded (Redis 6, or an ACL
+// that refuses FUNCTION LOAD) the same code runs as a script (EVALSHA).
+// The library's name carries a hash of its code, so replicas of different
+// versions, during a rolling upgrade, each call their own.
+
+// evalCall ends the script form of the code.
+const evalCall = "\nreturn batch(KEYS, ARGV)\n"
+
+// How a master runs the engine (shard.lua).
+const (
+	luaUnknown int32 = iota
+	luaFunction
+	luaEval
+)
+
+// luaLibrary returns the library's code and the name of its function.
+func luaLibrary() (code, function string) {
+	body := luaCode()
+	sum := sha1.Sum([]byte(body))
+	version := hex.EncodeToString(sum[:8])
+	function = "throttle_batch_" + version
+	// allow-cross-slot-keys: on a Cluster one call touches keys of several
+	// slots of its master; elsewhere it changes nothing.
+	code = "#!lua name=throttle_" + version + "\n" + body +
+		"\nredis.register_function{function_name='" + function + "', callback=batch, flags={'allow-cross-slot-keys'}}\n"
+	return code, function
+}
+
+// runBatch runs the engine on sh's master: FCALL, loading the library
+// first when this master has not got it (a new master, a restart without
+// persistence, FUNCTION FLUSH); EVALSHA where functions cannot be loaded.
+func (s *RedisStore) runBatch(ctx context.Context, sh *shard, keys []string, args []any) *redis.Cmd {
+	if sh.lua.Load() == luaUnknown {
+		s.loadLibrary(ctx, sh)
+	}
+	if sh.lua.Load() != luaFunction {
+		return s.script.Run(ctx, sh.client, keys, args...)
+	}
+	cmd := sh.client.FCall(ctx, s.function, keys, args...)
+	if isNoFunction(cmd.Err()) {
+		s.loadLibrary(ctx, sh)
+		if sh.lua.Load() == luaFunction {
+			cmd = sh.client.FCall(ctx, s.function, keys, args...)
+		}
+	}
+	return cmd
+}
+
+// loadLibrary loads the library on sh's master. A refusal (no FUNCTION
+// command, no permission) makes the master run the script form from then
+// on; a failure to reach the master leaves the question open.
+func (s *RedisStore) loadLibrary(ctx context.Context, sh *shard) {
+	err := sh.client.FunctionLoadReplace(ctx, s.library).Err()
+	var re redis.Error
+	switch {
+	case err == nil:
+		sh.lua.Store(luaFunction)
+	case errors.As(err, &re) && !isRedirect(err) && !strings.HasPrefix(err.Error(), "LOADING") && !strings.HasPrefix(err.Error(), "CLUSTERDOWN"):
+		sh.lua.Store(luaEval)
+	}
+}
+
+// isNoFunction reports whether err says the master has no such function.
+func isNoFunction(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "Function not found")
+}
