@@ -30,7 +30,9 @@ import (
 // Shadow-mode descriptors never fail a request, and quota-mode ones fail it
 // only together (overall.go): both are decided and counted on their own,
 // outside the group, so a quota-mode descriptor is counted even when another
-// descriptor rejects the request.
+// descriptor rejects the request. Under Options.ShadowMode (SHADOW_MODE) no
+// request is refused: every descriptor is decided and counted on its own,
+// as the reference service counts. A group of one engine request is none.
 //
 // A descriptor's status reports the limit that decided it: of those over
 // their limit, the one that passes last (the longest retry); else the one
@@ -94,7 +96,7 @@ func (ls *limitState) passesIn() time.Duration {
 // grouped reports whether the descriptor's limits join the request's
 // all-or-nothing group.
 func (s *Server) grouped(l *limited) bool {
-	return !l.shadow && !l.quota && !s.opts.CountRejectedHits
+	return !l.shadow && !l.quota && !s.opts.CountRejectedHits && !s.opts.ShadowMode
 }
 
 // decide decides every limit of todo (none unlimited): requests_per_unit 0
@@ -104,12 +106,15 @@ func (s *Server) decide(ctx context.Context, todo []*limited) error {
 		return nil
 	}
 	rejected := false // by a requests_per_unit 0 of the group
-	n := 0
+	n, group := 0, 0  // engine requests; those of the group
 	for _, l := range todo {
 		for i := range l.limits {
 			ls := &l.limits[i]
 			if ls.engine.Algorithm != "" {
 				n++
+				if s.grouped(l) {
+					group++
+				}
 				continue
 			}
 			ls.over = true
@@ -121,6 +126,9 @@ func (s *Server) decide(ctx context.Context, todo []*limited) error {
 		reqs := make([]algorithms.Request, 0, n)
 		for _, l := range todo {
 			grouped := s.grouped(l)
+			// A group of one is no group: the engine decides it alone,
+			// exactly as AllOrNothing would, at no group's cost.
+			tied := grouped && group > 1
 			for i := range l.limits {
 				ls := &l.limits[i]
 				if ls.engine.Algorithm == "" {
@@ -138,7 +146,7 @@ func (s *Server) decide(ctx context.Context, todo []*limited) error {
 				// endpoint (which clears them by key and limit) resets
 				// them, so Redis keeps no index for them.
 				reqs = append(reqs, algorithms.Request{Key: l.key, Limit: ls.engine, Hits: hits, Unindexed: true,
-					AlwaysCount: always, AllOrNothing: grouped})
+					AlwaysCount: always, AllOrNothing: tied})
 			}
 		}
 		decisions, err := s.opts.Limiter.Check(ctx, reqs)
