@@ -47,9 +47,9 @@ type shard struct {
 	// lua is how this master runs the engine: luaUnknown until the first
 	// call loads the library; luaFunction (FCALL), or luaEval (EVALSHA:
 	// Redis 6, or FUNCTION LOAD refused).
-	lua atomic.Int32
-	ping   func(context.Context) error
-	merge  *coalescer // nil unless RedisOptions.Coalesce
+	lua   atomic.Int32
+	ping  func(context.Context) error
+	merge *coalescer // nil unless RedisOptions.Coalesce
 	// answered is when this master last answered (Unix ns): Guard's
 	// evidence that it is up when a call of its own times out.
 	answered atomic.Int64

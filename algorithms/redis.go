@@ -73,17 +73,17 @@ type RedisOptions struct {
 // script may touch keys of several slots of its master: Redis 7's
 // allow-cross-slot-keys).
 type RedisStore struct {
-	rdb     redis.UniversalClient
-	now     func() time.Time
-	script  *redis.Script // the engine as a script: where functions cannot be loaded
+	rdb    redis.UniversalClient
+	now    func() time.Time
+	script *redis.Script // the engine as a script: where functions cannot be loaded
 	// library is the engine as a function library, function its name.
 	library, function string
-	reset   *redis.Script
-	clear   *redis.Script
-	refund  *redis.Script  // Cluster only: see refundVoided
-	single  *shard         // a single Redis, or Sentinel's master; nil on a Cluster
-	cluster *clusterRouter // nil unless a Cluster
-	opts    RedisOptions
+	reset             *redis.Script
+	clear             *redis.Script
+	refund            *redis.Script  // Cluster only: see refundVoided
+	single            *shard         // a single Redis, or Sentinel's master; nil on a Cluster
+	cluster           *clusterRouter // nil unless a Cluster
+	opts              RedisOptions
 	// tracer makes the spans of trace.go; nil: none.
 	tracer trace.Tracer
 }
