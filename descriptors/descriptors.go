@@ -1,7 +1,10 @@
 // Package descriptors holds Envoy rate-limit descriptor configuration: the
 // YAML format of Envoy's reference rate-limit service
 // (github.com/envoyproxy/ratelimit), read strictly and with the same meaning,
-// plus Throttle's extensions (algorithm, refill_rate); domains built from Go
+// plus Throttle's extensions (algorithm, refill_rate; unit_multiplier for any
+// window; always_count for costs reported after the response; rate_limits,
+// several limits on one descriptor, all of which must admit a request);
+// domains built from Go
 // values (rules made through the REST API); the matcher that turns a request
 // descriptor into a limit, a stats key and a counter identity; and a Reloader
 // that follows a directory of YAML files (a Kubernetes ConfigMap).

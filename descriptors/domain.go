@@ -12,8 +12,12 @@ import (
 type Rule struct {
 	// Entries is required: the descriptor path, outermost first.
 	Entries []Entry
-	// Limit is required.
+	// Limit is required: the rule's limit, or the first of its limits.
 	Limit RateLimit
+	// More are the rule's further limits on the same descriptor (a REST
+	// rule's rate_limits after the first; optional): a request passes only
+	// when every limit admits it, as a YAML descriptor's rate_limits.
+	More []RateLimit
 	// ShadowMode: decide and count, never deny.
 	ShadowMode bool
 }
@@ -74,8 +78,17 @@ func (d *Domain) addRule(r Rule) error {
 	if len(r.Entries) == 0 {
 		return errors.New("rule has no descriptor entries")
 	}
-	if err := r.Limit.validate(); err != nil {
-		return err
+	limits := append([]RateLimit{r.Limit}, r.More...)
+	for i, l := range limits {
+		if err := l.validate(); err != nil {
+			if len(limits) > 1 {
+				return fmt.Errorf("rate_limits[%d]: %w", i, err)
+			}
+			return err
+		}
+	}
+	if i, err := checkLimits(limits); err != nil {
+		return fmt.Errorf("rate_limits[%d]: %w", i, err)
 	}
 	lvl := &d.root
 	fullKey := d.name
@@ -83,8 +96,7 @@ func (d *Domain) addRule(r Rule) error {
 		last := i == len(r.Entries)-1
 		spec := nodeSpec{key: e.Key, value: e.Value}
 		if last {
-			lim := r.Limit
-			spec.limit = &lim
+			spec.limits = limits
 			spec.shadowMode = r.ShadowMode
 		}
 		if err := spec.checkShape(); err != nil {
@@ -95,10 +107,10 @@ func (d *Domain) addRule(r Rule) error {
 		switch {
 		case n == nil:
 			n = lvl.add(spec, fullKey)
-		case last && n.limit != nil:
+		case last && n.limits != nil:
 			return fmt.Errorf("duplicate descriptor composite key '%s'", fullKey)
 		case last:
-			n.limit = spec.limit
+			n.limits = spec.limits
 			n.shadowMode = spec.shadowMode
 		}
 		lvl = &n.children
@@ -109,8 +121,10 @@ func (d *Domain) addRule(r Rule) error {
 // nodeSpec is one descriptor as read from YAML or a rule, before it joins
 // the tree.
 type nodeSpec struct {
-	key, value     string
-	limit          *RateLimit
+	key, value string
+	// limits are the descriptor's limits, in configuration order; nil when
+	// it has none (a key and value without one whitelists the value).
+	limits         []RateLimit
 	shadowMode     bool
 	detailedMetric bool
 	shareThreshold bool

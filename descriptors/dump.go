@@ -16,9 +16,12 @@ import (
 //
 // The full key is the domain and each level's key or key_value, joined with
 // '.'. An unlimited descriptor shows unit=UNKNOWN, as upstream's does. Throttle's own settings follow only when they are set:
-// ", quota_mode: true", ", algorithm: <name>" (not fixed_window) and
-// ", refill_rate: <tokens per second>", so a configuration written for the
-// reference service dumps line for line as there. Unlike upstream, which
+// ", unit_multiplier: <n>" (above 1), ", quota_mode: true",
+// ", algorithm: <name>" (not fixed_window), ", refill_rate: <tokens per
+// second>" and ", always_count: true", so a configuration written for the
+// reference service dumps line for line as there. A descriptor with several
+// limits (rate_limits) has one line per limit, in configuration order, each
+// ending in ", name: <name>" when the limit has one. Unlike upstream, which
 // walks maps in random order, domains and the descriptors of each level come
 // sorted by name. A nil Config dumps as "".
 func (c *Config) Dump() string {
@@ -47,8 +50,11 @@ func (l *level) dump(b *strings.Builder) {
 	}
 	sort.Slice(nodes, func(i, j int) bool { return nodes[i].fullKey < nodes[j].fullKey })
 	for _, n := range nodes {
-		if lim := n.limit; lim != nil {
+		for _, lim := range n.limits {
 			fmt.Fprintf(b, "%s: unit=%s requests_per_unit=%d, shadow_mode: %t", n.fullKey, lim.Unit, lim.RequestsPerUnit, n.shadowMode)
+			if m := lim.Multiplier(); m > 1 {
+				fmt.Fprintf(b, ", unit_multiplier: %d", m)
+			}
 			if n.quotaMode {
 				b.WriteString(", quota_mode: true")
 			}
@@ -57,6 +63,12 @@ func (l *level) dump(b *strings.Builder) {
 			}
 			if lim.RefillRate != 0 {
 				b.WriteString(", refill_rate: " + strconv.FormatFloat(lim.RefillRate, 'g', -1, 64))
+			}
+			if lim.AlwaysCount {
+				b.WriteString(", always_count: true")
+			}
+			if len(n.limits) > 1 && lim.Name != "" {
+				fmt.Fprintf(b, ", name: %s", lim.Name)
 			}
 			b.WriteByte('\n')
 		}

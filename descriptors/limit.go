@@ -19,9 +19,16 @@ type RateLimit struct {
 	RequestsPerUnit uint32
 	// Unit is the window. Required unless Unlimited (or Window is set).
 	Unit Unit
-	// Window, optional, overrides Unit's length. Only rules built from Go
-	// values use it (REST rules carry arbitrary windows); YAML always sets
-	// Unit.
+	// UnitMultiplier is how many Units one window lasts: 5 with Minute is a
+	// 5-minute window, in which RequestsPerUnit requests are allowed. 0
+	// means 1. The field Envoy's v3 API carries on
+	// RateLimitResponse.RateLimit and on a request's limit override; in the
+	// YAML it is Throttle's extension (unit_multiplier).
+	UnitMultiplier uint32
+	// Window, optional, overrides Unit and UnitMultiplier. Only rules built
+	// from Go values use it (REST rules carry arbitrary windows, and set
+	// Unit and UnitMultiplier to match where a unit divides it); YAML always
+	// sets Unit.
 	Window time.Duration
 	// Unlimited means the descriptor is never limited (and never counted).
 	Unlimited bool
@@ -36,6 +43,13 @@ type RateLimit struct {
 	// RefillRate is the token bucket's refill in tokens per second; 0 means
 	// RequestsPerUnit per window. Only with Algorithm TokenBucket.
 	RefillRate float64
+	// AlwaysCount makes the limit count its hits even when they are over it
+	// (costs reported after the response: Envoy's apply_on_stream_done, LLM
+	// tokens in hits_addend), so the budget goes below zero and later
+	// requests are refused until the window or the refill pays it back
+	// (algorithms.Request.AlwaysCount says what that means for each
+	// algorithm). Throttle's extension (always_count); not with Unlimited.
+	AlwaysCount bool
 }
 
 // AlwaysOverLimit reports whether every request is over the limit: a limited
@@ -43,13 +57,21 @@ type RateLimit struct {
 // 0, so a caller answers OVER_LIMIT without asking it.
 func (l RateLimit) AlwaysOverLimit() bool { return !l.Unlimited && l.RequestsPerUnit == 0 }
 
-// WindowLength returns the window: Window when set, else Unit's length.
+// WindowLength returns the window: Window when set, else Unit's length
+// times UnitMultiplier.
 func (l RateLimit) WindowLength() time.Duration {
 	if l.Window > 0 {
 		return l.Window
 	}
-	return l.Unit.Window()
+	u, m := l.Unit.Window(), time.Duration(l.Multiplier())
+	if u > 0 && m > math.MaxInt64/u {
+		return math.MaxInt64 // far past algorithms.MaxWindow: refused by validation
+	}
+	return u * m
 }
+
+// Multiplier returns UnitMultiplier with its default applied: at least 1.
+func (l RateLimit) Multiplier() uint32 { return max(l.UnitMultiplier, 1) }
 
 // EngineAlgorithm returns the algorithm with the default applied.
 func (l RateLimit) EngineAlgorithm() algorithms.Algorithm {
@@ -91,7 +113,7 @@ func (l RateLimit) validate() error {
 // Unlimited. written is the unit as configured, for the message.
 func (l RateLimit) checkUnit(written string) error {
 	switch {
-	case l.Unlimited && (l.Unit != UnitUnknown || l.Window != 0):
+	case l.Unlimited && (l.Unit != UnitUnknown || l.Window != 0 || l.UnitMultiplier != 0):
 		return errors.New("should not specify rate limit unit when unlimited")
 	case !l.Unlimited && l.Unit.Window() == 0 && l.Window <= 0:
 		return unitError(written)
@@ -100,7 +122,8 @@ func (l RateLimit) checkUnit(written string) error {
 }
 
 // checkSettings checks everything of l but its unit: replaces, algorithm,
-// refill_rate, and that the engine takes the limit.
+// refill_rate, always_count, and that the engine takes the limit (whose
+// window, unit times unit_multiplier, must be at most 366 days).
 func (l RateLimit) checkSettings() error {
 	for _, r := range l.Replaces {
 		if r == "" {
@@ -121,9 +144,68 @@ func (l RateLimit) checkSettings() error {
 	if r := l.RefillRate; math.IsNaN(r) || math.IsInf(r, 0) || r < 0 || r > algorithms.MaxRefillRate {
 		return fmt.Errorf("refill_rate %v must be a number between 0 and %d tokens per second", r, int64(algorithms.MaxRefillRate))
 	}
+	if u := l.Unit.Window(); l.Window == 0 && u > 0 && l.Multiplier() > 1 && l.WindowLength() > algorithms.MaxWindow {
+		return fmt.Errorf("unit_multiplier %d makes a window of %d %ss, longer than the longest window, %d days",
+			l.UnitMultiplier, l.UnitMultiplier, strings.ToLower(l.Unit.String()), algorithms.MaxWindow/(24*time.Hour))
+	}
+	if l.Unlimited && l.AlwaysCount {
+		return errors.New("always_count has no meaning for an unlimited limit, which counts nothing")
+	}
 	if l.Unlimited || l.AlwaysOverLimit() {
 		return nil
 	}
 	_, err := l.EngineLimit()
 	return err
+}
+
+// MaxLimitsPerDescriptor is the most limits one descriptor may have
+// (rate_limits): each is a decision of its own, so a cap keeps one request
+// from costing the counter backend without bound.
+const MaxLimitsPerDescriptor = 16
+
+// checkLimits checks the limits of one descriptor together, each already
+// checked on its own: at most MaxLimitsPerDescriptor; unlimited only alone;
+// names unique; no limit replacing another of the same descriptor; and no
+// two that the engine would count as one (same algorithm, requests per
+// unit, window and refill rate: they share a counter). It returns the index
+// of the limit a problem is about.
+func checkLimits(ls []RateLimit) (int, error) {
+	if len(ls) > MaxLimitsPerDescriptor {
+		return MaxLimitsPerDescriptor, fmt.Errorf("a descriptor has at most %d limits, not %d", MaxLimitsPerDescriptor, len(ls))
+	}
+	if len(ls) < 2 {
+		return 0, nil
+	}
+	names := map[string]int{}
+	engines := map[algorithms.Limit]int{}
+	for i, l := range ls {
+		if l.Unlimited {
+			return i, errors.New("unlimited cannot be combined with other limits of the same descriptor")
+		}
+		if l.Name != "" {
+			if j, ok := names[l.Name]; ok {
+				return i, fmt.Errorf("name '%s' is already the name of rate_limits[%d]", l.Name, j)
+			}
+			names[l.Name] = i
+		}
+		if l.AlwaysOverLimit() {
+			continue
+		}
+		el, err := l.EngineLimit()
+		if err != nil {
+			return i, err
+		}
+		if j, ok := engines[el]; ok {
+			return i, fmt.Errorf("same algorithm, requests_per_unit, window and refill_rate as rate_limits[%d]: the two would count against one counter", j)
+		}
+		engines[el] = i
+	}
+	for i, l := range ls {
+		for _, r := range l.Replaces {
+			if _, ok := names[r]; ok {
+				return i, errors.New("replaces should not contain name of same descriptor")
+			}
+		}
+	}
+	return 0, nil
 }

@@ -122,6 +122,34 @@ non_map_list.yaml:5: domain "test-domain" › descriptors[2]: config error, yaml
 			want: `nested_problems.yaml:6: domain "test-domain" › descriptors[0] › descriptors[0] › rate_limit: invalid rate limit unit 'minutes'
 nested_problems.yaml:9: domain "test-domain" › descriptors[0] › descriptors[1]: descriptor has empty key
 nested_problems.yaml:10: domain "test-domain" › descriptors[1]: value must be a string, not [1 2]`},
+		// Issue 17: rate_limits, unit_multiplier, always_count.
+		{files: []string{ours + "rate_limit_and_rate_limits.yaml"},
+			want: `rate_limit_and_rate_limits.yaml:3: domain "test-domain" › descriptors[0]: rate_limit and rate_limits cannot both be set: give one limit in rate_limit, or several in rate_limits`},
+		{files: []string{ours + "rate_limits_empty.yaml"},
+			want: `rate_limits_empty.yaml:4: domain "test-domain" › descriptors[0] › rate_limits: rate_limits must list at least one limit`},
+		{files: []string{ours + "rate_limits_not_list.yaml"},
+			want: `rate_limits_not_list.yaml:4: domain "test-domain" › descriptors[0] › rate_limits: rate_limits must be a list of rate_limit maps, not map[requests_per_unit:1 unit:second]`},
+		{files: []string{ours + "rate_limits_bad_element.yaml"},
+			want: `rate_limits_bad_element.yaml:7: domain "test-domain" › descriptors[0] › rate_limits[1]: invalid rate limit unit 'fortnight'
+rate_limits_bad_element.yaml:9: domain "test-domain" › descriptors[0] › rate_limits[2]: config error, unknown key 'requestsperunit'`},
+		{files: []string{ours + "rate_limits_same_limit.yaml"},
+			want: `rate_limits_same_limit.yaml:8: domain "test-domain" › descriptors[0] › rate_limits[1]: same algorithm, requests_per_unit, window and refill_rate as rate_limits[0]: the two would count against one counter`},
+		{files: []string{ours + "rate_limits_same_name.yaml"},
+			want: `rate_limits_same_name.yaml:8: domain "test-domain" › descriptors[0] › rate_limits[1]: name 'user_limit' is already the name of rate_limits[0]`},
+		{files: []string{ours + "rate_limits_unlimited.yaml"},
+			want: `rate_limits_unlimited.yaml:7: domain "test-domain" › descriptors[0] › rate_limits[1]: unlimited cannot be combined with other limits of the same descriptor`},
+		{files: []string{ours + "rate_limits_replaces_sibling.yaml"},
+			want: `rate_limits_replaces_sibling.yaml:8: domain "test-domain" › descriptors[0] › rate_limits[1]: replaces should not contain name of same descriptor`},
+		{files: []string{ours + "rate_limits_too_many.yaml"},
+			want: `rate_limits_too_many.yaml:21: domain "test-domain" › descriptors[0] › rate_limits[16]: a descriptor has at most 16 limits, not 17`},
+		{files: []string{ours + "unit_multiplier_zero.yaml"},
+			want: `unit_multiplier_zero.yaml:4: domain "test-domain" › descriptors[0] › rate_limit: unit_multiplier must be a whole number between 1 and 4294967295, not 0`},
+		{files: []string{ours + "unit_multiplier_too_long.yaml"},
+			want: `unit_multiplier_too_long.yaml:4: domain "test-domain" › descriptors[0] › rate_limit: unit_multiplier 400 makes a window of 400 days, longer than the longest window, 366 days`},
+		{files: []string{ours + "unit_multiplier_unlimited.yaml"},
+			want: `unit_multiplier_unlimited.yaml:4: domain "test-domain" › descriptors[0] › rate_limit: should not specify rate limit unit when unlimited`},
+		{files: []string{ours + "always_count_unlimited.yaml"},
+			want: `always_count_unlimited.yaml:4: domain "test-domain" › descriptors[0] › rate_limit: always_count has no meaning for an unlimited limit, which counts nothing`},
 		// Every problem is reported, not only the first: a file with a
 		// problem is still checked for duplicates, within itself and
 		// against the other files.
@@ -186,6 +214,7 @@ func TestLoadAccepts(t *testing.T) {
 		examples + "example.yaml",
 		ours + "token_bucket.yaml",
 		ours + "gcra.yaml",
+		ours + "rate_limits.yaml",
 	}
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {

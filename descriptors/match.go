@@ -1,6 +1,7 @@
 package descriptors
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 
@@ -82,7 +83,11 @@ type Match struct {
 	Domain string
 	// Entries are the request's entries.
 	Entries []Entry
-	// Limit is the limit that applies.
+	// Limits are the limits that apply, in configuration order: the
+	// descriptor's rate_limit, or each of its rate_limits (a request passes
+	// only when every one admits it). Never empty. Shared: do not modify.
+	Limits []RateLimit
+	// Limit is Limits[0]: the limit of a descriptor with a rate_limit.
 	Limit RateLimit
 	// ShadowMode: decide and count, never deny.
 	ShadowMode bool
@@ -154,13 +159,14 @@ func (d *Domain) Match(entries []Entry) *Match {
 		lvl = &n.children
 	}
 	found := steps[len(steps)-1].node
-	if found.limit == nil {
+	if found.limits == nil {
 		return nil // key/value with no rate_limit: whitelisted
 	}
 	m := &Match{
 		Domain:         d.name,
 		Entries:        entries,
-		Limit:          *found.limit,
+		Limits:         found.limits,
+		Limit:          found.limits[0],
 		ShadowMode:     found.shadowMode,
 		DetailedMetric: found.detailedMetric,
 		QuotaMode:      found.quotaMode,
@@ -260,27 +266,40 @@ func digits(n int) int {
 	return d
 }
 
-// ApplyReplaces drops, as upstream does, every match whose limit Name is
-// listed in the Replaces of another match of the same request. Like
-// slices.DeleteFunc it works in place: it sets each dropped match of ms to
-// nil and returns ms, so positions still line up with the request's
-// descriptors.
+// ApplyReplaces drops, as upstream does, every limit whose Name is listed in
+// the Replaces of a limit of another match of the same request (a limit
+// never replaces one of its own descriptor: the configuration check refuses
+// it). A match left without limits is dropped. Like slices.DeleteFunc it
+// works in place: it sets each dropped match of ms to nil, replaces a match
+// that lost some of its limits with a copy holding the rest, and returns
+// ms, so positions still line up with the request's descriptors.
 func ApplyReplaces(ms []*Match) []*Match {
 	replaced := map[string]bool{}
 	for _, m := range ms {
 		if m != nil {
-			for _, r := range m.Limit.Replaces {
-				replaced[r] = true
+			for _, l := range m.Limits {
+				for _, r := range l.Replaces {
+					replaced[r] = true
+				}
 			}
 		}
 	}
 	if len(replaced) == 0 {
 		return ms
 	}
+	drop := func(l RateLimit) bool { return l.Name != "" && replaced[l.Name] }
 	for i, m := range ms {
-		if m != nil && m.Limit.Name != "" && replaced[m.Limit.Name] {
-			ms[i] = nil
+		if m == nil || !slices.ContainsFunc(m.Limits, drop) {
+			continue
 		}
+		kept := slices.DeleteFunc(slices.Clone(m.Limits), drop)
+		if len(kept) == 0 {
+			ms[i] = nil
+			continue
+		}
+		c := *m
+		c.Limits, c.Limit = kept, kept[0]
+		ms[i] = &c
 	}
 	return ms
 }

@@ -31,7 +31,12 @@ type Descriptor struct {
 	Key   string // required
 	Value string // optional; '*' makes it a wildcard
 	// RateLimit is the limit, or nil: no limit at this level.
-	RateLimit      *RateLimit
+	RateLimit *RateLimit
+	// RateLimits are the limits of a descriptor with several (Throttle's
+	// rate_limits: burst and sustained on one key), all of which must admit
+	// a request; nil when it has none or RateLimit. A descriptor has one or
+	// the other, never both.
+	RateLimits     []RateLimit
 	Descriptors    []Descriptor
 	ShadowMode     bool
 	DetailedMetric bool
@@ -46,10 +51,14 @@ type Descriptor struct {
 }
 
 func (d Descriptor) spec() nodeSpec {
+	limits := d.RateLimits
+	if d.RateLimit != nil {
+		limits = []RateLimit{*d.RateLimit}
+	}
 	return nodeSpec{
 		key:            d.Key,
 		value:          d.Value,
-		limit:          d.RateLimit,
+		limits:         limits,
 		shadowMode:     d.ShadowMode,
 		detailedMetric: d.DetailedMetric,
 		shareThreshold: d.ShareThreshold,
@@ -249,7 +258,7 @@ func (p *parser) descriptors(n *yaml.Node, at place) []Descriptor {
 }
 
 func (p *parser) descriptor(n *yaml.Node, at place) Descriptor {
-	fs, _ := p.fields(n, at, "key", "value", "rate_limit", "descriptors", "shadow_mode",
+	fs, _ := p.fields(n, at, "key", "value", "rate_limit", "rate_limits", "descriptors", "shadow_mode",
 		"detailed_metric", "share_threshold", "value_to_metric", "metadata", "quota_mode")
 	before := len(p.errs)
 	key, value := p.str(fs["key"].value, at, "key"), p.str(fs["value"].value, at, "value")
@@ -275,14 +284,54 @@ func (p *parser) descriptor(n *yaml.Node, at place) Descriptor {
 			d.Metadata, _ = jsonValue(display(m)).(map[string]any)
 		}
 	}
-	if rl := fs["rate_limit"]; !isNull(rl.value) {
+	rl, rls := fs["rate_limit"], fs["rate_limits"]
+	switch {
+	case !isNull(rl.value) && !isNull(rls.value):
+		p.fail(at, "rate_limit and rate_limits cannot both be set: give one limit in rate_limit, or several in rate_limits")
+	case !isNull(rl.value):
 		d.RateLimit = p.rateLimit(rl.value, at.in("rate_limit", rl.key.Line))
+	case !isNull(rls.value):
+		d.RateLimits = p.rateLimits(rls.value, at, rls.key.Line)
+	case rls.key != nil:
+		p.fail(at.in("rate_limits", rls.key.Line), "rate_limits must list at least one limit")
 	}
 	if err := d.spec().checkShape(); err != nil {
 		p.fail(at, "%s", err)
 	}
 	d.Descriptors = p.descriptors(fs["descriptors"].value, at)
 	return d
+}
+
+// rateLimits reads rate_limits, a list of rate_limit maps, of the
+// descriptor at at (the key on line keyLine), and checks each limit and
+// then the limits together (checkLimits).
+func (p *parser) rateLimits(n *yaml.Node, at place, keyLine int) []RateLimit {
+	if deref(n).Kind != yaml.SequenceNode {
+		p.fail(at.in("rate_limits", keyLine), "rate_limits must be a list of rate_limit maps, not %v", display(n))
+		return nil
+	}
+	elems := p.list(n, at, "rate_limits")
+	if len(elems) == 0 {
+		p.fail(at.in("rate_limits", keyLine), "rate_limits must list at least one limit")
+		return nil
+	}
+	before := len(p.errs)
+	limits := make([]RateLimit, 0, len(elems))
+	for i, e := range elems {
+		if e == nil {
+			continue
+		}
+		if l := p.rateLimit(e, at.in(fmt.Sprintf("rate_limits[%d]", i), e.Line)); l != nil {
+			limits = append(limits, *l)
+		}
+	}
+	if len(p.errs) > before {
+		return limits // checked together only once each is well-formed
+	}
+	if i, err := checkLimits(limits); err != nil {
+		p.fail(at.in(fmt.Sprintf("rate_limits[%d]", i), elems[i].Line), "%s", err)
+	}
+	return limits
 }
 
 // rateLimit reads a rate_limit and checks it: its unit where it reads it,
@@ -292,10 +341,20 @@ func (p *parser) rateLimit(n *yaml.Node, at place) *RateLimit {
 		p.fail(at, "rate_limit must be a map, not %v", display(n))
 		return nil
 	}
-	fs, ok := p.fields(n, at, "unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm", "refill_rate")
+	fs, ok := p.fields(n, at, "unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm", "refill_rate",
+		"unit_multiplier", "always_count")
 	l := &RateLimit{
-		Unlimited: p.boolean(fs["unlimited"].value, at, "unlimited"),
-		Name:      p.str(fs["name"].value, at, "name"),
+		Unlimited:   p.boolean(fs["unlimited"].value, at, "unlimited"),
+		Name:        p.str(fs["name"].value, at, "name"),
+		AlwaysCount: p.boolean(fs["always_count"].value, at, "always_count"),
+	}
+	if um := fs["unit_multiplier"].value; !isNull(um) {
+		v, good := wholeNumber(display(um))
+		if !good || v < 1 || v > math.MaxUint32 {
+			p.fail(at, "unit_multiplier must be a whole number between 1 and %d, not %v", uint32(math.MaxUint32), display(um))
+			ok = false
+		}
+		l.UnitMultiplier = uint32(v)
 	}
 	unit := p.str(fs["unit"].value, at, "unit")
 	var err error

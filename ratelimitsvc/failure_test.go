@@ -108,7 +108,7 @@ func TestRESTRuleDomains(t *testing.T) {
 	other := call{domain: "shop-front", descs: []*rlcommon.RateLimitDescriptor{desc("remote_address", "10.0.0.1")}, want: []*rlsv3.RateLimitResponse_DescriptorStatus{none}}
 	mustCall(t, c, 3, other)
 
-	// A new rule, with a 90 s window (no Envoy unit fits it), live at once.
+	// A new rule, with a 90 s window (90 seconds to Envoy), live at once.
 	if _, err := db.CreateRule(ctx, store.Rule{ClientID: client.ID, Name: "per_ip", Limit: algorithms.Limit{Algorithm: "token_bucket", Limit: 1, Window: 90 * time.Second},
 		Descriptors: []store.DescriptorEntry{{Key: "remote_address"}}}); err != nil {
 		t.Fatal(err)
@@ -116,8 +116,35 @@ func TestRESTRuleDomains(t *testing.T) {
 	if err := cache.Refresh(ctx); err != nil {
 		t.Fatal(err)
 	}
-	other.want = []*rlsv3.RateLimitResponse_DescriptorStatus{st(OK, 1, rlsv3.RateLimitResponse_RateLimit_UNKNOWN, "per_ip", 0, 90*time.Second)}
+	other.want = []*rlsv3.RateLimitResponse_DescriptorStatus{stMulName(OK, 1, SEC, 90, "per_ip", 0, 90*time.Second)}
 	mustCall(t, c, 4, other)
-	other.want = []*rlsv3.RateLimitResponse_DescriptorStatus{st(OVER, 1, rlsv3.RateLimitResponse_RateLimit_UNKNOWN, "per_ip", 0, 90*time.Second)}
+	other.want = []*rlsv3.RateLimitResponse_DescriptorStatus{stMulName(OVER, 1, SEC, 90, "per_ip", 0, 90*time.Second)}
 	mustCall(t, c, 5, other)
+
+	// A rule of two limits: named by the rule and their position unless
+	// named; 600 s is 10 minutes to Envoy.
+	if _, err := db.CreateRule(ctx, store.Rule{ClientID: client.ID, Name: "search", Descriptors: []store.DescriptorEntry{{Key: "path", Value: "/search"}},
+		RateLimits: []store.RuleLimit{{Limit: algorithms.Limit{Algorithm: "fixed_window", Limit: 2, Window: time.Second}},
+			{Name: "ten_minutes", Limit: algorithms.Limit{Algorithm: "fixed_window", Limit: 3, Window: 10 * time.Minute}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cache.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	search := call{domain: "shop-front", descs: []*rlcommon.RateLimitDescriptor{desc("path", "/search")}}
+	for i, want := range []*rlsv3.RateLimitResponse_DescriptorStatus{
+		st(OK, 2, SEC, "search[0]", 1, time.Second),
+		st(OK, 2, SEC, "search[0]", 0, time.Second),
+		st(OVER, 2, SEC, "search[0]", 0, time.Second),
+	} {
+		search.want = []*rlsv3.RateLimitResponse_DescriptorStatus{want}
+		mustCall(t, c, 6+i, search)
+	}
+}
+
+// stMulName is st with a unit_multiplier.
+func stMulName(code rlsv3.RateLimitResponse_Code, rpu int, unit rlsv3.RateLimitResponse_RateLimit_Unit, mult uint32, name string, remaining uint32, reset time.Duration) *rlsv3.RateLimitResponse_DescriptorStatus {
+	s := stMul(code, rpu, unit, mult, remaining, reset)
+	s.CurrentLimit.Name = name
+	return s
 }

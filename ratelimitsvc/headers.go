@@ -19,8 +19,8 @@ import (
 //   - with sets x or both, X-RateLimit-Limit, -Remaining and -Reset of the
 //     most restrictive descriptor, as the reference service (rateLimitHeaders);
 //   - with sets ietf or both, the draft's RateLimit-Policy and RateLimit with
-//     one list member per descriptor a limit applied to, in request order (see
-//     ietfHeaders);
+//     one list member per limit of each descriptor a limit applied to, in
+//     request order (see ietfHeaders);
 //   - when the overall code is OVER_LIMIT, Retry-After: the seconds until the
 //     request could pass, whatever sets says.
 //
@@ -41,17 +41,20 @@ func responseHeaders(sets ratelimitheader.Sets, resp *rlsv3.RateLimitResponse, p
 	return out
 }
 
-// ietfHeaders builds RateLimit-Policy and RateLimit: one policy per
-// descriptor with a current limit (unlimited ones and those no limit applies
-// to have none), named by the limit's name, else by the descriptor's stats
-// key as configured (without the domain or the values detailed_metric and
-// value_to_metric add, so a policy keeps its name across requests). A name
-// that an earlier descriptor of the request took gets "#" and the
-// descriptor's position (from 0) appended. q is requests_per_unit; w the
-// unit's window (a token bucket: the time its refill takes to fill it, see
-// ratelimitheader.Window); r the remaining; t the status's reset, or, for a
-// descriptor over its limit, the seconds until it would pass (as
-// Retry-After).
+// ietfHeaders builds RateLimit-Policy and RateLimit: one policy per limit of
+// each descriptor with a current limit (unlimited ones and those no limit
+// applies to have none), in request order and, within a descriptor with
+// several limits, in configuration order. A policy is named by the limit's
+// name, else by the descriptor's stats key as configured (without the
+// domain or the values detailed_metric and value_to_metric add, so a policy
+// keeps its name across requests), with "[k]" appended for the k-th limit
+// (from 0) of a descriptor with several. A name that an earlier policy of
+// the response took gets "#" and the descriptor's position (from 0)
+// appended. q is requests_per_unit; w the window, unit × unit_multiplier
+// (a token bucket: the time its refill takes to fill it, see
+// ratelimitheader.Window); r the remaining; t the reset, or, for a limit
+// over (of a descriptor not in shadow mode), the seconds until it would
+// pass (as Retry-After).
 func ietfHeaders(sts []*rlsv3.RateLimitResponse_DescriptorStatus, prepared []*limited) []*corev3.HeaderValue {
 	var policies []ratelimitheader.Policy
 	var limits []ratelimitheader.ServiceLimit
@@ -61,28 +64,37 @@ func ietfHeaders(sts []*rlsv3.RateLimitResponse_DescriptorStatus, prepared []*li
 		if st.GetCurrentLimit() == nil || l == nil {
 			continue
 		}
-		name := l.limit.Name
-		if name == "" {
-			name = l.rollup
-		}
-		if taken[name] {
-			name += "#" + strconv.Itoa(i)
-		}
-		taken[name] = true
+		for k := range l.limits {
+			ls := &l.limits[k]
+			name := ls.limit.Name
+			if name == "" {
+				name = l.rollup
+				if len(l.limits) > 1 {
+					name += "[" + strconv.Itoa(k) + "]"
+				}
+			}
+			if taken[name] {
+				name += "#" + strconv.Itoa(i)
+			}
+			for taken[name] { // only names that end in #n themselves
+				name += "#"
+			}
+			taken[name] = true
 
-		var w int64
-		switch {
-		case l.engine.Algorithm != "":
-			w = ratelimitheader.Window(l.engine)
-		case l.limit.WindowLength() > 0: // requests_per_unit 0: never decided by the engine
-			w = ratelimitheader.Seconds(l.limit.WindowLength())
+			var w int64
+			switch {
+			case ls.engine.Algorithm != "":
+				w = ratelimitheader.Window(ls.engine)
+			case ls.limit.WindowLength() > 0: // requests_per_unit 0: never decided by the engine
+				w = ratelimitheader.Seconds(ls.limit.WindowLength())
+			}
+			reset := int64(ls.reset.Round(time.Second) / time.Second)
+			if ls.over && !l.shadow {
+				reset = ls.retrySeconds()
+			}
+			policies = append(policies, ratelimitheader.Policy{Name: name, Quota: int64(ls.limit.RequestsPerUnit), Window: w})
+			limits = append(limits, ratelimitheader.ServiceLimit{Name: name, Remaining: ls.remaining, Reset: reset})
 		}
-		reset := int64(st.GetDurationUntilReset().AsDuration() / time.Second)
-		if st.GetCode() == rlsv3.RateLimitResponse_OVER_LIMIT {
-			reset = retrySeconds(st, l)
-		}
-		policies = append(policies, ratelimitheader.Policy{Name: name, Quota: int64(st.GetCurrentLimit().GetRequestsPerUnit()), Window: w})
-		limits = append(limits, ratelimitheader.ServiceLimit{Name: name, Remaining: int64(st.GetLimitRemaining()), Reset: reset})
 	}
 	if len(policies) == 0 {
 		return nil
@@ -96,8 +108,9 @@ func ietfHeaders(sts []*rlsv3.RateLimitResponse_DescriptorStatus, prepared []*li
 // retryAfter is the Retry-After of an OVER_LIMIT response, in seconds: the
 // request passes again once every descriptor not in quota mode that is over
 // its limit passes, and, when every quota-mode descriptor is over (which
-// alone fails the request, see finish), one of them does. 0 when no
-// descriptor is over.
+// alone fails the request, see finish), one of them does. A descriptor
+// passes when every limit of it does: its status reports the limit over
+// that passes last. 0 when no descriptor is over.
 func retryAfter(sts []*rlsv3.RateLimitResponse_DescriptorStatus, prepared []*limited) int64 {
 	var need, quotaMin int64
 	quotas, quotasOver := 0, 0
@@ -111,14 +124,14 @@ func retryAfter(sts []*rlsv3.RateLimitResponse_DescriptorStatus, prepared []*lim
 			quotas++
 			if over {
 				quotasOver++
-				if s := retrySeconds(st, l); quotaMin == 0 || s < quotaMin {
+				if s := l.decisive().retrySeconds(); quotaMin == 0 || s < quotaMin {
 					quotaMin = s
 				}
 			}
 			continue
 		}
 		if over {
-			need = max(need, retrySeconds(st, l))
+			need = max(need, l.decisive().retrySeconds())
 		}
 	}
 	if quotas > 0 && quotasOver == quotas {
@@ -127,16 +140,10 @@ func retryAfter(sts []*rlsv3.RateLimitResponse_DescriptorStatus, prepared []*lim
 	return need
 }
 
-// retrySeconds is how long until the same request passes the descriptor of
-// st, over its limit, in whole seconds rounded up, at least 1: the engine's
-// retry-after, or, for a limit the engine did not decide (requests_per_unit
-// 0, never passing), the end of its unit.
-func retrySeconds(st *rlsv3.RateLimitResponse_DescriptorStatus, l *limited) int64 {
-	d := l.retry
-	if d <= 0 {
-		d = st.GetDurationUntilReset().AsDuration()
-	}
-	return max(int64((d+time.Second-1)/time.Second), 1)
+// retrySeconds is how long until the same request passes ls, over its
+// limit, in whole seconds rounded up, at least 1 (see passesIn).
+func (ls *limitState) retrySeconds() int64 {
+	return max(int64((ls.passesIn()+time.Second-1)/time.Second), 1)
 }
 
 // rateLimitHeaders builds the X-RateLimit-* set (RATE_LIMIT_HEADERS x or
@@ -156,7 +163,11 @@ func rateLimitHeaders(sts []*rlsv3.RateLimitResponse_DescriptorStatus) []*corev3
 		return nil
 	}
 	lim := strconv.FormatUint(uint64(min.GetCurrentLimit().GetRequestsPerUnit()), 10)
-	if w := descriptors.Unit(min.GetCurrentLimit().GetUnit()).Window(); w > 0 {
+	w := descriptors.Unit(min.GetCurrentLimit().GetUnit()).Window()
+	if m := min.GetCurrentLimit().GetUnitMultiplier(); m != nil && m.GetValue() > 1 {
+		w *= time.Duration(m.GetValue())
+	}
+	if w > 0 {
 		lim = fmt.Sprintf("%s, %s;w=%d", lim, lim, int64(w.Seconds()))
 	}
 	return []*corev3.HeaderValue{

@@ -73,11 +73,12 @@ func TestResponseHeadersBoth(t *testing.T) {
 			{"RateLimit", `"generic_key_api";r=1;t=60, "bucket";r=0;t=2000, "cell";r=0;t=60, "sliding";r=0;t=60`},
 		}},
 		// Over: t of each descriptor over is when it would pass; the request
-		// passes when all do.
+		// passes when all do. generic_key_api admitted it, but a refused
+		// request consumes nothing: 1 is left.
 		headersCall{descs: descs, overall: OVER, want: [][2]string{
-			{"X-RateLimit-Limit", "3, 3;w=60"}, {"X-RateLimit-Remaining", "0"}, {"X-RateLimit-Reset", "60"},
+			{"X-RateLimit-Limit", "2, 2;w=60"}, {"X-RateLimit-Remaining", "0"}, {"X-RateLimit-Reset", "2000"},
 			{"RateLimit-Policy", policy},
-			{"RateLimit", `"generic_key_api";r=0;t=60, "bucket";r=0;t=1000, "cell";r=0;t=30, "sliding";r=0;t=90`},
+			{"RateLimit", `"generic_key_api";r=1;t=60, "bucket";r=0;t=1000, "cell";r=0;t=30, "sliding";r=0;t=90`},
 			{"Retry-After", "1000"},
 		}},
 		headersCall{descs: []*rlcommon.RateLimitDescriptor{desc("vip", "v"), desc("nothing", "n")}, overall: OK},
@@ -93,7 +94,8 @@ func TestResponseHeadersIETF(t *testing.T) {
 		headersCall{descs: []*rlcommon.RateLimitDescriptor{desc("banned", "z"), desc("user", "alice"), desc("path", "/a"), desc("path", "/b"), desc("vip", "v")},
 			overall: OVER, want: [][2]string{
 				{"RateLimit-Policy", `"banned";q=0;w=60, "per \"user\" \\ limit";q=1;w=1, "path";q=5;w=3600, "path#3";q=5;w=3600`},
-				{"RateLimit", `"banned";r=0;t=60, "per \"user\" \\ limit";r=0;t=1, "path";r=4;t=3600, "path#3";r=4;t=3600`},
+				// The ban rejects the request: the others consume nothing.
+				{"RateLimit", `"banned";r=0;t=60, "per \"user\" \\ limit";r=1;t=1, "path";r=5;t=3600, "path#3";r=5;t=3600`},
 				{"Retry-After", "60"},
 			}},
 		headersCall{descs: []*rlcommon.RateLimitDescriptor{desc("vip", "v")}, overall: OK},

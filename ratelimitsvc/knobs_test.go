@@ -84,7 +84,8 @@ func knobs(kv ...*rlcommon.RateLimitDescriptor) *rlsv3.RateLimitRequest {
 
 // TestGlobalShadowMode: SHADOW_MODE decides and counts every descriptor and
 // reports OVER_LIMIT statuses, but the overall code is always OK; each
-// overridden answer is counted once.
+// overridden answer is counted once. No request is refused, so a descriptor
+// within its limit counts the request another is over for.
 func TestGlobalShadowMode(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	c, _ := serve(t, ratelimitsvc.Options{Limiter: algorithms.NewMemoryStore(algorithms.MemoryOptions{Now: func() time.Time { return t0 }}),

@@ -44,7 +44,7 @@ func dynamicMetadata(req *rlsv3.RateLimitRequest, statuses []*rlsv3.RateLimitRes
 	passed := &structpb.Struct{Fields: map[string]*structpb.Value{}}
 	var errs []error
 	for i, l := range prepared {
-		if l == nil || l.limit.Unlimited || l.metadata == nil || statuses[i].GetCode() == rlsv3.RateLimitResponse_OVER_LIMIT {
+		if l == nil || l.unlimited() || l.metadata == nil || statuses[i].GetCode() == rlsv3.RateLimitResponse_OVER_LIMIT {
 			continue
 		}
 		md, err := structpb.NewStruct(l.metadata)

@@ -8,9 +8,11 @@ package ratelimitsvc
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,9 +24,11 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/throttle-rl/throttle/algorithms"
 	"github.com/throttle-rl/throttle/descriptors"
+	"github.com/throttle-rl/throttle/internal/envoycounters"
 	"github.com/throttle-rl/throttle/internal/ratelimitheader"
 )
 
@@ -72,6 +76,13 @@ type Options struct {
 	// decisions. 0 means the defaults, DefaultMaxDescriptors and
 	// DefaultMaxDescriptorEntries.
 	MaxDescriptors, MaxDescriptorEntries int
+	// CountRejectedHits counts every hit of every descriptor, admitted or
+	// not, as the reference service does by default (setting
+	// COUNT_REJECTED_HITS, for exact drop-in parity): each limit counts its
+	// hits even past the limit (algorithms.Request.AlwaysCount), decided on
+	// its own. By default a rejected request consumes nothing, from any of
+	// its descriptors (see decide.go).
+	CountRejectedHits bool
 	// NearLimitRatio is the share of a limit above which a request within the
 	// limit counts as near_limit. Default 0.8, as the reference service.
 	NearLimitRatio float64
@@ -143,120 +154,93 @@ func New(opts Options) (*Server, error) {
 	return &Server{opts: opts, metrics: m, tracing: tr, domains: map[string]ruleDomain{}}, nil
 }
 
-// limited is one request descriptor's limit, ready for the engine.
-type limited struct {
-	index    int // descriptor position
-	limit    descriptors.RateLimit
-	unit     rlsv3.RateLimitResponse_RateLimit_Unit
-	shadow   bool
-	quota    bool           // quota_mode: over the limit fails the request only with every other quota
-	statsKey string         // metric label: the reference service's stats key without the domain
-	rollup   string         // statsKey without request values, for when value keys are capped
-	metadata map[string]any // the descriptor's metadata, for dynamic metadata
-	key      algorithms.Key
-	engine   algorithms.Limit
-	hits     int64
-	retry    time.Duration // the decision's RetryAfter, for the response headers
-}
-
-// ShouldRateLimit decides every descriptor of req in one engine batch.
+// ShouldRateLimit decides every descriptor of req in one engine batch (see
+// decide.go for how several descriptors and several limits combine).
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	if err := s.validate(req); err != nil {
 		return nil, err
-	}
-	requestHits := int64(req.GetHitsAddend())
-	if requestHits == 0 {
-		requestHits = 1
 	}
 	domain := req.GetDomain()
 	if err := s.configPending(domain); err != nil {
 		return nil, err
 	}
-	matches, known := s.match(domain, req.GetDescriptors())
-	prepared := make([]*limited, len(req.GetDescriptors()))
+	prepared := s.prepareAll(domain, req.GetDescriptors(), requestHits(req))
 
 	resp := &rlsv3.RateLimitResponse{
 		OverallCode: rlsv3.RateLimitResponse_OK,
 		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(req.GetDescriptors())),
 	}
-	todo := make([]*limited, 0, len(req.GetDescriptors()))
-	for i, d := range req.GetDescriptors() {
-		hits := requestHits
-		if h := d.GetHitsAddend(); h != nil {
-			hits = int64(min(h.GetValue(), algorithms.MaxLimit))
-		}
+	todo := make([]*limited, 0, len(prepared))
+	for i, l := range prepared {
 		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
 		resp.Statuses[i] = st
-		l, ok := s.prepare(domain, known, d, matches[i], i, hits)
-		if !ok {
-			continue // no limit applies
-		}
-		prepared[i] = &l
 		switch {
-		case l.limit.Unlimited:
+		case l == nil: // no limit applies
+		case l.unlimited():
 			st.LimitRemaining = math.MaxUint32
-		case l.limit.AlwaysOverLimit():
-			s.metrics.observe(domain, l.statsKey, l.rollup, hits, over, l.shadow, false)
-			st.CurrentLimit = currentLimit(&l)
-			st.DurationUntilReset = durationpb.New(untilUnitEnds(l.limit.WindowLength(), s.opts.Now()))
-			if !l.shadow {
-				st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
-			}
 		default:
-			todo = append(todo, &l)
+			todo = append(todo, l)
 		}
 	}
-
-	if len(todo) > 0 {
-		reqs := make([]algorithms.Request, len(todo))
-		for i, l := range todo {
-			// Domain-scoped counters: no API resets them, so Redis keeps
-			// no index for them.
-			reqs[i] = algorithms.Request{Key: l.key, Limit: l.engine, Hits: l.hits, Unindexed: true}
+	if err := s.decide(ctx, todo); err != nil {
+		return nil, s.backendError(ctx, domain, err)
+	}
+	for _, l := range todo {
+		ls := l.decisive()
+		st := resp.Statuses[l.index]
+		st.CurrentLimit = currentLimit(ls)
+		st.LimitRemaining = uint32(min(ls.remaining, math.MaxUint32))
+		st.DurationUntilReset = durationpb.New(ls.reset.Round(time.Second))
+		if ls.over && !l.shadow {
+			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
-		decisions, err := s.opts.Limiter.Check(ctx, reqs)
-		if err != nil {
-			if errors.Is(err, algorithms.ErrInvalid) {
-				return nil, status.Errorf(codes.InvalidArgument, "%v", err)
-			}
-			if ctx.Err() != nil {
-				return nil, status.FromContextError(ctx.Err()).Err()
-			}
-			if errors.Is(err, algorithms.ErrOverloaded) {
-				// No decision within the deadline although Redis answers:
-				// Envoy applies its own failure_mode_deny.
-				return nil, status.Error(codes.Unavailable, "rate limit service overloaded: no decision within the deadline")
-			}
-			s.opts.Log.ErrorContext(ctx, "rate limit backend failed", "domain", domain, "err", err)
-			return nil, status.Error(codes.Unavailable, "rate limit backend unavailable")
-		}
-		for i, d := range decisions {
-			l := todo[i]
-			l.retry = d.RetryAfter
-			st := resp.Statuses[l.index]
-			st.CurrentLimit = currentLimit(l)
-			st.LimitRemaining = uint32(min(d.Remaining, math.MaxUint32))
-			st.DurationUntilReset = durationpb.New(d.ResetAfter.Round(time.Second))
-			outcome := within
-			if !d.Allowed {
-				outcome = over
-				if !l.shadow {
-					st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
-				}
-			} else if used := d.Limit - d.Remaining; float64(used) > s.opts.NearLimitRatio*float64(d.Limit) {
-				outcome = near
-			}
-			s.metrics.observe(domain, l.statsKey, l.rollup, l.hits, outcome, l.shadow, d.Cached)
-		}
+		s.metrics.observe(domain, l.statsKey, l.rollup, l.hits, s.outcome(ls), l.shadow, ls.cached)
 	}
 
 	s.finish(ctx, req, resp, prepared)
 	return resp, nil
 }
 
+// requestHits is the request's hits_addend, 0 meaning 1 (the API's rule).
+func requestHits(req *rlsv3.RateLimitRequest) int64 {
+	if h := int64(req.GetHitsAddend()); h > 0 {
+		return h
+	}
+	return 1
+}
+
+// outcome is how a descriptor whose status reports ls counts in the metrics.
+func (s *Server) outcome(ls *limitState) outcome {
+	switch {
+	case ls.over:
+		return over
+	case ls.engine.Algorithm != "" && float64(ls.engine.Limit-ls.remaining) > s.opts.NearLimitRatio*float64(ls.engine.Limit):
+		return near
+	}
+	return within
+}
+
+// backendError is the gRPC error for a failed engine call.
+func (s *Server) backendError(ctx context.Context, domain string, err error) error {
+	if errors.Is(err, algorithms.ErrInvalid) {
+		return status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if ctx.Err() != nil {
+		return status.FromContextError(ctx.Err()).Err()
+	}
+	if errors.Is(err, algorithms.ErrOverloaded) {
+		// No decision within the deadline although Redis answers:
+		// Envoy applies its own failure_mode_deny.
+		return status.Error(codes.Unavailable, "rate limit service overloaded: no decision within the deadline")
+	}
+	s.opts.Log.ErrorContext(ctx, "rate limit backend failed", "domain", domain, "err", err)
+	return status.Error(codes.Unavailable, "rate limit backend unavailable")
+}
+
 // validate refuses what Envoy would never send: an empty domain, no
-// descriptors, a descriptor without entries, an entry without a key; and a
-// request over the caps on descriptors and entries, counted in
+// descriptors, a descriptor without entries, an entry without a key, an
+// override whose window is longer than 366 days; and a request over the
+// caps on descriptors and entries, counted in
 // throttle_ratelimit_oversized_requests_total. It reads no further than the
 // caps: past gRPC's decoding of the message, refusing an oversized request
 // costs no more than checking an allowed one.
@@ -264,32 +248,65 @@ func (s *Server) validate(req *rlsv3.RateLimitRequest) error {
 	if req.GetDomain() == "" {
 		return status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
 	}
-	ds := req.GetDescriptors()
+	msg, oversized := s.refuse(req.GetDescriptors())
+	if oversized != "" {
+		s.metrics.oversized.WithLabelValues(oversized).Inc()
+	}
+	if msg != "" {
+		return status.Error(codes.InvalidArgument, msg)
+	}
+	return nil
+}
+
+// refuse says why the descriptors of a request cannot be decided ("" when
+// they can), and, for a request over a cap, which one (a reason of
+// throttle_ratelimit_oversized_requests_total). See validate.
+func (s *Server) refuse(ds []*rlcommon.RateLimitDescriptor) (msg, oversized string) {
 	if len(ds) == 0 {
-		return status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
+		return "rate limit descriptor list must not be empty", ""
 	}
 	if n, limit := len(ds), s.opts.MaxDescriptors; n > limit {
-		s.metrics.oversized.WithLabelValues(oversizedDescriptors).Inc()
-		return status.Errorf(codes.InvalidArgument,
-			"rate limit request has %d descriptors, more than the %d allowed (MAX_DESCRIPTORS_PER_REQUEST)", n, limit)
+		return fmt.Sprintf("rate limit request has %d descriptors, more than the %d allowed (MAX_DESCRIPTORS_PER_REQUEST)", n, limit), oversizedDescriptors
 	}
 	for i, d := range ds {
 		es := d.GetEntries()
 		if n, limit := len(es), s.opts.MaxDescriptorEntries; n > limit {
-			s.metrics.oversized.WithLabelValues(oversizedEntries).Inc()
-			return status.Errorf(codes.InvalidArgument,
-				"descriptor %d has %d entries, more than the %d allowed (MAX_DESCRIPTOR_ENTRIES)", i, n, limit)
+			return fmt.Sprintf("descriptor %d has %d entries, more than the %d allowed (MAX_DESCRIPTOR_ENTRIES)", i, n, limit), oversizedEntries
 		}
 		if len(es) == 0 {
-			return status.Errorf(codes.InvalidArgument, "descriptor %d has no entries", i)
+			return fmt.Sprintf("descriptor %d has no entries", i), ""
 		}
 		for j, e := range es {
 			if e.GetKey() == "" {
-				return status.Errorf(codes.InvalidArgument, "descriptor %d entry %d has an empty key", i, j)
+				return fmt.Sprintf("descriptor %d entry %d has an empty key", i, j), ""
+			}
+		}
+		if o := d.GetLimit(); o != nil {
+			rl := descriptors.RateLimit{Unit: descriptors.Unit(o.GetUnit()), UnitMultiplier: o.GetUnitMultiplier().GetValue()}
+			if rl.WindowLength() > algorithms.MaxWindow {
+				return fmt.Sprintf("descriptor %d limit override: unit_multiplier %d makes a window of %d %ss, longer than the longest window, %d days",
+					i, rl.UnitMultiplier, rl.UnitMultiplier, strings.ToLower(rl.Unit.String()), algorithms.MaxWindow/(24*time.Hour)), ""
 			}
 		}
 	}
-	return nil
+	return "", ""
+}
+
+// domain returns the limits of the domain named name and where they come
+// from: the YAML configuration when it has the domain, else the rules of
+// the client that owns it; nil when neither does.
+func (s *Server) domain(name string) (*descriptors.Domain, envoycounters.Source) {
+	if s.opts.Descriptors != nil {
+		if cfg := s.opts.Descriptors(); cfg != nil {
+			if d := cfg.Domain(name); d != nil {
+				return d, envoycounters.YAML
+			}
+		}
+	}
+	if d := s.ruleDomain(name); d != nil {
+		return d, envoycounters.Rules
+	}
+	return nil, envoycounters.NoLimits
 }
 
 // match finds each descriptor's limit: in the YAML configuration when it has
@@ -297,15 +314,7 @@ func (s *Server) validate(req *rlsv3.RateLimitRequest) error {
 // named in another match's replaces are dropped. It reports whether the
 // domain is configured at all, looked up once.
 func (s *Server) match(domain string, ds []*rlcommon.RateLimitDescriptor) ([]*descriptors.Match, bool) {
-	var dom *descriptors.Domain
-	if s.opts.Descriptors != nil {
-		if cfg := s.opts.Descriptors(); cfg != nil {
-			dom = cfg.Domain(domain)
-		}
-	}
-	if dom == nil {
-		dom = s.ruleDomain(domain)
-	}
+	dom, _ := s.domain(domain)
 	out := make([]*descriptors.Match, len(ds))
 	if dom == nil {
 		s.metrics.domainNotFound.Inc()
@@ -325,49 +334,71 @@ func entries(d *rlcommon.RateLimitDescriptor) []descriptors.Entry {
 	return es
 }
 
+// prepareAll matches the descriptors of a request on domain and prepares
+// each one a limit applies to (nil where none does), as ShouldRateLimit
+// and the REST counters (counters.go) decide them. requestHits is the hits
+// of a descriptor without its own hits_addend.
+func (s *Server) prepareAll(domain string, ds []*rlcommon.RateLimitDescriptor, requestHits int64) []*limited {
+	matches, known := s.match(domain, ds)
+	prepared := make([]*limited, len(ds))
+	for i, d := range ds {
+		hits := requestHits
+		if h := d.GetHitsAddend(); h != nil {
+			hits = int64(min(h.GetValue(), algorithms.MaxLimit))
+		}
+		prepared[i] = s.prepare(domain, known, d, matches[i], i, hits)
+	}
+	return prepared
+}
+
 // prepare turns a descriptor and its match (or its limit override) into
-// what the engine decides. ok is false when no limit applies.
-func (s *Server) prepare(domain string, known bool, d *rlcommon.RateLimitDescriptor, m *descriptors.Match, index int, hits int64) (limited, bool) {
+// what the engine decides, or nil when no limit applies.
+func (s *Server) prepare(domain string, known bool, d *rlcommon.RateLimitDescriptor, m *descriptors.Match, index int, hits int64) *limited {
 	if o := d.GetLimit(); o != nil {
 		// The override wins over the configuration, in a known domain only
 		// (as the reference service). It never runs in shadow mode.
 		if !known {
-			return limited{}, false
+			return nil
 		}
-		window := descriptors.Unit(o.GetUnit()).Window()
-		if mult := o.GetUnitMultiplier(); mult != nil && mult.GetValue() > 0 {
-			window *= time.Duration(mult.GetValue())
-		}
-		rl := descriptors.RateLimit{RequestsPerUnit: o.GetRequestsPerUnit(), Unit: descriptors.Unit(o.GetUnit()), Window: window}
-		l := limited{index: index, limit: rl, unit: rlsv3.RateLimitResponse_RateLimit_Unit(o.GetUnit()), statsKey: fullKey(d), rollup: keysOnly(d), hits: hits,
+		rl := descriptors.RateLimit{RequestsPerUnit: o.GetRequestsPerUnit(), Unit: descriptors.Unit(o.GetUnit()), UnitMultiplier: o.GetUnitMultiplier().GetValue()}
+		l := &limited{index: index, statsKey: fullKey(d), rollup: keysOnly(d), hits: hits,
 			key: algorithms.Key{Scope: domain, Identifier: overrideCounter(d)}}
-		if rl.Unlimited || rl.AlwaysOverLimit() {
-			return l, true
+		ls := limitState{limit: rl, unit: rlsv3.RateLimitResponse_RateLimit_Unit(o.GetUnit())}
+		if !rl.AlwaysOverLimit() {
+			if rl.Unit.Window() <= 0 {
+				return nil // an override with no usable unit: nothing to enforce
+			}
+			ls.engine = algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: int64(rl.RequestsPerUnit), Window: rl.WindowLength()}
 		}
-		if window <= 0 {
-			return limited{}, false // an override with no usable unit: nothing to enforce
-		}
-		l.engine = algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: int64(rl.RequestsPerUnit), Window: window}
-		return l, true
+		l.one[0] = ls
+		l.limits = l.one[:]
+		return l
 	}
 	if m == nil {
-		return limited{}, false
+		return nil
 	}
-	l := limited{index: index, limit: m.Limit, unit: rlsv3.RateLimitResponse_RateLimit_Unit(m.Limit.Unit), shadow: m.ShadowMode,
-		quota: m.QuotaMode && !m.Limit.Unlimited, statsKey: withoutDomain(m.StatsKey, m.Domain), rollup: withoutDomain(m.ConfigKey, m.Domain),
+	l := &limited{index: index, shadow: m.ShadowMode, quota: m.QuotaMode && !m.Limit.Unlimited,
+		statsKey: withoutDomain(m.StatsKey, m.Domain), rollup: withoutDomain(m.ConfigKey, m.Domain),
 		metadata: m.Metadata, key: m.Key(), hits: hits}
-	if m.Limit.Unlimited || m.Limit.AlwaysOverLimit() {
-		return l, true
+	l.limits = l.one[:]
+	if len(m.Limits) > 1 {
+		l.limits = make([]limitState, len(m.Limits))
 	}
-	el, err := m.Limit.EngineLimit()
-	if err != nil {
-		// Validated when loaded; a limit the engine cannot take is a bug
-		// in the configuration check, not the caller's fault.
-		s.opts.Log.Error("descriptor limit not enforceable", "domain", domain, "stats_key", m.StatsKey, "err", err)
-		return limited{}, false
+	for i, rl := range m.Limits {
+		ls := limitState{limit: rl, unit: rlsv3.RateLimitResponse_RateLimit_Unit(rl.Unit)}
+		if !rl.Unlimited && !rl.AlwaysOverLimit() {
+			el, err := rl.EngineLimit()
+			if err != nil {
+				// Validated when loaded; a limit the engine cannot take is a
+				// bug in the configuration check, not the caller's fault.
+				s.opts.Log.Error("descriptor limit not enforceable", "domain", domain, "stats_key", m.StatsKey, "err", err)
+				return nil
+			}
+			ls.engine = el
+		}
+		l.limits[i] = ls
 	}
-	l.engine = el
-	return l, true
+	return l
 }
 
 // withoutDomain is a stats key without its leading domain: the metric
@@ -420,8 +451,14 @@ func overrideCounter(d *rlcommon.RateLimitDescriptor) string {
 	return string(b)
 }
 
-func currentLimit(l *limited) *rlsv3.RateLimitResponse_RateLimit {
-	return &rlsv3.RateLimitResponse_RateLimit{Name: l.limit.Name, RequestsPerUnit: l.limit.RequestsPerUnit, Unit: l.unit}
+// currentLimit is a status's current_limit: the limit ls, with its
+// unit_multiplier when it has one above 1.
+func currentLimit(ls *limitState) *rlsv3.RateLimitResponse_RateLimit {
+	cl := &rlsv3.RateLimitResponse_RateLimit{Name: ls.limit.Name, RequestsPerUnit: ls.limit.RequestsPerUnit, Unit: ls.unit}
+	if m := ls.limit.Multiplier(); m > 1 && ls.unit != rlsv3.RateLimitResponse_RateLimit_UNKNOWN {
+		cl.UnitMultiplier = wrapperspb.UInt32(m)
+	}
+	return cl
 }
 
 // untilUnitEnds is how long until the current window of length w ends,

@@ -41,6 +41,13 @@ func quietLog() *slog.Logger {
 // made from the generated Envoy stubs.
 func serve(t *testing.T, opts ratelimitsvc.Options) (rlsv3.RateLimitServiceClient, *grpc.ClientConn) {
 	t.Helper()
+	_, c, conn := serveServer(t, opts)
+	return c, conn
+}
+
+// serveServer is serve, also returning the Server.
+func serveServer(t *testing.T, opts ratelimitsvc.Options) (*ratelimitsvc.Server, rlsv3.RateLimitServiceClient, *grpc.ClientConn) {
+	t.Helper()
 	if opts.Log == nil {
 		opts.Log = quietLog()
 	}
@@ -63,7 +70,7 @@ func serve(t *testing.T, opts ratelimitsvc.Options) (rlsv3.RateLimitServiceClien
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return rlsv3.NewRateLimitServiceClient(conn), conn
+	return s, rlsv3.NewRateLimitServiceClient(conn), conn
 }
 
 func loadConfig(t *testing.T, files ...string) func() *descriptors.Config {
@@ -191,8 +198,13 @@ var cases = []struct {
 	}},
 	{"unknown domain, several descriptors with one over", []call{
 		{domain: "nope", descs: []*rlcommon.RateLimitDescriptor{desc("path", "/x")}, want: []*rlsv3.RateLimitResponse_DescriptorStatus{none}},
+		// The ban rejects the request: path consumes nothing.
 		{descs: []*rlcommon.RateLimitDescriptor{desc("path", "/m"), desc("banned", "x"), desc("nothing", "x")},
-			want: []*rlsv3.RateLimitResponse_DescriptorStatus{st(OK, 5, HOUR, "", 4, time.Hour), st(OVER, 0, MIN, "", 0, time.Minute), none}},
+			want: []*rlsv3.RateLimitResponse_DescriptorStatus{st(OK, 5, HOUR, "", 5, time.Hour), st(OVER, 0, MIN, "", 0, time.Minute), none}},
+		{descs: []*rlcommon.RateLimitDescriptor{desc("path", "/m")}, want: []*rlsv3.RateLimitResponse_DescriptorStatus{st(OK, 5, HOUR, "", 4, time.Hour)}},
+		// Over by its hits: a read of what remains says so.
+		{descs: []*rlcommon.RateLimitDescriptor{withHits(desc("path", "/m"), 5), desc("banned", "x")},
+			want: []*rlsv3.RateLimitResponse_DescriptorStatus{st(OVER, 5, HOUR, "", 4, time.Hour), st(OVER, 0, MIN, "", 0, time.Minute)}},
 	}},
 	{"replaces drops the replaced limit", []call{
 		{descs: []*rlcommon.RateLimitDescriptor{desc("tenant", "t1"), desc("premium", "t1")},

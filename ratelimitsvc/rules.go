@@ -2,6 +2,7 @@ package ratelimitsvc
 
 import (
 	"math"
+	"strconv"
 	"time"
 
 	"github.com/throttle-rl/throttle/descriptors"
@@ -53,7 +54,10 @@ func (s *Server) ruleDomain(domain string) *descriptors.Domain {
 	return dom
 }
 
-// toDescriptorRules converts REST rules to descriptor rules.
+// toDescriptorRules converts REST rules to descriptor rules. A limit is
+// named by its own name, else by the rule's: the rule's name alone for a
+// rule of one limit, with "[k]" appended for its k-th limit (from 0) when
+// it has several.
 func toDescriptorRules(rules []store.Rule) []descriptors.Rule {
 	out := make([]descriptors.Rule, 0, len(rules))
 	for _, r := range rules {
@@ -61,24 +65,46 @@ func toDescriptorRules(rules []store.Rule) []descriptors.Rule {
 		for i, e := range r.Descriptors {
 			es[i] = descriptors.Entry{Key: e.Key, Value: e.Value}
 		}
-		out = append(out, descriptors.Rule{Entries: es, Limit: descriptors.RateLimit{
-			RequestsPerUnit: uint32(min(r.Limit.Limit, math.MaxUint32)),
-			Unit:            unitOf(r.Limit.Window),
-			Window:          r.Limit.Window,
-			Name:            r.Name,
-			Algorithm:       r.Limit.Algorithm,
-			RefillRate:      r.Limit.RefillRate,
-		}})
+		limits := r.Limits()
+		converted := make([]descriptors.RateLimit, len(limits))
+		for i, l := range limits {
+			name := l.Name
+			switch {
+			case name != "":
+			case len(limits) == 1:
+				name = r.Name
+			default:
+				name = r.Name + "[" + strconv.Itoa(i) + "]"
+			}
+			unit, mult := unitOf(l.Limit.Window)
+			converted[i] = descriptors.RateLimit{
+				RequestsPerUnit: uint32(min(l.Limit.Limit, math.MaxUint32)),
+				Unit:            unit,
+				UnitMultiplier:  mult,
+				Window:          l.Limit.Window,
+				Name:            name,
+				Algorithm:       l.Limit.Algorithm,
+				RefillRate:      l.Limit.RefillRate,
+				AlwaysCount:     l.AlwaysCount,
+			}
+		}
+		out = append(out, descriptors.Rule{Entries: es, Limit: converted[0], More: converted[1:]})
 	}
 	return out
 }
 
-// unitOf is the unit whose length is exactly w, or UnitUnknown.
-func unitOf(w time.Duration) descriptors.Unit {
-	for _, u := range []descriptors.Unit{descriptors.Second, descriptors.Minute, descriptors.Hour, descriptors.Day, descriptors.Week, descriptors.Month, descriptors.Year} {
-		if u.Window() == w {
-			return u
+// unitOf is the longest unit that divides w, and how many of it w is (1
+// is given as 0, as Envoy leaves out a multiplier of 1): 300 s is 5
+// minutes, 90 s is 90 seconds. UnitUnknown for a window of no whole
+// seconds, or none (a token bucket without a window).
+func unitOf(w time.Duration) (descriptors.Unit, uint32) {
+	for _, u := range []descriptors.Unit{descriptors.Year, descriptors.Month, descriptors.Week, descriptors.Day, descriptors.Hour, descriptors.Minute, descriptors.Second} {
+		if n := w / u.Window(); w > 0 && w%u.Window() == 0 && n <= math.MaxUint32 {
+			if n == 1 {
+				return u, 0
+			}
+			return u, uint32(n)
 		}
 	}
-	return descriptors.UnitUnknown
+	return descriptors.UnitUnknown, 0
 }

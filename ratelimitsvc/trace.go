@@ -27,7 +27,8 @@ import (
 //
 // Envoy sends W3C trace context in the call's metadata when its tracing is
 // on (the OpenTelemetry tracer). The decision span carries the domain, the
-// number of descriptors and of those the engine decided, their algorithms
+// number of descriptors and of the engine requests made for them (one per
+// limit of each descriptor), their algorithms
 // and hits, whether the answer was OK, how many descriptors were over the
 // limit, answered by the over-limit cache, or degraded (FAILURE_MODE); never
 // a descriptor value. gRPC health and reflection calls are not traced.

@@ -81,11 +81,18 @@ func TestTracingSpans(t *testing.T) {
 			"throttle.cached": int64(0), "throttle.degraded": false,
 		}, true},
 		// Redis has just rejected it: the over-limit cache answers.
-		{[]*rlcommon.RateLimitDescriptor{desc("path", secret), desc("banned", "x")}, OVER, map[string]any{
-			"throttle.api": "envoy", "throttle.domain": "test", "throttle.descriptors": int64(2), "throttle.decided": int64(1),
-			"throttle.algorithm": "fixed_window", "throttle.hits": int64(1), "throttle.allowed": false, "throttle.over_limit": int64(2),
+		{[]*rlcommon.RateLimitDescriptor{desc("path", secret)}, OVER, map[string]any{
+			"throttle.api": "envoy", "throttle.domain": "test", "throttle.descriptors": int64(1), "throttle.decided": int64(1),
+			"throttle.algorithm": "fixed_window", "throttle.hits": int64(1), "throttle.allowed": false, "throttle.over_limit": int64(1),
 			"throttle.cached": int64(1), "throttle.degraded": false,
 		}, false},
+		// A ban rejects the request without the engine: the other
+		// descriptor is only read (0 hits), which the cache cannot answer.
+		{[]*rlcommon.RateLimitDescriptor{desc("path", secret), desc("banned", "x")}, OVER, map[string]any{
+			"throttle.api": "envoy", "throttle.domain": "test", "throttle.descriptors": int64(2), "throttle.decided": int64(1),
+			"throttle.algorithm": "fixed_window", "throttle.hits": int64(0), "throttle.allowed": false, "throttle.over_limit": int64(2),
+			"throttle.cached": int64(0), "throttle.degraded": false,
+		}, true},
 	}
 	for i, c := range calls {
 		ctx, traceID, parentID := withTraceparent(context.Background(), i+1)

@@ -73,7 +73,7 @@ func handleCheck(d checkDeps, m *metrics, byIP bool) http.Handler {
 			return
 		}
 		key := algorithms.Key{Scope: c.ID, Identifier: ch.identifier, Name: ch.counter}
-		dec, err := checkOne(r.Context(), d.Limiter, algorithms.Request{Key: key, Limit: ch.limit, Hits: ch.hits})
+		dec, err := checkOne(r.Context(), d.Limiter, algorithms.Request{Key: key, Limit: ch.limit, Hits: ch.hits, AlwaysCount: ch.alwaysCount})
 		if err != nil {
 			writeError(w, r, err)
 			return
@@ -96,6 +96,9 @@ type check struct {
 	rule       string // the rule the request named, or ""
 	hits       int64
 	threshold  float64 // warn when remaining/limit is below it
+	// alwaysCount: the rule always counts its hits, even past the limit (a
+	// cost reported after the fact).
+	alwaysCount bool
 }
 
 // parseCheck reads the body of a /check (byIP false) or /check/ip request of
@@ -118,7 +121,7 @@ func parseCheck(w http.ResponseWriter, r *http.Request, d checkDeps, c store.Cli
 	default:
 		ch.identifier = *req.Identifier
 	}
-	if ch.limit, ch.counter, err = resolveLimit(d.Cache, c, req); err != nil {
+	if ch.limit, ch.counter, ch.alwaysCount, err = resolveLimit(d.Cache, c, req); err != nil {
 		return check{}, err
 	}
 	if t := req.WarnThreshold; t != nil {
@@ -198,15 +201,19 @@ type checkDeps struct {
 
 // resolveLimit returns the limit a check asks for and the counter name: the
 // rule's when it names one (its limit, window, algorithm and refill rate
-// override the request's), else the inline fields, with the client's default
+// override the request's; with always_count it counts hits past the limit),
+// else the inline fields, with the client's default
 // algorithm when none is given.
-func resolveLimit(cache *store.Cache, c store.Client, req checkRequest) (algorithms.Limit, string, error) {
+func resolveLimit(cache *store.Cache, c store.Client, req checkRequest) (algorithms.Limit, string, bool, error) {
 	if req.Rule != "" {
 		rule, ok := cache.Rule(c.ID, req.Rule)
 		if !ok {
-			return algorithms.Limit{}, "", &apiError{http.StatusNotFound, "RULE_NOT_FOUND", fmt.Sprintf("rule %q not found", req.Rule)}
+			return algorithms.Limit{}, "", false, &apiError{http.StatusNotFound, "RULE_NOT_FOUND", fmt.Sprintf("rule %q not found", req.Rule)}
 		}
-		return rule.Limit, "rule:" + rule.Name, nil
+		if len(rule.RateLimits) > 0 {
+			return algorithms.Limit{}, "", false, invalidField(fmt.Sprintf("rule %q has several limits (rate_limits): it limits Envoy requests only", req.Rule))
+		}
+		return rule.Limit, "rule:" + rule.Name, rule.AlwaysCount, nil
 	}
 
 	name := req.Algorithm
@@ -218,13 +225,13 @@ func resolveLimit(cache *store.Cache, c store.Client, req checkRequest) (algorit
 	}
 	alg, err := algorithms.ParseAlgorithm(name)
 	if err != nil {
-		return algorithms.Limit{}, "", invalidField("algorithm must be " + algorithms.Names())
+		return algorithms.Limit{}, "", false, invalidField("algorithm must be " + algorithms.Names())
 	}
 	if req.Limit == nil {
-		return algorithms.Limit{}, "", missingField("limit is required when no rule is named")
+		return algorithms.Limit{}, "", false, missingField("limit is required when no rule is named")
 	}
 	l, err := inlineLimit(alg, req.Limit, req.Window, req.RefillRate)
-	return l, "", err
+	return l, "", false, err
 }
 
 // inlineLimit checks the limit, window (seconds) and refill rate given in a

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/throttle-rl/throttle/algorithms"
+	"github.com/throttle-rl/throttle/internal/envoycounters"
 	"github.com/throttle-rl/throttle/store"
 )
 
@@ -162,6 +163,14 @@ func errorResponse(err error) (status int, code, message string) {
 		return http.StatusServiceUnavailable, "OVERLOADED", "Throttle could not decide within its deadline; no decision was made, try again"
 	case errors.As(err, &be):
 		return http.StatusServiceUnavailable, "BACKEND_UNAVAILABLE", "the rate limit backend is unavailable; try again"
+	case errors.Is(err, errForeignDomain):
+		return http.StatusForbidden, "FORBIDDEN_DOMAIN", err.Error()
+	case errors.Is(err, errOperatorKeyRequired):
+		return http.StatusForbidden, "OPERATOR_KEY_REQUIRED", err.Error()
+	case errors.Is(err, envoycounters.ErrNoLimits):
+		return http.StatusNotFound, "DOMAIN_NOT_FOUND", err.Error()
+	case errors.Is(err, envoycounters.ErrInvalid):
+		return http.StatusBadRequest, "INVALID_DESCRIPTORS", err.Error()
 	case errors.Is(err, store.ErrUnavailable):
 		return http.StatusServiceUnavailable, "STORE_UNAVAILABLE", "the database is unavailable; try again"
 	case errors.Is(err, store.ErrInvalid):

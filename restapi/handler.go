@@ -1,11 +1,13 @@
 // Package restapi is Throttle's REST API: registration, /check and /check/ip,
-// rules, exemptions, resets, usage stats, health and metrics, on net/http with
-// Go 1.22 method and path patterns.
+// rules, exemptions, resets, usage stats, the Envoy counters, health and
+// metrics, on net/http with Go 1.22 method and path patterns.
 //
 // Every route but /health, /ready, /metrics, /rlconfig and /register needs an API key
 // (header X-API-Key, or Authorization: Bearer). A key only ever sees its own
-// client's rules, exemptions, counters and stats. Errors are JSON of the shape
-// {"error": "…", "code": "…"}; routes.go lists the whole surface.
+// client's rules, exemptions, counters and stats; the Envoy counters routes
+// also take the operator key (Deps.AdminKey), and no other route does. Errors
+// are JSON of the shape {"error": "…", "code": "…"}; routes.go lists the whole
+// surface.
 package restapi
 
 import (
@@ -64,6 +66,14 @@ type Deps struct {
 	// empty text (no configuration), as the reference answers before it has
 	// one.
 	ConfigDump func() string
+	// EnvoyCounters reads and resets the counters of Envoy descriptors for
+	// POST /descriptors/{domain}/counters and …/counters/reset: the gRPC
+	// rate-limit service (ratelimitsvc.Server). Default nil: no such routes.
+	EnvoyCounters envoyCounters
+	// AdminKey is the operator credential (setting ADMIN_API_KEY): on the
+	// counters routes it acts on every domain, those of the descriptor YAML
+	// included; everywhere else it is no key at all. Default "": none.
+	AdminKey string
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
 	// TracerProvider, when set, traces requests with OpenTelemetry (see

@@ -17,11 +17,15 @@ import (
 )
 
 // requestState travels in a request's context: its id, its logger (carrying
-// request_id, and client_id once authenticated), and the authenticated client.
+// request_id, and client_id once authenticated), and the authenticated client
+// or operator.
 type requestState struct {
 	id     string
 	log    *slog.Logger
 	client *store.Client
+	// operator: authenticated with the operator key (ADMIN_API_KEY), on
+	// the routes that take it (authenticateCounters); client is nil then.
+	operator bool
 }
 
 type stateKey struct{}

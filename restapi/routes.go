@@ -39,6 +39,11 @@ func addRoutes(mux *http.ServeMux, d Deps, m *metrics, tr *tracing) {
 
 	mux.Handle("GET /stats/{client_id}", auth(handleStats(d.Usage)))
 	mux.Handle("GET /descriptors", auth(handleDescriptors(d.Descriptors)))
+	if d.EnvoyCounters != nil {
+		counters := authenticateCounters(d.Cache, d.AdminKey) // a client key, or the operator's
+		mux.Handle("POST /descriptors/{domain}/counters", counters(handleCountersRead(d.EnvoyCounters)))
+		mux.Handle("POST /descriptors/{domain}/counters/reset", counters(handleCountersReset(d.EnvoyCounters)))
+	}
 
 	mux.Handle("GET /ui/", ui.Handler("/ui/", handleNotFound()))
 }

@@ -10,37 +10,69 @@ import (
 	"github.com/throttle-rl/throttle/store"
 )
 
-// ruleRequest is the body of POST /rules and PUT /rules/{name}.
+// ruleRequest is the body of POST /rules and PUT /rules/{name}. A rule has
+// one limit (algorithm, limit, window, refill_rate, always_count) or, with
+// descriptors, several as a list (rate_limits), never both.
 type ruleRequest struct {
 	Name        string                  `json:"name"`
 	Algorithm   string                  `json:"algorithm"`
 	Limit       *int64                  `json:"limit"`
 	Window      *int64                  `json:"window"`
 	RefillRate  *float64                `json:"refill_rate"`
+	AlwaysCount *bool                   `json:"always_count"`
+	RateLimits  []ruleLimitRequest      `json:"rate_limits"`
 	Descriptors []store.DescriptorEntry `json:"descriptors"`
 }
 
-// ruleReply is a rule as the API shows it. Window is in seconds.
+// ruleLimitRequest is one limit of a rule's rate_limits.
+type ruleLimitRequest struct {
+	Name        string   `json:"name"`
+	Algorithm   string   `json:"algorithm"`
+	Limit       *int64   `json:"limit"`
+	Window      *int64   `json:"window"`
+	RefillRate  *float64 `json:"refill_rate"`
+	AlwaysCount bool     `json:"always_count"`
+}
+
+// ruleReply is a rule as the API shows it. Window is in seconds. A rule of
+// several limits shows them in rate_limits, and no algorithm, limit or
+// window of its own.
 type ruleReply struct {
 	Name        string                  `json:"name"`
-	Algorithm   string                  `json:"algorithm"`
-	Limit       int64                   `json:"limit"`
-	Window      int64                   `json:"window"`
+	Algorithm   string                  `json:"algorithm,omitempty"`
+	Limit       int64                   `json:"limit,omitempty"`
+	Window      *int64                  `json:"window,omitempty"`
 	RefillRate  float64                 `json:"refill_rate,omitempty"`
+	AlwaysCount bool                    `json:"always_count,omitempty"`
+	RateLimits  []ruleLimitReply        `json:"rate_limits,omitempty"`
 	Descriptors []store.DescriptorEntry `json:"descriptors,omitempty"`
 	CreatedAt   time.Time               `json:"created_at"`
 }
 
+// ruleLimitReply is one limit of a rule's rate_limits.
+type ruleLimitReply struct {
+	Name        string  `json:"name,omitempty"`
+	Algorithm   string  `json:"algorithm"`
+	Limit       int64   `json:"limit"`
+	Window      int64   `json:"window"`
+	RefillRate  float64 `json:"refill_rate,omitempty"`
+	AlwaysCount bool    `json:"always_count,omitempty"`
+}
+
 func newRuleReply(r store.Rule) ruleReply {
-	return ruleReply{
-		Name:        r.Name,
-		Algorithm:   string(r.Limit.Algorithm),
-		Limit:       r.Limit.Limit,
-		Window:      int64(r.Limit.Window / time.Second),
-		RefillRate:  r.Limit.RefillRate,
-		Descriptors: r.Descriptors,
-		CreatedAt:   r.CreatedAt.UTC(),
+	reply := ruleReply{Name: r.Name, Descriptors: r.Descriptors, CreatedAt: r.CreatedAt.UTC()}
+	if len(r.RateLimits) == 0 {
+		w := int64(r.Limit.Window / time.Second)
+		reply.Algorithm, reply.Limit, reply.Window = string(r.Limit.Algorithm), r.Limit.Limit, &w
+		reply.RefillRate, reply.AlwaysCount = r.Limit.RefillRate, r.AlwaysCount
+		return reply
 	}
+	reply.RateLimits = make([]ruleLimitReply, len(r.RateLimits))
+	for i, l := range r.RateLimits {
+		reply.RateLimits[i] = ruleLimitReply{Name: l.Name, Algorithm: string(l.Limit.Algorithm), Limit: l.Limit.Limit,
+			Window: int64(l.Limit.Window / time.Second), RefillRate: l.Limit.RefillRate, AlwaysCount: l.AlwaysCount}
+	}
+	return reply
 }
 
 // handleRuleCreate creates a rule of the caller's client. The algorithm
@@ -108,19 +140,46 @@ func handleRuleUpdate(db *store.DB, cache *store.Cache) http.Handler {
 // ruleFromRequest checks a POST /rules or PUT /rules/{name} body and turns
 // it into the rule to store for client c.
 func ruleFromRequest(c store.Client, req ruleRequest) (store.Rule, error) {
-	name := req.Algorithm
-	if name == "" {
-		name = string(c.DefaultAlgorithm)
+	rule := store.Rule{ClientID: c.ID, Name: req.Name, Descriptors: req.Descriptors}
+	if req.RateLimits != nil {
+		if req.Algorithm != "" || req.Limit != nil || req.Window != nil || req.RefillRate != nil || req.AlwaysCount != nil {
+			return store.Rule{}, invalidField("give the rule's limit either in algorithm, limit, window, refill_rate and always_count, or as a list in rate_limits, not both")
+		}
+		if len(req.RateLimits) == 0 {
+			return store.Rule{}, invalidField("rate_limits must list at least one limit")
+		}
+		for i, l := range req.RateLimits {
+			limit, err := ruleLimit(c, l.Algorithm, l.Limit, l.Window, l.RefillRate)
+			if err != nil {
+				var ae *apiError
+				if errors.As(err, &ae) {
+					err = &apiError{ae.status, ae.code, fmt.Sprintf("rate_limits[%d]: %s", i, ae.message)}
+				}
+				return store.Rule{}, err
+			}
+			rule.RateLimits = append(rule.RateLimits, store.RuleLimit{Name: l.Name, Limit: limit, AlwaysCount: l.AlwaysCount})
+		}
+		return rule, nil
 	}
-	alg, err := algorithms.ParseAlgorithm(name)
-	if err != nil {
-		return store.Rule{}, invalidField("algorithm must be " + algorithms.Names())
-	}
-	limit, err := inlineLimit(alg, req.Limit, req.Window, req.RefillRate)
+	limit, err := ruleLimit(c, req.Algorithm, req.Limit, req.Window, req.RefillRate)
 	if err != nil {
 		return store.Rule{}, err
 	}
-	return store.Rule{ClientID: c.ID, Name: req.Name, Limit: limit, Descriptors: req.Descriptors}, nil
+	rule.Limit, rule.AlwaysCount = limit, req.AlwaysCount != nil && *req.AlwaysCount
+	return rule, nil
+}
+
+// ruleLimit checks one limit of a rule body; the algorithm defaults to the
+// client's.
+func ruleLimit(c store.Client, alg string, limit, window *int64, refill *float64) (algorithms.Limit, error) {
+	if alg == "" {
+		alg = string(c.DefaultAlgorithm)
+	}
+	a, err := algorithms.ParseAlgorithm(alg)
+	if err != nil {
+		return algorithms.Limit{}, invalidField("algorithm must be " + algorithms.Names())
+	}
+	return inlineLimit(a, limit, window, refill)
 }
 
 // ruleError maps the store's rule errors that both create and update share.

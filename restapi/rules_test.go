@@ -32,7 +32,7 @@ func TestRules(t *testing.T) {
 			t.Fatalf("POST /rules = %d %s, want 201", r.status, r.body)
 		}
 		got := decodeReply[ruleReply](t, r)
-		want := ruleReply{Name: "api_default", Algorithm: "sliding_window", Limit: 100, Window: 60}
+		want := ruleReply{Name: "api_default", Algorithm: "sliding_window", Limit: 100, Window: win(60)}
 		if diff := cmp.Diff(want, got, cmpopts.IgnoreFields(ruleReply{}, "CreatedAt")); diff != "" {
 			t.Errorf("POST /rules reply (-want +got):\n%s", diff)
 		}
@@ -48,7 +48,7 @@ func TestRules(t *testing.T) {
 		if r.status != http.StatusCreated {
 			t.Fatalf("POST /rules with descriptors = %d %s", r.status, r.body)
 		}
-		wantDesc := ruleReply{Name: "edge.login", Algorithm: "token_bucket", Limit: 5, RefillRate: 0.25,
+		wantDesc := ruleReply{Name: "edge.login", Algorithm: "token_bucket", Limit: 5, Window: win(0), RefillRate: 0.25,
 			Descriptors: []store.DescriptorEntry{{Key: "path", Value: "/login"}, {Key: "user"}}}
 		if diff := cmp.Diff(wantDesc, decodeReply[ruleReply](t, r), cmpopts.IgnoreFields(ruleReply{}, "CreatedAt")); diff != "" {
 			t.Errorf("POST /rules with descriptors (-want +got):\n%s", diff)
@@ -130,7 +130,7 @@ func TestRuleUpdate(t *testing.T) {
 		if r.status != http.StatusOK {
 			t.Fatalf("PUT /rules/api = %d %s, want 200", r.status, r.body)
 		}
-		want := ruleReply{Name: "api", Algorithm: "fixed_window", Limit: 5, Window: 60, CreatedAt: created.CreatedAt}
+		want := ruleReply{Name: "api", Algorithm: "fixed_window", Limit: 5, Window: win(60), CreatedAt: created.CreatedAt}
 		if diff := cmp.Diff(want, decodeReply[ruleReply](t, r)); diff != "" {
 			t.Errorf("PUT /rules/api reply (-want +got):\n%s", diff)
 		}
@@ -140,7 +140,7 @@ func TestRuleUpdate(t *testing.T) {
 
 		// Fields left out take their defaults; the body may repeat the name.
 		r = e.call(t, "PUT", "/rules/api", c.Key, `{"name":"api","limit":10,"window":3600,"descriptors":[{"key":"user_id"}]}`)
-		want = ruleReply{Name: "api", Algorithm: "sliding_window", Limit: 10, Window: 3600,
+		want = ruleReply{Name: "api", Algorithm: "sliding_window", Limit: 10, Window: win(3600),
 			Descriptors: []store.DescriptorEntry{{Key: "user_id"}}, CreatedAt: created.CreatedAt}
 		if diff := cmp.Diff(want, decodeReply[ruleReply](t, r)); r.status != http.StatusOK || diff != "" {
 			t.Errorf("PUT /rules/api with defaults = %d (-want +got):\n%s", r.status, diff)
@@ -334,6 +334,100 @@ func TestTenantIsolation(t *testing.T) {
 		stats := decodeReply[statsReply](t, e.call(t, "GET", "/stats/"+a.ID, a.Key, ""))
 		if stats.TotalChecks != 3 {
 			t.Errorf("A's stats = %+v, want 3 checks", stats)
+		}
+	})
+}
+
+// win is a rule reply's window of s seconds.
+func win(s int64) *int64 { return &s }
+
+// TestRuleRateLimits: a rule with descriptors may carry several limits
+// (rate_limits) or one that always counts (always_count); the JSON of a
+// rule of one limit is unchanged.
+func TestRuleRateLimits(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		e := newEnv(t, b)
+		c := e.register(t, "rate-limits", `"default_algorithm":"sliding_window"`)
+		r := e.call(t, "POST", "/rules", c.Key, `{"name":"login","descriptors":[{"key":"path","value":"/login"},{"key":"user"}],
+			"rate_limits":[{"name":"burst","algorithm":"fixed_window","limit":5,"window":60},{"limit":100,"window":86400,"always_count":true}]}`)
+		want := `{"name":"login","rate_limits":[{"name":"burst","algorithm":"fixed_window","limit":5,"window":60},` +
+			`{"algorithm":"sliding_window","limit":100,"window":86400,"always_count":true}],` +
+			`"descriptors":[{"key":"path","value":"/login"},{"key":"user"}],"created_at":"`
+		if r.status != http.StatusCreated || !strings.HasPrefix(r.body, want) {
+			t.Fatalf("POST /rules with rate_limits = %d %s\nwant %s…", r.status, r.body, want)
+		}
+		r = e.call(t, "POST", "/rules", c.Key, `{"name":"tokens","algorithm":"fixed_window","limit":1000,"window":60,"always_count":true,"descriptors":[{"key":"tenant"}]}`)
+		if want := `{"name":"tokens","algorithm":"fixed_window","limit":1000,"window":60,"always_count":true,"descriptors":[{"key":"tenant"}],"created_at":"`; r.status != http.StatusCreated || !strings.HasPrefix(r.body, want) {
+			t.Fatalf("POST /rules with always_count = %d %s\nwant %s…", r.status, r.body, want)
+		}
+		list := e.call(t, "GET", "/rules/list", c.Key, "")
+		if !strings.Contains(list.body, `"rate_limits":[{"name":"burst"`) || !strings.Contains(list.body, `"always_count":true,"descriptors":[{"key":"tenant"}]`) {
+			t.Errorf("GET /rules/list = %s", list.body)
+		}
+
+		// Back to one limit with PUT.
+		r = e.call(t, "PUT", "/rules/login", c.Key, `{"algorithm":"gcra","limit":3,"window":1,"descriptors":[{"key":"path","value":"/login"},{"key":"user"}]}`)
+		if r.status != http.StatusOK || strings.Contains(r.body, "rate_limits") || !strings.Contains(r.body, `"algorithm":"gcra","limit":3,"window":1`) {
+			t.Errorf("PUT back to one limit = %d %s", r.status, r.body)
+		}
+
+		for _, tt := range []struct {
+			name, body string
+			status     int
+			code, msg  string
+		}{
+			{"both forms", `{"name":"x","limit":1,"window":1,"rate_limits":[{"limit":2,"window":1}],"descriptors":[{"key":"k"}]}`, 400, "INVALID_FIELD",
+				"give the rule's limit either in algorithm, limit, window, refill_rate and always_count, or as a list in rate_limits, not both"},
+			{"always_count with the list", `{"name":"x","always_count":true,"rate_limits":[{"limit":2,"window":1}],"descriptors":[{"key":"k"}]}`, 400, "INVALID_FIELD",
+				"give the rule's limit either in algorithm, limit, window, refill_rate and always_count, or as a list in rate_limits, not both"},
+			{"empty list", `{"name":"x","rate_limits":[],"descriptors":[{"key":"k"}]}`, 400, "INVALID_FIELD", "rate_limits must list at least one limit"},
+			{"without descriptors", `{"name":"x","rate_limits":[{"limit":2,"window":1}]}`, 400, "INVALID_FIELD",
+				"rate_limits is only for rules with descriptors (Envoy requests); a rule for /check has one limit"},
+			{"element without window", `{"name":"x","rate_limits":[{"limit":2,"window":1},{"algorithm":"gcra","limit":2}],"descriptors":[{"key":"k"}]}`, 400, "MISSING_FIELD",
+				"rate_limits[1]: window (seconds) is required for gcra"},
+			{"element limit refused by the engine", `{"name":"x","rate_limits":[{"algorithm":"gcra","limit":999999937,"window":31622400}],"descriptors":[{"key":"k"}]}`, 400, "INVALID_FIELD",
+				"rate_limits[0]: gcra cannot count limit 999999937 per 366 days exactly (the least common multiple of the limit and the window in µs must be below 2^53): choose a rounder limit or window"},
+			{"two sharing a counter", `{"name":"x","rate_limits":[{"limit":2,"window":1},{"name":"b","limit":2,"window":1}],"descriptors":[{"key":"k"}]}`, 400, "INVALID_FIELD",
+				"rate_limits[1]: same algorithm, limit, window and refill_rate as rate_limits[0]: the two would count against one counter"},
+			{"typo in an element", `{"name":"x","rate_limits":[{"limit":2,"windwo":1}],"descriptors":[{"key":"k"}]}`, 400, "UNKNOWN_FIELD", `unknown field "windwo"`},
+		} {
+			t.Run(tt.name, func(t *testing.T) {
+				r := e.call(t, "POST", "/rules", c.Key, tt.body)
+				wantError(t, r, tt.status, tt.code)
+				if got := decodeReply[errorReply](t, r).Error; got != tt.msg {
+					t.Errorf("error = %q, want %q", got, tt.msg)
+				}
+			})
+		}
+
+		// /check takes a rule of one limit only.
+		e.call(t, "POST", "/rules", c.Key, `{"name":"multi","rate_limits":[{"limit":2,"window":1},{"limit":5,"window":60}],"descriptors":[{"key":"m"}]}`)
+		r = e.call(t, "POST", "/check", c.Key, `{"identifier":"u","rule":"multi"}`)
+		wantError(t, r, 400, "INVALID_FIELD")
+		if got := decodeReply[errorReply](t, r).Error; got != `rule "multi" has several limits (rate_limits): it limits Envoy requests only` {
+			t.Errorf("/check with a rule of several limits: %q", got)
+		}
+	})
+}
+
+// TestCheckAlwaysCount: /check with a rule that always counts charges a
+// cost larger than what is left, and the next check is refused until the
+// window ends.
+func TestCheckAlwaysCount(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		e := newEnv(t, b)
+		c := e.register(t, "always-count")
+		if r := e.call(t, "POST", "/rules", c.Key, `{"name":"tokens","algorithm":"fixed_window","limit":300,"window":60,"always_count":true}`); r.status != http.StatusCreated {
+			t.Fatalf("POST /rules = %d %s", r.status, r.body)
+		}
+		if got, _ := e.check(t, c, `{"identifier":"acme","rule":"tokens","hits":200}`); !got.Allowed || got.Remaining != 100 {
+			t.Errorf("charge of 200 = %+v, want allowed, 100 left", got)
+		}
+		if got, _ := e.check(t, c, `{"identifier":"acme","rule":"tokens","hits":500}`); got.Allowed || got.Remaining != 0 {
+			t.Errorf("charge of 500 with 100 left = %+v, want not allowed (and counted)", got)
+		}
+		if got, _ := e.check(t, c, `{"identifier":"acme","rule":"tokens","hits":0}`); got.Allowed {
+			t.Errorf("check of 0 after going over = %+v, want refused until the window ends", got)
 		}
 	})
 }

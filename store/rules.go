@@ -6,22 +6,24 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/throttle-rl/throttle/algorithms"
 )
 
-const ruleColumns = `client_id, name, algorithm, "limit", window_seconds, refill_rate, descriptors, created_at`
+const ruleColumns = `client_id, name, algorithm, "limit", window_seconds, refill_rate, always_count, rate_limits, descriptors, created_at`
 
 func scanRule(row rowScanner) (Rule, error) {
 	var (
 		r           Rule
 		algorithm   string
 		windowSecs  int64
+		rateLimits  string
 		descriptors string
 	)
-	if err := row.Scan(&r.ClientID, &r.Name, &algorithm, &r.Limit.Limit, &windowSecs, &r.Limit.RefillRate, &descriptors, timeScanner{&r.CreatedAt}); err != nil {
+	if err := row.Scan(&r.ClientID, &r.Name, &algorithm, &r.Limit.Limit, &windowSecs, &r.Limit.RefillRate, &r.AlwaysCount, &rateLimits, &descriptors, timeScanner{&r.CreatedAt}); err != nil {
 		return Rule{}, err
 	}
 	r.Limit.Algorithm = algorithms.Algorithm(algorithm)
@@ -31,7 +33,44 @@ func scanRule(row rowScanner) (Rule, error) {
 			return Rule{}, fmt.Errorf("rule %q: decode descriptors: %w", r.Name, err)
 		}
 	}
+	if rateLimits != "" && rateLimits != "[]" {
+		var stored []storedLimit
+		if err := json.Unmarshal([]byte(rateLimits), &stored); err != nil {
+			return Rule{}, fmt.Errorf("rule %q: decode rate_limits: %w", r.Name, err)
+		}
+		r.RateLimits = make([]RuleLimit, len(stored))
+		for i, l := range stored {
+			r.RateLimits[i] = l.ruleLimit()
+		}
+	}
 	return r, nil
+}
+
+// storedLimit is a RuleLimit in the rate_limits column.
+type storedLimit struct {
+	Name          string  `json:"name,omitempty"`
+	Algorithm     string  `json:"algorithm"`
+	Limit         int64   `json:"limit"`
+	WindowSeconds int64   `json:"window_seconds"`
+	RefillRate    float64 `json:"refill_rate,omitempty"`
+	AlwaysCount   bool    `json:"always_count,omitempty"`
+}
+
+func (l storedLimit) ruleLimit() RuleLimit {
+	return RuleLimit{Name: l.Name, AlwaysCount: l.AlwaysCount, Limit: algorithms.Limit{
+		Algorithm: algorithms.Algorithm(l.Algorithm), Limit: l.Limit, Window: time.Duration(l.WindowSeconds) * time.Second, RefillRate: l.RefillRate,
+	}}
+}
+
+// encodeRateLimits is the rate_limits column of limits.
+func encodeRateLimits(limits []RuleLimit) (string, error) {
+	stored := make([]storedLimit, len(limits))
+	for i, l := range limits {
+		stored[i] = storedLimit{Name: l.Name, Algorithm: string(l.Limit.Algorithm), Limit: l.Limit.Limit, WindowSeconds: windowSeconds(l.Limit),
+			RefillRate: l.Limit.RefillRate, AlwaysCount: l.AlwaysCount}
+	}
+	b, err := json.Marshal(stored)
+	return string(b), err
 }
 
 // CreateRule stores r for r.ClientID and returns it with CreatedAt set. A
@@ -40,16 +79,17 @@ func scanRule(row rowScanner) (Rule, error) {
 func (db *DB) CreateRule(ctx context.Context, r Rule) (_ Rule, err error) {
 	ctx, end := db.begin(ctx, "create_rule")
 	defer end(&err)
-	r, descriptors, err := db.prepareRule(ctx, r)
+	r, cols, err := db.prepareRule(ctx, r)
 	if err != nil {
 		return Rule{}, err
 	}
+	descriptors := cols.descriptors
 	r.CreatedAt = db.timestamp()
 	err = db.inTx(ctx, nil, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, db.q(`INSERT INTO rules
-			(client_id, name, algorithm, "limit", window_seconds, refill_rate, descriptors, created_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?)`),
-			r.ClientID, r.Name, string(r.Limit.Algorithm), r.Limit.Limit, windowSeconds(r.Limit), r.Limit.RefillRate, descriptors, r.CreatedAt)
+			(client_id, name, algorithm, "limit", window_seconds, refill_rate, always_count, rate_limits, descriptors, created_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+			r.ClientID, r.Name, string(r.Limit.Algorithm), r.Limit.Limit, windowSeconds(r.Limit), r.Limit.RefillRate, r.AlwaysCount, cols.rateLimits, descriptors, r.CreatedAt)
 		if err != nil {
 			return err
 		}
@@ -74,16 +114,17 @@ func (db *DB) CreateRule(ctx context.Context, r Rule) (_ Rule, err error) {
 func (db *DB) UpdateRule(ctx context.Context, r Rule) (_ Rule, err error) {
 	ctx, end := db.begin(ctx, "update_rule")
 	defer end(&err)
-	r, descriptors, err := db.prepareRule(ctx, r)
+	r, cols, err := db.prepareRule(ctx, r)
 	if err != nil {
 		return Rule{}, err
 	}
+	descriptors := cols.descriptors
 	err = db.inTx(ctx, nil, func(tx *sql.Tx) error {
 		row := tx.QueryRowContext(ctx, db.q(`UPDATE rules
-			SET algorithm = ?, "limit" = ?, window_seconds = ?, refill_rate = ?, descriptors = ?
+			SET algorithm = ?, "limit" = ?, window_seconds = ?, refill_rate = ?, always_count = ?, rate_limits = ?, descriptors = ?
 			WHERE client_id = ? AND name = ?
 			RETURNING created_at`),
-			string(r.Limit.Algorithm), r.Limit.Limit, windowSeconds(r.Limit), r.Limit.RefillRate, descriptors, r.ClientID, r.Name)
+			string(r.Limit.Algorithm), r.Limit.Limit, windowSeconds(r.Limit), r.Limit.RefillRate, r.AlwaysCount, cols.rateLimits, descriptors, r.ClientID, r.Name)
 		if err := row.Scan(timeScanner{&r.CreatedAt}); err != nil {
 			if errors.Is(err, sql.ErrNoRows) {
 				return fmt.Errorf("rule %q: %w", r.Name, ErrNotFound)
@@ -101,39 +142,78 @@ func (db *DB) UpdateRule(ctx context.Context, r Rule) (_ Rule, err error) {
 	return r, nil
 }
 
+// ruleCols are a rule's columns encoded as JSON.
+type ruleCols struct{ descriptors, rateLimits string }
+
 // prepareRule checks r for CreateRule and UpdateRule: its client id in
-// canonical form, the client's default algorithm when it has none, and its
-// descriptors encoded for the descriptors column.
-func (db *DB) prepareRule(ctx context.Context, r Rule) (Rule, string, error) {
+// canonical form, the client's default algorithm where a limit has none,
+// and its descriptors and rate limits encoded for their columns.
+func (db *DB) prepareRule(ctx context.Context, r Rule) (Rule, ruleCols, error) {
 	clientID, ok := clientUUID(r.ClientID)
 	if !ok {
-		return Rule{}, "", fmt.Errorf("client %q: %w", r.ClientID, ErrNotFound)
+		return Rule{}, ruleCols{}, fmt.Errorf("client %q: %w", r.ClientID, ErrNotFound)
 	}
 	r.ClientID = clientID
-	if r.Limit.Algorithm == "" {
+	if needsDefaultAlgorithm(r) {
 		// Checked with a stand-in first so a bad rule is refused without a query.
-		probe := r
-		probe.Limit.Algorithm = algorithms.TokenBucket
-		if _, err := normalizeRule(probe); err != nil {
-			return Rule{}, "", err
+		if _, err := normalizeRule(withDefaultAlgorithm(r, algorithms.TokenBucket)); err != nil {
+			return Rule{}, ruleCols{}, err
 		}
 		c, err := db.ClientByID(ctx, clientID)
 		if err != nil {
-			return Rule{}, "", err
+			return Rule{}, ruleCols{}, err
 		}
-		r.Limit.Algorithm = c.DefaultAlgorithm
+		r = withDefaultAlgorithm(r, c.DefaultAlgorithm)
 	}
 	r, err := normalizeRule(r)
 	if err != nil {
-		return Rule{}, "", err
+		return Rule{}, ruleCols{}, err
 	}
-	descriptors := []byte("[]")
+	cols := ruleCols{descriptors: "[]", rateLimits: "[]"}
 	if len(r.Descriptors) > 0 {
-		if descriptors, err = json.Marshal(r.Descriptors); err != nil {
-			return Rule{}, "", fmt.Errorf("rule %q: encode descriptors: %w", r.Name, err)
+		b, err := json.Marshal(r.Descriptors)
+		if err != nil {
+			return Rule{}, ruleCols{}, fmt.Errorf("rule %q: encode descriptors: %w", r.Name, err)
+		}
+		cols.descriptors = string(b)
+	}
+	if len(r.RateLimits) > 0 {
+		if cols.rateLimits, err = encodeRateLimits(r.RateLimits); err != nil {
+			return Rule{}, ruleCols{}, fmt.Errorf("rule %q: encode rate_limits: %w", r.Name, err)
 		}
 	}
-	return r, string(descriptors), nil
+	return r, cols, nil
+}
+
+// needsDefaultAlgorithm reports whether r's limit, or one of its
+// RateLimits, has no algorithm.
+func needsDefaultAlgorithm(r Rule) bool {
+	if len(r.RateLimits) == 0 {
+		return r.Limit.Algorithm == ""
+	}
+	for _, l := range r.RateLimits {
+		if l.Limit.Algorithm == "" {
+			return true
+		}
+	}
+	return false
+}
+
+// withDefaultAlgorithm gives alg to r's limit, and to every limit of its
+// RateLimits, that has none.
+func withDefaultAlgorithm(r Rule, alg algorithms.Algorithm) Rule {
+	if r.Limit.Algorithm == "" {
+		r.Limit.Algorithm = alg
+	}
+	if len(r.RateLimits) > 0 {
+		r.RateLimits = slices.Clone(r.RateLimits)
+		for i := range r.RateLimits {
+			if r.RateLimits[i].Limit.Algorithm == "" {
+				r.RateLimits[i].Limit.Algorithm = alg
+			}
+		}
+	}
+	return r
 }
 
 // windowSeconds is l's window for the window_seconds column (normalizeRule

@@ -64,10 +64,38 @@ type Rule struct {
 	// without an Algorithm the client's DefaultAlgorithm, and drop a
 	// RefillRate its algorithm does not use.
 	Limit algorithms.Limit
+	// AlwaysCount makes the limit count its hits even past the limit
+	// (costs reported after the response): later requests are refused
+	// until the window or the refill pays the debt back.
+	AlwaysCount bool
+	// RateLimits, when not empty, are the rule's limits given as a list:
+	// several limits on the same descriptors (burst and sustained), all of
+	// which must admit a request; only with Descriptors, at most
+	// MaxRateLimits. Limit and AlwaysCount then hold those of
+	// RateLimits[0].
+	RateLimits []RuleLimit
 	// Descriptors, when not empty, makes the rule apply to Envoy requests on
 	// the client's domain whose descriptor matches these entries in order.
 	Descriptors []DescriptorEntry
 	CreatedAt   time.Time
+}
+
+// RuleLimit is one limit of a rule's RateLimits, checked as a rule's own
+// Limit (a limit without an Algorithm takes the client's default).
+type RuleLimit struct {
+	// Name is optional; unique within the rule; [A-Za-z0-9_.:-]{1,100}. It
+	// names the limit's policy in rate-limit headers.
+	Name        string
+	Limit       algorithms.Limit
+	AlwaysCount bool
+}
+
+// Limits returns every limit of r: RateLimits, or the one of its fields.
+func (r Rule) Limits() []RuleLimit {
+	if len(r.RateLimits) > 0 {
+		return r.RateLimits
+	}
+	return []RuleLimit{{Limit: r.Limit, AlwaysCount: r.AlwaysCount}}
 }
 
 // Exemption takes an identifier of a client out of rate limiting.

@@ -646,17 +646,17 @@ func TestMigrate(t *testing.T) {
 			t.Fatalf("version of an empty database = %d, %v, %v; want 0, false, nil", version, dirty, err)
 		}
 		version, dirty, err = Migrate(ctx, url, "up")
-		if err != nil || version != 3 || dirty {
-			t.Fatalf("up = %d, %v, %v; want 3, false, nil", version, dirty, err)
+		if err != nil || version != 4 || dirty {
+			t.Fatalf("up = %d, %v, %v; want 4, false, nil", version, dirty, err)
 		}
-		if version, _, err = Migrate(ctx, url, "up"); err != nil || version != 3 {
-			t.Fatalf("up again = %d, %v; want 3, nil", version, err)
+		if version, _, err = Migrate(ctx, url, "up"); err != nil || version != 4 {
+			t.Fatalf("up again = %d, %v; want 4, nil", version, err)
 		}
 
 		db := mustOpen(t, url)
 		mustCreateClient(t, db, "Alpha")
 
-		for _, want := range []uint{2, 1, 0} {
+		for _, want := range []uint{3, 2, 1, 0} {
 			version, dirty, err = Migrate(ctx, url, "down")
 			if err != nil || version != want || dirty {
 				t.Fatalf("down = %d, %v, %v; want %d, false, nil", version, dirty, err, want)
@@ -669,8 +669,8 @@ func TestMigrate(t *testing.T) {
 			t.Error("down on an empty schema: want an error")
 		}
 		version, _, err = Migrate(ctx, url, "up")
-		if err != nil || version != 3 {
-			t.Fatalf("up after down = %d, %v; want 3, nil", version, err)
+		if err != nil || version != 4 {
+			t.Fatalf("up after down = %d, %v; want 4, nil", version, err)
 		}
 		rev, err := db.Revision(ctx)
 		if err != nil || rev != 0 {

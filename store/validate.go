@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -130,10 +131,17 @@ func slug(name string) string {
 	return s
 }
 
-// normalizeRule checks r; its algorithm must already be set. The limit is
-// the engine's to judge (algorithms.Limit.Validate); the store adds only what
-// its columns and Envoy need: a window of whole seconds, and at most
-// MaxUint32 for a rule with descriptors.
+// MaxRateLimits is the most limits a rule's RateLimits may have (as a
+// descriptor's rate_limits in the YAML).
+const MaxRateLimits = 16
+
+// normalizeRule checks r; the algorithm of its limit (of each of its
+// RateLimits) must already be set. A limit is the engine's to judge
+// (algorithms.Limit.Validate); the store adds only what its columns and
+// Envoy need: a window of whole seconds, and at most MaxUint32 for a rule
+// with descriptors; and, for RateLimits, what the limits must be together.
+// With RateLimits, the rule's Limit and AlwaysCount are those of
+// RateLimits[0].
 func normalizeRule(r Rule) (Rule, error) {
 	if !ruleNameRE.MatchString(r.Name) {
 		if r.Name == "" {
@@ -141,17 +149,29 @@ func normalizeRule(r Rule) (Rule, error) {
 		}
 		return r, invalid("name must be 1 to %d characters of A-Z, a-z, 0-9, '_', '.', ':', '-'", maxNameLen)
 	}
-	if err := r.Limit.Validate(); err != nil {
-		return r, &refusal{reason: err.Error(), cause: err}
-	}
-	if r.Limit.Window%time.Second != 0 {
-		return r, invalid("window must be a whole number of seconds")
-	}
-	if r.Limit.Algorithm != algorithms.TokenBucket {
-		r.Limit.RefillRate = 0 // does not apply: ignored, as REST clients send one body for all algorithms
-	}
-	if len(r.Descriptors) > 0 && r.Limit.Limit > math.MaxUint32 {
-		return r, invalid("limit of a rule with descriptors must be at most %d (Envoy's requests_per_unit)", uint32(math.MaxUint32))
+	descriptors := len(r.Descriptors) > 0
+	if len(r.RateLimits) == 0 {
+		l, err := normalizeLimit(r.Limit, descriptors, "")
+		if err != nil {
+			return r, err
+		}
+		r.Limit = l
+	} else {
+		if err := checkRateLimits(r); err != nil {
+			return r, err
+		}
+		r.RateLimits = slices.Clone(r.RateLimits)
+		for i := range r.RateLimits {
+			l, err := normalizeLimit(r.RateLimits[i].Limit, descriptors, fmt.Sprintf("rate_limits[%d]: ", i))
+			if err != nil {
+				return r, err
+			}
+			r.RateLimits[i].Limit = l
+		}
+		if err := checkShared(r.RateLimits); err != nil {
+			return r, err
+		}
+		r.Limit, r.AlwaysCount = r.RateLimits[0].Limit, r.RateLimits[0].AlwaysCount
 	}
 	if len(r.Descriptors) > maxDescriptors {
 		return r, invalid("descriptors has more than %d entries", maxDescriptors)
@@ -170,6 +190,64 @@ func normalizeRule(r Rule) (Rule, error) {
 		r.Descriptors = nil
 	}
 	return r, nil
+}
+
+// normalizeLimit checks one limit of a rule; at prefixes its messages
+// ("rate_limits[1]: "). A refill rate its algorithm does not use is
+// dropped.
+func normalizeLimit(l algorithms.Limit, descriptors bool, at string) (algorithms.Limit, error) {
+	if err := l.Validate(); err != nil {
+		return l, &refusal{reason: at + err.Error(), cause: err}
+	}
+	if l.Window%time.Second != 0 {
+		return l, invalid("%swindow must be a whole number of seconds", at)
+	}
+	if l.Algorithm != algorithms.TokenBucket {
+		l.RefillRate = 0 // does not apply: ignored, as REST clients send one body for all algorithms
+	}
+	if descriptors && l.Limit > math.MaxUint32 {
+		return l, invalid("%slimit of a rule with descriptors must be at most %d (Envoy's requests_per_unit)", at, uint32(math.MaxUint32))
+	}
+	return l, nil
+}
+
+// checkRateLimits checks what a rule's RateLimits must be before their
+// limits are: only with descriptors, at most MaxRateLimits, names valid and
+// unique.
+func checkRateLimits(r Rule) error {
+	if len(r.Descriptors) == 0 {
+		return invalid("rate_limits is only for rules with descriptors (Envoy requests); a rule for /check has one limit")
+	}
+	if len(r.RateLimits) > MaxRateLimits {
+		return invalid("rate_limits has more than %d limits", MaxRateLimits)
+	}
+	names := map[string]int{}
+	for i, l := range r.RateLimits {
+		if l.Name == "" {
+			continue
+		}
+		if !ruleNameRE.MatchString(l.Name) {
+			return invalid("rate_limits[%d]: name must be 1 to %d characters of A-Z, a-z, 0-9, '_', '.', ':', '-'", i, maxNameLen)
+		}
+		if j, ok := names[l.Name]; ok {
+			return invalid("rate_limits[%d]: name %q is already the name of rate_limits[%d]", i, l.Name, j)
+		}
+		names[l.Name] = i
+	}
+	return nil
+}
+
+// checkShared refuses two limits the engine would count as one (same
+// algorithm, limit, window and refill rate: one counter).
+func checkShared(ls []RuleLimit) error {
+	for i, l := range ls {
+		for j := range i {
+			if l.Limit == ls[j].Limit {
+				return invalid("rate_limits[%d]: same algorithm, limit, window and refill_rate as rate_limits[%d]: the two would count against one counter", i, j)
+			}
+		}
+	}
+	return nil
 }
 
 func checkExemption(e Exemption) error {

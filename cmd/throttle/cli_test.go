@@ -23,6 +23,9 @@ func TestParseServeDefaults(t *testing.T) {
 	if c.Port != 8080 || c.GRPCPort != 8081 || c.DatabaseURL != "sqlite://throttle.db" || c.RedisURL != "" || c.FailureMode != "open" || c.RegisterLimit != 10 {
 		t.Errorf("defaults = %+v", c)
 	}
+	if c.AdminKey != "" || c.CacheKeyPrefix != "" || c.CountRejectedHits {
+		t.Errorf("issue 17's settings' defaults = admin key %q, key prefix %q, count rejected hits %v; want none", c.AdminKey, c.CacheKeyPrefix, c.CountRejectedHits)
+	}
 	if c.ShadowMode || c.DynamicMetadata || c.ForceStart || c.MaxValueStatsKeys != 1000 {
 		t.Errorf("reference knobs' defaults = shadow %v, metadata %v, force start %v, max value keys %d; want false, false, false, 1000",
 			c.ShadowMode, c.DynamicMetadata, c.ForceStart, c.MaxValueStatsKeys)
@@ -84,6 +87,11 @@ func TestParseServeErrors(t *testing.T) {
 		{map[string]string{"MAX_DESCRIPTORS_PER_REQUEST": "0"}, "MAX_DESCRIPTORS_PER_REQUEST: 0 must be at least 1"},
 		{map[string]string{"MAX_DESCRIPTOR_ENTRIES": "many"}, `MAX_DESCRIPTOR_ENTRIES: "many" is not a number`},
 		{map[string]string{"RATE_LIMIT_HEADERS": "draft"}, `RATE_LIMIT_HEADERS: "draft" is not one of x (X-RateLimit-* only), ietf (RateLimit-Policy and RateLimit only), both`},
+		{map[string]string{"ADMIN_API_KEY": "short"}, `ADMIN_API_KEY: must be at least 16 characters and not start with "thr_"`},
+		{map[string]string{"ADMIN_API_KEY": "thr_0123456789abcdef0123"}, `ADMIN_API_KEY: must be at least 16 characters and not start with "thr_"`},
+		{map[string]string{"CACHE_KEY_PREFIX": "{prod}"}, `CACHE_KEY_PREFIX: "{prod}" has a '{' or '}', which Redis Cluster would read as the hash tag of every key`},
+		{map[string]string{"CACHE_KEY_PREFIX": "a b"}, `CACHE_KEY_PREFIX: "a b" has a space or a control character`},
+		{map[string]string{"COUNT_REJECTED_HITS": "maybe"}, `COUNT_REJECTED_HITS: "maybe" is not true or false`},
 	}
 	for _, tc := range cases {
 		_, err := parseServe(nil, env(tc.env), &bytes.Buffer{})
@@ -130,8 +138,8 @@ func TestMigrateCommand(t *testing.T) {
 	var out bytes.Buffer
 	for _, step := range []struct{ arg, want string }{
 		{"version", "database schema version 0\n"},
-		{"up", "database schema version 3\n"},
-		{"down", "database schema version 2\n"},
+		{"up", "database schema version 4\n"},
+		{"down", "database schema version 3\n"},
 	} {
 		out.Reset()
 		if err := run(context.Background(), []string{"migrate", step.arg}, env(map[string]string{"DATABASE_URL": dbURL}), &out, &out); err != nil {

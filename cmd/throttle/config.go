@@ -46,6 +46,14 @@ type config struct {
 	CacheRefresh      time.Duration
 	RegisterLimit     int64
 	ShutdownTimeout   time.Duration
+	// AdminKey is the operator key of the Envoy counters routes
+	// (ADMIN_API_KEY); empty: none. A secret: never logged or shown.
+	AdminKey string
+	// CacheKeyPrefix goes before every Redis key (CACHE_KEY_PREFIX).
+	CacheKeyPrefix string
+	// CountRejectedHits keeps the reference service's counting on the
+	// Envoy path (COUNT_REJECTED_HITS).
+	CountRejectedHits bool
 	Tracing           tracingConfig
 	failureModeRaw    string
 	trustedProxiesRaw string
@@ -96,6 +104,9 @@ var serveSettings = []setting{
 	{"CACHE_REFRESH_INTERVAL", "cache-refresh-interval", "2s", "how often rules, exemptions and keys changed on other replicas are picked up"},
 	{"REGISTER_LIMIT_PER_HOUR", "register-limit-per-hour", "10", "POST /register calls allowed per client IP per hour"},
 	{"SHUTDOWN_TIMEOUT", "shutdown-timeout", "15s", "how long SIGTERM waits for in-flight requests"},
+	{"ADMIN_API_KEY", "admin-api-key", "", "operator key (at least 16 characters, not a client's thr_ key) for POST /descriptors/{domain}/counters and …/reset: reads and resets the Envoy counters of any domain, the YAML's included; no other route takes it; empty = no operator access"},
+	{"CACHE_KEY_PREFIX", "cache-key-prefix", "", "with REDIS_URL: put before every Redis key, so several deployments share one Redis or Redis Cluster (the reference service's setting); no '{', '}', spaces or control characters, at most 64 bytes"},
+	{"COUNT_REJECTED_HITS", "count-rejected-hits", "false", "count every hit of every descriptor of a gRPC rate-limit request, admitted or not, as the reference service does; by default a rejected request consumes nothing, from any of its descriptors"},
 	// OpenTelemetry tracing: the standard variables, named by its specification.
 	{"OTEL_EXPORTER_OTLP_ENDPOINT", "otel-exporter-otlp-endpoint", "", "OpenTelemetry tracing: base URL of the OTLP receiver, such as http://collector:4318 (http/protobuf; /v1/traces is appended) or http://collector:4317 (grpc); https:// uses TLS with the system's roots; empty = tracing off (no spans, no cost)"},
 	{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "otel-exporter-otlp-traces-endpoint", "", "URL for traces, used as it is (http/protobuf: with its path, such as http://collector:4318/v1/traces); wins over OTEL_EXPORTER_OTLP_ENDPOINT, and alone turns tracing on too"},
@@ -153,6 +164,8 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*c
 		trustedProxiesRaw: get("TRUSTED_PROXIES"),
 		logLevelRaw:       get("LOG_LEVEL"),
 		headerSetsRaw:     get("RATE_LIMIT_HEADERS"),
+		AdminKey:          get("ADMIN_API_KEY"),
+		CacheKeyPrefix:    get("CACHE_KEY_PREFIX"),
 		Tracing: tracingConfig{
 			endpointRaw: get("OTEL_EXPORTER_OTLP_ENDPOINT"), tracesEndpointRaw: get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
 			protocolRaw: get("OTEL_EXPORTER_OTLP_PROTOCOL"), tracesProtocolRaw: get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"),
@@ -196,6 +209,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*c
 	boolVar("SHADOW_MODE", &c.ShadowMode)
 	boolVar("RESPONSE_DYNAMIC_METADATA", &c.DynamicMetadata)
 	boolVar("FORCE_START_WITHOUT_INITIAL_CONFIG", &c.ForceStart)
+	boolVar("COUNT_REJECTED_HITS", &c.CountRejectedHits)
 	durVar("DESCRIPTORS_RELOAD_INTERVAL", &c.ReloadInterval)
 	if get("BACKEND_TIMEOUT") != "" {
 		durVar("BACKEND_TIMEOUT", &c.BackendTimeout)
@@ -277,6 +291,37 @@ func (c *config) Validate() error {
 	if c.RESTTimeout > time.Minute {
 		errs = append(errs, fmt.Errorf("REST_BACKEND_TIMEOUT: %s is longer than any app waits for a rate-limit check", c.RESTTimeout))
 	}
+	if k := c.AdminKey; k != "" && (len(k) < minAdminKeyLen || strings.HasPrefix(k, clientKeyPrefix)) {
+		errs = append(errs, fmt.Errorf("ADMIN_API_KEY: must be at least %d characters and not start with %q (a client's API key is never the operator's)", minAdminKeyLen, clientKeyPrefix))
+	}
+	if err := checkKeyPrefix(c.CacheKeyPrefix); err != nil {
+		errs = append(errs, fmt.Errorf("CACHE_KEY_PREFIX: %w", err))
+	}
 	errs = append(errs, c.Tracing.validate()...)
 	return errors.Join(errs...)
+}
+
+// minAdminKeyLen is the shortest ADMIN_API_KEY; clientKeyPrefix starts
+// every client's API key, and so no operator key.
+const (
+	minAdminKeyLen  = 16
+	clientKeyPrefix = "thr_"
+)
+
+// checkKeyPrefix refuses a CACHE_KEY_PREFIX that would change which keys
+// share a Redis Cluster slot (a '{' or '}' would be taken for the hash tag
+// of every key) or that is hard to type and see.
+func checkKeyPrefix(p string) error {
+	if len(p) > 64 {
+		return fmt.Errorf("%d bytes, more than 64", len(p))
+	}
+	for _, r := range p {
+		switch {
+		case r == '{' || r == '}':
+			return fmt.Errorf("%q has a '{' or '}', which Redis Cluster would read as the hash tag of every key", p)
+		case r <= ' ' || r == 0x7f:
+			return fmt.Errorf("%q has a space or a control character", p)
+		}
+	}
+	return nil
 }

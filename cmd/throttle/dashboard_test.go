@@ -156,9 +156,43 @@ func TestDashboard(t *testing.T) {
 		chromedp.Click(chromedp.ID("rule-submit")),
 		chromedp.WaitVisible(chromedp.CSS(`tr[data-rule="login"]`)),
 	)
+	// Burst and sustained on one descriptor: a rule of two limits, the
+	// second always counting.
+	do("create a rule of two limits",
+		chromedp.Click(chromedp.ID("rule-new")),
+		typeInto("rule-name", "search"),
+		chromedp.SetValue(chromedp.ID("rule-algorithm"), "fixed_window"),
+		typeInto("rule-limit", "10"),
+		typeInto("rule-window", "1"),
+		typeInto("rule-descriptors", "path=/search"),
+		chromedp.Click(chromedp.ID("rule-add-limit")),
+		chromedp.WaitVisible(chromedp.CSS(`#rule-more .limit-row`)),
+		chromedp.SetValue(chromedp.CSS(`#rule-more [data-field="name"]`), "daily"),
+		chromedp.SetValue(chromedp.CSS(`#rule-more [data-field="algorithm"]`), "sliding_window"),
+		chromedp.SetValue(chromedp.CSS(`#rule-more [data-field="limit"]`), "1000"),
+		chromedp.SetValue(chromedp.CSS(`#rule-more [data-field="window"]`), "86400"),
+		chromedp.Click(chromedp.CSS(`#rule-more [data-field="always_count"]`)),
+		chromedp.Click(chromedp.ID("rule-submit")),
+		chromedp.WaitVisible(chromedp.CSS(`tr[data-rule="search"]`)),
+	)
+	if got := eval("rule of two limits", `document.querySelector('tr[data-rule="search"]').innerText.replace(/\s+/g, ' ').trim()`); !strings.HasPrefix(got, "search 2 limits, all must admit search[0] fixed_window daily sliding_window 10 1,000 always counts 1 s 86,400 s") {
+		t.Errorf("rule of two limits row = %q", got)
+	}
+	do("edit the rule of two limits",
+		chromedp.Click(chromedp.CSS(`tr[data-rule="search"] button[data-action="edit"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#rule-more .limit-row`)),
+	)
+	if got := eval("the form of two limits", `[document.getElementById('rule-more').dataset.count, document.querySelector('#rule-more [data-field="name"]').value, document.querySelector('#rule-more [data-field="limit"]').value, String(document.querySelector('#rule-more [data-field="always_count"]').checked)].join('|')`); got != "1|daily|1000|true" {
+		t.Errorf("the edit form of the rule of two limits = %q, want 1|daily|1000|true", got)
+	}
+	shot("02-two-limits.png")
+	do("save it unchanged", chromedp.Click(chromedp.ID("rule-submit")))
+	waitFor("the form closed", `document.getElementById('rule-form').hidden`)
+
 	rules := getJSONList(t, s.URL+"/rules/list", key)
-	if len(rules) != 2 || rules[0]["name"] != "api_default" || rules[0]["limit"] != float64(20) ||
-		rules[1]["name"] != "login" || rules[1]["refill_rate"] != 0.1 || fmt.Sprint(rules[1]["descriptors"]) != "[map[key:path value:/login] map[key:remote_address]]" {
+	if len(rules) != 3 || rules[0]["name"] != "api_default" || rules[0]["limit"] != float64(20) ||
+		rules[1]["name"] != "login" || rules[1]["refill_rate"] != 0.1 || fmt.Sprint(rules[1]["descriptors"]) != "[map[key:path value:/login] map[key:remote_address]]" ||
+		rules[2]["name"] != "search" || fmt.Sprint(rules[2]["rate_limits"]) != "[map[algorithm:fixed_window limit:10 window:1] map[algorithm:sliding_window always_count:true limit:1000 name:daily window:86400]]" {
 		t.Errorf("rules over HTTP after the UI made them = %v", rules)
 	}
 
@@ -169,7 +203,7 @@ func TestDashboard(t *testing.T) {
 		chromedp.Click(chromedp.ID("exemption-submit")),
 		chromedp.WaitVisible(chromedp.CSS(`tr[data-exemption="internal-service"]`)),
 	)
-	shot("02-rules.png")
+	shot("03-rules.png")
 
 	// Traffic over HTTP, in rounds across several polls: alice goes over
 	// the rule's 20 per hour, the exempt identifier never does.
@@ -228,7 +262,7 @@ func TestDashboard(t *testing.T) {
 	if got := eval("descriptors", `document.getElementById('desc-badge').textContent + '|' + document.querySelector('pre[data-file="edge.yaml"]').textContent`); got != "loaded|"+string(edgeYAML) {
 		t.Errorf("descriptors panel = %q, want loaded and edge.yaml", got)
 	}
-	final := shot("03-dashboard.png")
+	final := shot("04-dashboard.png")
 	if os.Getenv("THROTTLE_UPDATE_SCREENSHOT") == "1" {
 		if err := os.WriteFile("../../docs/dashboard.png", final, 0o644); err != nil {
 			t.Fatal(err)

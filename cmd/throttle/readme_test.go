@@ -42,6 +42,8 @@ var curlDocs = []curlDoc{
 			`"code":"METHOD_NOT_ALLOWED"`,
 			`"code":"UNKNOWN_FIELD"`,
 			`"keys_deleted":`,
+			`"rate_limits":[{"name":"burst"`,
+			`"matched":true,"key":"path_/search","limits":[{"name":"burst","requests_per_unit":10,"unit":"SECOND","unit_multiplier":1,"window":1,"algorithm":"fixed_window","remaining":10,`,
 			`"total_checks":`,
 			"throttle_decisions_total{",
 		},

@@ -214,7 +214,9 @@ func (a *app) openAPIs(context.Context) error {
 	cfg := a.cfg
 	// The Envoy path rejects known over-limit descriptors without Redis.
 	// Only there: its counters are scoped by domain, which no REST /reset
-	// (made on any replica) can touch, so the cache cannot go stale.
+	// touches; the Envoy counters reset (…/counters/reset) clears this
+	// replica's entries, another replica's expire when Redis said the
+	// request could pass.
 	rlsLimiter := a.limiter
 	if a.backend == "redis" && cfg.LocalCacheBytes > 0 {
 		var err error
@@ -225,7 +227,7 @@ func (a *app) openAPIs(context.Context) error {
 	rls, err := ratelimitsvc.New(ratelimitsvc.Options{
 		Limiter: rlsLimiter, Descriptors: a.current, Rules: a.cache, ResponseHeaders: cfg.ResponseHeaders, HeaderSets: cfg.HeaderSets,
 		ShadowMode: cfg.ShadowMode, DynamicMetadata: cfg.DynamicMetadata, MaxValueStatsKeys: maxValueKeys(cfg.MaxValueStatsKeys),
-		MaxDescriptors: cfg.MaxDescriptors, MaxDescriptorEntries: cfg.MaxDescriptorEntries,
+		MaxDescriptors: cfg.MaxDescriptors, MaxDescriptorEntries: cfg.MaxDescriptorEntries, CountRejectedHits: cfg.CountRejectedHits,
 		Log: a.log, Registerer: a.reg, TracerProvider: a.tracer, Propagator: a.propagator,
 	})
 	if err != nil {
@@ -236,7 +238,7 @@ func (a *app) openAPIs(context.Context) error {
 		Log: a.log, DB: a.db, Cache: a.cache, Usage: a.usage, Limiter: a.limiter, Registerer: a.reg, Gatherer: a.reg,
 		TrustedProxies: cfg.TrustedProxies, ConfigDump: a.configDump, HeaderSets: cfg.HeaderSets, TracerProvider: a.tracer, Propagator: a.propagator,
 		RegisterLimit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: cfg.RegisterLimit, Window: time.Hour},
-		Descriptors:   a.descStatus,
+		Descriptors:   a.descStatus, EnvoyCounters: rls, AdminKey: cfg.AdminKey,
 	})
 	a.httpSrv = restapi.NewServer(net.JoinHostPort(cfg.BindAddress, strconv.Itoa(cfg.Port)), handler)
 	return nil
@@ -354,7 +356,7 @@ func (a *app) openCounters(ctx context.Context) error {
 	redis.SetLogger(&redisLog{log: a.log})
 	// Concurrent checks share script calls: under load one round trip
 	// decides many requests.
-	counters := algorithms.NewRedisStore(rdb, algorithms.RedisOptions{Coalesce: 4, MaxBatch: 128, TracerProvider: a.tracer})
+	counters := algorithms.NewRedisStore(rdb, algorithms.RedisOptions{Coalesce: 4, MaxBatch: 128, TracerProvider: a.tracer, KeyPrefix: cfg.CacheKeyPrefix})
 	a.goBG("redis close", func(ctx context.Context) error {
 		<-ctx.Done()
 		counters.Close()

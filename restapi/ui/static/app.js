@@ -336,6 +336,17 @@
     return out;
   }
 
+  // limitsOf is every limit of a rule: its rate_limits, or its own one.
+  function limitsOf(r) {
+    if (r.rate_limits && r.rate_limits.length) return r.rate_limits;
+    return [{ algorithm: r.algorithm, limit: r.limit, window: r.window, refill_rate: r.refill_rate, always_count: r.always_count }];
+  }
+
+  // perLimit is a table cell with one line per limit of the rule.
+  function perLimit(limits, attrs, line) {
+    return el('td', attrs, ...limits.map((l, i) => el('div', { class: 'limit-line', 'data-limit': String(i) }, ...line(l))));
+  }
+
   async function loadRules() {
     let rules;
     try {
@@ -346,18 +357,23 @@
     }
     state.rules = rules;
     const body = $('rules').tBodies[0];
-    body.replaceChildren(...rules.map((r) => el('tr', { 'data-rule': r.name, class: state.editing === r.name ? 'editing' : '' },
-      el('td', {}, el('strong', { text: r.name })),
-      el('td', {}, el('span', { class: 'pill ' + r.algorithm, text: r.algorithm })),
-      el('td', { class: 'num', 'data-field': 'limit', text: fmt(r.limit) }),
-      el('td', { class: 'num', text: r.window ? fmt(r.window) + ' s' : '–' }),
-      el('td', { class: 'num', text: r.refill_rate ? String(r.refill_rate) : '–' }),
+    body.replaceChildren(...rules.map((r) => { const limits = limitsOf(r); return el('tr', { 'data-rule': r.name, class: state.editing === r.name ? 'editing' : '' },
+      el('td', {}, el('strong', { text: r.name }),
+        r.rate_limits ? el('span', { class: 'limit-count', text: limits.length + ' limits, all must admit' }) : null),
+      perLimit(limits, {}, (l) => [
+        r.rate_limits ? el('span', { class: 'limit-name', text: l.name || r.name + '[' + limits.indexOf(l) + ']' }) : null,
+        r.rate_limits ? ' ' : null,
+        el('span', { class: 'pill ' + l.algorithm, text: l.algorithm })]),
+      perLimit(limits, { class: 'num', 'data-field': 'limit' }, (l) => [fmt(l.limit), l.always_count ? ' ' : null,
+        l.always_count ? el('span', { class: 'badge always', title: 'counts every hit, even past the limit', text: 'always counts' }) : null]),
+      perLimit(limits, { class: 'num' }, (l) => [l.window ? fmt(l.window) + ' s' : '–']),
+      perLimit(limits, { class: 'num' }, (l) => [l.refill_rate ? String(l.refill_rate) : '–']),
       el('td', {}, ...(r.descriptors && r.descriptors.length
         ? r.descriptors.map((d) => el('span', { class: 'desc-entry', text: d.value ? d.key + '=' + d.value : d.key }))
         : [el('span', { class: 'muted', text: '–' })])),
       el('td', { class: 'actions' },
         el('button', { type: 'button', class: 'btn small', 'data-action': 'edit', text: 'Edit', onclick: () => openRuleForm(r) }),
-        confirmButton('Delete', () => deleteRule(r.name))))));
+        confirmButton('Delete', () => deleteRule(r.name)))); }));
     $('rules-empty').hidden = rules.length > 0;
   }
 
@@ -369,13 +385,17 @@
     $('rule-form-title').textContent = rule ? 'Edit rule ' + rule.name : 'New rule';
     $('rule-submit').textContent = rule ? 'Save changes' : 'Create rule';
     $('rule-name').disabled = !!rule;
+    $('rule-more').replaceChildren();
     if (rule) {
+      const [first, ...more] = limitsOf(rule);
       $('rule-name').value = rule.name;
-      $('rule-algorithm').value = rule.algorithm;
-      $('rule-limit').value = rule.limit;
-      $('rule-window').value = rule.window || '';
-      $('rule-refill').value = rule.refill_rate || '';
+      $('rule-algorithm').value = first.algorithm;
+      $('rule-limit').value = first.limit;
+      $('rule-window').value = first.window || '';
+      $('rule-refill').value = first.refill_rate || '';
+      $('rule-always').checked = !!first.always_count;
       $('rule-descriptors').value = descriptorsText(rule.descriptors);
+      for (const l of more) addLimitRow(l);
     }
     for (const tr of $('rules').tBodies[0].rows) tr.classList.toggle('editing', !!rule && tr.dataset.rule === rule.name);
     form.hidden = false;
@@ -388,16 +408,66 @@
     for (const tr of $('rules').tBodies[0].rows) tr.classList.remove('editing');
   }
 
+  // addLimitRow adds a row for one more limit of the rule (rate_limits),
+  // filled from l when given.
+  function addLimitRow(l) {
+    const more = $('rule-more');
+    const i = more.children.length + 1;
+    const select = el('select', { 'data-field': 'algorithm' },
+      el('option', { value: '', text: 'client default' }),
+      ...['fixed_window', 'sliding_window', 'token_bucket', 'gcra'].map((a) => el('option', { value: a, text: a })));
+    const input = (field, attrs) => el('input', Object.assign({ 'data-field': field }, attrs));
+    const always = input('always_count', { type: 'checkbox' });
+    const row = el('div', { class: 'limit-row', 'data-limit': String(i) },
+      el('label', {}, 'Limit ' + (i + 1) + ' name', input('name', { maxlength: '100', placeholder: 'optional, e.g. daily' })),
+      el('label', {}, 'Algorithm', select),
+      el('label', {}, 'Limit', input('limit', { type: 'number', min: '1', step: '1', required: '', placeholder: '1000' })),
+      el('label', {}, 'Window (s)', input('window', { type: 'number', min: '1', step: '1', placeholder: '86400' })),
+      el('label', {}, 'Refill rate (/s)', input('refill_rate', { type: 'number', min: '0', step: 'any', placeholder: 'token_bucket only' })),
+      el('label', { class: 'check' }, always, 'Always count'),
+      el('button', { type: 'button', class: 'btn small danger', text: 'Remove', onclick: () => { row.remove(); renumberLimitRows(); } }));
+    if (l) {
+      row.querySelector('[data-field="name"]').value = l.name || '';
+      select.value = l.algorithm || '';
+      row.querySelector('[data-field="limit"]').value = l.limit;
+      row.querySelector('[data-field="window"]').value = l.window || '';
+      row.querySelector('[data-field="refill_rate"]').value = l.refill_rate || '';
+      always.checked = !!l.always_count;
+    }
+    more.append(row);
+    more.dataset.count = String(more.children.length);
+    return row;
+  }
+
+  function renumberLimitRows() {
+    const more = $('rule-more');
+    [...more.children].forEach((row, k) => {
+      row.dataset.limit = String(k + 1);
+      row.querySelector('label').firstChild.textContent = 'Limit ' + (k + 2) + ' name';
+    });
+    more.dataset.count = String(more.children.length);
+  }
+
   async function submitRule(ev) {
     ev.preventDefault();
     showError('rule-error', null);
-    const body = {};
-    const alg = $('rule-algorithm').value;
-    if (alg) body.algorithm = alg;
-    const num = (id) => ($(id).value.trim() === '' ? undefined : Number($(id).value));
-    body.limit = num('rule-limit');
-    if (num('rule-window') !== undefined) body.window = num('rule-window');
-    if (num('rule-refill') !== undefined) body.refill_rate = num('rule-refill');
+    const num = (v) => (v.trim() === '' ? undefined : Number(v));
+    const limitOf = (alg, limit, window, refill, always, name) => {
+      const l = {};
+      if (name) l.name = name;
+      if (alg) l.algorithm = alg;
+      l.limit = num(limit);
+      if (num(window) !== undefined) l.window = num(window);
+      if (num(refill) !== undefined) l.refill_rate = num(refill);
+      if (always) l.always_count = true;
+      return l;
+    };
+    const first = limitOf($('rule-algorithm').value, $('rule-limit').value, $('rule-window').value, $('rule-refill').value, $('rule-always').checked);
+    const more = [...$('rule-more').children].map((row) => {
+      const f = (name) => row.querySelector('[data-field="' + name + '"]');
+      return limitOf(f('algorithm').value, f('limit').value, f('window').value, f('refill_rate').value, f('always_count').checked, f('name').value.trim());
+    });
+    const body = more.length ? { rate_limits: [first, ...more] } : first;
     const desc = parseDescriptors($('rule-descriptors').value);
     if (desc.length) body.descriptors = desc;
     const editing = state.editing;
@@ -523,6 +593,7 @@
     });
     $('signout').addEventListener('click', () => signOut());
     $('rule-new').addEventListener('click', () => openRuleForm(null));
+    $('rule-add-limit').addEventListener('click', () => addLimitRow(null).querySelector('input').focus());
     $('rule-cancel').addEventListener('click', closeRuleForm);
     $('rule-form').addEventListener('submit', submitRule);
     $('exemption-form').addEventListener('submit', submitExemption);

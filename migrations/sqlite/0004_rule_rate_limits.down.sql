@@ -1,0 +1,2 @@
+ALTER TABLE rules DROP COLUMN rate_limits;
+ALTER TABLE rules DROP COLUMN always_count;
