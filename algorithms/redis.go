@@ -57,10 +57,10 @@ type RedisOptions struct {
 	// service's CACHE_KEY_PREFIX), so that several deployments can share
 	// one Redis or Cluster. Default "".
 	KeyPrefix string
-	// TracerProvider makes the spans of Redis calls ("redis.check",
+	// Tracer makes the spans of Redis calls ("redis.check",
 	// "redis.batch"; see trace.go), children of the caller's span. Default
 	// nil: no spans, nothing spent on tracing.
-	TracerProvider trace.TracerProvider
+	Tracer trace.Tracer
 }
 
 // RedisStore keeps counters in Redis. One Lua script, run with EVALSHA (EVAL
@@ -104,7 +104,7 @@ func NewRedisStore(rdb redis.UniversalClient, opts RedisOptions) *RedisStore {
 		reset:  redis.NewScript(resetLua),
 		clear:  redis.NewScript(clearLua),
 		opts:   opts,
-		tracer: Tracer(opts.TracerProvider, tracerName),
+		tracer: opts.Tracer,
 	}
 	s.library, s.function = luaLibrary()
 	if cc, ok := rdb.(*redis.ClusterClient); ok {
@@ -310,20 +310,21 @@ func (s *RedisStore) split(reqs []Request, at []int) []part {
 }
 
 // onShard decides a validated batch that one shard holds: through its
-// coalescing workers when there are some, traced when tracing is on.
+// coalescing workers when there are some (the checks that arrive while a
+// script call is in flight leave together in the next one, so under load one
+// round trip decides many callers, and an idle store waits for nothing: a
+// worker takes the first at once), in a span when tracing.
 func (s *RedisStore) onShard(ctx context.Context, sh *shard, reqs []Request) ([]Decision, error) {
-	if s.tracer != nil {
-		return s.tracedCheck(ctx, sh, reqs)
-	}
+	ctx, end := s.traceCheck(ctx, sh, reqs)
+	var ds []Decision
+	var err error
 	if sh.merge != nil {
-		// Hand the batch to a coalescing worker's goroutine: the checks
-		// that arrive while a script call is in flight leave together in
-		// the next one, so under load one round trip decides many callers,
-		// and an idle store waits for nothing (a worker takes the first at
-		// once).
-		return sh.merge.check(ctx, reqs)
+		ds, err = sh.merge.check(ctx, reqs)
+	} else {
+		ds, err = s.decide(ctx, sh, reqs, nil)
 	}
-	return s.decide(ctx, sh, reqs, nil)
+	end(err)
+	return ds, err
 }
 
 // decide runs a validated batch on one shard's master: the requests of

@@ -7,10 +7,9 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 )
 
-// OpenTelemetry spans of the Redis store (RedisOptions.TracerProvider).
+// OpenTelemetry spans of the Redis store (RedisOptions.Tracer).
 //
 // A Redis call gets a span only under a recording span of its caller (the
 // front door's decision span): with tracing off, or for a request the
@@ -33,8 +32,6 @@ import (
 // So every trace shows how long its caller waited and why; the round trip
 // shows once, linked from all the traces it served.
 
-const tracerName = "github.com/throttle-rl/throttle/algorithms"
-
 // Span names and attribute keys of the store's spans.
 const (
 	spanRedisCheck = "redis.check"
@@ -46,38 +43,12 @@ const (
 	attrCoalescedCallers = attribute.Key("throttle.coalesced.callers")
 )
 
-// Tracer returns tp's tracer called name, or nil when tp does not trace
-// (nil, or OpenTelemetry's no-op provider): nil means no span is ever
-// started. The engine and both front doors (restapi, ratelimitsvc) decide
-// "is tracing on" with it.
-func Tracer(tp trace.TracerProvider, name string) trace.Tracer {
-	if tp == nil {
-		return nil
-	}
-	if _, ok := tp.(noop.TracerProvider); ok {
-		return nil
-	}
-	return tp.Tracer(name)
-}
-
-// The attributes of a decision span (throttle.decide), the same on REST and
-// gRPC.
-const (
-	AttrAPI       = attribute.Key("throttle.api")
-	AttrAlgorithm = attribute.Key("throttle.algorithm")
-	AttrHits      = attribute.Key("throttle.hits")
-	AttrAllowed   = attribute.Key("throttle.allowed")
-	AttrDegraded  = attribute.Key("throttle.degraded")
-)
-
-// tracedCheck is onShard for a store with a tracer: reqs are validated and
-// not empty.
-func (s *RedisStore) tracedCheck(ctx context.Context, sh *shard, reqs []Request) ([]Decision, error) {
-	if !trace.SpanFromContext(ctx).IsRecording() {
-		if sh.merge != nil {
-			return sh.merge.check(ctx, reqs)
-		}
-		return s.decide(ctx, sh, reqs, nil)
+// traceCheck starts a call's "redis.check" span, under its caller's span
+// when that one records; it returns the call's context and what ends the
+// span with the call's error. Without a recording span it starts nothing.
+func (s *RedisStore) traceCheck(ctx context.Context, sh *shard, reqs []Request) (context.Context, func(error)) {
+	if s.tracer == nil || !trace.SpanFromContext(ctx).IsRecording() {
+		return ctx, endNothing
 	}
 	coalesced := sh.merge != nil
 	kind := trace.SpanKindClient
@@ -85,20 +56,14 @@ func (s *RedisStore) tracedCheck(ctx context.Context, sh *shard, reqs []Request)
 		kind = trace.SpanKindInternal // the round trip is redis.batch
 	}
 	ctx, span := s.tracer.Start(ctx, spanRedisCheck, trace.WithSpanKind(kind))
-	defer span.End()
 	span.SetAttributes(semconv.DBSystemNameRedis, attrBatchSize.Int(len(reqs)), attrCoalesced.Bool(coalesced))
-	var ds []Decision
-	var err error
-	if coalesced {
-		ds, err = sh.merge.check(ctx, reqs)
-	} else {
-		ds, err = s.decide(ctx, sh, reqs, nil)
+	return ctx, func(err error) {
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End()
 	}
-	if err != nil {
-		span.RecordError(err)
-		span.SetStatus(codes.Error, err.Error())
-	}
-	return ds, err
 }
 
 // endNothing ends no span.

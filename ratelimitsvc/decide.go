@@ -153,6 +153,7 @@ func (s *Server) decide(ctx context.Context, todo []*limited) error {
 		if err != nil {
 			return err
 		}
+		noteDecisions(ctx, reqs, decisions)
 		k := 0 // the decisions come in the order of the requests
 		for _, l := range todo {
 			for i := range l.limits {

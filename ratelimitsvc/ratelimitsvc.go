@@ -148,9 +148,6 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	tr := newTracing(opts.TracerProvider, opts.Propagator)
-	if tr != nil {
-		opts.Limiter = tracedLimiter{opts.Limiter}
-	}
 	return &Server{opts: opts, metrics: m, tracing: tr, domains: map[string]ruleDomain{}}, nil
 }
 

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/stats"
 
 	"github.com/throttle-rl/throttle/algorithms"
+	"github.com/throttle-rl/throttle/internal/telemetry"
 )
 
 // OpenTelemetry tracing of the service (Options.TracerProvider). With it:
@@ -38,7 +39,7 @@ import (
 const tracerName = "github.com/throttle-rl/throttle/ratelimitsvc"
 
 // Attribute keys of the decision span beside the shared ones
-// (algorithms.Attr*).
+// (telemetry.Attr*).
 const (
 	attrDomain      = attribute.Key("throttle.domain")
 	attrDescriptors = attribute.Key("throttle.descriptors")
@@ -58,7 +59,7 @@ type tracing struct {
 // newTracing returns nil when tp is nil or OpenTelemetry's no-op provider.
 // prop defaults to W3C Trace Context.
 func newTracing(tp trace.TracerProvider, prop propagation.TextMapPropagator) *tracing {
-	tracer := algorithms.Tracer(tp, tracerName)
+	tracer := telemetry.Tracer(tp, tracerName)
 	if tracer == nil {
 		return nil
 	}
@@ -79,18 +80,6 @@ func (tr *tracing) statsHandler() stats.Handler {
 	)
 }
 
-// decision is what the engine saw of one traced request: tracedLimiter
-// fills it, tracedServer puts it on the decision span.
-type decision struct {
-	decided    int
-	algorithms []string
-	hits       int64
-	cached     int
-	degraded   bool
-}
-
-type decisionKey struct{}
-
 // tracedServer is the service with a decision span around each request.
 type tracedServer struct {
 	*Server
@@ -103,18 +92,19 @@ func (t *tracedServer) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimit
 	}
 	ctx, span := t.tracer.Start(ctx, "throttle.decide")
 	defer span.End()
-	d := &decision{}
-	resp, err := t.Server.ShouldRateLimit(context.WithValue(ctx, decisionKey{}, d), req)
+	// What the engine decided, noteDecisions sets; these hold when it
+	// decided nothing.
 	span.SetAttributes(
-		algorithms.AttrAPI.String("envoy"),
+		telemetry.AttrAPI.String("envoy"),
 		attrDomain.String(req.GetDomain()),
 		attrDescriptors.Int(len(req.GetDescriptors())),
-		attrDecided.Int(d.decided),
-		algorithms.AttrAlgorithm.String(strings.Join(d.algorithms, ",")),
-		algorithms.AttrHits.Int64(d.hits),
-		attrCached.Int(d.cached),
-		algorithms.AttrDegraded.Bool(d.degraded),
+		attrDecided.Int(0),
+		telemetry.AttrAlgorithm.String(""),
+		telemetry.AttrHits.Int64(0),
+		attrCached.Int(0),
+		telemetry.AttrDegraded.Bool(false),
 	)
+	resp, err := t.Server.ShouldRateLimit(ctx, req)
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
@@ -126,34 +116,32 @@ func (t *tracedServer) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimit
 			over++
 		}
 	}
-	span.SetAttributes(algorithms.AttrAllowed.Bool(resp.GetOverallCode() == rlsv3.RateLimitResponse_OK), attrOverLimit.Int(over))
+	span.SetAttributes(telemetry.AttrAllowed.Bool(resp.GetOverallCode() == rlsv3.RateLimitResponse_OK), attrOverLimit.Int(over))
 	return resp, nil
 }
 
-// tracedLimiter notes the engine's batch and decisions in the request's
-// decision, when it has one.
-type tracedLimiter struct {
-	algorithms.Store
-}
-
-func (l tracedLimiter) Check(ctx context.Context, reqs []algorithms.Request) ([]algorithms.Decision, error) {
-	ds, err := l.Store.Check(ctx, reqs)
-	d, ok := ctx.Value(decisionKey{}).(*decision)
-	if !ok {
-		return ds, err
+// noteDecisions puts what the engine decided for a request on its
+// decision span (throttle.decide), when one is recording.
+func noteDecisions(ctx context.Context, reqs []algorithms.Request, ds []algorithms.Decision) {
+	span := trace.SpanFromContext(ctx)
+	if !span.IsRecording() {
+		return
 	}
-	d.decided += len(reqs)
+	var algs []string
+	var hits int64
 	for _, r := range reqs {
-		d.hits += r.Hits
-		if a := string(r.Limit.Algorithm); !slices.Contains(d.algorithms, a) {
-			d.algorithms = append(d.algorithms, a)
+		hits += r.Hits
+		if a := string(r.Limit.Algorithm); !slices.Contains(algs, a) {
+			algs = append(algs, a)
 		}
 	}
-	for _, dec := range ds {
-		if dec.Cached {
-			d.cached++
+	cached, degraded := 0, false
+	for _, d := range ds {
+		if d.Cached {
+			cached++
 		}
-		d.degraded = d.degraded || dec.Degraded
+		degraded = degraded || d.Degraded
 	}
-	return ds, err
+	span.SetAttributes(attrDecided.Int(len(reqs)), telemetry.AttrAlgorithm.String(strings.Join(algs, ",")),
+		telemetry.AttrHits.Int64(hits), attrCached.Int(cached), telemetry.AttrDegraded.Bool(degraded))
 }

@@ -46,7 +46,7 @@ func withTraceparent(ctx context.Context, n int) (context.Context, string, strin
 func TestTracingSpans(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	redisStore := algorithms.NewRedisStore(redistest.NewClient(t, redistest.SharedURL(t)), algorithms.RedisOptions{TracerProvider: tp})
+	redisStore := algorithms.NewRedisStore(redistest.NewClient(t, redistest.SharedURL(t)), algorithms.RedisOptions{Tracer: tp.Tracer("github.com/throttle-rl/throttle/algorithms")})
 	cache, err := algorithms.NewOverLimitCache(redisStore, algorithms.OverLimitCacheOptions{MaxBytes: 1 << 20})
 	if err != nil {
 		t.Fatal(err)

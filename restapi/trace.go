@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/throttle-rl/throttle/algorithms"
+	"github.com/throttle-rl/throttle/internal/telemetry"
 )
 
 // OpenTelemetry tracing of the REST API (Deps.TracerProvider). With it:
@@ -29,7 +30,7 @@ import (
 
 const tracerName = "github.com/throttle-rl/throttle/restapi"
 
-// Attribute keys beside the decision span's shared ones (algorithms.Attr*).
+// Attribute keys beside the decision span's shared ones (telemetry.Attr*).
 const (
 	attrClientID  = attribute.Key("throttle.client_id")
 	attrRequestID = attribute.Key("throttle.request_id")
@@ -44,7 +45,7 @@ type tracing struct {
 // newTracing returns nil when tp is nil or OpenTelemetry's no-op provider.
 // prop defaults to W3C Trace Context.
 func newTracing(tp trace.TracerProvider, prop propagation.TextMapPropagator) *tracing {
-	tracer := algorithms.Tracer(tp, tracerName)
+	tracer := telemetry.Tracer(tp, tracerName)
 	if tracer == nil {
 		return nil
 	}
@@ -130,9 +131,9 @@ func (l *tracedLimiter) Check(ctx context.Context, reqs []algorithms.Request) ([
 	for _, r := range reqs {
 		hits += r.Hits
 	}
-	span.SetAttributes(algorithms.AttrAPI.String("rest"), attrClientID.String(clientFrom(ctx).ID), algorithms.AttrHits.Int64(hits))
+	span.SetAttributes(telemetry.AttrAPI.String("rest"), attrClientID.String(clientFrom(ctx).ID), telemetry.AttrHits.Int64(hits))
 	if len(reqs) == 1 {
-		span.SetAttributes(algorithms.AttrAlgorithm.String(string(reqs[0].Limit.Algorithm)))
+		span.SetAttributes(telemetry.AttrAlgorithm.String(string(reqs[0].Limit.Algorithm)))
 	}
 	if err != nil {
 		span.RecordError(err)
@@ -144,6 +145,6 @@ func (l *tracedLimiter) Check(ctx context.Context, reqs []algorithms.Request) ([
 		allowed = allowed && d.Allowed
 		degraded = degraded || d.Degraded
 	}
-	span.SetAttributes(algorithms.AttrAllowed.Bool(allowed), algorithms.AttrDegraded.Bool(degraded))
+	span.SetAttributes(telemetry.AttrAllowed.Bool(allowed), telemetry.AttrDegraded.Bool(degraded))
 	return ds, err
 }

@@ -39,7 +39,7 @@ func TestTracingSpans(t *testing.T) {
 		e := newEnv(t, b, func(d *Deps) {
 			d.TracerProvider = tp
 			if b.limiter == "redis" {
-				d.Limiter = algorithms.NewRedisStore(redisClient(t), algorithms.RedisOptions{Now: testClock, TracerProvider: tp})
+				d.Limiter = algorithms.NewRedisStore(redisClient(t), algorithms.RedisOptions{Now: testClock, Tracer: tp.Tracer("github.com/throttle-rl/throttle/algorithms")})
 			}
 		})
 		c := e.register(t, "traced")

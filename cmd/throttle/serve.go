@@ -23,6 +23,7 @@ import (
 
 	"github.com/throttle-rl/throttle/algorithms"
 	"github.com/throttle-rl/throttle/descriptors"
+	"github.com/throttle-rl/throttle/internal/telemetry"
 	"github.com/throttle-rl/throttle/ratelimitsvc"
 	"github.com/throttle-rl/throttle/restapi"
 	"github.com/throttle-rl/throttle/store"
@@ -356,7 +357,8 @@ func (a *app) openCounters(ctx context.Context) error {
 	redis.SetLogger(&redisLog{log: a.log})
 	// Concurrent checks share script calls: under load one round trip
 	// decides many requests.
-	counters := algorithms.NewRedisStore(rdb, algorithms.RedisOptions{Coalesce: 4, MaxBatch: 128, TracerProvider: a.tracer, KeyPrefix: cfg.CacheKeyPrefix})
+	counters := algorithms.NewRedisStore(rdb, algorithms.RedisOptions{Coalesce: 4, MaxBatch: 128, KeyPrefix: cfg.CacheKeyPrefix,
+		Tracer: telemetry.Tracer(a.tracer, "github.com/throttle-rl/throttle/algorithms")})
 	a.goBG("redis close", func(ctx context.Context) error {
 		<-ctx.Done()
 		counters.Close()
