@@ -310,8 +310,12 @@ config:
   otelServiceName: throttle-edge
   otelTracesSampler: parentbased_traceidratio
   otelTracesSamplerArg: "0.25"
+  cacheKeyPrefix: "edge:"
+  countRejectedHits: true
+  maxDescriptorsPerRequest: 32
+  maxDescriptorEntries: 16
+adminKey: {value: operator-key-0123456789}
 extraEnv:
-  - {name: CACHE_KEY_PREFIX, value: "edge:"}
   - {name: GOGC, value: "200"}
   - name: OTEL_EXPORTER_OTLP_HEADERS
     valueFrom: {secretKeyRef: {name: tracing, key: headers}}

@@ -57,6 +57,10 @@ func TestBadValues(t *testing.T) {
 		{"unknown Envoy header mode", input{values: "istio: {envoyFilter: {enableXRatelimitHeaders: DRAFT_VERSION_99}}"}, []string{"/istio/envoyFilter/enableXRatelimitHeaders"}},
 		{"no rate-limit actions", input{values: "istio: {envoyFilter: {rateLimits: []}}"}, []string{"/istio/envoyFilter/rateLimits"}},
 		{"ServiceMonitor interval", input{values: "serviceMonitor: {interval: 30 seconds}"}, []string{"/serviceMonitor/interval"}},
+		{"operator key of a client", input{set: []string{"adminKey.value=thr_0123456789abcdef"}}, []string{"/adminKey/value"}},
+		{"operator key too short", input{set: []string{"adminKey.value=short"}}, []string{"/adminKey/value"}},
+		{"key prefix with a hash tag", input{set: []string{"config.cacheKeyPrefix=a{b}"}}, []string{"/config/cacheKeyPrefix"}},
+		{"extraEnv repeats the operator key", input{values: "extraEnv: [{name: ADMIN_API_KEY, value: operator-key-0123456789}]"}, []string{"extraEnv[0] sets ADMIN_API_KEY", "adminKey"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -134,6 +134,11 @@ when counters stay in memory. Forms (README, "Production: Redis and PostgreSQL")
 {{- if and (not .Values.database.existingSecret.name) .Values.database.url }}true{{ end }}
 {{- end }}
 
+{{/* "true" when ADMIN_API_KEY comes from the chart's Secret. */}}
+{{- define "throttle.adminKeyInSecret" -}}
+{{- if and (not .Values.adminKey.existingSecret.name) .Values.adminKey.value }}true{{ end }}
+{{- end }}
+
 {{/* throttle.configEnv: the environment variable of a config key, SCREAMING_SNAKE_CASE. */}}
 {{- define "throttle.configEnv" -}}
 {{- . | snakecase | upper }}
