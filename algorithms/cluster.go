@@ -44,9 +44,9 @@ var errNoMaster = errors.New("CLUSTERDOWN: no master serves the slot")
 type shard struct {
 	name   string
 	client redis.Cmdable // nil: the slot has no master (errNoMaster)
-	// lua is how this master runs the engine: luaUnknown until the first
-	// call loads the library; luaFunction (FCALL), or luaEval (EVALSHA:
-	// Redis 6, or FUNCTION LOAD refused).
+	// lua is how this master runs the engine: luaUnknown until a call
+	// told; luaFunction (FCALL, the library loaded when it was missing), or
+	// luaEval (EVALSHA: Redis 6, or FUNCTION LOAD refused).
 	lua   atomic.Int32
 	ping  func(context.Context) error
 	merge *coalescer // nil unless RedisOptions.Coalesce

@@ -117,9 +117,15 @@ func TestGuardClusterFailover(t *testing.T) {
 	}
 
 	// Replication is asynchronous: a failover can lose the last writes.
-	// Here the replica has them all before the kill.
-	if n, err := m0.Do(ctx, "WAIT", 1, 5000).Int(); err != nil || n != 1 {
-		t.Fatalf("WAIT for the replica: %d, %v", n, err)
+	// Here the replica has them all before the kill: its offset reaches the
+	// master's (WAIT would only wait for this connection's writes).
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if replOffset(t, m0, "master_repl_offset") == replOffset(t, rc, "slave_repl_offset") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the replica did not catch up with master 0 within 10s")
+		}
 	}
 	masters[0].Stop()
 	killed := time.Now()
@@ -205,4 +211,20 @@ func TestClusterAllOrNothingAcrossMasters(t *testing.T) {
 			t.Errorf("%s: the ip limit after 4 requests, 3 of them void: %+v %v, want 99 left", wide.Algorithm, ds, err)
 		}
 	}
+}
+
+// replOffset reads a replication offset from INFO replication.
+func replOffset(t *testing.T, c *redis.Client, field string) string {
+	t.Helper()
+	info, err := c.Info(context.Background(), "replication").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+			return v
+		}
+	}
+	t.Fatalf("INFO replication has no %s:\n%s", field, info)
+	return ""
 }

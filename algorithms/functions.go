@@ -21,7 +21,7 @@ import (
 // evalCall ends the script form of the code.
 const evalCall = "\nreturn batch(KEYS, ARGV)\n"
 
-// How a master runs the engine (shard.lua).
+// How a master runs the engine (shard.lua): luaUnknown until a call told.
 const (
 	luaUnknown int32 = iota
 	luaFunction
@@ -42,21 +42,27 @@ func luaLibrary() (code, function string) {
 }
 
 // runBatch runs the engine on sh's master: FCALL, loading the library
-// first when this master has not got it (a new master, a restart without
-// persistence, FUNCTION FLUSH); EVALSHA where functions cannot be loaded.
+// first when the master has not got it (a new master, a restart without
+// persistence, FUNCTION FLUSH); EVALSHA where functions cannot be loaded or
+// called (Redis 6).
 func (s *RedisStore) runBatch(ctx context.Context, sh *shard, keys []string, args []any) *redis.Cmd {
-	if sh.lua.Load() == luaUnknown {
-		s.loadLibrary(ctx, sh)
-	}
-	if sh.lua.Load() != luaFunction {
+	if sh.lua.Load() == luaEval {
 		return s.script.Run(ctx, sh.client, keys, args...)
 	}
 	cmd := sh.client.FCall(ctx, s.function, keys, args...)
-	if isNoFunction(cmd.Err()) {
+	err := cmd.Err()
+	switch {
+	case isNoFunction(err):
 		s.loadLibrary(ctx, sh)
-		if sh.lua.Load() == luaFunction {
-			cmd = sh.client.FCall(ctx, s.function, keys, args...)
+		if sh.lua.Load() == luaEval {
+			return s.script.Run(ctx, sh.client, keys, args...)
 		}
+		return sh.client.FCall(ctx, s.function, keys, args...)
+	case isUnknownCommand(err):
+		sh.lua.Store(luaEval)
+		return s.script.Run(ctx, sh.client, keys, args...)
+	case err == nil || errors.Is(err, redis.Nil):
+		sh.lua.Store(luaFunction)
 	}
 	return cmd
 }
@@ -73,6 +79,12 @@ func (s *RedisStore) loadLibrary(ctx context.Context, sh *shard) {
 	case errors.As(err, &re) && !isRedirect(err) && !strings.HasPrefix(err.Error(), "LOADING") && !strings.HasPrefix(err.Error(), "CLUSTERDOWN"):
 		sh.lua.Store(luaEval)
 	}
+}
+
+// isUnknownCommand reports whether err says the server has no such command
+// (FCALL before Redis 7).
+func isUnknownCommand(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "ERR unknown command")
 }
 
 // isNoFunction reports whether err says the master has no such function.

@@ -21,7 +21,7 @@ func TestRedisKeysExpire(t *testing.T) {
 		{Key: Key{scope, "ttl", ""}, Limit: Limit{Algorithm: FixedWindow, Limit: 5, Window: 100 * time.Millisecond}, Hits: 1},
 		{Key: Key{scope, "ttl", ""}, Limit: Limit{Algorithm: SlidingWindow, Limit: 5, Window: 100 * time.Millisecond}, Hits: 1},
 		{Key: Key{scope, "ttl", ""}, Limit: Limit{Algorithm: TokenBucket, Limit: 2, RefillRate: 20}, Hits: 2},
-		{Key: Key{scope, "ttl", ""}, Limit: Limit{Algorithm: GCRA, Limit: 4, Window: 100 * time.Millisecond}, Hits: 3},
+		{Key: Key{scope, "ttl", ""}, Limit: Limit{Algorithm: GCRA, Limit: 4, Window: time.Second}, Hits: 3},
 	}
 	if _, err := s.Check(ctx, reqs); err != nil {
 		t.Fatal(err)
@@ -43,7 +43,7 @@ func TestRedisKeysExpire(t *testing.T) {
 	}
 	// The sliding window needs its count until the end of the next window:
 	// at most 200 ms; the token bucket is full again after 100 ms, and the
-	// GCRA's TAT is 75 ms ahead.
+	// GCRA's TAT is 750 ms ahead.
 	time.Sleep(1200 * time.Millisecond)
 	n, err := rdb.Exists(ctx, keys...).Result()
 	if err != nil {
