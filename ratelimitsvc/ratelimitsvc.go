@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"math"
 	"strconv"
-	"sync"
 	"time"
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -26,6 +25,7 @@ import (
 	"github.com/throttle-rl/throttle/algorithms"
 	"github.com/throttle-rl/throttle/descriptors"
 	"github.com/throttle-rl/throttle/internal/ratelimitheader"
+	"github.com/throttle-rl/throttle/internal/ruledomain"
 )
 
 // Options configures a Server.
@@ -91,8 +91,7 @@ type Server struct {
 	metrics *metrics
 	tracing *tracing // nil: tracing off
 
-	mu      sync.Mutex
-	domains map[string]ruleDomain // client id → domain built from its rules
+	rules *ruledomain.Cache // domains built from REST clients' descriptor rules
 }
 
 // New returns a Server.
@@ -117,7 +116,7 @@ func New(opts Options) (*Server, error) {
 	if tr != nil {
 		opts.Limiter = tracedLimiter{opts.Limiter}
 	}
-	return &Server{opts: opts, metrics: m, tracing: tr, domains: map[string]ruleDomain{}}, nil
+	return &Server{opts: opts, metrics: m, tracing: tr, rules: ruledomain.New(opts.Rules, opts.Log)}, nil
 }
 
 // limited is one request descriptor's limit, ready for the engine.
