@@ -166,7 +166,12 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer) error {
 	if err != nil {
 		return err
 	}
+	quota, err := newQuota(cfg, current, cache, log, reg, goBG)
+	if err != nil {
+		return err
+	}
 	grpcSrv, health := ratelimitsvc.NewGRPCServer(rls)
+	quota.Register(grpcSrv, health)
 	handler := restapi.NewHandler(restapi.Deps{
 		Log: log, DB: db, Cache: cache, Usage: usage, Limiter: limiter, Registerer: reg, Gatherer: reg,
 		TrustedProxies: cfg.TrustedProxies, ConfigDump: configDump, HeaderSets: cfg.HeaderSets, TracerProvider: tracer, Propagator: propagator,
@@ -220,6 +225,7 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer) error {
 	}
 
 	health.Shutdown() // gRPC health NOT_SERVING: Envoy stops sending
+	quota.Stop()      // RLQS streams end (GracefulStop would wait for them); Envoys reconnect elsewhere
 	shutCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
 	var sd sync.WaitGroup
