@@ -2,6 +2,9 @@ package quotasvc
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
+	"sort"
 	"strconv"
 	"time"
 
@@ -24,6 +27,28 @@ type group struct {
 	// last is the last allocation the usage store gave, for when it fails.
 	last   *allocation
 	lastAt time.Time
+}
+
+// newcomers returns the grants of g's buckets that allocation a (nil: none
+// yet) does not count: the k-th of them by instance id gets newcomer's k-th
+// grant. s.mu is held.
+func (s *Server) newcomers(g *group, a *allocation) map[*sub]grant {
+	var missing []*sub
+	for b := range g.subs {
+		if _, ok := a.grantOf(b.instance); !ok {
+			missing = append(missing, b)
+		}
+	}
+	sort.Slice(missing, func(i, j int) bool { return missing[i].instance < missing[j].instance })
+	n := len(g.subs) - len(missing)
+	if a != nil {
+		n = len(a.grants)
+	}
+	out := make(map[*sub]grant, len(missing))
+	for k, b := range missing {
+		out[b] = newcomer(g.quota, s.opts.Interval, n, k)
+	}
+	return out
 }
 
 // plan maps b to what its match says, joining the group of its limit when
@@ -101,11 +126,7 @@ func (s *Server) firstStrategy(b *sub) *typev3.RateLimitStrategy {
 	if b.group == nil {
 		return blanketFor(b.kind)
 	}
-	n := len(b.group.subs) - 1
-	if a := b.group.last; a != nil {
-		n = len(a.grants)
-	}
-	return tokenBucket(newcomer(b.group.quota, s.opts.Interval, n))
+	return tokenBucket(s.newcomers(b.group, b.group.last)[b])
 }
 
 // blanketFor is the blanket rule of a kind that shares nothing.
@@ -200,6 +221,10 @@ func (s *Server) assign(ctx context.Context, epoch int64, now time.Time) {
 			a = allocs[i]
 			g.last, g.lastAt = a, now
 		}
+		var late map[*sub]grant // subscribed after the allocation was made
+		if a != nil {
+			late = s.newcomers(g, a)
+		}
 		for b := range g.subs {
 			var strategy *typev3.RateLimitStrategy
 			switch {
@@ -209,8 +234,8 @@ func (s *Server) assign(ctx context.Context, epoch int64, now time.Time) {
 				strategy = blanketFor("no_limit")
 			default:
 				gr, ok := a.grants[b.instance]
-				if !ok { // subscribed after the allocation was made
-					gr = newcomer(g.quota, s.opts.Interval, len(a.grants))
+				if !ok {
+					gr = late[b]
 				}
 				strategy = tokenBucket(gr)
 				assigned[g.domain] += gr.rate()
@@ -258,6 +283,9 @@ func (s *Server) allocations(ctx context.Context, epoch int64, groups []*group, 
 		}
 		a := allocate(groups[i].quota, s.opts.Interval, epoch, l.demands)
 		allocs[i] = &a
+		if s.opts.Log.Enabled(ctx, slog.LevelDebug) {
+			s.opts.Log.DebugContext(ctx, "RLQS allocation", "group", groups[i].key, "epoch", epoch, "demands", fmt.Sprint(l.demands), "allocation", a.encode())
+		}
 		saves = append(saves, groupSave{group: groups[i].key, epoch: epoch, alloc: a.encode()})
 		saved = append(saved, i)
 	}

@@ -3,6 +3,7 @@ package quotasvc_test
 import (
 	"context"
 	"maps"
+	"math"
 	"sort"
 	"strings"
 	"sync"
@@ -69,6 +70,7 @@ type dataPlane struct {
 	assigned    []time.Time // when each response with an assignment came
 	responses   []*rlqsv3.RateLimitQuotaResponse
 	closedErrs  []error
+	closedAt    []time.Time
 }
 
 type dpBucket struct {
@@ -80,6 +82,14 @@ type dpBucket struct {
 	fallback        *typev3.RateLimitStrategy
 	fallbackUntil   time.Time
 	tb              *localBucket
+	history         []assigned // every assignment received
+}
+
+// assigned is an assignment as received: when, and its rate (requests per
+// second; +Inf allows all).
+type assigned struct {
+	at   time.Time
+	rate float64
 }
 
 func newDataPlane(t testing.TB, domain string, interval time.Duration, addrs ...string) *dataPlane {
@@ -92,13 +102,15 @@ func newDataPlane(t testing.TB, domain string, interval time.Duration, addrs ...
 	return d
 }
 
+// close stops reporting and closes the streams; it may be called again.
 func (d *dataPlane) close() {
 	d.cancel()
 	d.wg.Wait()
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	for _, c := range d.conns {
+	for addr, c := range d.conns {
 		c.Close()
+		delete(d.conns, addr)
 	}
 }
 
@@ -115,9 +127,10 @@ func bucketKeyOf(id map[string]string) string {
 	return b.String()
 }
 
-// request decides one request matched into bucket id, as the filter does.
-func (d *dataPlane) request(id map[string]string) bool {
-	now := time.Now()
+// request decides one request matched into bucket id, arriving at now, as
+// the filter does. (The simulation passes each request's scheduled time: a
+// driver that runs late must not see the tokens of its own delay.)
+func (d *dataPlane) request(id map[string]string, now time.Time) bool {
 	d.mu.Lock()
 	key := bucketKeyOf(id)
 	b := d.buckets[key]
@@ -283,6 +296,7 @@ func (d *dataPlane) dropStream(s rlqsv3.RateLimitQuotaService_StreamRateLimitQuo
 	if d.stream == s {
 		d.stream = nil
 		d.closedErrs = append(d.closedErrs, err)
+		d.closedAt = append(d.closedAt, time.Now())
 	}
 }
 
@@ -320,6 +334,7 @@ func (d *dataPlane) receive(s rlqsv3.RateLimitQuotaService_StreamRateLimitQuotas
 			if st.GetTokenBucket() != nil && (b.active.GetTokenBucket() == nil || !proto.Equal(b.active.GetTokenBucket(), st.GetTokenBucket())) {
 				b.tb = replaceBucket(b.tb, st)
 			}
+			b.history = append(b.history, assigned{at: now, rate: strategyRate(st)})
 			b.active, b.expires = st, time.Time{}
 			if ttl := qa.GetAssignmentTimeToLive(); ttl != nil {
 				b.expires = now.Add(time.Duration(ttl.GetSeconds()) * time.Second)
@@ -368,6 +383,9 @@ func replaceBucket(old *localBucket, s *typev3.RateLimitStrategy) *localBucket {
 }
 
 func (b *localBucket) refill(now time.Time) {
+	if now.Before(b.at) {
+		return
+	}
 	b.tokens = min(b.max, b.tokens+now.Sub(b.at).Seconds()*b.rate)
 	b.at = now
 }
@@ -381,6 +399,35 @@ func (b *localBucket) take(now time.Time) bool {
 	return false
 }
 
+// strategyRate is what a strategy admits per second.
+func strategyRate(s *typev3.RateLimitStrategy) float64 {
+	if tb := s.GetTokenBucket(); tb != nil {
+		return float64(tb.GetTokensPerFill().GetValue()) / float64(max(tb.GetFillInterval().GetSeconds(), 1))
+	}
+	if s.GetBlanketRule() == typev3.RateLimitStrategy_DENY_ALL {
+		return 0
+	}
+	return math.Inf(1)
+}
+
+// assignments returns the assignments bucket id received.
+func (d *dataPlane) assignments(id map[string]string) []assigned {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if b := d.buckets[bucketKeyOf(id)]; b != nil {
+		return append([]assigned(nil), b.history...)
+	}
+	return nil
+}
+
+// setAddrs changes the replicas the next streams go to (a load balancer
+// learning that one is gone).
+func (d *dataPlane) setAddrs(addrs ...string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.addrs, d.next = addrs, 0
+}
+
 // active returns the active strategy of bucket id (nil: none).
 func (d *dataPlane) active(id map[string]string) *typev3.RateLimitStrategy {
 	d.mu.Lock()
@@ -389,6 +436,28 @@ func (d *dataPlane) active(id map[string]string) *typev3.RateLimitStrategy {
 		return b.active
 	}
 	return nil
+}
+
+// reconnects returns, for each stream after the first, how long after the
+// previous one closed it opened, and how long after it opened the first
+// assignment came (-1: none).
+func (d *dataPlane) reconnects() (gaps, firstAssignment []time.Duration) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for k := 1; k < len(d.opened); k++ {
+		if k-1 < len(d.closedAt) {
+			gaps = append(gaps, d.opened[k].Sub(d.closedAt[k-1]))
+		}
+		first := time.Duration(-1)
+		for _, at := range d.assigned {
+			if !at.Before(d.opened[k]) {
+				first = at.Sub(d.opened[k])
+				break
+			}
+		}
+		firstAssignment = append(firstAssignment, first)
+	}
+	return gaps, firstAssignment
 }
 
 // hasBucket reports whether the data plane tracks bucket id.

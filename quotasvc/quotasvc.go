@@ -156,9 +156,34 @@ func (s *Server) Register(g *grpc.Server, h *health.Server) {
 // Stop ends every stream, and refuses new ones, with UNAVAILABLE: a gRPC
 // server's GracefulStop waits for streams, which an RLQS client never ends.
 // Instances keep their assignments until they expire, and reconnect (to
-// any replica) at their next report.
+// any replica) at their next report, which replaces them. Their demands
+// are kept for one more interval only, not until their assignments could
+// expire: the other replicas count them again once they have reconnected.
 func (s *Server) Stop() {
-	s.stopOnce.Do(func() { close(s.stopping) })
+	s.stopOnce.Do(func() {
+		s.release()
+		close(s.stopping)
+	})
+}
+
+// release shortens the life of this replica's demands to one interval.
+func (s *Server) release() {
+	s.mu.Lock()
+	var ds []demandWrite
+	for _, g := range s.groups {
+		for b := range g.subs {
+			ds = append(ds, demandWrite{group: g.key, demand: demand{instance: b.instance, rate: b.rate}})
+		}
+	}
+	s.mu.Unlock()
+	if len(ds) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	defer cancel()
+	if err := s.usage.write(ctx, ds, s.opts.Interval); err != nil {
+		s.metrics.storeErrors.WithLabelValues("write").Inc()
+	}
 }
 
 // Run reassigns every bucket's share at each multiple of Interval until ctx

@@ -73,7 +73,7 @@ func (r *redisUsage) ttlArgs() (entry, key int64) {
 	return entry, 2*entry + r.allocTTL.Milliseconds()
 }
 
-func (r *redisUsage) write(ctx context.Context, ds []demandWrite) error {
+func (r *redisUsage) write(ctx context.Context, ds []demandWrite, ttl time.Duration) error {
 	byGroup := map[string][]demand{}
 	var order []string
 	for _, d := range ds {
@@ -83,6 +83,9 @@ func (r *redisUsage) write(ctx context.Context, ds []demandWrite) error {
 		byGroup[d.group] = append(byGroup[d.group], d.demand)
 	}
 	entry, keyTTL := r.ttlArgs()
+	if ttl > 0 {
+		entry = ttl.Milliseconds()
+	}
 	_, err := r.pipeline(ctx, r.writeS, len(order), func(i int) ([]string, []any) {
 		args := []any{entry, keyTTL}
 		return []string{order[i] + ":d"}, appendDemands(args, byGroup[order[i]])

@@ -18,7 +18,7 @@ type quota struct {
 	rate float64
 	// capacity is the tokens all instances hold together at most (token
 	// bucket, GCRA: the limit); 0 for the window algorithms, whose instances
-	// each hold one fill or one interval of their rate, whichever is more.
+	// each hold one interval of their rate.
 	capacity float64
 	// window is the limit's window: no fill is longer (unless shorter than
 	// a second), so the window algorithms' buckets hold at most a window's
@@ -71,6 +71,15 @@ type allocation struct {
 	grants map[string]grant
 }
 
+// grantOf returns instance's grant; a may be nil (no allocation).
+func (a *allocation) grantOf(instance string) (grant, bool) {
+	if a == nil {
+		return grant{}, false
+	}
+	g, ok := a.grants[instance]
+	return g, ok
+}
+
 // weights are the instances' claims: their demand, at least the floor
 // (floorShare of an equal share), the floor when not known.
 func weights(q quota, ds []demand) []float64 {
@@ -118,12 +127,14 @@ func allocate(q quota, interval time.Duration, epoch int64, ds []demand) allocat
 	return a
 }
 
-// newcomer is the grant of an instance that is not in the allocation of n
-// instances yet: the floor, until the next allocation counts it. It comes on
-// top of the allocation, so the instances hold up to floorShare/(n+1) of the
-// limit more until then.
-func newcomer(q quota, interval time.Duration, n int) grant {
-	rate := floorShare * q.rate / float64(n+1)
+// newcomer is the grant of the k-th instance (from 0) to join an
+// allocation of n instances, until the next allocation counts it: half the
+// floor of n+1 instances, halved again for each newcomer before it. It comes
+// on top of the allocation, so that all the newcomers of one epoch on one
+// replica hold at most floorShare/(n+1) of the limit more than it, however
+// many arrive at once (a cold start, a replica's Envoys reconnecting).
+func newcomer(q quota, interval time.Duration, n, k int) grant {
+	rate := floorShare * q.rate / float64(n+1) / math.Pow(2, float64(k+1))
 	if !(rate > 0) {
 		return grant{fill: maxFill, max: 1}
 	}
@@ -133,21 +144,22 @@ func newcomer(q quota, interval time.Duration, n int) grant {
 	}
 	g.tokens = clampUint32(uint64(math.Floor(rate * g.fill.Seconds())))
 	if q.capacity > 0 {
-		g.max = clampUint32(max(uint64(math.Floor(floorShare*q.capacity/float64(n+1))), 1))
+		g.max = clampUint32(max(uint64(math.Floor(q.capacity*rate/q.rate)), 1))
 	} else {
 		g.max = windowMax(g, interval, q.window)
 	}
 	return g
 }
 
-// windowMax is the bucket size of a window limit's grant: one fill, or one
-// interval of its rate (at most a window's) when that is more; at least 1.
+// windowMax is the bucket size of a window limit's grant: one interval of
+// its rate (at most a window's), at least 1. It may be less than a fill:
+// Envoy refills continuously, so a bucket smaller than a fill still gets
+// the whole rate, and bursts stay small when shares move.
 func windowMax(g grant, interval, window time.Duration) uint32 {
 	if window > 0 {
 		interval = min(interval, window)
 	}
-	perInterval := math.Floor(g.rate() * interval.Seconds())
-	return clampUint32(max(uint64(g.tokens), uint64(min(perInterval, math.MaxUint32)), 1))
+	return clampUint32(uint64(max(math.Floor(min(g.rate()*interval.Seconds(), math.MaxUint32)), 1)))
 }
 
 // fillInterval is the whole seconds in which n instances sharing q get

@@ -124,8 +124,8 @@ func TestAllocateNeverExceedsTheLimit(t *testing.T) {
 			}
 			rate += g.rate()
 			capacity += float64(g.max)
-			if q.capacity == 0 && g.tokens > 0 && g.max < g.tokens {
-				t.Fatalf("trial %d: bucket of %d holds less than a fill of %d", trial, g.max, g.tokens)
+			if q.capacity == 0 && g.tokens > 0 && float64(g.max) > max(1, g.rate()*0.5) {
+				t.Fatalf("trial %d: window bucket of %d holds more than an interval (0.5 s) of %v/s", trial, g.max, g.rate())
 			}
 		}
 		if rate > q.rate*(1+1e-9) {
@@ -155,28 +155,51 @@ func TestAllocateBuckets(t *testing.T) {
 	if diff := cmp.Diff(want, a.grants, cmp.AllowUnexported(grant{})); diff != "" {
 		t.Errorf("token bucket grants (-want +got):\n%s", diff)
 	}
-	// A window limit's bucket holds one fill, or one interval of its rate
-	// when the interval is longer.
-	a = allocate(quota{rate: 100}, 3*time.Second, 1, demands(50, 50))
-	if g := a.grants["i00"]; g.tokens != 50 || g.max != 150 {
-		t.Errorf("window grant = %+v, want 50 per fill, 150 held (3 s of 50/s)", g)
+	// A window limit's bucket holds one interval of its rate, at most a
+	// window's.
+	a = allocate(quota{rate: 100, window: 2 * time.Second}, 500*time.Millisecond, 1, demands(50, 50))
+	if g := a.grants["i00"]; g.tokens != 50 || g.max != 25 {
+		t.Errorf("window grant = %+v, want 50 per 1 s fill, 25 held (0.5 s of 50/s)", g)
+	}
+	a = allocate(quota{rate: 100, window: 2 * time.Second}, 3*time.Second, 1, demands(50, 50))
+	if g := a.grants["i00"]; g.tokens != 50 || g.max != 100 {
+		t.Errorf("window grant = %+v, want 50 per 1 s fill, 100 held (the 2 s window of 50/s)", g)
 	}
 }
 
 func TestNewcomer(t *testing.T) {
-	// Four instances in the split: the fifth gets the floor of a fifth.
-	g := newcomer(quota{rate: 1000}, time.Second, 4)
-	if g.fill != time.Second || g.tokens != 10 || g.max != 10 {
-		t.Errorf("newcomer = %+v, want 10 per 1s fill", g)
+	q := quota{rate: 1000, window: time.Second}
+	tests := []struct {
+		name string
+		q    quota
+		n, k int
+		want grant
+	}{
+		// Four instances in the split: the first newcomer gets half the
+		// floor of five, 0.05 × 1000/5 / 2; the next one half of that.
+		{"first", q, 4, 0, grant{fill: time.Second, tokens: 5, max: 5}},
+		{"second", q, 4, 1, grant{fill: time.Second, tokens: 2, max: 2}},
+		// 10 per hour, alone: a token every 4 hours, a fill longer than
+		// the window.
+		{"slow", quota{rate: 10.0 / 3600, window: time.Hour}, 0, 0, grant{fill: 14400 * time.Second, tokens: 1, max: 1}},
+		// A token bucket: the same part of the capacity as of the rate.
+		{"token bucket", quota{rate: 100, capacity: 1000, window: 10 * time.Second}, 1, 0, grant{fill: time.Second, tokens: 1, max: 12}},
 	}
-	// 10 per hour, alone: 0.05 × 10/3600 per second is a token every 2
-	// hours, a fill longer than the window (and a bucket of 1).
-	g = newcomer(quota{rate: 10.0 / 3600, window: time.Hour}, time.Second, 0)
-	if g.tokens != 1 || g.fill != 7200*time.Second {
-		t.Errorf("slow newcomer = %+v, want 1 token per 7200 s", g)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := newcomer(tt.q, time.Second, tt.n, tt.k); got != tt.want {
+				t.Errorf("newcomer(%d, %d) = %+v, want %+v", tt.n, tt.k, got, tt.want)
+			}
+		})
 	}
-	if g := newcomer(quota{rate: 100, capacity: 1000}, time.Second, 1); g.max != 25 {
-		t.Errorf("token-bucket newcomer holds %d, want 25 (floor share of the capacity)", g.max)
+	// However many arrive at once, the newcomers hold at most half the floor
+	// more than the allocation, 0.05 × 1000/5 / 2 … → at most 10/s.
+	var sum float64
+	for k := range 50 {
+		sum += newcomer(q, time.Second, 4, k).rate()
+	}
+	if sum > 10 {
+		t.Errorf("50 newcomers hold %v/s, want at most 10/s", sum)
 	}
 }
 

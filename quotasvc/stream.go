@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"maps"
+	"math"
 	"runtime/debug"
 	"sort"
 	"time"
@@ -47,11 +48,13 @@ type sub struct {
 	kind     string // what it maps to: shared, no_limit, unlimited, shadow, deny
 	group    *group // the limit it shares; nil unless kind is shared
 
-	// The demand: requests (allowed and denied) per second over at least
-	// half an interval of reports; negative until known.
+	// The demand: requests (allowed and denied) per second, measured over
+	// at least a quarter of an interval of reports (see estimate);
+	// negative until known.
 	rate     float64
 	acc      uint64
 	accSince time.Time
+	span     time.Duration // the time one estimate's reports cover, smoothed
 	lastUse  time.Time // last report counting a request
 
 	sent   *typev3.RateLimitStrategy // the strategy last sent
@@ -225,7 +228,8 @@ func (s *Server) report(ctx context.Context, st *stream, m *reports) {
 			continue
 		default:
 			b = s.subscribe(st, key, id, es, now)
-			updated = b.first(allowed+denied, u.GetTimeElapsed().AsDuration(), now)
+			b.first(allowed+denied, u.GetTimeElapsed().AsDuration(), now)
+			updated = true // the next allocation counts it, on every replica
 		}
 		s.metrics.reported.WithLabelValues(st.domain, "allowed").Add(float64(allowed))
 		s.metrics.reported.WithLabelValues(st.domain, "denied").Add(float64(denied))
@@ -239,7 +243,7 @@ func (s *Server) report(ctx context.Context, st *stream, m *reports) {
 	}
 	wctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	if err := s.usage.write(wctx, writes); err != nil && ctx.Err() == nil {
+	if err := s.usage.write(wctx, writes, 0); err != nil && ctx.Err() == nil {
 		s.metrics.storeErrors.WithLabelValues("write").Inc()
 	}
 }
@@ -262,20 +266,20 @@ func (s *Server) subscribe(st *stream, key string, id map[string]string, es []de
 // first takes a bucket's first report: its counts give a rate only when
 // the instance says over how long (a stream restarted by an Envoy that kept
 // its buckets); a new bucket's first report counts just its first request.
-func (b *sub) first(count uint64, elapsed time.Duration, now time.Time) bool {
+func (b *sub) first(count uint64, elapsed time.Duration, now time.Time) {
 	b.accSince = now
 	if count > 0 {
 		b.lastUse = now
 	}
 	if elapsed >= time.Second {
 		b.rate = float64(count) / elapsed.Seconds()
-		return true
 	}
-	return false
 }
 
 // observe adds one report's requests to the demand, which is updated once
-// the reports since the last update span half an interval; it reports
+// the reports since the last update span a quarter of an interval (so two
+// reports a moment apart, such as a new bucket's first and the periodic
+// one, do not make a rate of one request in a millisecond); it reports
 // whether it was.
 func (b *sub) observe(count uint64, now time.Time, interval time.Duration) bool {
 	if count > 0 {
@@ -283,12 +287,32 @@ func (b *sub) observe(count uint64, now time.Time, interval time.Duration) bool 
 	}
 	b.acc += count
 	span := now.Sub(b.accSince)
-	if span < interval/2 {
+	if span < interval/4 {
 		return false
 	}
-	b.rate = float64(b.acc) / span.Seconds()
+	// An instance reports on a timer: the time its counts cover is the
+	// same every time, while when a report arrives moves with the network
+	// and the scheduler. Smoothing the span keeps a late report (a long
+	// span) and the next one (short) from looking like moves of demand.
+	if b.span == 0 {
+		b.span = span
+	} else {
+		b.span += (span - b.span) / 5
+	}
+	b.estimate(float64(b.acc) / b.span.Seconds())
 	b.acc, b.accSince = 0, now
 	return true
+}
+
+// estimate folds a measured rate r into the demand: a change of more than
+// a quarter is a move, taken as it is, so shares follow within a report;
+// a smaller one is noise (reports a little late or early), smoothed.
+func (b *sub) estimate(r float64) {
+	if b.rate < 0 || math.Abs(r-b.rate) > 0.25*max(r, b.rate) {
+		b.rate = r
+		return
+	}
+	b.rate += 0.3 * (r - b.rate)
 }
 
 // queue sets a bucket's next action to an assignment of strategy, unless

@@ -12,8 +12,9 @@ import (
 // unless written again; an allocation is computed once per epoch, by the
 // first replica to find none, and used by all.
 type usageStore interface {
-	// write records demands of this replica's instances.
-	write(ctx context.Context, ds []demandWrite) error
+	// write records demands of this replica's instances, to live ttl (0:
+	// the store's own).
+	write(ctx context.Context, ds []demandWrite, ttl time.Duration) error
 	// load writes each group's local demands, then returns its allocation
 	// for epoch (or a later one) when there is one, else every live demand.
 	load(ctx context.Context, epoch int64, gs []groupLoad) ([]loaded, error)
@@ -85,12 +86,15 @@ func (m *memoryUsage) group(key string, now time.Time) *memoryGroup {
 	return g
 }
 
-func (m *memoryUsage) write(_ context.Context, ds []demandWrite) error {
+func (m *memoryUsage) write(_ context.Context, ds []demandWrite, ttl time.Duration) error {
+	if ttl <= 0 {
+		ttl = m.entryTTL
+	}
 	now := m.now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, d := range ds {
-		m.group(d.group, now).demands[d.instance] = memoryDemand{rate: d.rate, expires: now.Add(m.entryTTL)}
+		m.group(d.group, now).demands[d.instance] = memoryDemand{rate: d.rate, expires: now.Add(ttl)}
 	}
 	return nil
 }
