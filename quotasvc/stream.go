@@ -199,7 +199,9 @@ func (s *Server) close(st *stream) {
 
 // report takes one usage report: bucket by bucket, in order, a bucket's
 // first report subscribes it (and its first assignment is sent at once);
-// every report updates its demand, which goes to the usage store.
+// every report updates its demand. A new bucket and a moved demand go to
+// the usage store at once, for the next reassignment on every replica to
+// count; the rest goes with this replica's next reassignment.
 func (s *Server) report(ctx context.Context, st *stream, m *reports) {
 	now := s.opts.Now()
 	s.metrics.reports.Inc()
@@ -280,7 +282,7 @@ func (b *sub) first(count uint64, elapsed time.Duration, now time.Time) {
 // the reports since the last update span a quarter of an interval (so two
 // reports a moment apart, such as a new bucket's first and the periodic
 // one, do not make a rate of one request in a millisecond); it reports
-// whether it was.
+// whether the demand moved (see estimate).
 func (b *sub) observe(count uint64, now time.Time, interval time.Duration) bool {
 	if count > 0 {
 		b.lastUse = now
@@ -299,20 +301,21 @@ func (b *sub) observe(count uint64, now time.Time, interval time.Duration) bool 
 	} else {
 		b.span += (span - b.span) / 5
 	}
-	b.estimate(float64(b.acc) / b.span.Seconds())
+	moved := b.estimate(float64(b.acc) / b.span.Seconds())
 	b.acc, b.accSince = 0, now
-	return true
+	return moved
 }
 
 // estimate folds a measured rate r into the demand: a change of more than
-// a quarter is a move, taken as it is, so shares follow within a report;
-// a smaller one is noise (reports a little late or early), smoothed.
-func (b *sub) estimate(r float64) {
+// a quarter is a move, taken as it is (and reported), so shares follow
+// within a report; a smaller one is drift or noise, smoothed.
+func (b *sub) estimate(r float64) bool {
 	if b.rate < 0 || math.Abs(r-b.rate) > 0.25*max(r, b.rate) {
 		b.rate = r
-		return
+		return true
 	}
 	b.rate += 0.3 * (r - b.rate)
+	return false
 }
 
 // queue sets a bucket's next action to an assignment of strategy, unless
