@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -343,6 +344,27 @@ func TestSimulatedDataPlane(t *testing.T) {
 	for range 2 {
 		c.replicas = append(c.replicas, throttletest.Start(t, env...))
 	}
+
+	// A REST client's descriptor rules are limits too.
+	key := c.replicas[0].Register(t, "simrest")
+	req, _ := http.NewRequest(http.MethodPost, c.replicas[0].URL+"/rules", strings.NewReader(
+		`{"name": "rest", "algorithm": "token_bucket", "limit": 100, "refill_rate": 50, "descriptors": [{"key": "scenario", "value": "rest"}]}`))
+	req.Header.Set("X-API-Key", key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("POST /rules: %d", resp.StatusCode)
+	}
+	r := dialStream(t, c.replicas[0].GRPCAddr)
+	rest := map[string]string{"scenario": "rest"}
+	r.send("simrest", usage{bucket: rest, allowed: 1})
+	if got := describe(r.actionFor(rest, 2*time.Second)); got != "token_bucket 1/1s max 2 ttl 2s" {
+		t.Errorf("REST rule bucket: %s, want a newcomer's share of 50/s", got)
+	}
+	r.cancel()
 
 	// Idle CPU, to tell the reports' cost from the servers' own.
 	cpu0, _ := c.usage(t)

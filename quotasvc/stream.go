@@ -292,16 +292,24 @@ func (b *sub) observe(count uint64, now time.Time, interval time.Duration) bool 
 	if span < interval/4 {
 		return false
 	}
-	// An instance reports on a timer: the time its counts cover is the
-	// same every time, while when a report arrives moves with the network
-	// and the scheduler. Smoothing the span keeps a late report (a long
-	// span) and the next one (short) from looking like moves of demand.
-	if b.span == 0 {
+	// An instance reports on a timer: the time its counts cover is about
+	// the same every time, while when a report arrives moves with the
+	// network and the scheduler. Counts over the smoothed span keep a
+	// report delivered late (a long span) and the next one (short) from
+	// looking like moves of demand. A span half as long again as usual is
+	// taken as it is: the instance's timer ran late (or a report was
+	// lost), and its counts cover that time; when it was only delivered
+	// late, the demand looks lower for one report, never higher.
+	cover := span
+	switch {
+	case b.span == 0:
 		b.span = span
-	} else {
+	case span > b.span*3/2:
+	default:
 		b.span += (span - b.span) / 5
+		cover = b.span
 	}
-	moved := b.estimate(float64(b.acc) / b.span.Seconds())
+	moved := b.estimate(float64(b.acc) / cover.Seconds())
 	b.acc, b.accSince = 0, now
 	return moved
 }

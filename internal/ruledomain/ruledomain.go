@@ -81,7 +81,10 @@ func (c *Cache) Domain(domain string) *descriptors.Domain {
 	return dom
 }
 
-// Rules converts REST rules to descriptor rules.
+// Rules converts REST rules to descriptor rules. A token bucket rule may
+// come without a window (its refill is then limit/60 a second, or its
+// refill_rate); a descriptor limit needs one, so it gets a minute, which
+// means the same refill.
 func Rules(rules []store.Rule) []descriptors.Rule {
 	out := make([]descriptors.Rule, 0, len(rules))
 	for _, r := range rules {
@@ -89,10 +92,14 @@ func Rules(rules []store.Rule) []descriptors.Rule {
 		for i, e := range r.Descriptors {
 			es[i] = descriptors.Entry{Key: e.Key, Value: e.Value}
 		}
+		window := r.Window
+		if window == 0 && algorithms.Algorithm(r.Algorithm) == algorithms.TokenBucket {
+			window = time.Minute
+		}
 		out = append(out, descriptors.Rule{Entries: es, Limit: descriptors.RateLimit{
 			RequestsPerUnit: uint32(min(r.Limit, math.MaxUint32)),
-			Unit:            unitOf(r.Window),
-			Window:          r.Window,
+			Unit:            unitOf(window),
+			Window:          window,
 			Name:            r.Name,
 			Algorithm:       algorithms.Algorithm(r.Algorithm),
 			RefillRate:      r.RefillRate,
