@@ -30,16 +30,16 @@ import (
 // instances reconnect to the other and get assignments within one interval.
 
 const (
-	simLimit    = 1000 // per second, per scenario
+	simLimit    = 1000                   // per second, per scenario
 	simInterval = 500 * time.Millisecond // RLQS_INTERVAL: reassignment
 	// simReport is the instances' reporting_interval: half an interval, as
 	// docs/rlqs.md advises, so that the report after the one a move
 	// straddles (which counts part old, part new demand) comes within an
 	// interval of the move, and the next reassignment within two.
 	simReport = simInterval / 2
-	simBin      = 50 * time.Millisecond
-	simWarmup   = 3 * time.Second
-	simDemand   = 2.0 // total demand, times the limit
+	simBin    = 50 * time.Millisecond
+	simWarmup = 3 * time.Second
+	simDemand = 2.0 // total demand, times the limit
 )
 
 const simYAML = `domain: sim

@@ -55,7 +55,7 @@ type sub struct {
 	acc      uint64
 	accSince time.Time
 	span     time.Duration // the time one estimate's reports cover, smoothed
-	lastUse  time.Time // last report counting a request
+	lastUse  time.Time     // last report counting a request
 
 	sent   *typev3.RateLimitStrategy // the strategy last sent
 	sentAt time.Time
