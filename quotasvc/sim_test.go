@@ -374,7 +374,7 @@ func TestSimulatedDataPlane(t *testing.T) {
 
 	const d = 15 * time.Second
 	for _, n := range []int{3, 10} {
-		st, sh := steady(n), shifting(n, 7*time.Second, 11*time.Second)
+		st, sh := steady(n), shifting(n, 7*time.Second, 11300*time.Millisecond) // two phases of the reassignment clock
 		cpuA, repA := c.usage(t)
 		c.run(t, d, nil, st, sh)
 		cpuB, repB := c.usage(t)

@@ -57,8 +57,9 @@ type sub struct {
 	span     time.Duration // the time one estimate's reports cover, smoothed
 	lastUse  time.Time     // last report counting a request
 
-	sent   *typev3.RateLimitStrategy // the strategy last sent
-	sentAt time.Time
+	sent    *typev3.RateLimitStrategy // the strategy last sent
+	sentAt  time.Time
+	created time.Time
 }
 
 // StreamRateLimitQuotas serves one instance: its reports in, its
@@ -255,7 +256,7 @@ func (s *Server) report(ctx context.Context, st *stream, m *reports) {
 func (s *Server) subscribe(st *stream, key string, id map[string]string, es []descriptors.Entry, now time.Time) *sub {
 	b := &sub{
 		st: st, key: key, instance: s.newInstanceID(), id: &rlqsv3.BucketId{Bucket: maps.Clone(id)}, entries: es,
-		rate: -1, accSince: now, lastUse: now,
+		rate: -1, accSince: now, lastUse: now, created: now,
 	}
 	st.subs[key] = b
 	s.plan(b, st.dom.Match(es))
@@ -328,9 +329,11 @@ func (b *sub) estimate(r float64) bool {
 
 // queue sets a bucket's next action to an assignment of strategy, unless
 // it is the one in force and not due for renewal (its time to live half
-// gone). s.mu is held.
+// gone). A bucket subscribed in the last two intervals gets it anyway: its
+// first report may have crossed an abandon on the way, and the instance,
+// having forgotten the bucket, ignored the answer. s.mu is held.
 func (s *Server) queue(b *sub, strategy *typev3.RateLimitStrategy, now time.Time) {
-	if b.sent != nil && sameStrategy(b.sent, strategy) && now.Sub(b.sentAt) < s.ttl/2 {
+	if b.sent != nil && sameStrategy(b.sent, strategy) && now.Sub(b.sentAt) < s.ttl/2 && now.Sub(b.created) > 2*s.opts.Interval {
 		return
 	}
 	b.sent, b.sentAt = strategy, now

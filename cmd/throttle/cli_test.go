@@ -81,6 +81,8 @@ func TestParseServeErrors(t *testing.T) {
 		{map[string]string{"RESPONSE_DYNAMIC_METADATA": "y"}, `RESPONSE_DYNAMIC_METADATA: "y" is not true or false`},
 		{map[string]string{"FORCE_START_WITHOUT_INITIAL_CONFIG": "always"}, `FORCE_START_WITHOUT_INITIAL_CONFIG: "always" is not true or false`},
 		{map[string]string{"STATS_MAX_VALUE_KEYS": "-1"}, "STATS_MAX_VALUE_KEYS: -1 must be 0 or more"},
+		{map[string]string{"RLQS_INTERVAL": "50ms"}, "RLQS_INTERVAL: 50ms is not within 100ms-1h"},
+		{map[string]string{"RLQS_INTERVAL": "soon"}, `RLQS_INTERVAL: "soon" is not a positive duration`},
 		{map[string]string{"RATE_LIMIT_HEADERS": "draft"}, `RATE_LIMIT_HEADERS: "draft" is not one of x (X-RateLimit-* only), ietf (RateLimit-Policy and RateLimit only), both`},
 	}
 	for _, tc := range cases {
