@@ -357,14 +357,16 @@ func (s *Server) rematch(now time.Time) {
 			if !changed {
 				continue
 			}
-			kind, _, gkey := limitOf(st.domain, dom.Match(b.entries))
+			m := dom.Match(b.entries)
+			kind, _, gkey := limitOf(st.domain, m)
 			switch {
 			case kind == "no_limit" && b.kind != "no_limit":
 				s.drop(b) // no longer configured
 			case kind != b.kind || (b.group != nil && b.group.key != gkey):
+				// Another limit: the same demand shares it from the next
+				// reassignment on.
 				s.leave(b)
-				s.plan(b, dom.Match(b.entries))
-				b.rate, b.acc, b.accSince = -1, 0, now
+				s.plan(b, m)
 				s.metrics.subscribed.WithLabelValues(st.domain, b.kind).Inc()
 			}
 		}
