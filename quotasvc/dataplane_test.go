@@ -147,7 +147,10 @@ func (d *dataPlane) request(id map[string]string, now time.Time) bool {
 			d.wg.Add(1)
 			go d.reportLoop()
 		}
-		d.send(first)
+		// Sent from elsewhere (the filter posts it to Envoy's main thread):
+		// the request does not wait for the stream.
+		d.wg.Add(1)
+		go func() { defer d.wg.Done(); d.send(first) }()
 		return ok
 	}
 	ok := d.decideBucket(b, now)

@@ -46,7 +46,7 @@ type Options struct {
 	Redis redis.UniversalClient
 	// Interval is how often shares are reassigned, aligned to the clock
 	// (every replica reassigns at the same instants). Default 1s. Envoy's
-	// reporting_interval should be the same or shorter.
+	// reporting_interval should be a third of it.
 	Interval time.Duration
 	// FailureMode says what is assigned when Redis fails and the last
 	// known shares are older than LastKnown (or none are known): open
@@ -124,7 +124,7 @@ func New(opts Options) (*Server, error) {
 		// Three intervals, in whole seconds (Envoy reads only the seconds):
 		// an instance keeps its share through two missed reassignments.
 		ttl:      time.Duration(max(math.Ceil(3*opts.Interval.Seconds()), 1)) * time.Second,
-		timeout:  min(opts.Interval/2, time.Second),
+		timeout:  min(opts.Interval, time.Second),
 		rules:    ruledomain.New(opts.Rules, opts.Log),
 		metrics:  m,
 		replica:  hex.EncodeToString(id[:]),

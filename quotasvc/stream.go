@@ -55,6 +55,7 @@ type sub struct {
 	acc      uint64
 	accSince time.Time
 	span     time.Duration // the time one estimate's reports cover, smoothed
+	moved    bool          // the last estimate was a move
 	lastUse  time.Time     // last report counting a request
 
 	sent    *typev3.RateLimitStrategy // the strategy last sent
@@ -316,10 +317,15 @@ func (b *sub) observe(count uint64, now time.Time, interval time.Duration) bool 
 }
 
 // estimate folds a measured rate r into the demand: a change of more than
-// a quarter is a move, taken as it is (and reported), so shares follow
-// within a report; a smaller one is drift or noise, smoothed.
+// a quarter is a move, taken as it is, so shares follow within a report; a
+// smaller one is drift or noise, smoothed, except just after a move: the
+// report that straddled it counted part old, part new demand, and the next
+// one, all new, is taken as it is too. It reports whether it took r as it
+// is (the usage store should have it at once).
 func (b *sub) estimate(r float64) bool {
-	if b.rate < 0 || math.Abs(r-b.rate) > 0.25*max(r, b.rate) {
+	after := b.moved
+	b.moved = b.rate < 0 || math.Abs(r-b.rate) > 0.25*max(r, b.rate)
+	if b.moved || after {
 		b.rate = r
 		return true
 	}

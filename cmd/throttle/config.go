@@ -90,7 +90,7 @@ var serveSettings = []setting{
 	{"CACHE_REFRESH_INTERVAL", "cache-refresh-interval", "2s", "how often rules, exemptions and keys changed on other replicas are picked up"},
 	{"REGISTER_LIMIT_PER_HOUR", "register-limit-per-hour", "10", "POST /register calls allowed per client IP per hour"},
 	{"SHUTDOWN_TIMEOUT", "shutdown-timeout", "15s", "how long SIGTERM waits for in-flight requests"},
-	{"RLQS_INTERVAL", "rlqs-interval", "1s", "how often the rate-limit quota service (RLQS, on GRPC_PORT) reassigns every Envoy's share of each limit (100ms-1h); set the Envoy filter's reporting_interval to it or shorter"},
+	{"RLQS_INTERVAL", "rlqs-interval", "1s", "how often the rate-limit quota service (RLQS, on GRPC_PORT) reassigns every Envoy's share of each limit (100ms-1h); set the Envoy filter's reporting_interval to a third of it"},
 	// OpenTelemetry tracing: the standard variables, named by its specification.
 	{"OTEL_EXPORTER_OTLP_ENDPOINT", "otel-exporter-otlp-endpoint", "", "OpenTelemetry tracing: base URL of the OTLP receiver, such as http://collector:4318 (http/protobuf; /v1/traces is appended) or http://collector:4317 (grpc); https:// uses TLS with the system's roots; empty = tracing off (no spans, no cost)"},
 	{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "otel-exporter-otlp-traces-endpoint", "", "URL for traces, used as it is (http/protobuf: with its path, such as http://collector:4318/v1/traces); wins over OTEL_EXPORTER_OTLP_ENDPOINT, and alone turns tracing on too"},
