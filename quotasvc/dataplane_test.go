@@ -82,7 +82,8 @@ type dpBucket struct {
 	fallback        *typev3.RateLimitStrategy
 	fallbackUntil   time.Time
 	tb              *localBucket
-	history         []assigned // every assignment received
+	noAssignmentTB  *localBucket // no_assignment_behavior's token bucket, if it has one
+	history         []assigned   // every assignment received
 }
 
 // assigned is an assignment as received: when, and its rate (requests per
@@ -136,8 +137,11 @@ func (d *dataPlane) request(id map[string]string, now time.Time) bool {
 	b := d.buckets[key]
 	if b == nil {
 		b = &dpBucket{id: maps.Clone(id), last: now}
+		if d.noAssignment.GetTokenBucket() != nil {
+			b.noAssignmentTB = replaceBucket(nil, d.noAssignment)
+		}
 		d.buckets[key] = b
-		ok := decide(d.noAssignment, nil, now)
+		ok := decide(d.noAssignment, b.noAssignmentTB, now)
 		d.count(b, ok)
 		first := d.reportOf(now, b)
 		startTimer := !d.timer
@@ -187,7 +191,7 @@ func (d *dataPlane) decideBucket(b *dpBucket, now time.Time) bool {
 		return decide(b.fallback, b.tb, now)
 	}
 	b.fallback = nil
-	return decide(d.noAssignment, nil, now)
+	return decide(d.noAssignment, b.noAssignmentTB, now)
 }
 
 // decide applies one strategy; nil allows all.

@@ -16,6 +16,10 @@ import (
 	"testing"
 	"time"
 
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
 	"github.com/throttle-rl/throttle/internal/redistest"
 	"github.com/throttle-rl/throttle/internal/throttletest"
 )
@@ -230,6 +234,21 @@ func (sc *scenario) rebalance(s, until time.Duration) time.Duration {
 	return -1
 }
 
+// logAssignments logs what every instance was assigned around the shift at
+// s, and its new fair share.
+func (sc *scenario) logAssignments(t *testing.T, s time.Duration) {
+	bucket := map[string]string{"scenario": sc.name}
+	for i, dp := range sc.planes {
+		var row []string
+		for _, a := range dp.assignments(bucket) {
+			if at := a.at.Sub(sc.rec.start); at > s-simInterval && at < s+4*simInterval {
+				row = append(row, fmt.Sprintf("%.3fs:%.0f", at.Seconds(), a.rate))
+			}
+		}
+		t.Logf("%s instance %d (fair %.0f): %s", sc.name, i, sc.fair(i, s), strings.Join(row, " "))
+	}
+}
+
 // recovered is the time from the shift at s until the instances admit what
 // the split says: from then on, every span of one interval (sliding by
 // simBin) until until has every instance within 10 % of its fair share and
@@ -316,7 +335,15 @@ func (c *simCluster) run(t *testing.T, d time.Duration, during func(elapsed time
 			addrs := c.addrs()
 			first := i % len(addrs)
 			rotated := append(append([]string{}, addrs[first:]...), addrs[:first]...)
-			sc.planes = append(sc.planes, newDataPlane(t, "sim", simReport, rotated...))
+			dp := newDataPlane(t, "sim", simReport, rotated...)
+			// Until Throttle's first answer (a few ms; longer on a machine
+			// as busy as the test suite makes it), an equal share of the
+			// limit: an operator's no_assignment_behavior for a limit
+			// Envoys share.
+			dp.noAssignment = &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_TokenBucket{TokenBucket: &typev3.TokenBucket{
+				MaxTokens: uint32(simLimit / sc.n / 10), TokensPerFill: wrapperspb.UInt32(uint32(simLimit / sc.n)), FillInterval: durationpb.New(time.Second),
+			}}}
+			sc.planes = append(sc.planes, dp)
 		}
 	}
 	for _, sc := range scs {
@@ -484,6 +511,7 @@ func checkScenario(t *testing.T, sc *scenario, d time.Duration) {
 			sc.name, s, r.Round(time.Millisecond), r.Seconds()/simInterval.Seconds(), rec, rec.Seconds()/simInterval.Seconds())
 		if r < 0 || r > 2*simInterval {
 			t.Errorf("%s: rebalance after the move at %v took %v, want at most 2 intervals (%v)", sc.name, s, r, 2*simInterval)
+			sc.logAssignments(t, s)
 		}
 	}
 }
