@@ -22,9 +22,10 @@ import (
 // and its source (global_client_impl.cc) behave:
 //
 //   - a request matched into a bucket never seen creates the bucket, is
-//     decided by no_assignment_behavior (default: allow all), and is
-//     reported at once in a report of that bucket alone; that first bucket
-//     opens the stream and starts the report timer;
+//     decided by no_assignment_behavior (default: allow all; Envoy takes a
+//     blanket rule there), and is reported at once in a report of that
+//     bucket alone; that first bucket opens the stream and starts the
+//     report timer;
 //   - every reporting interval, one report of every bucket: requests allowed
 //     and denied since the last report (then reset), time_elapsed in whole
 //     seconds, the domain in every message; with no stream, a new one is
@@ -39,12 +40,17 @@ import (
 //     its timeout (fallback strategy or the last assignment), else to
 //     no_assignment_behavior; an abandon action erases the bucket;
 //   - a stream closed by the server is reopened at the next report.
+//
+// Its clock is its driver's: request and advance take the time, and the
+// report timer runs on it, so a test process the machine starves still
+// counts every request in the report of its time.
 type dataPlane struct {
 	t        testing.TB
 	domain   string
 	interval time.Duration
 	addrs    []string
-	// noAssignment is no_assignment_behavior's strategy; nil allows all.
+	// noAssignment is no_assignment_behavior's blanket rule; nil allows
+	// all.
 	noAssignment *typev3.RateLimitStrategy
 	// expiredFallback, when set, is expired_assignment_behavior's
 	// fallback_rate_limit, for expiredTimeout; reuseLast reuses the last
@@ -56,14 +62,14 @@ type dataPlane struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
-	sendMu sync.Mutex // one sender at a time on the stream
+	outbox chan *rlqsv3.RateLimitQuotaUsageReports // reports to send, in order
 
-	mu      sync.Mutex
-	conns   map[string]*grpc.ClientConn
-	next    int
-	stream  rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasClient
-	timer   bool
-	buckets map[string]*dpBucket
+	mu         sync.Mutex
+	conns      map[string]*grpc.ClientConn
+	next       int
+	stream     rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasClient
+	nextReport time.Time // the report timer; zero until the first bucket
+	buckets    map[string]*dpBucket
 	// What the tests look at.
 	opened      []time.Time // when each stream opened
 	streamAddrs []string
@@ -82,8 +88,7 @@ type dpBucket struct {
 	fallback        *typev3.RateLimitStrategy
 	fallbackUntil   time.Time
 	tb              *localBucket
-	noAssignmentTB  *localBucket // no_assignment_behavior's token bucket, if it has one
-	history         []assigned   // every assignment received
+	history         []assigned // every assignment received
 }
 
 // assigned is an assignment as received: when, and its rate (requests per
@@ -97,8 +102,11 @@ func newDataPlane(t testing.TB, domain string, interval time.Duration, addrs ...
 	ctx, cancel := context.WithCancel(context.Background())
 	d := &dataPlane{
 		t: t, domain: domain, interval: interval, addrs: addrs, ctx: ctx, cancel: cancel,
-		conns: map[string]*grpc.ClientConn{}, buckets: map[string]*dpBucket{},
+		outbox: make(chan *rlqsv3.RateLimitQuotaUsageReports, 64),
+		conns:  map[string]*grpc.ClientConn{}, buckets: map[string]*dpBucket{},
 	}
+	d.wg.Add(1)
+	go d.sender()
 	t.Cleanup(d.close)
 	return d
 }
@@ -137,24 +145,17 @@ func (d *dataPlane) request(id map[string]string, now time.Time) bool {
 	b := d.buckets[key]
 	if b == nil {
 		b = &dpBucket{id: maps.Clone(id), last: now}
-		if d.noAssignment.GetTokenBucket() != nil {
-			b.noAssignmentTB = replaceBucket(nil, d.noAssignment)
-		}
 		d.buckets[key] = b
-		ok := decide(d.noAssignment, b.noAssignmentTB, now)
+		ok := decide(d.noAssignment, nil, now)
 		d.count(b, ok)
-		first := d.reportOf(now, b)
-		startTimer := !d.timer
-		d.timer = true
-		d.mu.Unlock()
-		if startTimer {
-			d.wg.Add(1)
-			go d.reportLoop()
+		if d.nextReport.IsZero() {
+			d.nextReport = now.Add(d.interval)
 		}
+		first := d.reportOf(now, b)
+		d.mu.Unlock()
 		// Sent from elsewhere (the filter posts it to Envoy's main thread):
 		// the request does not wait for the stream.
-		d.wg.Add(1)
-		go func() { defer d.wg.Done(); d.send(first) }()
+		d.post(first)
 		return ok
 	}
 	ok := d.decideBucket(b, now)
@@ -191,7 +192,7 @@ func (d *dataPlane) decideBucket(b *dpBucket, now time.Time) bool {
 		return decide(b.fallback, b.tb, now)
 	}
 	b.fallback = nil
-	return decide(d.noAssignment, b.noAssignmentTB, now)
+	return decide(d.noAssignment, nil, now)
 }
 
 // decide applies one strategy; nil allows all.
@@ -229,28 +230,45 @@ func (d *dataPlane) reportOf(now time.Time, bs ...*dpBucket) *rlqsv3.RateLimitQu
 	return r
 }
 
-func (d *dataPlane) reportLoop() {
+// advance runs the report timer up to now: every interval, one report of
+// every bucket.
+func (d *dataPlane) advance(now time.Time) {
+	var due []*rlqsv3.RateLimitQuotaUsageReports
+	d.mu.Lock()
+	for !d.nextReport.IsZero() && !now.Before(d.nextReport) {
+		due = append(due, d.reportOf(d.nextReport))
+		d.nextReport = d.nextReport.Add(d.interval)
+	}
+	d.mu.Unlock()
+	for _, r := range due {
+		d.post(r)
+	}
+}
+
+// post queues r for the sender; d.mu must not be held (the sender takes it).
+func (d *dataPlane) post(r *rlqsv3.RateLimitQuotaUsageReports) {
+	select {
+	case d.outbox <- r:
+	case <-d.ctx.Done():
+	}
+}
+
+// sender sends the queued reports, in order, until the data plane closes.
+func (d *dataPlane) sender() {
 	defer d.wg.Done()
-	t := time.NewTicker(d.interval)
-	defer t.Stop()
 	for {
 		select {
 		case <-d.ctx.Done():
 			return
-		case <-t.C:
+		case r := <-d.outbox:
+			d.send(r)
 		}
-		d.mu.Lock()
-		r := d.reportOf(time.Now())
-		d.mu.Unlock()
-		d.send(r)
 	}
 }
 
 // send sends r, opening a stream first when there is none; a report that
 // cannot be sent is dropped, as the filter drops it.
 func (d *dataPlane) send(r *rlqsv3.RateLimitQuotaUsageReports) {
-	d.sendMu.Lock()
-	defer d.sendMu.Unlock()
 	d.mu.Lock()
 	s := d.stream
 	d.mu.Unlock()
@@ -264,7 +282,7 @@ func (d *dataPlane) send(r *rlqsv3.RateLimitQuotaUsageReports) {
 	}
 }
 
-// open starts a stream to the next replica. d.sendMu is held.
+// open starts a stream to the next replica. Only the sender calls it.
 func (d *dataPlane) open() rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasClient {
 	if d.ctx.Err() != nil {
 		return nil

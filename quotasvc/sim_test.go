@@ -17,8 +17,6 @@ import (
 	"time"
 
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
-	"google.golang.org/protobuf/types/known/durationpb"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/throttle-rl/throttle/internal/redistest"
 	"github.com/throttle-rl/throttle/internal/throttletest"
@@ -167,11 +165,13 @@ func (sc *scenario) drive(ctx context.Context) {
 		for i, d := range sc.planes {
 			for !next[i].After(now) {
 				at := next[i]
+				d.advance(at)
 				if d.request(bucket, at) {
 					sc.rec.add(i, at)
 				}
 				next[i] = at.Add(time.Duration(float64(time.Second) / sc.demand(i, at.Sub(sc.rec.start))))
 			}
+			d.advance(now)
 		}
 	}
 }
@@ -337,12 +337,10 @@ func (c *simCluster) run(t *testing.T, d time.Duration, during func(elapsed time
 			rotated := append(append([]string{}, addrs[first:]...), addrs[:first]...)
 			dp := newDataPlane(t, "sim", simReport, rotated...)
 			// Until Throttle's first answer (a few ms; longer on a machine
-			// as busy as the test suite makes it), an equal share of the
-			// limit: an operator's no_assignment_behavior for a limit
-			// Envoys share.
-			dp.noAssignment = &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_TokenBucket{TokenBucket: &typev3.TokenBucket{
-				MaxTokens: uint32(simLimit / sc.n / 10), TokensPerFill: wrapperspb.UInt32(uint32(simLimit / sc.n)), FillInterval: durationpb.New(time.Second),
-			}}}
+			// as busy as the test suite makes it), deny: a cold start that
+			// allowed all would admit whatever the machine's delay let
+			// through, which says nothing of the split.
+			dp.noAssignment = &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_DENY_ALL}}
 			sc.planes = append(sc.planes, dp)
 		}
 	}

@@ -48,15 +48,13 @@ type sub struct {
 	kind     string // what it maps to: shared, no_limit, unlimited, shadow, deny
 	group    *group // the limit it shares; nil unless kind is shared
 
-	// The demand: requests (allowed and denied) per second, measured over
-	// at least a quarter of an interval of reports (see estimate);
+	// The demand: requests (allowed and denied) per second (see observe);
 	// negative until known.
-	rate     float64
-	acc      uint64
-	accSince time.Time
-	span     time.Duration // the time one estimate's reports cover, smoothed
-	moved    bool          // the last estimate was a move
-	lastUse  time.Time     // last report counting a request
+	rate       float64
+	moved      bool          // the last estimate was a move
+	lastReport time.Time     // when the last report came
+	period     time.Duration // the instance's reporting interval, as seen; 0: not yet
+	lastUse    time.Time     // last report counting a request
 
 	sent    *typev3.RateLimitStrategy // the strategy last sent
 	sentAt  time.Time
@@ -257,7 +255,7 @@ func (s *Server) report(ctx context.Context, st *stream, m *reports) {
 func (s *Server) subscribe(st *stream, key string, id map[string]string, es []descriptors.Entry, now time.Time) *sub {
 	b := &sub{
 		st: st, key: key, instance: s.newInstanceID(), id: &rlqsv3.BucketId{Bucket: maps.Clone(id)}, entries: es,
-		rate: -1, accSince: now, lastUse: now, created: now,
+		rate: -1, lastReport: now, lastUse: now, created: now,
 	}
 	st.subs[key] = b
 	s.plan(b, st.dom.Match(es))
@@ -271,7 +269,7 @@ func (s *Server) subscribe(st *stream, key string, id map[string]string, es []de
 // the instance says over how long (a stream restarted by an Envoy that kept
 // its buckets); a new bucket's first report counts just its first request.
 func (b *sub) first(count uint64, elapsed time.Duration, now time.Time) {
-	b.accSince = now
+	b.lastReport = now
 	if count > 0 {
 		b.lastUse = now
 	}
@@ -280,40 +278,42 @@ func (b *sub) first(count uint64, elapsed time.Duration, now time.Time) {
 	}
 }
 
-// observe adds one report's requests to the demand, which is updated once
-// the reports since the last update span a quarter of an interval (so two
-// reports a moment apart, such as a new bucket's first and the periodic
-// one, do not make a rate of one request in a millisecond); it reports
-// whether the demand moved (see estimate).
+// observe takes one report of count requests, arriving at now, into the
+// demand, and reports whether the usage store should have the new demand at
+// once (see estimate).
+//
+// An instance reports every bucket on one timer, and each report counts the
+// requests since the last: it covers one period of that timer. When a
+// report arrives moves with the network and the schedulers, so the gap
+// since the last one is not what it covers: a report delivered late makes
+// one gap long and the next short, with the same counts. So a report covers
+// the period (the gaps, smoothed), unless its gap is half as long again:
+// then the instance's timer ran late or a report was lost, and the counts
+// do cover the gap.
 func (b *sub) observe(count uint64, now time.Time, interval time.Duration) bool {
+	gap := now.Sub(b.lastReport)
+	b.lastReport = now
 	if count > 0 {
 		b.lastUse = now
 	}
-	b.acc += count
-	span := now.Sub(b.accSince)
-	if span < interval/4 {
-		return false
-	}
-	// An instance reports on a timer: the time its counts cover is about
-	// the same every time, while when a report arrives moves with the
-	// network and the scheduler. Counts over the smoothed span keep a
-	// report delivered late (a long span) and the next one (short) from
-	// looking like moves of demand. A span half as long again as usual is
-	// taken as it is: the instance's timer ran late (or a report was
-	// lost), and its counts cover that time; when it was only delivered
-	// late, the demand looks lower for one report, never higher.
-	cover := span
+	cover := gap
 	switch {
-	case b.span == 0:
-		b.span = span
-	case span > b.span*3/2:
+	case b.period == 0 && gap < interval/8:
+		// The periodic report right after the subscribing one: too short
+		// to tell a rate (its request or two go uncounted).
+		return false
+	case b.period == 0:
+		b.period = gap // the first period is often partial: it adapts below
+	case gap > b.period*3/2:
+		b.period += (min(gap, 2*b.period) - b.period) / 5
+	case gap < b.period/2:
+		b.period += (b.period/2 - b.period) / 5 // a shorter timer, or one report late
+		cover = b.period
 	default:
-		b.span += (span - b.span) / 5
-		cover = b.span
+		b.period += (gap - b.period) / 5
+		cover = b.period
 	}
-	moved := b.estimate(float64(b.acc) / cover.Seconds())
-	b.acc, b.accSince = 0, now
-	return moved
+	return b.estimate(float64(count) / cover.Seconds())
 }
 
 // estimate folds a measured rate r into the demand: a change of more than
