@@ -69,6 +69,7 @@ type dataPlane struct {
 	next       int
 	stream     rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasClient
 	nextReport time.Time // the report timer; zero until the first bucket
+	clock      time.Time // the latest time request or advance was given
 	buckets    map[string]*dpBucket
 	// What the tests look at.
 	opened      []time.Time // when each stream opened
@@ -141,6 +142,9 @@ func bucketKeyOf(id map[string]string) string {
 // driver that runs late must not see the tokens of its own delay.)
 func (d *dataPlane) request(id map[string]string, now time.Time) bool {
 	d.mu.Lock()
+	if now.After(d.clock) {
+		d.clock = now
+	}
 	key := bucketKeyOf(id)
 	b := d.buckets[key]
 	if b == nil {
@@ -181,7 +185,7 @@ func (d *dataPlane) decideBucket(b *dpBucket, now time.Time) bool {
 			b.fallback, b.fallbackUntil = b.active, now.Add(d.expiredTimeout)
 		case d.expiredFallback != nil:
 			b.fallback, b.fallbackUntil = d.expiredFallback, now.Add(d.expiredTimeout)
-			b.tb = replaceBucket(b.tb, d.expiredFallback)
+			b.tb = replaceBucket(b.tb, d.expiredFallback, now)
 		}
 		b.active, b.expires = nil, time.Time{}
 	}
@@ -235,6 +239,9 @@ func (d *dataPlane) reportOf(now time.Time, bs ...*dpBucket) *rlqsv3.RateLimitQu
 func (d *dataPlane) advance(now time.Time) {
 	var due []*rlqsv3.RateLimitQuotaUsageReports
 	d.mu.Lock()
+	if now.After(d.clock) {
+		d.clock = now
+	}
 	for !d.nextReport.IsZero() && !now.Before(d.nextReport) {
 		due = append(due, d.reportOf(d.nextReport))
 		d.nextReport = d.nextReport.Add(d.interval)
@@ -337,8 +344,9 @@ func (d *dataPlane) receive(s rlqsv3.RateLimitQuotaService_StreamRateLimitQuotas
 		if err := resp.ValidateAll(); err != nil {
 			d.t.Errorf("response fails Envoy's validation: %v\n%v", err, resp)
 		}
-		now := time.Now()
+		received := time.Now()
 		d.mu.Lock()
+		now := d.clock // the data plane's own time, which its buckets run on
 		d.responses = append(d.responses, resp)
 		sawAssignment := false
 		for _, a := range resp.GetBucketAction() {
@@ -357,9 +365,9 @@ func (d *dataPlane) receive(s rlqsv3.RateLimitQuotaService_StreamRateLimitQuotas
 			}
 			sawAssignment = true
 			if st.GetTokenBucket() != nil && (b.active.GetTokenBucket() == nil || !proto.Equal(b.active.GetTokenBucket(), st.GetTokenBucket())) {
-				b.tb = replaceBucket(b.tb, st)
+				b.tb = replaceBucket(b.tb, st, now)
 			}
-			b.history = append(b.history, assigned{at: now, rate: strategyRate(st)})
+			b.history = append(b.history, assigned{at: received, rate: strategyRate(st)})
 			b.active, b.expires = st, time.Time{}
 			if ttl := qa.GetAssignmentTimeToLive(); ttl != nil {
 				b.expires = now.Add(time.Duration(ttl.GetSeconds()) * time.Second)
@@ -367,7 +375,7 @@ func (d *dataPlane) receive(s rlqsv3.RateLimitQuotaService_StreamRateLimitQuotas
 			b.fallback = nil
 		}
 		if sawAssignment {
-			d.assigned = append(d.assigned, now)
+			d.assigned = append(d.assigned, received)
 		}
 		d.mu.Unlock()
 	}
@@ -384,12 +392,11 @@ type localBucket struct {
 
 // replaceBucket makes the token bucket of strategy s, starting with old's
 // fill ratio (full when there is none), as the filter does.
-func replaceBucket(old *localBucket, s *typev3.RateLimitStrategy) *localBucket {
+func replaceBucket(old *localBucket, s *typev3.RateLimitStrategy, now time.Time) *localBucket {
 	tb := s.GetTokenBucket()
 	if tb == nil {
 		return old
 	}
-	now := time.Now()
 	secs := tb.GetFillInterval().GetSeconds()
 	if secs < 1 {
 		secs = 1

@@ -18,7 +18,7 @@ type quota struct {
 	rate float64
 	// capacity is the tokens all instances hold together at most (token
 	// bucket, GCRA: the limit); 0 for the window algorithms, whose instances
-	// each hold one interval of their rate.
+	// each hold one interval of their rate, at most a tenth of a window's.
 	capacity float64
 	// window is the limit's window: no fill is longer (unless shorter than
 	// a second), so the window algorithms' buckets hold at most a window's
@@ -152,14 +152,17 @@ func newcomer(q quota, interval time.Duration, n, k int) grant {
 }
 
 // windowMax is the bucket size of a window limit's grant: one interval of
-// its rate (at most a window's), at least 1. It may be less than a fill:
-// Envoy refills continuously, so a bucket smaller than a fill still gets
-// the whole rate, and bursts stay small when shares move.
+// its rate, at most a tenth of a window's, at least 2. So all instances
+// together hold at most a tenth of the limit (and 2 tokens each): over any
+// window they admit at most that much more, even when every bucket is full
+// at once. It may be less than a fill: Envoy refills continuously, so a
+// bucket smaller than a fill still gets the whole rate. A bucket of one
+// token would not: full between two requests, it would drop what refills.
 func windowMax(g grant, interval, window time.Duration) uint32 {
 	if window > 0 {
-		interval = min(interval, window)
+		interval = min(interval, window/10)
 	}
-	return clampUint32(uint64(max(math.Floor(min(g.rate()*interval.Seconds(), math.MaxUint32)), 1)))
+	return clampUint32(uint64(max(math.Floor(min(g.rate()*interval.Seconds(), math.MaxUint32)), 2)))
 }
 
 // fillInterval is the whole seconds in which n instances sharing q get

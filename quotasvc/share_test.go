@@ -124,8 +124,11 @@ func TestAllocateNeverExceedsTheLimit(t *testing.T) {
 			}
 			rate += g.rate()
 			capacity += float64(g.max)
-			if q.capacity == 0 && g.tokens > 0 && float64(g.max) > max(1, g.rate()*0.5) {
+			if q.capacity == 0 && g.tokens > 0 && float64(g.max) > max(2, g.rate()*0.5) {
 				t.Fatalf("trial %d: window bucket of %d holds more than an interval (0.5 s) of %v/s", trial, g.max, g.rate())
+			}
+			if q.capacity == 0 && q.window > 0 && g.tokens > 0 && float64(g.max) > max(2, g.rate()*q.window.Seconds()/10) {
+				t.Fatalf("trial %d: window bucket of %d holds more than a tenth of a %v window of %v/s", trial, g.max, q.window, g.rate())
 			}
 		}
 		if rate > q.rate*(1+1e-9) {
@@ -156,14 +159,14 @@ func TestAllocateBuckets(t *testing.T) {
 		t.Errorf("token bucket grants (-want +got):\n%s", diff)
 	}
 	// A window limit's bucket holds one interval of its rate, at most a
-	// window's.
-	a = allocate(quota{rate: 100, window: 2 * time.Second}, 500*time.Millisecond, 1, demands(50, 50))
+	// tenth of a window's.
+	a = allocate(quota{rate: 100, window: 20 * time.Second}, 500*time.Millisecond, 1, demands(50, 50))
 	if g := a.grants["i00"]; g.tokens != 50 || g.max != 25 {
 		t.Errorf("window grant = %+v, want 50 per 1 s fill, 25 held (0.5 s of 50/s)", g)
 	}
 	a = allocate(quota{rate: 100, window: 2 * time.Second}, 3*time.Second, 1, demands(50, 50))
-	if g := a.grants["i00"]; g.tokens != 50 || g.max != 100 {
-		t.Errorf("window grant = %+v, want 50 per 1 s fill, 100 held (the 2 s window of 50/s)", g)
+	if g := a.grants["i00"]; g.tokens != 50 || g.max != 10 {
+		t.Errorf("window grant = %+v, want 50 per 1 s fill, 10 held (a tenth of the 2 s window of 50/s)", g)
 	}
 }
 
@@ -177,11 +180,12 @@ func TestNewcomer(t *testing.T) {
 	}{
 		// Four instances in the split: the first newcomer gets half the
 		// floor of five, 0.05 × 1000/5 / 2; the next one half of that.
-		{"first", q, 4, 0, grant{fill: time.Second, tokens: 5, max: 5}},
+		{"first", q, 4, 0, grant{fill: time.Second, tokens: 5, max: 2}},
 		{"second", q, 4, 1, grant{fill: time.Second, tokens: 2, max: 2}},
+		{"longer window", quota{rate: 1000, window: time.Minute}, 4, 0, grant{fill: time.Second, tokens: 5, max: 5}},
 		// 10 per hour, alone: a token every 4 hours, a fill longer than
 		// the window.
-		{"slow", quota{rate: 10.0 / 3600, window: time.Hour}, 0, 0, grant{fill: 14400 * time.Second, tokens: 1, max: 1}},
+		{"slow", quota{rate: 10.0 / 3600, window: time.Hour}, 0, 0, grant{fill: 14400 * time.Second, tokens: 1, max: 2}},
 		// A token bucket: the same part of the capacity as of the rate.
 		{"token bucket", quota{rate: 100, capacity: 1000, window: 10 * time.Second}, 1, 0, grant{fill: time.Second, tokens: 1, max: 12}},
 	}

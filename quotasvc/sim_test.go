@@ -144,10 +144,10 @@ func (r *recorder) sum(i int, from, to time.Duration) int64 {
 	return n
 }
 
-// drive offers every instance's demand to its data plane until ctx ends,
-// each request at its scheduled time (a late driver catches up with the
-// requests it owes, decided as at their times).
-func (sc *scenario) drive(ctx context.Context) {
+// drive offers every instance's demand to its data plane until end, each
+// request at its scheduled time (a late driver catches up with the requests
+// it owes, decided as at their times), or until ctx ends.
+func (sc *scenario) drive(ctx context.Context, end time.Time) {
 	bucket := map[string]string{"scenario": sc.name}
 	next := make([]time.Time, sc.n) // each instance's next arrival
 	for i := range next {
@@ -162,8 +162,12 @@ func (sc *scenario) drive(ctx context.Context) {
 		case <-tick.C:
 		}
 		now := time.Now()
+		last := !now.Before(end)
+		if last {
+			now = end
+		}
 		for i, d := range sc.planes {
-			for !next[i].After(now) {
+			for next[i].Before(now) {
 				at := next[i]
 				d.advance(at)
 				if d.request(bucket, at) {
@@ -172,6 +176,9 @@ func (sc *scenario) drive(ctx context.Context) {
 				next[i] = at.Add(time.Duration(float64(time.Second) / sc.demand(i, at.Sub(sc.rec.start))))
 			}
 			d.advance(now)
+		}
+		if last {
+			return
 		}
 	}
 }
@@ -346,14 +353,13 @@ func (c *simCluster) run(t *testing.T, d time.Duration, during func(elapsed time
 	}
 	for _, sc := range scs {
 		wg.Add(1)
-		go func() { defer wg.Done(); sc.drive(ctx) }()
+		go func() { defer wg.Done(); sc.drive(ctx, start.Add(d)) }()
 	}
+	defer cancel()
 	if during != nil {
 		during(time.Since(start))
 	}
-	time.Sleep(time.Until(start.Add(d)))
-	cancel()
-	wg.Wait()
+	wg.Wait() // every request until start+d offered
 	for _, sc := range scs {
 		for _, dp := range sc.planes {
 			dp.close()

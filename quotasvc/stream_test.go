@@ -301,9 +301,9 @@ func TestFirstReportIsAnsweredAtOnce(t *testing.T) {
 		// A newcomer alone: half the floor, 2.5% of 100/s.
 		{map[string]string{"name": "api"}, "token_bucket 2/1s max 2 ttl 3h0m0s", "shared"},
 		// Entries sorted by key: [env=prod, name=api], 50/s.
-		{map[string]string{"name": "api", "env": "prod"}, "token_bucket 1/1s max 1 ttl 3h0m0s", "shared"},
+		{map[string]string{"name": "api", "env": "prod"}, "token_bucket 1/1s max 2 ttl 3h0m0s", "shared"},
 		// A key-only descriptor: every user their own 10/s (0.25/s).
-		{map[string]string{"user": "alice"}, "token_bucket 1/4s max 1 ttl 3h0m0s", "shared"},
+		{map[string]string{"user": "alice"}, "token_bucket 1/4s max 2 ttl 3h0m0s", "shared"},
 		// 600 a minute refilled at 20/s: 0.5/s, a bucket of 15 (2.5% of 600).
 		{map[string]string{"name": "tb"}, "token_bucket 1/2s max 15 ttl 3h0m0s", "shared"},
 		{map[string]string{"name": "banned"}, "DENY_ALL ttl 3h0m0s", "deny"},
