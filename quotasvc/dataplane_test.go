@@ -75,8 +75,6 @@ type dataPlane struct {
 	opened      []time.Time // when each stream opened
 	streamAddrs []string
 	assigned    []time.Time // when each response with an assignment came
-	responses   []*rlqsv3.RateLimitQuotaResponse
-	closedErrs  []error
 	closedAt    []time.Time
 }
 
@@ -327,7 +325,6 @@ func (d *dataPlane) dropStream(s rlqsv3.RateLimitQuotaService_StreamRateLimitQuo
 	defer d.mu.Unlock()
 	if d.stream == s {
 		d.stream = nil
-		d.closedErrs = append(d.closedErrs, err)
 		d.closedAt = append(d.closedAt, time.Now())
 	}
 }
@@ -347,7 +344,6 @@ func (d *dataPlane) receive(s rlqsv3.RateLimitQuotaService_StreamRateLimitQuotas
 		received := time.Now()
 		d.mu.Lock()
 		now := d.clock // the data plane's own time, which its buckets run on
-		d.responses = append(d.responses, resp)
 		sawAssignment := false
 		for _, a := range resp.GetBucketAction() {
 			b := d.buckets[bucketKeyOf(a.GetBucketId().GetBucket())]
@@ -460,14 +456,22 @@ func (d *dataPlane) setAddrs(addrs ...string) {
 	d.addrs, d.next = addrs, 0
 }
 
-// active returns the active strategy of bucket id (nil: none).
-func (d *dataPlane) active(id map[string]string) *typev3.RateLimitStrategy {
+// state says what decides bucket id's requests at now: "assigned" (an
+// active assignment), "expired" (expired_assignment_behavior), "none"
+// (no_assignment_behavior), or "" (no such bucket).
+func (d *dataPlane) state(id map[string]string, now time.Time) string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if b := d.buckets[bucketKeyOf(id)]; b != nil {
-		return b.active
+	b := d.buckets[bucketKeyOf(id)]
+	switch {
+	case b == nil:
+		return ""
+	case b.active != nil && (b.expires.IsZero() || now.Before(b.expires)):
+		return "assigned"
+	case b.active != nil || (b.fallback != nil && now.Before(b.fallbackUntil)):
+		return "expired"
 	}
-	return nil
+	return "none"
 }
 
 // reconnects returns, for each stream after the first, how long after the
@@ -492,9 +496,3 @@ func (d *dataPlane) reconnects() (gaps, firstAssignment []time.Duration) {
 	return gaps, firstAssignment
 }
 
-// hasBucket reports whether the data plane tracks bucket id.
-func (d *dataPlane) hasBucket(id map[string]string) bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.buckets[bucketKeyOf(id)] != nil
-}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
@@ -677,5 +678,55 @@ func TestStopEndsStreams(t *testing.T) {
 	}
 	if got := s.metric(t, "throttle_rlqs_streams"); got != 0 {
 		t.Errorf("throttle_rlqs_streams = %v after Stop, want 0", got)
+	}
+}
+
+// When Throttle is gone, an instance's assignment runs out after its time
+// to live (three intervals, whole seconds: 1 s for 200 ms), and the filter's
+// expired_assignment_behavior takes over, then its no_assignment_behavior.
+func TestAssignmentsRunOutWithoutThrottle(t *testing.T) {
+	s := startServer(t, quotasvc.Options{})
+	d := newDataPlane(t, "quota", 100*time.Millisecond, s.addr)
+	d.noAssignment = &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_DENY_ALL}}
+	d.reuseLast, d.expiredTimeout = true, 500*time.Millisecond
+	api := map[string]string{"name": "api"}
+	step := func() (time.Time, string) {
+		now := time.Now()
+		d.advance(now)
+		d.request(api, now)
+		time.Sleep(10 * time.Millisecond)
+		return now, d.state(api, now)
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for _, st := step(); st != "assigned"; _, st = step() {
+		if time.Now().After(deadline) {
+			t.Fatalf("no assignment in 2s (state %q)", st)
+		}
+	}
+	// A few reassignments, then Throttle goes.
+	for end := time.Now().Add(500 * time.Millisecond); time.Now().Before(end); {
+		step()
+	}
+	s.stop()
+	stopped := time.Now()
+	seen := map[string]time.Duration{}
+	for time.Since(stopped) < 2500*time.Millisecond {
+		now, st := step()
+		if _, ok := seen[st]; !ok {
+			seen[st] = now.Sub(stopped)
+		}
+	}
+	// The last assignment came at most half a time to live before the stop
+	// (renewals), so it runs out 0.5-1 s after it (seen up to a slow
+	// loop's step later); the last one is reused for 0.5 s; then requests
+	// are denied, as no_assignment_behavior says.
+	if at, ok := seen["expired"]; !ok || at < 400*time.Millisecond || at > 1500*time.Millisecond {
+		t.Errorf("assignment ran out %v after Throttle stopped (seen %v), want 0.5-1 s", at, seen)
+	}
+	if at, ok := seen["none"]; !ok || at-seen["expired"] < 450*time.Millisecond || at-seen["expired"] > time.Second {
+		t.Errorf("no_assignment_behavior %v after Throttle stopped (seen %v), want 0.5 s after the expiry", at, seen)
+	}
+	if d.request(api, time.Now()) {
+		t.Error("a request passed with no assignment and DENY_ALL as no_assignment_behavior")
 	}
 }
