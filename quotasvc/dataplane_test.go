@@ -495,4 +495,3 @@ func (d *dataPlane) reconnects() (gaps, firstAssignment []time.Duration) {
 	}
 	return gaps, firstAssignment
 }
-
