@@ -187,13 +187,17 @@ func (s *Server) release() {
 }
 
 // Run reassigns every bucket's share at each multiple of Interval until ctx
-// ends.
+// ends or Stop is called.
 func (s *Server) Run(ctx context.Context) error {
 	t := time.NewTimer(s.untilNextEpoch())
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
+			return nil
+		case <-s.stopping:
+			// Streams are ending: no reassignment would reach them, and
+			// one would keep their released demands alive.
 			return nil
 		case <-t.C:
 		}
