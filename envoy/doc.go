@@ -5,6 +5,9 @@
 //
 //   - envoy.yaml: a front proxy (listener :10000) that asks Throttle, over gRPC,
 //     whether each request may reach the sample app (domain "edge");
+//   - envoy-rlqs.yaml: the same proxy with the rate_limit_quota filter instead:
+//     Envoy enforces the shares of each limit that Throttle's rate-limit quota
+//     service (RLQS) assigns, and reports usage to it;
 //   - descriptors/edge.yaml: the limits for domain "edge", in the descriptor format
 //     of Envoy's reference rate-limit service, read by Throttle from DESCRIPTORS_DIR;
 //   - istio/: the same setup for an Istio ingress gateway (EnvoyFilter patches and

@@ -15,10 +15,13 @@ import (
 
 	// The extensions named by "@type" in the configs of this folder. protojson
 	// resolves an Any through the global registry, so each must be linked in.
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rate_limit_quota/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/matching/common_inputs/network/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 )
 
 // LoadBootstrap decodes an Envoy bootstrap file (YAML or JSON) strictly and

@@ -13,7 +13,6 @@ import (
 	"math"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -30,6 +29,7 @@ import (
 	"github.com/throttle-rl/throttle/descriptors"
 	"github.com/throttle-rl/throttle/internal/envoycounters"
 	"github.com/throttle-rl/throttle/internal/ratelimitheader"
+	"github.com/throttle-rl/throttle/internal/ruledomain"
 )
 
 // Options configures a Server.
@@ -119,8 +119,7 @@ type Server struct {
 	metrics *metrics
 	tracing *tracing // nil: tracing off
 
-	mu      sync.Mutex
-	domains map[string]ruleDomain // client id → domain built from its rules
+	rules *ruledomain.Cache // domains built from REST clients' descriptor rules
 }
 
 // New returns a Server.
@@ -148,7 +147,7 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	tr := newTracing(opts.TracerProvider, opts.Propagator)
-	return &Server{opts: opts, metrics: m, tracing: tr, domains: map[string]ruleDomain{}}, nil
+	return &Server{opts: opts, metrics: m, tracing: tr, rules: ruledomain.New(opts.Rules, opts.Log)}, nil
 }
 
 // ShouldRateLimit decides every descriptor of req in one engine batch (see

@@ -86,6 +86,8 @@ func TestParseServeErrors(t *testing.T) {
 		{map[string]string{"STATS_MAX_VALUE_KEYS": "-1"}, "STATS_MAX_VALUE_KEYS: -1 must be 0 or more"},
 		{map[string]string{"MAX_DESCRIPTORS_PER_REQUEST": "0"}, "MAX_DESCRIPTORS_PER_REQUEST: 0 must be at least 1"},
 		{map[string]string{"MAX_DESCRIPTOR_ENTRIES": "many"}, `MAX_DESCRIPTOR_ENTRIES: "many" is not a number`},
+		{map[string]string{"RLQS_INTERVAL": "50ms"}, "RLQS_INTERVAL: 50ms is not within 100ms-1h"},
+		{map[string]string{"RLQS_INTERVAL": "soon"}, `RLQS_INTERVAL: "soon" is not a positive duration`},
 		{map[string]string{"RATE_LIMIT_HEADERS": "draft"}, `RATE_LIMIT_HEADERS: "draft" is not one of x (X-RateLimit-* only), ietf (RateLimit-Policy and RateLimit only), both`},
 		{map[string]string{"ADMIN_API_KEY": "short"}, `ADMIN_API_KEY: must be at least 16 characters and not start with "thr_"`},
 		{map[string]string{"ADMIN_API_KEY": "thr_0123456789abcdef0123"}, `ADMIN_API_KEY: must be at least 16 characters and not start with "thr_"`},

@@ -54,6 +54,7 @@ type config struct {
 	// CountRejectedHits keeps the reference service's counting on the
 	// Envoy path (COUNT_REJECTED_HITS).
 	CountRejectedHits bool
+	RLQSInterval      time.Duration
 	Tracing           tracingConfig
 	failureModeRaw    string
 	trustedProxiesRaw string
@@ -79,7 +80,7 @@ type setting struct {
 
 var serveSettings = []setting{
 	{"PORT", "port", "8080", "REST listen port"},
-	{"GRPC_PORT", "grpc-port", "8081", "gRPC listen port (Envoy rate-limit service, gRPC health)"},
+	{"GRPC_PORT", "grpc-port", "8081", "gRPC listen port (Envoy rate-limit service and rate-limit quota service, gRPC health)"},
 	{"BIND_ADDRESS", "bind-address", "", "address to listen on; empty = all interfaces"},
 	{"REDIS_URL", "redis-url", "", "counters in Redis: redis://, rediss://; ?master_name=M for Sentinel, ?cluster=true (&addr=host:port…) for Cluster; empty = in memory"},
 	{"DATABASE_URL", "database-url", "sqlite://throttle.db", "clients, rules, exemptions: postgres://… or sqlite://PATH"},
@@ -107,6 +108,7 @@ var serveSettings = []setting{
 	{"ADMIN_API_KEY", "admin-api-key", "", "operator key (at least 16 characters, not a client's thr_ key) for POST /descriptors/{domain}/counters and …/reset: reads and resets the Envoy counters of any domain, the YAML's included; no other route takes it; empty = no operator access"},
 	{"CACHE_KEY_PREFIX", "cache-key-prefix", "", "with REDIS_URL: put before every Redis key, so several deployments share one Redis or Redis Cluster (the reference service's setting); no '{', '}', spaces or control characters, at most 64 bytes"},
 	{"COUNT_REJECTED_HITS", "count-rejected-hits", "false", "count every hit of every descriptor of a gRPC rate-limit request, admitted or not, as the reference service does; by default a rejected request consumes nothing, from any of its descriptors"},
+	{"RLQS_INTERVAL", "rlqs-interval", "1s", "how often the rate-limit quota service (RLQS, on GRPC_PORT) reassigns every Envoy's share of each limit (100ms-1h); set the Envoy filter's reporting_interval to a third of it"},
 	// OpenTelemetry tracing: the standard variables, named by its specification.
 	{"OTEL_EXPORTER_OTLP_ENDPOINT", "otel-exporter-otlp-endpoint", "", "OpenTelemetry tracing: base URL of the OTLP receiver, such as http://collector:4318 (http/protobuf; /v1/traces is appended) or http://collector:4317 (grpc); https:// uses TLS with the system's roots; empty = tracing off (no spans, no cost)"},
 	{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "otel-exporter-otlp-traces-endpoint", "", "URL for traces, used as it is (http/protobuf: with its path, such as http://collector:4318/v1/traces); wins over OTEL_EXPORTER_OTLP_ENDPOINT, and alone turns tracing on too"},
@@ -132,7 +134,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*c
 		vals[s.env] = fs.String(s.flag, def, "")
 	}
 	fs.Usage = func() {
-		fmt.Fprint(stderr, "Usage: throttle serve [flags]\n\nServes the REST API on PORT and the Envoy rate-limit service on GRPC_PORT.\nWith no settings: counters in memory, data in sqlite://throttle.db.\n\nEvery flag has an environment variable; a flag wins over its variable.\n\n")
+		fmt.Fprint(stderr, "Usage: throttle serve [flags]\n\nServes the REST API on PORT, and Envoy's rate-limit and rate-limit quota services on GRPC_PORT.\nWith no settings: counters in memory, data in sqlite://throttle.db.\n\nEvery flag has an environment variable; a flag wins over its variable.\n\n")
 		for _, s := range serveSettings {
 			def := s.def
 			if def == "" {
@@ -217,6 +219,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*c
 	durVar("REST_BACKEND_TIMEOUT", &c.RESTTimeout)
 	durVar("CACHE_REFRESH_INTERVAL", &c.CacheRefresh)
 	durVar("SHUTDOWN_TIMEOUT", &c.ShutdownTimeout)
+	durVar("RLQS_INTERVAL", &c.RLQSInterval)
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
@@ -296,6 +299,9 @@ func (c *config) Validate() error {
 	}
 	if err := checkKeyPrefix(c.CacheKeyPrefix); err != nil {
 		errs = append(errs, fmt.Errorf("CACHE_KEY_PREFIX: %w", err))
+	}
+	if c.RLQSInterval < 100*time.Millisecond || c.RLQSInterval > time.Hour {
+		errs = append(errs, fmt.Errorf("RLQS_INTERVAL: %s is not within 100ms-1h (Envoy reports at most every 100ms)", c.RLQSInterval))
 	}
 	errs = append(errs, c.Tracing.validate()...)
 	return errors.Join(errs...)

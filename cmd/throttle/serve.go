@@ -24,6 +24,7 @@ import (
 	"github.com/throttle-rl/throttle/algorithms"
 	"github.com/throttle-rl/throttle/descriptors"
 	"github.com/throttle-rl/throttle/internal/telemetry"
+	"github.com/throttle-rl/throttle/quotasvc"
 	"github.com/throttle-rl/throttle/ratelimitsvc"
 	"github.com/throttle-rl/throttle/restapi"
 	"github.com/throttle-rl/throttle/store"
@@ -79,6 +80,7 @@ type app struct {
 	descStatus func(string) restapi.DescriptorStatus
 	grpcSrv    *grpc.Server
 	health     *health.Server
+	quota      *quotasvc.Server
 	httpSrv    *http.Server
 	httpLis    net.Listener
 	grpcLis    net.Listener
@@ -209,8 +211,8 @@ func (a *app) openDescriptors(context.Context) error {
 	return nil
 }
 
-// openAPIs builds the gRPC server (Envoy's rate-limit service, gRPC health)
-// and the REST handler.
+// openAPIs builds the gRPC server (Envoy's rate-limit and rate-limit quota
+// services, gRPC health) and the REST handler.
 func (a *app) openAPIs(context.Context) error {
 	cfg := a.cfg
 	// The Envoy path rejects known over-limit descriptors without Redis.
@@ -235,6 +237,11 @@ func (a *app) openAPIs(context.Context) error {
 		return err
 	}
 	a.grpcSrv, a.health = ratelimitsvc.NewGRPCServer(rls)
+	// Envoy's rate-limit quota service (RLQS), on the same port.
+	if a.quota, err = newQuota(cfg, a.current, a.cache, a.log, a.reg, a.goBG); err != nil {
+		return err
+	}
+	a.quota.Register(a.grpcSrv, a.health)
 	handler := restapi.NewHandler(restapi.Deps{
 		Log: a.log, DB: a.db, Cache: a.cache, Usage: a.usage, Limiter: a.limiter, Registerer: a.reg, Gatherer: a.reg,
 		TrustedProxies: cfg.TrustedProxies, ConfigDump: a.configDump, HeaderSets: cfg.HeaderSets, TracerProvider: a.tracer, Propagator: a.propagator,
@@ -313,6 +320,7 @@ func (a *app) serve(ctx context.Context) error {
 // left open after it.
 func (a *app) shutdown() {
 	a.health.Shutdown()
+	a.quota.Stop() // RLQS streams end (GracefulStop would wait for them); Envoys reconnect elsewhere
 	shutCtx, cancel := context.WithTimeout(context.Background(), a.cfg.ShutdownTimeout)
 	defer cancel()
 	var sd sync.WaitGroup

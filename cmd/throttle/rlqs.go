@@ -1,0 +1,40 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/throttle-rl/throttle/descriptors"
+	"github.com/throttle-rl/throttle/quotasvc"
+	"github.com/throttle-rl/throttle/store"
+)
+
+// newQuota builds the rate-limit quota service (RLQS) over the same domains
+// as ShouldRateLimit. With REDIS_URL it shares demands through a Redis
+// client of its own, so its reassignments never queue behind the rate-limit
+// path's calls.
+func newQuota(cfg *config, current func() *descriptors.Config, rules *store.Cache, log *slog.Logger, reg prometheus.Registerer, goBG func(string, func(context.Context) error)) (*quotasvc.Server, error) {
+	opts := quotasvc.Options{
+		Descriptors: current, Rules: rules, Interval: cfg.RLQSInterval, FailureMode: cfg.FailureMode,
+		KeyPrefix: cfg.CacheKeyPrefix, Log: log, Registerer: reg,
+	}
+	if cfg.RedisURL != "" {
+		rdb, err := newRedis(cfg.RedisURL)
+		if err != nil {
+			return nil, err
+		}
+		goBG("rlqs redis close", func(ctx context.Context) error {
+			<-ctx.Done()
+			return rdb.Close()
+		})
+		opts.Redis = rdb
+	}
+	q, err := quotasvc.New(opts)
+	if err != nil {
+		return nil, err
+	}
+	goBG("rlqs", q.Run)
+	return q, nil
+}

@@ -1,0 +1,85 @@
+package ruledomain
+
+import (
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/throttle-rl/throttle/algorithms"
+	"github.com/throttle-rl/throttle/descriptors"
+	"github.com/throttle-rl/throttle/internal/logbuf"
+	"github.com/throttle-rl/throttle/store"
+)
+
+// rules is a Source of fixed rules, for the cache's own logic (store.Cache,
+// the real Source, is tested in package store).
+type rules struct {
+	clients  map[string]store.Client
+	rules    map[string][]store.Rule
+	revision int64
+}
+
+func (r *rules) ClientByDomain(domain string) (store.Client, bool) {
+	c, ok := r.clients[domain]
+	return c, ok
+}
+func (r *rules) DescriptorRules(id string) []store.Rule { return r.rules[id] }
+func (r *rules) Revision() int64                        { return r.revision }
+
+func TestCache(t *testing.T) {
+	src := &rules{
+		clients: map[string]store.Client{"app": {ID: "c1", Domain: "app"}, "empty": {ID: "c2", Domain: "empty"}},
+		rules: map[string][]store.Rule{"c1": {{
+			Name: "login", Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 5, Window: time.Minute},
+			Descriptors: []store.DescriptorEntry{{Key: "path", Value: "/login"}},
+		}}},
+		revision: 1,
+	}
+	logs := &logbuf.Buffer{}
+	c := New(src, slog.New(slog.NewTextHandler(logs, nil)))
+	d := c.Domain("app")
+	m := d.Match([]descriptors.Entry{{Key: "path", Value: "/login"}})
+	if m == nil || m.Limit.RequestsPerUnit != 5 || m.Limit.Unit != descriptors.Minute {
+		t.Fatalf("match = %+v, want 5 per minute", m)
+	}
+	if c.Domain("app") != d {
+		t.Error("domain rebuilt without a change of the rules")
+	}
+	if c.Domain("nobody") != nil || c.Owned("nobody") {
+		t.Error("a domain no client owns")
+	}
+	if c.Domain("empty") != nil || !c.Owned("empty") {
+		t.Error("a client without descriptor rules: owned, no domain")
+	}
+	// A change of the rules builds it again; rules refused are logged and
+	// give no domain.
+	src.rules["c1"] = append(src.rules["c1"], src.rules["c1"][0])
+	src.revision++
+	if got := c.Domain("app"); got != nil {
+		t.Errorf("duplicate rules gave a domain: %v", got)
+	}
+	if !strings.Contains(logs.String(), "client descriptor rules refused") {
+		t.Errorf("refusal not logged: %s", logs.String())
+	}
+	if New(nil, slog.Default()).Domain("app") != nil {
+		t.Error("no source, yet a domain")
+	}
+}
+
+func TestRules(t *testing.T) {
+	got := Rules([]store.Rule{
+		{Name: "a", Limit: algorithms.Limit{Algorithm: algorithms.TokenBucket, Limit: 10, RefillRate: 0.5}, Descriptors: []store.DescriptorEntry{{Key: "k"}}},
+		{Name: "b", Limit: algorithms.Limit{Algorithm: algorithms.GCRA, Limit: 1 << 40, Window: 90 * time.Second}, Descriptors: []store.DescriptorEntry{{Key: "k", Value: "v"}}},
+	})
+	// No window: a minute, the token bucket's own default (limit/60).
+	if got[0].Limit.Unit != descriptors.Minute || got[0].Limit.Window != time.Minute || got[0].Limit.RefillRate != 0.5 || got[0].Entries[0] != (descriptors.Entry{Key: "k"}) {
+		t.Errorf("token bucket rule = %+v", got[0])
+	}
+	if _, err := descriptors.NewDomain("d", got[:1]); err != nil {
+		t.Errorf("a token bucket rule without a window is refused: %v", err)
+	}
+	if l := got[1].Limit; l.RequestsPerUnit != 1<<32-1 || l.Window != 90*time.Second || l.Unit != descriptors.Second || l.UnitMultiplier != 90 {
+		t.Errorf("gcra rule = %+v (limit capped at Envoy's uint32, window 90 × SECOND)", got[1])
+	}
+}
