@@ -126,19 +126,15 @@ func (s *MemoryStore) Check(ctx context.Context, reqs []Request) ([]Decision, er
 	}
 	for i := range reqs {
 		r := &reqs[i]
-		var rate float64 // a token bucket's refill rate, worked out once
-		if r.Limit.Algorithm == TokenBucket {
-			rate = r.Limit.Refill()
-		}
-		k, idHash, h := s.keyOf(r, rate)
-		sh := s.shard(idHash)
+		p := s.place(r)
+		sh := p.sh
 		sh.mu.Lock()
 		at := sh.at(nowUS)
-		e := sh.find(&k, h) // nil, alive or expired
-		next, o := decideMemory(alive(e, at), r, rate, at)
+		e := sh.find(&p.k, p.h) // nil, alive or expired
+		next, o := decideMemory(alive(e, at), r, p.rate, at)
 		if o.wrote {
 			next.expiresUS = at + o.ttlUS
-			sh.put(e, &k, h, next)
+			sh.put(e, &p.k, p.h, next)
 		}
 		sh.mu.Unlock()
 		o.writeTo(&out[i], r.Limit.Limit, at)
@@ -156,14 +152,8 @@ func (s *MemoryStore) checkTied(reqs []Request, out []Decision, nowUS int64) {
 	ps := make([]placed, len(reqs))
 	shards := make([]int32, len(reqs))
 	for i := range reqs {
-		p := &ps[i]
-		if reqs[i].Limit.Algorithm == TokenBucket {
-			p.rate = reqs[i].Limit.Refill()
-		}
-		var idHash uint64
-		p.k, idHash, p.h = s.keyOf(&reqs[i], p.rate)
-		p.sh = s.shard(idHash)
-		shards[i] = p.sh.index
+		ps[i].spot = s.place(&reqs[i])
+		shards[i] = ps[i].sh.index
 	}
 	slices.Sort(shards)
 	shards = slices.Compact(shards)
@@ -225,13 +215,30 @@ func (s *MemoryStore) checkTied(reqs []Request, out []Decision, nowUS int64) {
 	}
 }
 
-// placed is where checkTied found a request's state, and what it was before
+// spot is where a request's state lives: its key, the key's hash and
+// shard, and a token bucket's refill rate, worked out once.
+type spot struct {
+	k    memoryKey
+	h    uint64
+	sh   *memoryShard
+	rate float64
+}
+
+// place finds r's spot.
+func (s *MemoryStore) place(r *Request) (p spot) {
+	if r.Limit.Algorithm == TokenBucket {
+		p.rate = r.Limit.Refill()
+	}
+	var idHash uint64
+	p.k, idHash, p.h = s.keyOf(r, p.rate)
+	p.sh = s.shard(idHash)
+	return p
+}
+
+// placed is a request's spot in checkTied, and what its state was before
 // the request wrote it.
 type placed struct {
-	k     memoryKey
-	h     uint64
-	sh    *memoryShard
-	rate  float64
+	spot
 	old   memoryState
 	had   bool
 	wrote bool
@@ -304,7 +311,7 @@ func (s *MemoryStore) keyOf(r *Request, rate float64) (k memoryKey, idHash, hash
 		k.windowUS = r.Limit.Window.Microseconds()
 		lh ^= fmix(uint64(k.windowUS) ^ s.salt[1] ^ s.salt[2])
 	}
-	return k, idHash, idHash ^ lh ^ algIndex(k.alg)
+	return k, idHash, idHash ^ lh ^ uint64(algNumber(k.alg))
 }
 
 // identityHash is the hash of (scope, identifier).
@@ -320,21 +327,6 @@ func fmix(x uint64) uint64 {
 	x ^= x >> 33
 	x *= 0xc4ceb9fe1a85ec53
 	return x ^ x>>33
-}
-
-// algIndex numbers the algorithms for a hash.
-func algIndex(a Algorithm) uint64 {
-	switch a {
-	case FixedWindow:
-		return 1
-	case SlidingWindow:
-		return 2
-	case TokenBucket:
-		return 3
-	case GCRA:
-		return 4
-	}
-	return 0
 }
 
 // shard returns the shard that holds every limit of the (scope,
@@ -450,17 +442,11 @@ func (s *MemoryStore) Clear(ctx context.Context, reqs []Request) (int, error) {
 	nowUS := s.now().UnixMicro()
 	n := 0
 	for i := range reqs {
-		r := &reqs[i]
-		var rate float64
-		if r.Limit.Algorithm == TokenBucket {
-			rate = r.Limit.Refill()
-		}
-		k, idHash, h := s.keyOf(r, rate)
-		sh := s.shard(idHash)
-		sh.mu.Lock()
-		at := sh.at(nowUS)
-		n += sh.drop(h, sh.states[h], at, func(e *memoryEntry) bool { return e.key == k })
-		sh.mu.Unlock()
+		p := s.place(&reqs[i])
+		p.sh.mu.Lock()
+		at := p.sh.at(nowUS)
+		n += p.sh.drop(p.h, p.sh.states[p.h], at, func(e *memoryEntry) bool { return e.key == p.k })
+		p.sh.mu.Unlock()
 	}
 	return n, nil
 }
