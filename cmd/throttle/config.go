@@ -121,7 +121,9 @@ var serveSettings = []setting{
 	{"OTEL_TRACES_SAMPLER_ARG", "otel-traces-sampler-arg", "", "the ratio of traces the traceidratio samplers record, 0 to 1; empty = 1"},
 }
 
-// parseServe reads the settings from args and getenv.
+// parseServe reads the settings from args and getenv. It is long because it
+// is a list: one line per setting, each read with the helper of its type
+// (durVar, intVar, …) into the config field it fills.
 func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*config, error) {
 	fs := flag.NewFlagSet("throttle serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
