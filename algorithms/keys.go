@@ -26,11 +26,11 @@ func algCode(a Algorithm) string {
 	return ""
 }
 
-// escapeKeyPart percent-encodes the characters that give a key its structure:
+// EscapeKeyPart percent-encodes the characters that give a key its structure:
 // '%' (the escape itself), ':' (the separator), and '{' '}' (Redis Cluster's
 // hash-tag delimiters). Distinct parts stay distinct after escaping, and an
 // escaped part contains no separator, so joined parts can't be confused.
-func escapeKeyPart(s string) string {
+func EscapeKeyPart(s string) string {
 	if !strings.ContainsAny(s, "%:{}") {
 		return s
 	}
@@ -57,7 +57,7 @@ func escapeKeyPart(s string) string {
 // identifier shares it, and so one Redis Cluster slot, which lets one Lua
 // script touch a limit's state and the identifier's index together.
 func identityTag(scope, identifier string) string {
-	return escapeKeyPart(scope) + ":" + escapeKeyPart(identifier)
+	return EscapeKeyPart(scope) + ":" + EscapeKeyPart(identifier)
 }
 
 // identityPrefix is the common start of every key of (scope, identifier):

@@ -349,12 +349,9 @@ func (p *parser) rateLimit(n *yaml.Node, at place) *RateLimit {
 		AlwaysCount: p.boolean(fs["always_count"].value, at, "always_count"),
 	}
 	if um := fs["unit_multiplier"].value; !isNull(um) {
-		v, good := wholeNumber(display(um))
-		if !good || v < 1 || v > math.MaxUint32 {
-			p.fail(at, "unit_multiplier must be a whole number between 1 and %d, not %v", uint32(math.MaxUint32), display(um))
-			ok = false
-		}
-		l.UnitMultiplier = uint32(v)
+		var good bool
+		l.UnitMultiplier, good = p.uint32(um, at, "unit_multiplier", 1)
+		ok = ok && good
 	}
 	unit := p.str(fs["unit"].value, at, "unit")
 	var err error
@@ -369,12 +366,9 @@ func (p *parser) rateLimit(n *yaml.Node, at place) *RateLimit {
 		ok = false
 	}
 	if rpu := fs["requests_per_unit"].value; !isNull(rpu) {
-		v, good := wholeNumber(display(rpu))
-		if !good || v < 0 || v > math.MaxUint32 {
-			p.fail(at, "requests_per_unit must be a whole number between 0 and %d, not %v", uint32(math.MaxUint32), display(rpu))
-			ok = false
-		}
-		l.RequestsPerUnit = uint32(v)
+		var good bool
+		l.RequestsPerUnit, good = p.uint32(rpu, at, "requests_per_unit", 0)
+		ok = ok && good
 	}
 	for i, r := range p.list(fs["replaces"].value, at, "replaces") {
 		if r == nil {
@@ -432,4 +426,16 @@ func wholeNumber(v any) (int64, bool) {
 		return int64(v), true
 	}
 	return 0, false
+}
+
+// uint32 reads field name of n, a whole number between lo and the largest
+// uint32 (Envoy's type for it); false, and the problem noted, when it is
+// not.
+func (p *parser) uint32(n *yaml.Node, at place, name string, lo int64) (uint32, bool) {
+	v, good := wholeNumber(display(n))
+	if !good || v < lo || v > math.MaxUint32 {
+		p.fail(at, "%s must be a whole number between %d and %d, not %v", name, lo, uint32(math.MaxUint32), display(n))
+		return 0, false
+	}
+	return uint32(v), true
 }

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/throttle-rl/throttle/algorithms"
 )
 
 var (
@@ -48,25 +50,7 @@ func newRedisUsage(rdb redis.UniversalClient, entryTTL, allocTTL time.Duration) 
 // (prefix: CACHE_KEY_PREFIX). The rate-limit counters' keys are
 // "throttle:{…}", so the two never meet.
 func groupKey(prefix, domain, counter, sig string) string {
-	return prefix + "throttle:q{" + escapeKeyPart(domain) + ":" + escapeKeyPart(counter) + "}:" + escapeKeyPart(sig)
-}
-
-// escapeKeyPart percent-encodes '%', ':', '{' and '}', so a part holds no
-// separator and no hash-tag delimiter.
-func escapeKeyPart(s string) string {
-	if !strings.ContainsAny(s, "%:{}") {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; c {
-		case '%', ':', '{', '}':
-			fmt.Fprintf(&b, "%%%02X", c)
-		default:
-			b.WriteByte(c)
-		}
-	}
-	return b.String()
+	return prefix + "throttle:q{" + algorithms.EscapeKeyPart(domain) + ":" + algorithms.EscapeKeyPart(counter) + "}:" + algorithms.EscapeKeyPart(sig)
 }
 
 func (r *redisUsage) ttlArgs() (entry, key int64) {
