@@ -76,6 +76,13 @@ func storeFactories() []storeFactory {
 		{"redis", func(t *testing.T, clock func() time.Time) Store {
 			return NewRedisStore(newRedisClient(t, 0), RedisOptions{Now: clock})
 		}},
+		{"redis-script", func(t *testing.T, clock func() time.Time) Store {
+			// The engine as a script (EVALSHA), as on Redis 6 or where an
+			// ACL refuses FUNCTION LOAD.
+			s := NewRedisStore(newRedisClient(t, 0), RedisOptions{Now: clock})
+			s.single.lua.Store(luaEval)
+			return s
+		}},
 		{"redis-coalesced", func(t *testing.T, clock func() time.Time) Store {
 			s := NewRedisStore(newRedisClient(t, 0), RedisOptions{Now: clock, Coalesce: 2})
 			t.Cleanup(s.Close)
