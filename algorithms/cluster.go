@@ -53,7 +53,10 @@ type shard struct {
 	// answered is when this master last answered (Unix ns): Guard's
 	// evidence that it is up when a call of its own times out.
 	answered atomic.Int64
-	close    func() error
+	// clock is this master's clock, for the decisions made without the
+	// script (plain.go).
+	clock redisClock
+	close func() error
 }
 
 // lastAnswer returns when the shard last answered; zero if never.

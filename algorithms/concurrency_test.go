@@ -44,6 +44,17 @@ func TestConcurrentNeverOverAdmits(t *testing.T) {
 			}
 			return ss
 		},
+		// The Envoy service's counters: fixed windows without the script
+		// (plain.go), on Redis's clock.
+		"redis-unindexed-coalesced": func(t *testing.T) []Store {
+			var ss []Store
+			for range replicas {
+				s := NewRedisStore(newRedisClient(t, 20), RedisOptions{Coalesce: 2})
+				t.Cleanup(s.Close)
+				ss = append(ss, unindexedStore{s})
+			}
+			return ss
+		},
 		"memory": func(t *testing.T) []Store {
 			m := NewMemoryStore(MemoryOptions{})
 			return []Store{m, m, m, m}

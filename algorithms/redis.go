@@ -80,7 +80,7 @@ type RedisStore struct {
 	library, function string
 	reset             *redis.Script
 	clear             *redis.Script
-	refund            *redis.Script  // Cluster only: see refundVoided
+	refund            *redis.Script  // refundVoided (Cluster), refundPlain
 	single            *shard         // a single Redis, or Sentinel's master; nil on a Cluster
 	cluster           *clusterRouter // nil unless a Cluster
 	opts              RedisOptions
@@ -102,6 +102,7 @@ func NewRedisStore(rdb redis.UniversalClient, opts RedisOptions) *RedisStore {
 		now:    opts.Now,
 		script: redis.NewScript(luaCode() + evalCall),
 		reset:  redis.NewScript(resetLua),
+		refund: redis.NewScript(refundLua),
 		clear:  redis.NewScript(clearLua),
 		opts:   opts,
 		tracer: opts.Tracer,
@@ -334,6 +335,41 @@ func (s *RedisStore) decide(ctx context.Context, sh *shard, reqs []Request, size
 	if sh.client == nil {
 		return nil, errNoMaster
 	}
+	plain, scripted := splitPlain(reqs, sizes)
+	switch {
+	case scripted == nil:
+		return s.decidePlain(ctx, sh, reqs, sizes)
+	case plain == nil:
+		return s.decideScripted(ctx, sh, reqs, sizes)
+	}
+	// Both: at once, each on its own round trip.
+	preqs, psizes := subBatch(reqs, sizes, plain)
+	sreqs, ssizes := subBatch(reqs, sizes, scripted)
+	var pds []Decision
+	var perr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		pds, perr = s.decidePlain(ctx, sh, preqs, psizes)
+	}()
+	sds, serr := s.decideScripted(ctx, sh, sreqs, ssizes)
+	<-done
+	if err := errors.Join(perr, serr); err != nil {
+		return nil, err
+	}
+	out := make([]Decision, len(reqs))
+	for j, i := range plain {
+		out[i] = pds[j]
+	}
+	for j, i := range scripted {
+		out[i] = sds[j]
+	}
+	return out, nil
+}
+
+// decideScripted runs a validated batch on one shard's master in one
+// script call.
+func (s *RedisStore) decideScripted(ctx context.Context, sh *shard, reqs []Request, sizes []int) ([]Decision, error) {
 	keys, args := s.scriptArgs(reqs, sizes, s.nowArg(), s.cluster != nil)
 	res, err := s.runBatch(ctx, sh, keys, args).Slice()
 	if err != nil {

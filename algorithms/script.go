@@ -138,6 +138,12 @@ func decodeReply(res []any, reqs []Request, sizes []int) ([]Decision, error) {
 	if r.err != nil {
 		return nil, fmt.Errorf("redis: script reply: %w", r.err)
 	}
+	return decideAll(reqs, sizes, fs, nowUS)
+}
+
+// decideAll turns what Redis found of each request into decisions: each
+// caller's all-or-nothing requests are void when one of them is over.
+func decideAll(reqs []Request, sizes []int, fs []found, nowUS int64) ([]Decision, error) {
 	out := make([]Decision, len(reqs))
 	var err error
 	groups(len(reqs), sizes, func(_, from, to int) {
@@ -150,7 +156,7 @@ func decodeReply(res []any, reqs []Request, sizes []int) ([]Decision, error) {
 		for i := from; i < to; i++ {
 			d, within := decideFound(&reqs[i], &fs[i], nowUS, voided)
 			if within != fs[i].within && err == nil {
-				err = fmt.Errorf("redis: request %d: the script found it within its limit: %v, Go: %v", i, fs[i].within, within)
+				err = fmt.Errorf("redis: request %d: Redis found it within its limit: %v, Go: %v", i, fs[i].within, within)
 			}
 			out[i] = d
 		}

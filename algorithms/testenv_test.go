@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -68,6 +70,30 @@ type storeFactory struct {
 	make func(t *testing.T, clock func() time.Time) Store
 }
 
+// unindexed reports whether the store's requests are all Unindexed
+// (unindexedStore): nothing for Reset to find.
+func (f storeFactory) unindexed() bool { return strings.Contains(f.name, "unindexed") }
+
+// unindexedStore makes every request Unindexed, as the Envoy service's are:
+// a RedisStore then decides fixed windows without the script (plain.go).
+type unindexedStore struct{ Store }
+
+func unindexed(reqs []Request) []Request {
+	out := slices.Clone(reqs)
+	for i := range out {
+		out[i].Unindexed = true
+	}
+	return out
+}
+
+func (u unindexedStore) Check(ctx context.Context, reqs []Request) ([]Decision, error) {
+	return u.Store.Check(ctx, unindexed(reqs))
+}
+
+func (u unindexedStore) Clear(ctx context.Context, reqs []Request) (int, error) {
+	return u.Store.Clear(ctx, unindexed(reqs))
+}
+
 func storeFactories() []storeFactory {
 	return []storeFactory{
 		{"memory", func(t *testing.T, clock func() time.Time) Store {
@@ -87,6 +113,14 @@ func storeFactories() []storeFactory {
 			s := NewRedisStore(newRedisClient(t, 0), RedisOptions{Now: clock, Coalesce: 2})
 			t.Cleanup(s.Close)
 			return s
+		}},
+		{"redis-unindexed", func(t *testing.T, clock func() time.Time) Store {
+			return unindexedStore{NewRedisStore(newRedisClient(t, 0), RedisOptions{Now: clock})}
+		}},
+		{"redis-unindexed-coalesced", func(t *testing.T, clock func() time.Time) Store {
+			s := NewRedisStore(newRedisClient(t, 0), RedisOptions{Now: clock, Coalesce: 2})
+			t.Cleanup(s.Close)
+			return unindexedStore{s}
 		}},
 	}
 }

@@ -1,0 +1,160 @@
+package algorithms
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+)
+
+// TestPlainFixedWindowOnRedisClock decides unindexed fixed windows without
+// the script and on Redis's clock (no RedisOptions.Now): the counter holds
+// exactly the admitted hits (the hits over the limit were refunded, those
+// of AlwaysCount were not), it expires with its window, and decisions are
+// dated by Redis's clock.
+func TestPlainFixedWindowOnRedisClock(t *testing.T) {
+	ctx := context.Background()
+	rdb := newRedisClient(t, 0)
+	s := NewRedisStore(rdb, RedisOptions{})
+	scope := uniqueScope(t)
+	l := Limit{Algorithm: FixedWindow, Limit: 3, Window: time.Minute}
+	req := Request{Key: Key{scope, "u", ""}, Limit: l, Hits: 1, Unindexed: true}
+	var allowed []bool
+	var last Decision
+	for _, hits := range []int64{1, 1, 2, 1, 5} {
+		req.Hits = hits
+		ds, err := s.Check(ctx, []Request{req})
+		if err != nil {
+			t.Fatal(err)
+		}
+		allowed = append(allowed, ds[0].Allowed)
+		last = ds[0]
+	}
+	if want := []bool{true, true, false, true, false}; !slices.Equal(allowed, want) {
+		t.Fatalf("allowed = %v, want %v", allowed, want)
+	}
+	redisNow, err := rdb.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := redisNow.Sub(last.Now); d < 0 || d > time.Second {
+		t.Errorf("decided at %v, Redis's clock says %v", last.Now, redisNow)
+	}
+	key := s.windowKey(&req, last.Now.UnixMicro())
+	if n, err := rdb.Get(ctx, key).Int64(); err != nil || n != 3 {
+		t.Fatalf("counter %s = %d (%v), want 3: the hits over the limit must be refunded", key, n, err)
+	}
+	ttl, err := rdb.PTTL(ctx, key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ttl <= 0 || ttl > last.ResetAfter+expiryMargin+time.Millisecond {
+		t.Errorf("counter TTL %v, want (0, %v]: the window's end and the margin", ttl, last.ResetAfter+expiryMargin)
+	}
+
+	req.Hits, req.AlwaysCount = 2, true
+	ds, err := s.Check(ctx, []Request{req})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ds[0].Allowed || !ds[0].Counted {
+		t.Fatalf("always_count over the limit: allowed %v counted %v, want false true", ds[0].Allowed, ds[0].Counted)
+	}
+	want := int64(5)
+	if ds[0].Now.UnixMicro()/l.Window.Microseconds() != last.Now.UnixMicro()/l.Window.Microseconds() {
+		want = 2 // a minute boundary fell in between: a new window
+	}
+	if n, _ := rdb.Get(ctx, s.windowKey(&req, ds[0].Now.UnixMicro())).Int64(); n != want {
+		t.Fatalf("counter = %d after an always_count request of 2, want %d", n, want)
+	}
+}
+
+// TestPlainMixedBatch decides, as the coalescing workers do, one call of
+// several callers: those whose requests are all unindexed fixed windows go
+// without the script, the others by it, and every decision comes back in
+// its caller's place.
+func TestPlainMixedBatch(t *testing.T) {
+	ctx := context.Background()
+	clock := &fakeClock{now: t0}
+	s := NewRedisStore(newRedisClient(t, 0), RedisOptions{Now: clock.Now})
+	scope := uniqueScope(t)
+	fw := func(limit int64) Limit { return Limit{Algorithm: FixedWindow, Limit: limit, Window: time.Minute} }
+	tb := Limit{Algorithm: TokenBucket, Limit: 7, Window: time.Minute}
+	sw := Limit{Algorithm: SlidingWindow, Limit: 9, Window: time.Minute}
+	reqs := []Request{
+		// caller 0: plain, an all-or-nothing group voided by its second
+		{Key: Key{scope, "a", ""}, Limit: fw(5), Hits: 2, Unindexed: true, AllOrNothing: true},
+		{Key: Key{scope, "b", ""}, Limit: fw(1), Hits: 2, Unindexed: true, AllOrNothing: true},
+		// caller 1: by the script
+		{Key: Key{scope, "c", ""}, Limit: tb, Hits: 1, Unindexed: true},
+		// caller 2: a fixed window with a sliding one: by the script
+		{Key: Key{scope, "d", ""}, Limit: fw(4), Hits: 1, Unindexed: true},
+		{Key: Key{scope, "e", ""}, Limit: sw, Hits: 1, Unindexed: true},
+		// caller 3: plain
+		{Key: Key{scope, "f", ""}, Limit: fw(6), Hits: 1, Unindexed: true},
+	}
+	sizes := []int{2, 1, 2, 1}
+	if plain, scripted := splitPlain(reqs, sizes); len(plain) != 3 || len(scripted) != 3 {
+		t.Fatalf("plain %v, scripted %v: want [0 1 5] and [2 3 4]", plain, scripted)
+	}
+	ds, err := s.decide(ctx, s.single, reqs, sizes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type got struct {
+		allowed, counted bool
+		limit, remaining int64
+	}
+	want := []got{{true, false, 5, 5}, {false, false, 1, 1}, {true, true, 7, 6}, {true, true, 4, 3}, {true, true, 9, 8}, {true, true, 6, 5}}
+	for i, d := range ds {
+		if g := (got{d.Allowed, d.Counted, d.Limit, d.Remaining}); g != want[i] {
+			t.Errorf("request %d: %+v, want %+v", i, g, want[i])
+		}
+	}
+	// The voided group counted nothing.
+	ds, err = s.Check(ctx, []Request{{Key: Key{scope, "a", ""}, Limit: fw(5), Unindexed: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ds[0].Remaining != 5 {
+		t.Fatalf("a's remaining after its voided group: %d, want 5", ds[0].Remaining)
+	}
+}
+
+// TestRedisClockKeepsTheNarrowestSample checks the offset comes from the
+// sample of the shortest round trip, until it is a second old.
+func TestRedisClockKeepsTheNarrowestSample(t *testing.T) {
+	var c redisClock
+	if _, ok := c.now(); ok {
+		t.Fatal("a clock without samples says it knows the time")
+	}
+	base := time.Now()
+	c.sample(base, base.Add(2*time.Millisecond), base.Add(time.Hour+time.Millisecond))
+	if c.offsetUS != time.Hour.Microseconds() {
+		t.Fatalf("offset %d µs, want 1 h", c.offsetUS)
+	}
+	// A wider sample is ignored, a narrower one taken.
+	c.sample(base.Add(10*time.Millisecond), base.Add(20*time.Millisecond), base.Add(2*time.Hour))
+	if c.offsetUS != time.Hour.Microseconds() {
+		t.Fatalf("a wider sample replaced the offset: %d µs", c.offsetUS)
+	}
+	c.sample(base.Add(30*time.Millisecond), base.Add(31*time.Millisecond), base.Add(30*time.Millisecond+500*time.Microsecond-time.Minute))
+	if c.offsetUS != -time.Minute.Microseconds() {
+		t.Fatalf("offset %d µs, want -1 min from the narrower sample", c.offsetUS)
+	}
+	// A second later any sample replaces it.
+	c.sample(base.Add(2*time.Second), base.Add(2*time.Second+50*time.Millisecond), base.Add(2*time.Second+25*time.Millisecond))
+	if c.offsetUS != 0 {
+		t.Fatalf("offset %d µs, want 0 from the fresh sample", c.offsetUS)
+	}
+	if now, ok := c.now(); !ok || absDuration(time.Duration(now-time.Now().UnixMicro())*time.Microsecond) > time.Second {
+		t.Fatalf("now = %d, %v", now, ok)
+	}
+}
+
+func absDuration(d time.Duration) time.Duration {
+	if d < 0 {
+		return -d
+	}
+	return d
+}
