@@ -157,7 +157,7 @@ grep '^RESULT ' "$work/out" | awk '
   }
   function ratio(v) { return (v == "-" || floor == "" || floor == 0) ? "-" : sprintf("%.2f", v / floor) }
   END {
-    print "| case | algorithm | local cache | req/s | p50 µs | p99 µs | p99.9 µs | Throttle CPU µs/req | Redis CPU µs/decision | × floor | script µs/call | script µs/decision | OK | OVER | errors |"
+    print "| case | algorithm | local cache | req/s | p50 µs | p99 µs | p99.9 µs | Throttle CPU µs/req | Redis CPU µs/decision | × floor | engine µs/command | engine µs/decision | OK | OVER | errors |"
     print "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"
     for (i = 1; i <= rows; i++) {
       errs = r[i, "errors"]
@@ -165,7 +165,7 @@ grep '^RESULT ' "$work/out" | awk '
       printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
         r[i, "case"], r[i, "alg"], r[i, "cache"], r[i, "rps"], r[i, "p50_us"], r[i, "p99_us"], r[i, "p999_us"],
         r[i, "cpu_us_per_req"], r[i, "redis_us_per_decision"], ratio(r[i, "redis_us_per_decision"]),
-        r[i, "script_usec_per_call"], r[i, "script_us_per_decision"], r[i, "ok"], r[i, "over"], errs
+        r[i, "engine_usec_per_call"], r[i, "engine_us_per_decision"], r[i, "ok"], r[i, "over"], errs
     }
   }'
 echo

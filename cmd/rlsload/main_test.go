@@ -73,7 +73,7 @@ func TestAgainstThrottle(t *testing.T) {
 			}
 		}
 		// /proc counts in clock ticks (10ms): 1000 calls take several.
-		for _, k := range []string{"cpu_us_per_req", "redis_us_per_decision", "script_usec_per_call", "rps", "p50_us", "p999_us"} {
+		for _, k := range []string{"cpu_us_per_req", "redis_us_per_decision", "engine_usec_per_call", "rps", "p50_us", "p999_us"} {
 			if f, err := strconv.ParseFloat(got[k], 64); err != nil || f <= 0 {
 				t.Errorf("%s = %q, want a number > 0", k, got[k])
 			}
@@ -94,7 +94,7 @@ func TestAgainstThrottle(t *testing.T) {
 		// (the engine of other packages' tests sends INCRBY too).
 		own := redistest.Start(t)
 		got := load(t, "-floor", "-redis", own.URL(), "-concurrency", "16", "-requests", "500", "-warmup", "20")
-		for k, v := range map[string]string{"case": "floor", "calls": "500", "errors": "0", "script_calls": "1000"} {
+		for k, v := range map[string]string{"case": "floor", "calls": "500", "errors": "0", "engine_calls": "1000"} {
 			if got[k] != v {
 				t.Errorf("%s = %s, want %s", k, got[k], v)
 			}

@@ -89,6 +89,11 @@ type redisDelta struct {
 	calls, usec int64
 }
 
+// engineCommands are the commands Throttle decides with: the engine's
+// script (FCALL; EVALSHA or EVAL where functions cannot be loaded) and the
+// fixed window's plain commands (INCRBY, PEXPIRE, GET, and a TIME per batch).
+var engineCommands = []string{"fcall", "evalsha", "eval", "incrby", "pexpire", "get", "time"}
+
 func diffRedis(before, after redisStats, commands ...string) *redisDelta {
 	d := &redisDelta{cpu: after.cpu - before.cpu, commands: commands}
 	for _, c := range commands {

@@ -80,8 +80,8 @@ func (r *result) fields() [][2]string {
 		{"p999_us", micros(t.quantile(0.999))}, {"max_us", micros(t.quantile(1))},
 		{"cpu_us_per_req", cpu},
 		{"redis_us_per_decision", redisCPU},
-		{"script_cmds", cmds}, {"script_calls", calls},
-		{"script_usec_per_call", perCall}, {"script_us_per_decision", perDecision},
+		{"engine_cmds", cmds}, {"engine_calls", calls},
+		{"engine_usec_per_call", perCall}, {"engine_us_per_decision", perDecision},
 		{"ok", strconv.Itoa(t.ok)}, {"over", strconv.Itoa(t.over)},
 		{"errors", strconv.Itoa(t.errorCount())}, {"error_codes", codes},
 	}
@@ -107,7 +107,7 @@ func (r *result) print(w io.Writer) {
 	}
 	if r.redis != nil {
 		fmt.Fprintf(w, "; Redis CPU %s µs/decision, %s %s calls at %s µs (%s µs/decision)",
-			f["redis_us_per_decision"], f["script_cmds"], f["script_calls"], f["script_usec_per_call"], f["script_us_per_decision"])
+			f["redis_us_per_decision"], f["engine_cmds"], f["engine_calls"], f["engine_usec_per_call"], f["engine_us_per_decision"])
 	}
 	fmt.Fprintln(w)
 	for _, c := range slices.Sorted(maps.Keys(t.errors)) {
