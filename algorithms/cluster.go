@@ -56,6 +56,7 @@ type shard struct {
 	// clock is this master's clock, for the decisions made without the
 	// script (plain.go).
 	clock redisClock
+	known knownCounters
 	close func() error
 }
 

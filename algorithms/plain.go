@@ -11,12 +11,12 @@ import (
 )
 
 // The fixed window without Lua. A fixed window's state is a plain counter
-// per window, so a decision needs no script: INCRBY adds the hits and says
-// the count, PEXPIRE gives a new counter its TTL (the same expiry each time:
-// the window's end), both pipelined with every other request of the batch.
-// A script call costs Redis about three times as many instructions per
-// decision as the two commands (docs/benchmarks.md), and Redis does not
-// scale with Throttle's replicas.
+// per window, so a decision needs no script: one command, pipelined with
+// every other request of the batch — SET NX with the TTL of the window
+// (its end) makes a new counter, INCRBY adds to one the store knows. A
+// script call costs Redis about three times the instructions per decision
+// of SET NX, six times those of INCRBY (docs/benchmarks.md), and Redis does
+// not scale with Throttle's replicas.
 //
 // What the script decides atomically, the pipeline decides by counting
 // first and taking back after: hits over the limit (unless AlwaysCount),
@@ -87,70 +87,123 @@ func subBatch(reqs []Request, sizes []int, at []int) ([]Request, []int) {
 	return sub, subSizes
 }
 
-// plainOp is what the pipeline sends for one request.
+// plainOp is what the pipelines send for one request.
 type plainOp struct {
-	incr *redis.IntCmd    // the hits counted; nil when only read
-	get  *redis.StringCmd // the count read; nil when counted
+	key  string
+	ttl  time.Duration    // the counter's TTL when it is made
+	set  *redis.BoolCmd   // SET NX: true when it made the counter (the count is the hits)
+	incr *redis.IntCmd    // INCRBY: the count after
+	get  *redis.StringCmd // a read: nothing counted
 }
 
-// decidePlain decides a batch of plain-eligible requests on sh's master in
-// one pipeline, then refunds what must not stay counted.
+// counted reports whether the request's hits were counted.
+func (op *plainOp) counted() bool {
+	return (op.set != nil && op.set.Err() == nil && op.set.Val()) || (op.incr != nil && op.incr.Err() == nil)
+}
+
+// execPipe runs a pipeline and returns the first error that is not a
+// counter's absence.
+func execPipe(ctx context.Context, pipe redis.Pipeliner) error {
+	cmds, err := pipe.Exec(ctx)
+	if len(cmds) == 0 {
+		return err
+	}
+	for _, c := range cmds {
+		if e := c.Err(); e != nil && !errors.Is(e, redis.Nil) {
+			return e
+		}
+	}
+	return nil
+}
+
+// decidePlain decides a batch of plain-eligible requests on sh's master,
+// then refunds what must not stay counted. One pipeline, one command a
+// decision: INCRBY for a counter the shard knows exists (it made or saw it
+// in this window: knownCounters), SET NX with its TTL for one it does not.
+// A second pipeline only when the first found that a SET NX counter
+// existed already (another replica made it: INCRBY now), or that a known
+// one did not (deleted: cleared, refunded to zero, evicted; INCRBY made it
+// anew, PEXPIRE gives it its TTL).
 func (s *RedisStore) decidePlain(ctx context.Context, sh *shard, reqs []Request, sizes []int) ([]Decision, error) {
 	nowUS, err := s.plainNow(ctx, sh)
 	if err != nil {
 		return nil, err
 	}
+	ops := make([]plainOp, len(reqs))
+	for i := range reqs {
+		r := &reqs[i]
+		w := r.Limit.Window.Microseconds()
+		ops[i].key = s.windowKey(r, nowUS)
+		ops[i].ttl = time.Duration(nowUS-nowUS%w+w-nowUS)*time.Microsecond + min(expiryMargin, r.Limit.Window)
+	}
+	known := sh.known.lookup(ops)
 	pipe := sh.client.Pipeline()
 	var clock *redis.TimeCmd
 	if s.now == nil {
 		clock = pipe.Time(ctx)
 	}
-	ops := make([]plainOp, len(reqs))
 	for i := range reqs {
-		r := &reqs[i]
-		w := r.Limit.Window.Microseconds()
-		key := s.windowKey(r, nowUS)
-		if r.Hits == 0 || (r.Hits > r.Limit.Limit && !r.AlwaysCount) {
+		r, op := &reqs[i], &ops[i]
+		switch {
+		case r.Hits == 0 || (r.Hits > r.Limit.Limit && !r.AlwaysCount):
 			// A read: a peek, or hits that cannot be within the limit.
-			ops[i].get = pipe.Get(ctx, key)
-			continue
+			op.get = pipe.Get(ctx, op.key)
+		case known[i]:
+			op.incr = pipe.IncrBy(ctx, op.key, r.Hits)
+		default:
+			op.set = pipe.SetNX(ctx, op.key, r.Hits, op.ttl)
 		}
-		end := nowUS - nowUS%w + w
-		ttl := time.Duration(end-nowUS)*time.Microsecond + min(expiryMargin, r.Limit.Window)
-		ops[i].incr = pipe.IncrBy(ctx, key, r.Hits)
-		pipe.PExpire(ctx, key, ttl)
 	}
 	sent := time.Now()
-	cmds, _ := pipe.Exec(ctx)
-	err = nil
-	for _, c := range cmds {
-		if e := c.Err(); e != nil && !errors.Is(e, redis.Nil) {
-			err = e
-			break
+	err = execPipe(ctx, pipe)
+	if err == nil && clock != nil {
+		sh.clock.sample(sent, time.Now(), clock.Val())
+	}
+	var again redis.Pipeliner
+	for i := range reqs {
+		op := &ops[i]
+		made := op.incr != nil && op.incr.Err() == nil && op.incr.Val() == reqs[i].Hits
+		existed := op.set != nil && op.set.Err() == nil && !op.set.Val()
+		if err != nil || !(made || existed) {
+			continue
 		}
+		if again == nil {
+			again = sh.client.Pipeline()
+		}
+		if existed {
+			op.set, op.incr = nil, again.IncrBy(ctx, op.key, reqs[i].Hits)
+		}
+		// A counter the INCRBY may have made: it must expire. (PEXPIRE
+		// on one that has its TTL sets the same expiry.)
+		again.PExpire(ctx, op.key, op.ttl)
+	}
+	if again != nil {
+		err = execPipe(ctx, again)
 	}
 	if err != nil {
 		// Some commands may have run: take back what they counted.
 		s.refundPlain(ctx, sh, reqs, ops, nowUS, func(int) bool { return true })
 		return nil, fmt.Errorf("redis: %w", err)
 	}
-	if clock != nil {
-		sh.clock.sample(sent, time.Now(), clock.Val())
-	}
 	sh.answered.Store(time.Now().UnixNano())
+	sh.known.add(ops)
 	fs := make([]found, len(reqs))
-	start := func(r *Request) int64 { w := r.Limit.Window.Microseconds(); return nowUS - nowUS%w }
 	for i := range reqs {
-		r := &reqs[i]
+		r, op := &reqs[i], &ops[i]
 		var before int64
-		if op := ops[i]; op.incr != nil {
+		switch {
+		case op.set != nil: // made: nothing before
+		case op.incr != nil:
 			before = op.incr.Val() - r.Hits
-		} else if v, err := op.get.Int64(); err == nil {
+		default:
+			v, err := op.get.Int64()
+			if err != nil && !errors.Is(err, redis.Nil) {
+				return nil, fmt.Errorf("redis: counter %q: %w", op.key, err)
+			}
 			before = v
-		} else if !errors.Is(err, redis.Nil) {
-			return nil, fmt.Errorf("redis: counter %q: %w", op.get.Args()[1], err)
 		}
-		fs[i] = found{within: before+r.Hits <= r.Limit.Limit, window: windowState{start: start(r), count: before}}
+		w := r.Limit.Window.Microseconds()
+		fs[i] = found{within: before+r.Hits <= r.Limit.Limit, window: windowState{start: nowUS - nowUS%w, count: before}}
 	}
 	// Refund: the counted hits of requests over their limit, and of the
 	// requests of a void group.
@@ -175,7 +228,7 @@ func (s *RedisStore) decidePlain(ctx context.Context, sh *shard, reqs []Request,
 	if !refunded {
 		// The hits stay counted: over-counting, never under. Say so.
 		for i := range ds {
-			if voided[i] && ops[i].incr != nil && fs[i].within && !reqs[i].AlwaysCount {
+			if voided[i] && ops[i].counted() && fs[i].within && !reqs[i].AlwaysCount {
 				ds[i].Counted = true
 			}
 		}
@@ -188,7 +241,7 @@ func (s *RedisStore) decidePlain(ctx context.Context, sh *shard, reqs []Request,
 func (s *RedisStore) refundPlain(ctx context.Context, sh *shard, reqs []Request, ops []plainOp, nowUS int64, refund func(int) bool) bool {
 	var at []int
 	for i := range reqs {
-		if ops[i].incr != nil && ops[i].incr.Err() == nil && !reqs[i].AlwaysCount && refund(i) {
+		if ops[i].counted() && !reqs[i].AlwaysCount && refund(i) {
 			at = append(at, i)
 		}
 	}
@@ -251,4 +304,44 @@ func (c *redisClock) now() (int64, bool) {
 	off, ok := c.offsetUS, !c.at.IsZero()
 	c.mu.Unlock()
 	return time.Now().UnixMicro() + off, ok
+}
+
+// knownCounters are the window counters a shard's master is known to hold
+// (this store made them or counted on them), so that a decision on one is
+// a lone INCRBY: it has its TTL. Keys name their window, so a known key is
+// asked only while its window lasts; the set is emptied when it reaches
+// knownMax keys rather than swept. A known counter that was deleted
+// meanwhile is seen (INCRBY says the hits alone) and given its TTL.
+type knownCounters struct {
+	mu   sync.Mutex
+	keys map[string]struct{}
+}
+
+// knownMax bounds the set: about 100 bytes a key.
+const knownMax = 1 << 16
+
+// lookup reports for each op whether its counter is known.
+func (k *knownCounters) lookup(ops []plainOp) []bool {
+	known := make([]bool, len(ops))
+	k.mu.Lock()
+	for i := range ops {
+		_, known[i] = k.keys[ops[i].key]
+	}
+	k.mu.Unlock()
+	return known
+}
+
+// add notes the counters the ops counted on.
+func (k *knownCounters) add(ops []plainOp) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for i := range ops {
+		if !ops[i].counted() {
+			continue
+		}
+		if k.keys == nil || len(k.keys) >= knownMax {
+			k.keys = make(map[string]struct{}, 1024)
+		}
+		k.keys[ops[i].key] = struct{}{}
+	}
 }

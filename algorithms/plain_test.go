@@ -158,3 +158,49 @@ func absDuration(d time.Duration) time.Duration {
 	}
 	return d
 }
+
+// TestPlainKnownCounters checks the counters a store knows: a counter
+// another replica made is counted on (SET NX finds it, INCRBY counts), and
+// one deleted under a store that knew it is made again with its TTL.
+func TestPlainKnownCounters(t *testing.T) {
+	ctx := context.Background()
+	rdb := newRedisClient(t, 0)
+	clock := &fakeClock{now: t0}
+	a := NewRedisStore(rdb, RedisOptions{Now: clock.Now})
+	b := NewRedisStore(rdb, RedisOptions{Now: clock.Now})
+	req := Request{Key: Key{uniqueScope(t), "u", ""}, Limit: Limit{Algorithm: FixedWindow, Limit: 10, Window: time.Hour}, Hits: 2, Unindexed: true}
+	key := a.windowKey(&req, t0.UnixMicro())
+	remaining := func(s *RedisStore) int64 {
+		t.Helper()
+		ds, err := s.Check(ctx, []Request{req})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ds[0].Remaining
+	}
+	ttl := func() time.Duration {
+		t.Helper()
+		d, err := rdb.PTTL(ctx, key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	// a makes it, b finds it, a knows it.
+	if got := []int64{remaining(a), remaining(b), remaining(a), remaining(b)}; !slices.Equal(got, []int64{8, 6, 4, 2}) {
+		t.Fatalf("remaining %v, want [8 6 4 2]", got)
+	}
+	if d := ttl(); d <= 0 || d > time.Hour+expiryMargin {
+		t.Fatalf("TTL %v", d)
+	}
+	// Deleted under both: made again, with its TTL.
+	if err := rdb.Del(ctx, key).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got := remaining(a); got != 8 {
+		t.Fatalf("remaining after the counter was deleted: %d, want 8", got)
+	}
+	if d := ttl(); d <= 0 || d > time.Hour+expiryMargin {
+		t.Fatalf("the counter made again has TTL %v, want (0, 1h+margin]", d)
+	}
+}
