@@ -34,23 +34,26 @@ func EscapeKeyPart(s string) string {
 	if !strings.ContainsAny(s, "%:{}") {
 		return s
 	}
-	var b strings.Builder
-	b.Grow(len(s) + 8)
+	return string(appendKeyPart(make([]byte, 0, len(s)+8), s))
+}
+
+// appendKeyPart appends s to b escaped as EscapeKeyPart escapes it.
+func appendKeyPart(b []byte, s string) []byte {
 	for i := 0; i < len(s); i++ {
 		switch c := s[i]; c {
 		case '%':
-			b.WriteString("%25")
+			b = append(b, "%25"...)
 		case ':':
-			b.WriteString("%3A")
+			b = append(b, "%3A"...)
 		case '{':
-			b.WriteString("%7B")
+			b = append(b, "%7B"...)
 		case '}':
-			b.WriteString("%7D")
+			b = append(b, "%7D"...)
 		default:
-			b.WriteByte(c)
+			b = append(b, c)
 		}
 	}
-	return b.String()
+	return b
 }
 
 // identityTag is the hash tag of (scope, identifier): every key of one
@@ -79,31 +82,55 @@ func (s *RedisStore) indexKey(scope, identifier string) string {
 // window, "<state key>:<window number>", and Reset works out from it which
 // counters are live.
 func stateMember(r *Request) string {
-	code := algCode(r.Limit.Algorithm)
-	var s string
+	return string(appendStateMember(make([]byte, 0, 48), r))
+}
+
+// appendStateMember appends r's stateMember to b.
+func appendStateMember(b []byte, r *Request) []byte {
+	b = append(b, algCode(r.Limit.Algorithm)...)
 	if r.Key.Name != "" {
-		s = code + ":n:" + r.Key.Name
+		b = append(b, ":n:"...)
+		b = append(b, r.Key.Name...)
 	} else {
-		s = code + ":l:" + strconv.FormatInt(r.Limit.Limit, 10) + ":" + strconv.FormatInt(r.Limit.Window.Milliseconds(), 10)
+		b = append(b, ":l:"...)
+		b = strconv.AppendInt(b, r.Limit.Limit, 10)
+		b = append(b, ':')
+		b = strconv.AppendInt(b, r.Limit.Window.Milliseconds(), 10)
 	}
 	switch r.Limit.Algorithm {
 	case TokenBucket:
 		if r.Key.Name == "" {
-			s += ":" + strconv.FormatFloat(r.Limit.Refill(), 'g', -1, 64)
+			b = append(b, ':')
+			b = strconv.AppendFloat(b, r.Limit.Refill(), 'g', -1, 64)
 		}
 	case FixedWindow, SlidingWindow:
-		s += "@" + strconv.FormatInt(r.Limit.Window.Microseconds(), 10)
+		b = append(b, '@')
+		b = strconv.AppendInt(b, r.Limit.Window.Microseconds(), 10)
 	}
-	return s
+	return b
+}
+
+// appendStateKey appends r's stateKey to b.
+func (s *RedisStore) appendStateKey(b []byte, r *Request) []byte {
+	b = append(b, s.opts.KeyPrefix...)
+	b = append(b, keyPrefix+"{"...)
+	b = appendKeyPart(b, r.Key.Scope)
+	b = append(b, ':')
+	b = appendKeyPart(b, r.Key.Identifier)
+	b = append(b, "}:"...)
+	return appendStateMember(b, r)
 }
 
 // stateKey is the Redis key of one limit's state on one identifier (a
 // window algorithm's: the start of its counters' keys).
 func (s *RedisStore) stateKey(r *Request) string {
-	return s.identityPrefix(r.Key.Scope, r.Key.Identifier) + stateMember(r)
+	var buf [160]byte
+	return string(s.appendStateKey(buf[:0], r))
 }
 
 // windowKey is the key of the counter of the window that holds nowUS.
 func (s *RedisStore) windowKey(r *Request, nowUS int64) string {
-	return s.stateKey(r) + ":" + strconv.FormatInt(nowUS/r.Limit.Window.Microseconds(), 10)
+	var buf [160]byte
+	b := append(s.appendStateKey(buf[:0], r), ':')
+	return string(strconv.AppendInt(b, nowUS/r.Limit.Window.Microseconds(), 10))
 }

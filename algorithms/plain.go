@@ -317,7 +317,8 @@ type knownCounters struct {
 	keys map[string]struct{}
 }
 
-// knownMax bounds the set: about 100 bytes a key.
+// knownMax bounds the set (made at its full size: it fills in a
+// window or two under load): about 100 bytes a key.
 const knownMax = 1 << 16
 
 // lookup reports for each op whether its counter is known.
@@ -340,7 +341,7 @@ func (k *knownCounters) add(ops []plainOp) {
 			continue
 		}
 		if k.keys == nil || len(k.keys) >= knownMax {
-			k.keys = make(map[string]struct{}, 1024)
+			k.keys = make(map[string]struct{}, knownMax)
 		}
 		k.keys[ops[i].key] = struct{}{}
 	}

@@ -77,12 +77,11 @@ func (s *RedisStore) scriptArgs(reqs []Request, sizes []int, now string, inArgv 
 		tied := allOrNothing(reqs[from:to])
 		for i := from; i < to; i++ {
 			r := &reqs[i]
-			prefix, member := s.identityPrefix(r.Key.Scope, r.Key.Identifier), stateMember(r)
-			keys[i] = prefix + member
+			keys[i] = s.stateKey(r)
 			var flags byte
 			if !r.Unindexed {
 				flags |= flagIndexed
-				members = append(members, member)
+				members = append(members, stateMember(r))
 			}
 			if r.AlwaysCount {
 				flags |= flagAlwaysCount
