@@ -11,7 +11,8 @@ import (
 
 // MemoryOptions configures a MemoryStore. Every field is optional.
 type MemoryOptions struct {
-	// Now is the clock, read once per batch. Default time.Now. The store
+	// Now is the clock, read once per batch. Default: the wall clock, as
+	// time.Now gives it, read more cheaply (see wallClock). The store
 	// never decides at a moment earlier than one it already decided at
 	// for the same (scope, identifier): a reading behind that counts as
 	// that moment (see memoryShard.at).
@@ -33,7 +34,7 @@ type MemoryOptions struct {
 // it hashes the key's parts with maphash, finds the state under the shard's
 // lock and updates it in place.
 type MemoryStore struct {
-	now        func() time.Time
+	nowUS      func() int64 // the clock, in Unix µs
 	seed       maphash.Seed
 	salt       [3]uint64 // random, from seed: keys the hash of a limit's numbers
 	shards     []memoryShard
@@ -60,12 +61,12 @@ type memoryShard struct {
 // algorithm and name (limit, windowMS and refill stay zero); an unnamed one
 // is its algorithm, limit, window in whole ms and, for a token bucket, its
 // refill rate (name stays empty). A window algorithm's key also has its
-// window in µs, named or not.
+// window in µs, named or not. alg is algNumber of the algorithm.
 type memoryKey struct {
 	scope, identifier, name   string
-	alg                       Algorithm
 	limit, windowMS, windowUS int64
 	refill                    float64
+	alg                       byte
 }
 
 // memoryEntry is one limit's key and state in a shard's chain.
@@ -86,16 +87,18 @@ type memoryState struct {
 
 // NewMemoryStore returns an empty MemoryStore. Call Run to sweep expired state.
 func NewMemoryStore(opts MemoryOptions) *MemoryStore {
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
 	if opts.Shards <= 0 {
 		opts.Shards = 64
 	}
 	if opts.SweepEvery <= 0 {
 		opts.SweepEvery = 10 * time.Second
 	}
-	s := &MemoryStore{now: opts.Now, seed: maphash.MakeSeed(), sweepEvery: opts.SweepEvery, shards: make([]memoryShard, opts.Shards)}
+	s := &MemoryStore{seed: maphash.MakeSeed(), sweepEvery: opts.SweepEvery, shards: make([]memoryShard, opts.Shards)}
+	if now := opts.Now; now != nil {
+		s.nowUS = func() int64 { return now().UnixMicro() }
+	} else {
+		s.nowUS = new(wallClock).nowUS
+	}
 	for i := range s.salt {
 		s.salt[i] = maphash.Comparable(s.seed, i)
 	}
@@ -119,23 +122,19 @@ func (s *MemoryStore) Check(ctx context.Context, reqs []Request) ([]Decision, er
 	if len(reqs) == 0 {
 		return out, nil
 	}
-	nowUS := s.now().UnixMicro()
+	nowUS := s.nowUS()
 	if allOrNothing(reqs) {
 		s.checkTied(reqs, out, nowUS)
 		return out, nil
 	}
+	var p spot
 	for i := range reqs {
 		r := &reqs[i]
-		p := s.place(r)
+		s.place(r, &p)
 		sh := p.sh
 		sh.mu.Lock()
 		at := sh.at(nowUS)
-		e := sh.find(&p.k, p.h) // nil, alive or expired
-		next, o := decideMemory(alive(e, at), r, p.rate, at)
-		if o.wrote {
-			next.expiresUS = at + o.ttlUS
-			sh.put(e, &p.k, p.h, next)
-		}
+		o := sh.decide(&p, r, at, true)
 		sh.mu.Unlock()
 		o.writeTo(&out[i], r.Limit.Limit, at)
 		out[i].Counted = o.wrote
@@ -152,7 +151,7 @@ func (s *MemoryStore) checkTied(reqs []Request, out []Decision, nowUS int64) {
 	ps := make([]placed, len(reqs))
 	shards := make([]int32, len(reqs))
 	for i := range reqs {
-		ps[i].spot = s.place(&reqs[i])
+		s.place(&reqs[i], &ps[i].spot)
 		shards[i] = ps[i].sh.index
 	}
 	slices.Sort(shards)
@@ -175,19 +174,14 @@ func (s *MemoryStore) checkTied(reqs []Request, out []Decision, nowUS int64) {
 	voided := false
 	for i := range reqs {
 		r, p := &reqs[i], &ps[i]
-		e := p.sh.find(&p.k, p.h)
-		next, o := decideMemory(alive(e, nowUS), r, p.rate, nowUS)
-		write := o.wrote && (r.AlwaysCount || !(r.AllOrNothing && voided))
-		if write {
-			if e != nil {
-				p.old, p.had = e.state, true
-			}
-			next.expiresUS = nowUS + o.ttlUS
-			p.sh.put(e, &p.k, p.h, next)
-			p.wrote = true
+		mayWrite := r.AlwaysCount || !(r.AllOrNothing && voided)
+		if e := p.sh.find(&p.k, p.h); mayWrite && e != nil {
+			p.old, p.had = e.state, true
 		}
+		o := p.sh.decide(&p.spot, r, nowUS, mayWrite)
+		p.wrote = o.wrote && mayWrite
 		o.writeTo(&out[i], r.Limit.Limit, nowUS)
-		out[i].Counted = write
+		out[i].Counted = p.wrote
 		if r.AllOrNothing && !o.allowed && !voided {
 			voided = true
 			for j := range i {
@@ -207,7 +201,7 @@ func (s *MemoryStore) checkTied(reqs []Request, out []Decision, nowUS int64) {
 			p := &ps[i]
 			peek := *r
 			peek.Hits = 0
-			_, o := decideMemory(alive(p.sh.find(&p.k, p.h), nowUS), &peek, p.rate, nowUS)
+			o := p.sh.decide(&p.spot, &peek, nowUS, false)
 			out[i] = Decision{}
 			o.writeTo(&out[i], r.Limit.Limit, nowUS)
 			out[i].Allowed = true
@@ -224,15 +218,16 @@ type spot struct {
 	rate float64
 }
 
-// place finds r's spot.
-func (s *MemoryStore) place(r *Request) (p spot) {
+// place sets p to r's spot. It fills in p rather than returning a spot: a
+// spot is 15 words, and copying it costs more than the rest of place.
+func (s *MemoryStore) place(r *Request, p *spot) {
+	p.rate = 0
 	if r.Limit.Algorithm == TokenBucket {
 		p.rate = r.Limit.Refill()
 	}
-	var idHash uint64
-	p.k, idHash, p.h = s.keyOf(r, p.rate)
+	idHash := s.keyOf(r, p.rate, &p.k)
+	p.h = s.keyHash(&p.k, idHash)
 	p.sh = s.shard(idHash)
-	return p
 }
 
 // placed is a request's spot in checkTied, and what its state was before
@@ -255,30 +250,56 @@ func (p *placed) putBack(nowUS int64) {
 	p.sh.drop(p.h, p.sh.states[p.h], nowUS, func(x *memoryEntry) bool { return x == e })
 }
 
-// decideMemory applies r's algorithm to st (nil = no state) at nowUS and
-// returns the state to write when o.wrote, and the outcome. It writes
-// nothing itself. rate is r.Limit.Refill() for a token bucket.
-func decideMemory(st *memoryState, r *Request, rate float64, nowUS int64) (next memoryState, o outcome) {
+// decide applies r's algorithm at nowUS to the state of p (none if it has
+// expired) and returns the outcome. When write is true and the outcome
+// wrote, it stores the new state, in p's entry (a new one if it has none).
+// Call it with sh.mu held; sh is p.sh.
+func (sh *memoryShard) decide(p *spot, r *Request, nowUS int64, write bool) outcome {
+	e := sh.find(&p.k, p.h)
+	st := alive(e, nowUS)
 	l := &r.Limit
-	switch l.Algorithm {
-	case FixedWindow:
-		next.window, o = decideFixed(windowOf(st), nowUS, l.Window.Microseconds(), l.Limit, r.Hits, r.AlwaysCount)
-	case SlidingWindow:
-		next.window, o = decideSliding(windowOf(st), nowUS, l.Window.Microseconds(), l.Limit, r.Hits, r.AlwaysCount)
-	case TokenBucket:
+	var o outcome
+	// Each case writes its part of the state in place: the parts of the
+	// other algorithms are never read under this key.
+	switch p.k.alg {
+	case fixedWindowN, slidingWindowN:
+		var next windowState
+		if p.k.alg == fixedWindowN {
+			next, o = decideFixed(windowOf(st), nowUS, p.k.windowUS, l.Limit, r.Hits, r.AlwaysCount)
+		} else {
+			next, o = decideSliding(windowOf(st), nowUS, p.k.windowUS, l.Limit, r.Hits, r.AlwaysCount)
+		}
+		if o.wrote && write {
+			e = sh.entry(e, &p.k, p.h)
+			e.state.window = next
+		}
+	case tokenBucketN:
 		var prev *tokenState
 		if st != nil {
 			prev = &st.bucket
 		}
-		next.bucket, o = decideToken(prev, nowUS, l.Limit, rate, r.Hits, r.AlwaysCount)
-	case GCRA:
+		var next tokenState
+		next, o = decideToken(prev, nowUS, l.Limit, p.rate, r.Hits, r.AlwaysCount)
+		if o.wrote && write {
+			e = sh.entry(e, &p.k, p.h)
+			e.state.bucket = next
+		}
+	case gcraN:
 		var prev *gcraState
 		if st != nil {
 			prev = &st.cell
 		}
-		next.cell, o = decideGCRA(prev, nowUS, l.Window.Microseconds(), l.Limit, r.Hits, r.AlwaysCount)
+		var next gcraState
+		next, o = decideGCRA(prev, nowUS, l.Window.Microseconds(), l.Limit, r.Hits, r.AlwaysCount)
+		if o.wrote && write {
+			e = sh.entry(e, &p.k, p.h)
+			e.state.cell = next
+		}
 	}
-	return next, o
+	if o.wrote && write {
+		e.state.expiresUS = nowUS + o.ttlUS
+	}
+	return o
 }
 
 // windowOf returns the window state in st (nil = no state).
@@ -289,29 +310,59 @@ func windowOf(st *memoryState) *windowState {
 	return &st.window
 }
 
-// keyOf returns r's key, the hash of its (scope, identifier), which picks
-// its shard, and the hash of the whole key. rate is r.Limit.Refill() for a
-// token bucket. Every part that a client chooses is hashed with the store's
-// random seed, so no one can pick keys that share a hash on purpose.
-func (s *MemoryStore) keyOf(r *Request, rate float64) (k memoryKey, idHash, hash uint64) {
-	k = memoryKey{scope: r.Key.Scope, identifier: r.Key.Identifier, alg: r.Limit.Algorithm}
-	idHash = s.identityHash(k.scope, k.identifier)
-	var lh uint64 // the hash of the parts that name the limit
-	if r.Key.Name != "" {
-		k.name = r.Key.Name
-		lh = maphash.String(s.seed, k.name)
-	} else {
+// The algorithms' numbers in a memoryKey.
+const (
+	fixedWindowN byte = iota + 1
+	slidingWindowN
+	tokenBucketN
+	gcraN
+)
+
+// memoryAlg returns a's number in a memoryKey.
+func memoryAlg(a Algorithm) byte {
+	switch a {
+	case FixedWindow:
+		return fixedWindowN
+	case SlidingWindow:
+		return slidingWindowN
+	case TokenBucket:
+		return tokenBucketN
+	case GCRA:
+		return gcraN
+	}
+	return 0
+}
+
+// keyOf sets k to r's key and returns the hash of its (scope, identifier),
+// which picks its shard. rate is r.Limit.Refill() for a token bucket.
+func (s *MemoryStore) keyOf(r *Request, rate float64, k *memoryKey) (idHash uint64) {
+	*k = memoryKey{scope: r.Key.Scope, identifier: r.Key.Identifier, name: r.Key.Name, alg: memoryAlg(r.Limit.Algorithm)}
+	if k.name == "" {
 		k.limit, k.windowMS = r.Limit.Limit, r.Limit.Window.Milliseconds()
-		if k.alg == TokenBucket {
+		if k.alg == tokenBucketN {
 			k.refill = rate
 		}
+	}
+	if k.alg == fixedWindowN || k.alg == slidingWindowN {
+		k.windowUS = r.Limit.Window.Microseconds()
+	}
+	return s.identityHash(k.scope, k.identifier)
+}
+
+// keyHash returns the hash of the whole of k, given idHash, the hash of its
+// (scope, identifier). Every part that a client chooses is hashed with the
+// store's random seed, so no one can pick keys that share a hash on purpose.
+func (s *MemoryStore) keyHash(k *memoryKey, idHash uint64) uint64 {
+	var lh uint64 // the hash of the parts that name the limit
+	if k.name != "" {
+		lh = maphash.String(s.seed, k.name)
+	} else {
 		lh = fmix(uint64(k.limit)^s.salt[0]) ^ fmix(uint64(k.windowMS)^s.salt[1]) ^ fmix(math.Float64bits(k.refill)^s.salt[2])
 	}
-	if k.alg == FixedWindow || k.alg == SlidingWindow {
-		k.windowUS = r.Limit.Window.Microseconds()
+	if k.windowUS != 0 {
 		lh ^= fmix(uint64(k.windowUS) ^ s.salt[1] ^ s.salt[2])
 	}
-	return k, idHash, idHash ^ lh ^ uint64(algNumber(k.alg))
+	return idHash ^ lh ^ uint64(k.alg)
 }
 
 // identityHash is the hash of (scope, identifier).
@@ -344,14 +395,14 @@ func (sh *memoryShard) find(k *memoryKey, h uint64) *memoryEntry {
 	return e
 }
 
-// put stores next as the state of k, of hash h, in e: the entry find
-// returned, or nil for a new one. Call it with sh.mu held.
-func (sh *memoryShard) put(e *memoryEntry, k *memoryKey, h uint64, next memoryState) {
+// entry returns e, the entry find returned for k, of hash h; or when e is
+// nil, a new entry for k, linked into its chain. Call it with sh.mu held.
+func (sh *memoryShard) entry(e *memoryEntry, k *memoryKey, h uint64) *memoryEntry {
 	if e == nil {
 		e = &memoryEntry{key: *k, next: sh.states[h]}
 		sh.states[h] = e
 	}
-	e.state = next
+	return e
 }
 
 // drop unlinks, from the chain head of hash h, the entries for which gone
@@ -416,15 +467,15 @@ func (s *MemoryStore) Reset(ctx context.Context, scope, identifier string, alg A
 			return 0, err
 		}
 	}
-	nowUS := s.now().UnixMicro()
+	nowUS := s.nowUS()
 	sh := s.shard(s.identityHash(scope, identifier))
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	nowUS = sh.at(nowUS)
-	n := 0
+	n, an := 0, memoryAlg(alg) // 0 for all algorithms
 	for h, head := range sh.states {
 		n += sh.drop(h, head, nowUS, func(e *memoryEntry) bool {
-			return e.key.scope == scope && e.key.identifier == identifier && (alg == "" || e.key.alg == alg)
+			return e.key.scope == scope && e.key.identifier == identifier && (an == 0 || e.key.alg == an)
 		})
 	}
 	return n, nil
@@ -439,10 +490,11 @@ func (s *MemoryStore) Clear(ctx context.Context, reqs []Request) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	nowUS := s.now().UnixMicro()
+	nowUS := s.nowUS()
 	n := 0
+	var p spot
 	for i := range reqs {
-		p := s.place(&reqs[i])
+		s.place(&reqs[i], &p)
 		p.sh.mu.Lock()
 		at := p.sh.at(nowUS)
 		n += p.sh.drop(p.h, p.sh.states[p.h], at, func(e *memoryEntry) bool { return e.key == p.k })
@@ -467,7 +519,7 @@ func (s *MemoryStore) Run(ctx context.Context) error {
 
 // Sweep drops every expired state now.
 func (s *MemoryStore) Sweep() {
-	nowUS := s.now().UnixMicro()
+	nowUS := s.nowUS()
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()

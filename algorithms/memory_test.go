@@ -104,8 +104,10 @@ func TestMemoryKeyMatchesRedisKey(t *testing.T) {
 	stateKey := func(r Request) string { return rs.stateKey(&r) }
 	for i := range reqs {
 		for j := range reqs {
-			ki, idi, hi := s.keyOf(&reqs[i], reqs[i].Limit.Refill())
-			kj, idj, hj := s.keyOf(&reqs[j], reqs[j].Limit.Refill())
+			var ki, kj memoryKey
+			idi := s.keyOf(&reqs[i], reqs[i].Limit.Refill(), &ki)
+			idj := s.keyOf(&reqs[j], reqs[j].Limit.Refill(), &kj)
+			hi, hj := s.keyHash(&ki, idi), s.keyHash(&kj, idj)
 			if got, want := ki == kj, stateKey(reqs[i]) == stateKey(reqs[j]); got != want {
 				t.Errorf("requests %d and %d: same memory key %v, same Redis key %v (%q, %q)", i, j, got, want, stateKey(reqs[i]), stateKey(reqs[j]))
 			}
@@ -129,17 +131,17 @@ func TestMemoryHashChain(t *testing.T) {
 	const h = 42
 	nowUS := t0.UnixMicro()
 	keys := []memoryKey{
-		{scope: "s", identifier: "a", alg: FixedWindow, limit: 1, windowMS: 1000},
-		{scope: "s", identifier: "b", alg: FixedWindow, limit: 1, windowMS: 1000},
-		{scope: "s", identifier: "a", alg: GCRA, name: "r"},
-		{scope: "s", identifier: "c", alg: FixedWindow, limit: 1, windowMS: 1000},
+		{scope: "s", identifier: "a", alg: fixedWindowN, limit: 1, windowMS: 1000},
+		{scope: "s", identifier: "b", alg: fixedWindowN, limit: 1, windowMS: 1000},
+		{scope: "s", identifier: "a", alg: gcraN, name: "r"},
+		{scope: "s", identifier: "c", alg: fixedWindowN, limit: 1, windowMS: 1000},
 	}
 	for i, k := range keys {
 		expires := nowUS + 10_000_000
 		if i == 1 {
 			expires = nowUS + 1 // b expires first
 		}
-		sh.put(sh.find(&k, h), &k, h, memoryState{window: windowState{count: int64(i)}, expiresUS: expires})
+		sh.entry(sh.find(&k, h), &k, h).state = memoryState{window: windowState{count: int64(i)}, expiresUS: expires}
 	}
 	check := func(when string, want map[int]bool) {
 		t.Helper()
@@ -158,7 +160,7 @@ func TestMemoryHashChain(t *testing.T) {
 	check("after puts", map[int]bool{0: true, 1: true, 2: true, 3: true})
 	// Overwriting one entry leaves the others alone.
 	k0 := keys[0]
-	sh.put(sh.find(&k0, h), &k0, h, memoryState{window: windowState{count: 0}, expiresUS: nowUS + 10_000_000})
+	sh.entry(sh.find(&k0, h), &k0, h).state = memoryState{window: windowState{count: 0}, expiresUS: nowUS + 10_000_000}
 	check("after an overwrite", map[int]bool{0: true, 1: true, 2: true, 3: true})
 
 	clock.Advance(time.Millisecond)
@@ -205,5 +207,43 @@ func TestMemoryClockNeverRunsBackwards(t *testing.T) {
 	want := Decision{Allowed: false, Limit: 1, Remaining: 0, ResetAfter: time.Minute, RetryAfter: time.Minute, Now: t0.Add(time.Minute)}
 	if ds[0] != want {
 		t.Errorf("request at an earlier time: %+v, want %+v (decided at the later time, the limit spent)", ds[0], want)
+	}
+}
+
+// TestMemoryWallClock: the default clock gives time.Now's wall time, both
+// when it reads the wall clock itself and when it adds the monotonic time
+// since its anchor; and it takes a new anchor once reanchorEvery has passed.
+func TestMemoryWallClock(t *testing.T) {
+	var c wallClock
+	// within returns whether got lies between the wall times before and
+	// after it was read. The anchor's monotonic reading is taken a little
+	// after its wall reading, so got may trail by that: at most 1 µs.
+	within := func(before time.Time, got int64, after time.Time) bool {
+		return before.UnixMicro()-1 <= got && got <= after.UnixMicro()
+	}
+	for i := range 3 { // the first reading anchors; the others add to it
+		before := time.Now()
+		got := c.nowUS()
+		after := time.Now()
+		if !within(before, got, after) {
+			t.Errorf("reading %d: %d µs, want between %d and %d", i, got, before.UnixMicro(), after.UnixMicro())
+		}
+	}
+
+	// A recent anchor is used as it is: a wall time of 5 s after the epoch.
+	c.anchor.Store(&clockAnchor{mono: time.Now(), wallNS: 5e9})
+	if got := c.nowUS(); got < 5e6 || got >= 5e6+int64(reanchorEvery/time.Microsecond) {
+		t.Errorf("with a recent anchor at 5 s: %d µs, want 5 s plus the time since", got)
+	}
+	// An old one is replaced by a time.Now reading.
+	c.anchor.Store(&clockAnchor{mono: time.Now().Add(-reanchorEvery), wallNS: 5e9})
+	before := time.Now()
+	got := c.nowUS()
+	after := time.Now()
+	if !within(before, got, after) {
+		t.Errorf("with an old anchor: %d µs, want between %d and %d", got, before.UnixMicro(), after.UnixMicro())
+	}
+	if a := c.anchor.Load(); a.wallNS/1000 != got {
+		t.Errorf("the new anchor is at %d µs, want %d", a.wallNS/1000, got)
 	}
 }
