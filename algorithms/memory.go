@@ -43,7 +43,7 @@ type MemoryStore struct {
 
 type memoryShard struct {
 	mu sync.Mutex
-	// states holds each limit's entry under the hash keyOf gives its key;
+	// states holds each limit's entry under the hash keyHash gives its key;
 	// entries whose keys share a hash are chained.
 	states map[uint64]*memoryEntry
 	// lastUS is the latest moment this shard decided at (see at).
@@ -61,12 +61,28 @@ type memoryShard struct {
 // algorithm and name (limit, windowMS and refill stay zero); an unnamed one
 // is its algorithm, limit, window in whole ms and, for a token bucket, its
 // refill rate (name stays empty). A window algorithm's key also has its
-// window in µs, named or not. alg is algNumber of the algorithm.
+// window in µs, named or not.
 type memoryKey struct {
-	scope, identifier, name   string
+	scope, identifier, name string
+	limitKey
+}
+
+// limitKey is the part of a memoryKey that is numbers: worked out for each
+// request, while the strings are compared where the request holds them.
+type limitKey struct {
 	limit, windowMS, windowUS int64
 	refill                    float64
-	alg                       byte
+	alg                       byte // memoryAlg of the algorithm
+}
+
+// memoryKeyOf returns the key of key and lk.
+func memoryKeyOf(key *Key, lk *limitKey) memoryKey {
+	return memoryKey{scope: key.Scope, identifier: key.Identifier, name: key.Name, limitKey: *lk}
+}
+
+// is reports whether k is the key of key and lk.
+func (k *memoryKey) is(key *Key, lk *limitKey) bool {
+	return k.limitKey == *lk && k.identifier == key.Identifier && k.scope == key.Scope && k.name == key.Name
 }
 
 // memoryEntry is one limit's key and state in a shard's chain.
@@ -127,10 +143,9 @@ func (s *MemoryStore) Check(ctx context.Context, reqs []Request) ([]Decision, er
 		s.checkTied(reqs, out, nowUS)
 		return out, nil
 	}
-	var p spot
 	for i := range reqs {
 		r := &reqs[i]
-		s.place(r, &p)
+		p := s.place(r)
 		sh := p.sh
 		sh.mu.Lock()
 		at := sh.at(nowUS)
@@ -151,7 +166,7 @@ func (s *MemoryStore) checkTied(reqs []Request, out []Decision, nowUS int64) {
 	ps := make([]placed, len(reqs))
 	shards := make([]int32, len(reqs))
 	for i := range reqs {
-		s.place(&reqs[i], &ps[i].spot)
+		ps[i].spot = s.place(&reqs[i])
 		shards[i] = ps[i].sh.index
 	}
 	slices.Sort(shards)
@@ -175,7 +190,7 @@ func (s *MemoryStore) checkTied(reqs []Request, out []Decision, nowUS int64) {
 	for i := range reqs {
 		r, p := &reqs[i], &ps[i]
 		mayWrite := r.AlwaysCount || !(r.AllOrNothing && voided)
-		if e := p.sh.find(&p.k, p.h); mayWrite && e != nil {
+		if e := p.sh.find(&r.Key, &p.lk, p.h); mayWrite && e != nil {
 			p.old, p.had = e.state, true
 		}
 		o := p.sh.decide(&p.spot, r, nowUS, mayWrite)
@@ -186,7 +201,7 @@ func (s *MemoryStore) checkTied(reqs []Request, out []Decision, nowUS int64) {
 			voided = true
 			for j := range i {
 				if q := &ps[j]; q.wrote && reqs[j].AllOrNothing && !reqs[j].AlwaysCount {
-					q.putBack(nowUS)
+					q.putBack(&reqs[j].Key, nowUS)
 					out[j].Counted = false
 				}
 			}
@@ -209,25 +224,28 @@ func (s *MemoryStore) checkTied(reqs []Request, out []Decision, nowUS int64) {
 	}
 }
 
-// spot is where a request's state lives: its key, the key's hash and
-// shard, and a token bucket's refill rate, worked out once.
+// spot is where a request's state lives: the numbers of its key (the
+// strings are the request's Key), the key's hash and shard, and a token
+// bucket's refill rate, worked out once. It holds no string: place returns
+// it by value, and copying strings into memory a caller owns costs a write
+// barrier each while the GC runs.
 type spot struct {
-	k    memoryKey
+	lk   limitKey
 	h    uint64
 	sh   *memoryShard
 	rate float64
 }
 
-// place sets p to r's spot. It fills in p rather than returning a spot: a
-// spot is 15 words, and copying it costs more than the rest of place.
-func (s *MemoryStore) place(r *Request, p *spot) {
-	p.rate = 0
+// place returns r's spot.
+func (s *MemoryStore) place(r *Request) (p spot) {
 	if r.Limit.Algorithm == TokenBucket {
 		p.rate = r.Limit.Refill()
 	}
-	idHash := s.keyOf(r, p.rate, &p.k)
-	p.h = s.keyHash(&p.k, idHash)
+	p.lk = limitKeyOf(r, p.rate)
+	idHash := s.identityHash(r.Key.Scope, r.Key.Identifier)
+	p.h = s.keyHash(&r.Key, &p.lk, idHash)
 	p.sh = s.shard(idHash)
+	return p
 }
 
 // placed is a request's spot in checkTied, and what its state was before
@@ -239,10 +257,10 @@ type placed struct {
 	wrote bool
 }
 
-// putBack restores the state p's request wrote over (or removes the one
+// putBack restores the state p's request, of key, wrote over (or removes the one
 // it made). Call it with p.sh.mu held.
-func (p *placed) putBack(nowUS int64) {
-	e := p.sh.find(&p.k, p.h)
+func (p *placed) putBack(key *Key, nowUS int64) {
+	e := p.sh.find(key, &p.lk, p.h)
 	if p.had {
 		e.state = p.old
 		return
@@ -255,22 +273,22 @@ func (p *placed) putBack(nowUS int64) {
 // wrote, it stores the new state, in p's entry (a new one if it has none).
 // Call it with sh.mu held; sh is p.sh.
 func (sh *memoryShard) decide(p *spot, r *Request, nowUS int64, write bool) outcome {
-	e := sh.find(&p.k, p.h)
+	e := sh.find(&r.Key, &p.lk, p.h)
 	st := alive(e, nowUS)
 	l := &r.Limit
 	var o outcome
 	// Each case writes its part of the state in place: the parts of the
 	// other algorithms are never read under this key.
-	switch p.k.alg {
+	switch p.lk.alg {
 	case fixedWindowN, slidingWindowN:
 		var next windowState
-		if p.k.alg == fixedWindowN {
-			next, o = decideFixed(windowOf(st), nowUS, p.k.windowUS, l.Limit, r.Hits, r.AlwaysCount)
+		if p.lk.alg == fixedWindowN {
+			next, o = decideFixed(windowOf(st), nowUS, p.lk.windowUS, l.Limit, r.Hits, r.AlwaysCount)
 		} else {
-			next, o = decideSliding(windowOf(st), nowUS, p.k.windowUS, l.Limit, r.Hits, r.AlwaysCount)
+			next, o = decideSliding(windowOf(st), nowUS, p.lk.windowUS, l.Limit, r.Hits, r.AlwaysCount)
 		}
 		if o.wrote && write {
-			e = sh.entry(e, &p.k, p.h)
+			e = sh.entry(e, &r.Key, &p.lk, p.h)
 			e.state.window = next
 		}
 	case tokenBucketN:
@@ -281,7 +299,7 @@ func (sh *memoryShard) decide(p *spot, r *Request, nowUS int64, write bool) outc
 		var next tokenState
 		next, o = decideToken(prev, nowUS, l.Limit, p.rate, r.Hits, r.AlwaysCount)
 		if o.wrote && write {
-			e = sh.entry(e, &p.k, p.h)
+			e = sh.entry(e, &r.Key, &p.lk, p.h)
 			e.state.bucket = next
 		}
 	case gcraN:
@@ -292,7 +310,7 @@ func (sh *memoryShard) decide(p *spot, r *Request, nowUS int64, write bool) outc
 		var next gcraState
 		next, o = decideGCRA(prev, nowUS, l.Window.Microseconds(), l.Limit, r.Hits, r.AlwaysCount)
 		if o.wrote && write {
-			e = sh.entry(e, &p.k, p.h)
+			e = sh.entry(e, &r.Key, &p.lk, p.h)
 			e.state.cell = next
 		}
 	}
@@ -333,36 +351,37 @@ func memoryAlg(a Algorithm) byte {
 	return 0
 }
 
-// keyOf sets k to r's key and returns the hash of its (scope, identifier),
-// which picks its shard. rate is r.Limit.Refill() for a token bucket.
-func (s *MemoryStore) keyOf(r *Request, rate float64, k *memoryKey) (idHash uint64) {
-	*k = memoryKey{scope: r.Key.Scope, identifier: r.Key.Identifier, name: r.Key.Name, alg: memoryAlg(r.Limit.Algorithm)}
-	if k.name == "" {
-		k.limit, k.windowMS = r.Limit.Limit, r.Limit.Window.Milliseconds()
-		if k.alg == tokenBucketN {
-			k.refill = rate
+// limitKeyOf returns the numbers of r's key. rate is r.Limit.Refill() for
+// a token bucket.
+func limitKeyOf(r *Request, rate float64) (lk limitKey) {
+	lk.alg = memoryAlg(r.Limit.Algorithm)
+	if r.Key.Name == "" {
+		lk.limit, lk.windowMS = r.Limit.Limit, r.Limit.Window.Milliseconds()
+		if lk.alg == tokenBucketN {
+			lk.refill = rate
 		}
 	}
-	if k.alg == fixedWindowN || k.alg == slidingWindowN {
-		k.windowUS = r.Limit.Window.Microseconds()
+	if lk.alg == fixedWindowN || lk.alg == slidingWindowN {
+		lk.windowUS = r.Limit.Window.Microseconds()
 	}
-	return s.identityHash(k.scope, k.identifier)
+	return lk
 }
 
-// keyHash returns the hash of the whole of k, given idHash, the hash of its
-// (scope, identifier). Every part that a client chooses is hashed with the
-// store's random seed, so no one can pick keys that share a hash on purpose.
-func (s *MemoryStore) keyHash(k *memoryKey, idHash uint64) uint64 {
-	var lh uint64 // the hash of the parts that name the limit
-	if k.name != "" {
-		lh = maphash.String(s.seed, k.name)
+// keyHash returns the hash of the key of key and lk, given idHash, the hash
+// of its (scope, identifier). Every part that a client chooses is hashed
+// with the store's random seed, so no one can pick keys that share a hash
+// on purpose.
+func (s *MemoryStore) keyHash(key *Key, lk *limitKey, idHash uint64) uint64 {
+	var h uint64 // the hash of the parts that name the limit
+	if key.Name != "" {
+		h = maphash.String(s.seed, key.Name)
 	} else {
-		lh = fmix(uint64(k.limit)^s.salt[0]) ^ fmix(uint64(k.windowMS)^s.salt[1]) ^ fmix(math.Float64bits(k.refill)^s.salt[2])
+		h = fmix(uint64(lk.limit)^s.salt[0]) ^ fmix(uint64(lk.windowMS)^s.salt[1]) ^ fmix(math.Float64bits(lk.refill)^s.salt[2])
 	}
-	if k.windowUS != 0 {
-		lh ^= fmix(uint64(k.windowUS) ^ s.salt[1] ^ s.salt[2])
+	if lk.windowUS != 0 {
+		h ^= fmix(uint64(lk.windowUS) ^ s.salt[1] ^ s.salt[2])
 	}
-	return idHash ^ lh ^ uint64(k.alg)
+	return idHash ^ h ^ uint64(lk.alg)
 }
 
 // identityHash is the hash of (scope, identifier).
@@ -386,20 +405,22 @@ func (s *MemoryStore) shard(idHash uint64) *memoryShard {
 	return &s.shards[idHash%uint64(len(s.shards))]
 }
 
-// find returns the entry of k, of hash h, or nil. Call it with sh.mu held.
-func (sh *memoryShard) find(k *memoryKey, h uint64) *memoryEntry {
+// find returns the entry of the key of key and lk, of hash h, or nil.
+// Call it with sh.mu held.
+func (sh *memoryShard) find(key *Key, lk *limitKey, h uint64) *memoryEntry {
 	e := sh.states[h]
-	for e != nil && e.key != *k {
+	for e != nil && !e.key.is(key, lk) {
 		e = e.next
 	}
 	return e
 }
 
-// entry returns e, the entry find returned for k, of hash h; or when e is
-// nil, a new entry for k, linked into its chain. Call it with sh.mu held.
-func (sh *memoryShard) entry(e *memoryEntry, k *memoryKey, h uint64) *memoryEntry {
+// entry returns e, the entry find returned for the key of key and lk, of
+// hash h; or when e is nil, a new entry for that key, linked into its
+// chain. Call it with sh.mu held.
+func (sh *memoryShard) entry(e *memoryEntry, key *Key, lk *limitKey, h uint64) *memoryEntry {
 	if e == nil {
-		e = &memoryEntry{key: *k, next: sh.states[h]}
+		e = &memoryEntry{key: memoryKeyOf(key, lk), next: sh.states[h]}
 		sh.states[h] = e
 	}
 	return e
@@ -492,12 +513,11 @@ func (s *MemoryStore) Clear(ctx context.Context, reqs []Request) (int, error) {
 	}
 	nowUS := s.nowUS()
 	n := 0
-	var p spot
 	for i := range reqs {
-		s.place(&reqs[i], &p)
+		key, p := &reqs[i].Key, s.place(&reqs[i])
 		p.sh.mu.Lock()
 		at := p.sh.at(nowUS)
-		n += p.sh.drop(p.h, p.sh.states[p.h], at, func(e *memoryEntry) bool { return e.key == p.k })
+		n += p.sh.drop(p.h, p.sh.states[p.h], at, func(e *memoryEntry) bool { return e.key.is(key, &p.lk) })
 		p.sh.mu.Unlock()
 	}
 	return n, nil

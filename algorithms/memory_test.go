@@ -104,17 +104,16 @@ func TestMemoryKeyMatchesRedisKey(t *testing.T) {
 	stateKey := func(r Request) string { return rs.stateKey(&r) }
 	for i := range reqs {
 		for j := range reqs {
-			var ki, kj memoryKey
-			idi := s.keyOf(&reqs[i], reqs[i].Limit.Refill(), &ki)
-			idj := s.keyOf(&reqs[j], reqs[j].Limit.Refill(), &kj)
-			hi, hj := s.keyHash(&ki, idi), s.keyHash(&kj, idj)
-			if got, want := ki == kj, stateKey(reqs[i]) == stateKey(reqs[j]); got != want {
+			pi, pj := s.place(&reqs[i]), s.place(&reqs[j])
+			ki := memoryKeyOf(&reqs[i].Key, &pi.lk)
+			same := ki.is(&reqs[j].Key, &pj.lk)
+			if got, want := same, stateKey(reqs[i]) == stateKey(reqs[j]); got != want {
 				t.Errorf("requests %d and %d: same memory key %v, same Redis key %v (%q, %q)", i, j, got, want, stateKey(reqs[i]), stateKey(reqs[j]))
 			}
-			if ki == kj && (hi != hj || idi != idj) {
-				t.Errorf("requests %d and %d: equal keys, hashes %x/%x and %x/%x", i, j, idi, hi, idj, hj)
+			if same && (pi.h != pj.h || pi.sh != pj.sh) {
+				t.Errorf("requests %d and %d: equal keys, hashes %x and %x, shards %d and %d", i, j, pi.h, pj.h, pi.sh.index, pj.sh.index)
 			}
-			if ki != kj && hi == hj {
+			if hi, hj := pi.h, pj.h; !same && hi == hj {
 				t.Errorf("requests %d and %d: different keys share hash %x", i, j, hi)
 			}
 		}
@@ -130,23 +129,27 @@ func TestMemoryHashChain(t *testing.T) {
 	sh := &s.shards[0]
 	const h = 42
 	nowUS := t0.UnixMicro()
-	keys := []memoryKey{
-		{scope: "s", identifier: "a", alg: fixedWindowN, limit: 1, windowMS: 1000},
-		{scope: "s", identifier: "b", alg: fixedWindowN, limit: 1, windowMS: 1000},
-		{scope: "s", identifier: "a", alg: gcraN, name: "r"},
-		{scope: "s", identifier: "c", alg: fixedWindowN, limit: 1, windowMS: 1000},
+	fw := limitKey{alg: fixedWindowN, limit: 1, windowMS: 1000}
+	keys := []struct {
+		key Key
+		lk  limitKey
+	}{
+		{Key{"s", "a", ""}, fw},
+		{Key{"s", "b", ""}, fw},
+		{Key{"s", "a", "r"}, limitKey{alg: gcraN}},
+		{Key{"s", "c", ""}, fw},
 	}
 	for i, k := range keys {
 		expires := nowUS + 10_000_000
 		if i == 1 {
 			expires = nowUS + 1 // b expires first
 		}
-		sh.entry(sh.find(&k, h), &k, h).state = memoryState{window: windowState{count: int64(i)}, expiresUS: expires}
+		sh.entry(sh.find(&k.key, &k.lk, h), &k.key, &k.lk, h).state = memoryState{window: windowState{count: int64(i)}, expiresUS: expires}
 	}
 	check := func(when string, want map[int]bool) {
 		t.Helper()
 		for i, k := range keys {
-			e := sh.find(&k, h)
+			e := sh.find(&k.key, &k.lk, h)
 			if (e != nil) != want[i] {
 				t.Errorf("%s: key %d found %v, want %v", when, i, e != nil, want[i])
 			} else if e != nil && e.state.window.count != int64(i) {
@@ -160,7 +163,7 @@ func TestMemoryHashChain(t *testing.T) {
 	check("after puts", map[int]bool{0: true, 1: true, 2: true, 3: true})
 	// Overwriting one entry leaves the others alone.
 	k0 := keys[0]
-	sh.entry(sh.find(&k0, h), &k0, h).state = memoryState{window: windowState{count: 0}, expiresUS: nowUS + 10_000_000}
+	sh.entry(sh.find(&k0.key, &k0.lk, h), &k0.key, &k0.lk, h).state = memoryState{window: windowState{count: 0}, expiresUS: nowUS + 10_000_000}
 	check("after an overwrite", map[int]bool{0: true, 1: true, 2: true, 3: true})
 
 	clock.Advance(time.Millisecond)
