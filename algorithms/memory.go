@@ -51,9 +51,27 @@ type memoryShard struct {
 	// index is the shard's place in MemoryStore.shards: the order in which
 	// an all-or-nothing batch locks several.
 	index int32
-	// Pad to a cache line of its own, so goroutines working on
+	// units is the GCRA limit this shard last decided, and its gcraUnits:
+	// a request under the same limit skips working them out again.
+	units gcraUnitsMemo
+	// Pad to two cache lines of its own, so goroutines working on
 	// neighbouring shards do not contend on one.
-	_ [36]byte
+	_ [64]byte
+}
+
+// gcraUnitsMemo holds gcraUnits(limit, windowUS): p and c.
+type gcraUnitsMemo struct {
+	limit, windowUS, p, c int64
+}
+
+// gcraUnits returns gcraUnits(limit, windowUS), from sh.units when they are
+// of that limit. Call it with sh.mu held.
+func (sh *memoryShard) gcraUnits(limit, windowUS int64) (p, c int64) {
+	if m := &sh.units; m.limit != limit || m.windowUS != windowUS {
+		m.p, m.c = gcraUnits(limit, windowUS)
+		m.limit, m.windowUS = limit, windowUS
+	}
+	return sh.units.p, sh.units.c
 }
 
 // memoryKey names one limit's state on one identifier: the same parts, with
@@ -307,8 +325,10 @@ func (sh *memoryShard) decide(p *spot, r *Request, nowUS int64, write bool) outc
 		if st != nil {
 			prev = &st.cell
 		}
+		windowUS := l.Window.Microseconds()
+		up, uc := sh.gcraUnits(l.Limit, windowUS)
 		var next gcraState
-		next, o = decideGCRA(prev, nowUS, l.Window.Microseconds(), l.Limit, r.Hits, r.AlwaysCount)
+		next, o = decideGCRAIn(prev, nowUS, windowUS, l.Limit, r.Hits, r.AlwaysCount, up, uc)
 		if o.wrote && write {
 			e = sh.entry(e, &r.Key, &p.lk, p.h)
 			e.state.cell = next

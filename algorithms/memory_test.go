@@ -250,3 +250,17 @@ func TestMemoryWallClock(t *testing.T) {
 		t.Errorf("the new anchor is at %d µs, want %d", a.wallNS/1000, got)
 	}
 }
+
+// TestMemoryGCRAUnitsMemo: a shard's memo of GCRA units gives gcraUnits'
+// answer whichever limit came before.
+func TestMemoryGCRAUnitsMemo(t *testing.T) {
+	sh := &NewMemoryStore(MemoryOptions{Shards: 1}).shards[0]
+	limits := [][2]int64{{10, 60_000_000}, {10, 60_000_000}, {7, 1_000}, {1_000_000_000, 3_600_000_000}, {7, 1_000}, {10, 1_000}}
+	for _, l := range limits {
+		p, c := sh.gcraUnits(l[0], l[1])
+		wp, wc := gcraUnits(l[0], l[1])
+		if p != wp || c != wc {
+			t.Errorf("units of %d per %d µs: %d, %d; want %d, %d", l[0], l[1], p, c, wp, wc)
+		}
+	}
+}
