@@ -161,16 +161,15 @@ func (s *MemoryStore) Check(ctx context.Context, reqs []Request) ([]Decision, er
 		s.checkTied(reqs, out, nowUS)
 		return out, nil
 	}
+	var p spot
 	for i := range reqs {
 		r := &reqs[i]
-		p := s.place(r)
+		s.place(r, &p)
 		sh := p.sh
 		sh.mu.Lock()
 		at := sh.at(nowUS)
-		o := sh.decide(&p, r, at, true)
+		out[i].Counted = sh.decide(&p, r, at, true, &out[i])
 		sh.mu.Unlock()
-		o.writeTo(&out[i], r.Limit.Limit, at)
-		out[i].Counted = o.wrote
 	}
 	return out, nil
 }
@@ -184,7 +183,7 @@ func (s *MemoryStore) checkTied(reqs []Request, out []Decision, nowUS int64) {
 	ps := make([]placed, len(reqs))
 	shards := make([]int32, len(reqs))
 	for i := range reqs {
-		ps[i].spot = s.place(&reqs[i])
+		s.place(&reqs[i], &ps[i].spot)
 		shards[i] = ps[i].sh.index
 	}
 	slices.Sort(shards)
@@ -211,11 +210,9 @@ func (s *MemoryStore) checkTied(reqs []Request, out []Decision, nowUS int64) {
 		if e := p.sh.find(&r.Key, &p.lk, p.h); mayWrite && e != nil {
 			p.old, p.had = e.state, true
 		}
-		o := p.sh.decide(&p.spot, r, nowUS, mayWrite)
-		p.wrote = o.wrote && mayWrite
-		o.writeTo(&out[i], r.Limit.Limit, nowUS)
+		p.wrote = p.sh.decide(&p.spot, r, nowUS, mayWrite, &out[i]) && mayWrite
 		out[i].Counted = p.wrote
-		if r.AllOrNothing && !o.allowed && !voided {
+		if r.AllOrNothing && !out[i].Allowed && !voided {
 			voided = true
 			for j := range i {
 				if q := &ps[j]; q.wrote && reqs[j].AllOrNothing && !reqs[j].AlwaysCount {
@@ -234,9 +231,8 @@ func (s *MemoryStore) checkTied(reqs []Request, out []Decision, nowUS int64) {
 			p := &ps[i]
 			peek := *r
 			peek.Hits = 0
-			o := p.sh.decide(&p.spot, &peek, nowUS, false)
 			out[i] = Decision{}
-			o.writeTo(&out[i], r.Limit.Limit, nowUS)
+			p.sh.decide(&p.spot, &peek, nowUS, false, &out[i])
 			out[i].Allowed = true
 		}
 	}
@@ -244,9 +240,8 @@ func (s *MemoryStore) checkTied(reqs []Request, out []Decision, nowUS int64) {
 
 // spot is where a request's state lives: the numbers of its key (the
 // strings are the request's Key), the key's hash and shard, and a token
-// bucket's refill rate, worked out once. It holds no string: place returns
-// it by value, and copying strings into memory a caller owns costs a write
-// barrier each while the GC runs.
+// bucket's refill rate, worked out once. It holds no string: writing one
+// into memory a caller owns costs a write barrier while the GC runs.
 type spot struct {
 	lk   limitKey
 	h    uint64
@@ -254,16 +249,17 @@ type spot struct {
 	rate float64
 }
 
-// place returns r's spot.
-func (s *MemoryStore) place(r *Request) (p spot) {
+// place sets p to r's spot. (A spot returned by value is written in words
+// and copied in wider ones, which stalls the CPU.)
+func (s *MemoryStore) place(r *Request, p *spot) {
+	p.rate = 0
 	if r.Limit.Algorithm == TokenBucket {
 		p.rate = r.Limit.Refill()
 	}
-	p.lk = limitKeyOf(r, p.rate)
+	p.lk.set(r, p.rate)
 	idHash := s.identityHash(r.Key.Scope, r.Key.Identifier)
 	p.h = s.keyHash(&r.Key, &p.lk, idHash)
 	p.sh = s.shard(idHash)
-	return p
 }
 
 // placed is a request's spot in checkTied, and what its state was before
@@ -287,57 +283,63 @@ func (p *placed) putBack(key *Key, nowUS int64) {
 }
 
 // decide applies r's algorithm at nowUS to the state of p (none if it has
-// expired) and returns the outcome. When write is true and the outcome
-// wrote, it stores the new state, in p's entry (a new one if it has none).
-// Call it with sh.mu held; sh is p.sh.
-func (sh *memoryShard) decide(p *spot, r *Request, nowUS int64, write bool) outcome {
+// expired), fills in d, a zero Decision, with the decision (all but
+// Counted), and returns whether the algorithm counted the hits. It stores
+// the new state when it counted them and write is true, in p's entry (a new
+// one if it has none). Call it with sh.mu held; sh is p.sh.
+func (sh *memoryShard) decide(p *spot, r *Request, nowUS int64, write bool, d *Decision) bool {
 	e := sh.find(&r.Key, &p.lk, p.h)
 	st := alive(e, nowUS)
 	l := &r.Limit
-	var o outcome
-	// Each case writes its part of the state in place: the parts of the
-	// other algorithms are never read under this key.
+	// Each case writes its part of the state in place (the parts of the
+	// other algorithms are never read under this key) and its own outcome
+	// to d: an outcome assigned to a variable declared outside the switch,
+	// or returned, is copied in wide words from narrow ones, which stalls
+	// the CPU.
 	switch p.lk.alg {
-	case fixedWindowN, slidingWindowN:
-		var next windowState
-		if p.lk.alg == fixedWindowN {
-			next, o = decideFixed(windowOf(st), nowUS, p.lk.windowUS, l.Limit, r.Hits, r.AlwaysCount)
-		} else {
-			next, o = decideSliding(windowOf(st), nowUS, p.lk.windowUS, l.Limit, r.Hits, r.AlwaysCount)
-		}
+	case fixedWindowN:
+		next, o := decideFixed(windowOf(st), nowUS, p.lk.windowUS, l.Limit, r.Hits, r.AlwaysCount)
 		if o.wrote && write {
 			e = sh.entry(e, &r.Key, &p.lk, p.h)
-			e.state.window = next
+			e.state.window, e.state.expiresUS = next, nowUS+o.ttlUS
 		}
+		o.writeTo(d, l.Limit, nowUS)
+		return o.wrote
+	case slidingWindowN:
+		next, o := decideSliding(windowOf(st), nowUS, p.lk.windowUS, l.Limit, r.Hits, r.AlwaysCount)
+		if o.wrote && write {
+			e = sh.entry(e, &r.Key, &p.lk, p.h)
+			e.state.window, e.state.expiresUS = next, nowUS+o.ttlUS
+		}
+		o.writeTo(d, l.Limit, nowUS)
+		return o.wrote
 	case tokenBucketN:
 		var prev *tokenState
 		if st != nil {
 			prev = &st.bucket
 		}
-		var next tokenState
-		next, o = decideToken(prev, nowUS, l.Limit, p.rate, r.Hits, r.AlwaysCount)
+		next, o := decideToken(prev, nowUS, l.Limit, p.rate, r.Hits, r.AlwaysCount)
 		if o.wrote && write {
 			e = sh.entry(e, &r.Key, &p.lk, p.h)
-			e.state.bucket = next
+			e.state.bucket, e.state.expiresUS = next, nowUS+o.ttlUS
 		}
-	case gcraN:
+		o.writeTo(d, l.Limit, nowUS)
+		return o.wrote
+	default: // gcraN
 		var prev *gcraState
 		if st != nil {
 			prev = &st.cell
 		}
 		windowUS := l.Window.Microseconds()
 		up, uc := sh.gcraUnits(l.Limit, windowUS)
-		var next gcraState
-		next, o = decideGCRAIn(prev, nowUS, windowUS, l.Limit, r.Hits, r.AlwaysCount, up, uc)
+		next, o := decideGCRAIn(prev, nowUS, windowUS, l.Limit, r.Hits, r.AlwaysCount, up, uc)
 		if o.wrote && write {
 			e = sh.entry(e, &r.Key, &p.lk, p.h)
-			e.state.cell = next
+			e.state.cell, e.state.expiresUS = next, nowUS+o.ttlUS
 		}
+		o.writeTo(d, l.Limit, nowUS)
+		return o.wrote
 	}
-	if o.wrote && write {
-		e.state.expiresUS = nowUS + o.ttlUS
-	}
-	return o
 }
 
 // windowOf returns the window state in st (nil = no state).
@@ -371,10 +373,11 @@ func memoryAlg(a Algorithm) byte {
 	return 0
 }
 
-// limitKeyOf returns the numbers of r's key. rate is r.Limit.Refill() for
-// a token bucket.
-func limitKeyOf(r *Request, rate float64) (lk limitKey) {
-	lk.alg = memoryAlg(r.Limit.Algorithm)
+// set sets lk to the numbers of r's key. rate is r.Limit.Refill() for a
+// token bucket. (It sets lk in place: a limitKey returned by value is
+// written in words and read back in wider ones, which stalls the CPU.)
+func (lk *limitKey) set(r *Request, rate float64) {
+	*lk = limitKey{alg: memoryAlg(r.Limit.Algorithm)}
 	if r.Key.Name == "" {
 		lk.limit, lk.windowMS = r.Limit.Limit, r.Limit.Window.Milliseconds()
 		if lk.alg == tokenBucketN {
@@ -384,7 +387,6 @@ func limitKeyOf(r *Request, rate float64) (lk limitKey) {
 	if lk.alg == fixedWindowN || lk.alg == slidingWindowN {
 		lk.windowUS = r.Limit.Window.Microseconds()
 	}
-	return lk
 }
 
 // keyHash returns the hash of the key of key and lk, given idHash, the hash
@@ -534,7 +536,9 @@ func (s *MemoryStore) Clear(ctx context.Context, reqs []Request) (int, error) {
 	nowUS := s.nowUS()
 	n := 0
 	for i := range reqs {
-		key, p := &reqs[i].Key, s.place(&reqs[i])
+		var p spot
+		key := &reqs[i].Key
+		s.place(&reqs[i], &p)
 		p.sh.mu.Lock()
 		at := p.sh.at(nowUS)
 		n += p.sh.drop(p.h, p.sh.states[p.h], at, func(e *memoryEntry) bool { return e.key.is(key, &p.lk) })

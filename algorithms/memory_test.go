@@ -104,7 +104,9 @@ func TestMemoryKeyMatchesRedisKey(t *testing.T) {
 	stateKey := func(r Request) string { return rs.stateKey(&r) }
 	for i := range reqs {
 		for j := range reqs {
-			pi, pj := s.place(&reqs[i]), s.place(&reqs[j])
+			var pi, pj spot
+			s.place(&reqs[i], &pi)
+			s.place(&reqs[j], &pj)
 			ki := memoryKeyOf(&reqs[i].Key, &pi.lk)
 			same := ki.is(&reqs[j].Key, &pj.lk)
 			if got, want := same, stateKey(reqs[i]) == stateKey(reqs[j]); got != want {
