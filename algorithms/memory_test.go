@@ -215,42 +215,40 @@ func TestMemoryClockNeverRunsBackwards(t *testing.T) {
 	}
 }
 
-// TestMemoryWallClock: the default clock gives time.Now's wall time, both
-// when it reads the wall clock itself and when it adds the monotonic time
-// since its anchor; and it takes a new anchor once reanchorEvery has passed.
+// TestMemoryWallClock: the default clock reads time.Now when it has no
+// anchor or an old one, and keeps that reading as its anchor; with a recent
+// anchor it gives the anchor's wall time plus the monotonic time since.
 func TestMemoryWallClock(t *testing.T) {
 	var c wallClock
-	// within returns whether got lies between the wall times before and
-	// after it was read. The anchor's monotonic reading is taken a little
-	// after its wall reading, so got may trail by that: at most 1 µs.
-	within := func(before time.Time, got int64, after time.Time) bool {
-		return before.UnixMicro()-1 <= got && got <= after.UnixMicro()
-	}
-	for i := range 3 { // the first reading anchors; the others add to it
-		before := time.Now()
-		got := c.nowUS()
-		after := time.Now()
-		if !within(before, got, after) {
-			t.Errorf("reading %d: %d µs, want between %d and %d", i, got, before.UnixMicro(), after.UnixMicro())
+	// between checks a reading that time.Now made, between before and after.
+	between := func(when string, before time.Time, got int64, after time.Time) {
+		t.Helper()
+		if got < before.UnixMicro() || got > after.UnixMicro() {
+			t.Errorf("%s: %d µs, want between %d and %d", when, got, before.UnixMicro(), after.UnixMicro())
+		}
+		if a := c.anchor.Load(); a == nil || a.wallNS/1000 != got {
+			t.Errorf("%s: the anchor is %+v, want one at %d µs", when, a, got)
 		}
 	}
-
-	// A recent anchor is used as it is: a wall time of 5 s after the epoch.
-	c.anchor.Store(&clockAnchor{mono: time.Now(), wallNS: 5e9})
-	if got := c.nowUS(); got < 5e6 || got >= 5e6+int64(reanchorEvery/time.Microsecond) {
-		t.Errorf("with a recent anchor at 5 s: %d µs, want 5 s plus the time since", got)
-	}
-	// An old one is replaced by a time.Now reading.
-	c.anchor.Store(&clockAnchor{mono: time.Now().Add(-reanchorEvery), wallNS: 5e9})
 	before := time.Now()
 	got := c.nowUS()
-	after := time.Now()
-	if !within(before, got, after) {
-		t.Errorf("with an old anchor: %d µs, want between %d and %d", got, before.UnixMicro(), after.UnixMicro())
+	between("first reading", before, got, time.Now())
+
+	// A recent anchor is used as it is: a wall time of 5 s after the epoch.
+	mono := time.Now()
+	c.anchor.Store(&clockAnchor{mono: mono, wallNS: 5e9})
+	lo := (5e9 + int64(time.Since(mono))) / 1000
+	got = c.nowUS()
+	hi := (5e9 + int64(time.Since(mono))) / 1000
+	if got < lo || got > hi {
+		t.Errorf("with an anchor at 5 s: %d µs, want between %d and %d", got, lo, hi)
 	}
-	if a := c.anchor.Load(); a.wallNS/1000 != got {
-		t.Errorf("the new anchor is at %d µs, want %d", a.wallNS/1000, got)
-	}
+
+	// An old one is replaced by a time.Now reading.
+	c.anchor.Store(&clockAnchor{mono: time.Now().Add(-reanchorEvery), wallNS: 5e9})
+	before = time.Now()
+	got = c.nowUS()
+	between("with an old anchor", before, got, time.Now())
 }
 
 // TestMemoryGCRAUnitsMemo: a shard's memo of GCRA units gives gcraUnits'

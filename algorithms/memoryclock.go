@@ -14,8 +14,11 @@ const reanchorEvery = time.Second
 // decision). It reads the monotonic clock and adds the time elapsed since an
 // anchor, a time.Now reading it takes again once reanchorEvery has passed.
 // The two clocks run at the same rate (NTP's slewing adjusts both), so the
-// result is time.Now's to the µs; a step of the wall clock (set by NTP or by
-// hand) shows within reanchorEvery. Safe for concurrent use.
+// result is time.Now's, less the moment between the anchor's wall and
+// monotonic readings (ns, unless the thread was paused between them); a
+// step of the wall clock (set by NTP or by hand) shows within
+// reanchorEvery. The store keeps each shard's time from running backwards
+// across a new anchor (memoryShard.at). Safe for concurrent use.
 type wallClock struct {
 	anchor atomic.Pointer[clockAnchor]
 }
