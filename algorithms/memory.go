@@ -271,8 +271,8 @@ type placed struct {
 	wrote bool
 }
 
-// putBack restores the state p's request, of key, wrote over (or removes the one
-// it made). Call it with p.sh.mu held.
+// putBack restores the state that p's request, of key, wrote over (or
+// removes the one it made). Call it with p.sh.mu held.
 func (p *placed) putBack(key *Key, nowUS int64) {
 	e := p.sh.find(key, &p.lk, p.h)
 	if p.had {
@@ -325,7 +325,7 @@ func (sh *memoryShard) decide(p *spot, r *Request, nowUS int64, write bool, d *D
 		}
 		o.writeTo(d, l.Limit, nowUS)
 		return o.wrote
-	default: // gcraN
+	case gcraN:
 		var prev *gcraState
 		if st != nil {
 			prev = &st.cell
@@ -340,6 +340,7 @@ func (sh *memoryShard) decide(p *spot, r *Request, nowUS int64, write bool, d *D
 		o.writeTo(d, l.Limit, nowUS)
 		return o.wrote
 	}
+	return false // not reached: Check validated the algorithm
 }
 
 // windowOf returns the window state in st (nil = no state).
