@@ -183,6 +183,12 @@ func ceilDiv(a, b int64) int64 {
 // a clock gone back, and counts it as a full window.
 func decideGCRA(st *gcraState, nowUS, windowUS, limit, hits int64, always bool) (gcraState, outcome) {
 	p, c := gcraUnits(limit, windowUS)
+	return decideGCRAIn(st, nowUS, windowUS, limit, hits, always, p, c)
+}
+
+// decideGCRAIn is decideGCRA in the units p and c that gcraUnits(limit,
+// windowUS) returns, for a caller that has them at hand.
+func decideGCRAIn(st *gcraState, nowUS, windowUS, limit, hits int64, always bool, p, c int64) (gcraState, outcome) {
 	capacity := limit * c
 	// level is how far TAT lies ahead of now, in units (0 when TAT ≤ now).
 	var level int64

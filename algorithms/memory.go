@@ -11,7 +11,8 @@ import (
 
 // MemoryOptions configures a MemoryStore. Every field is optional.
 type MemoryOptions struct {
-	// Now is the clock, read once per batch. Default time.Now. The store
+	// Now is the clock, read once per batch. Default: the wall clock, as
+	// time.Now gives it, read more cheaply (see wallClock). The store
 	// never decides at a moment earlier than one it already decided at
 	// for the same (scope, identifier): a reading behind that counts as
 	// that moment (see memoryShard.at).
@@ -33,7 +34,7 @@ type MemoryOptions struct {
 // it hashes the key's parts with maphash, finds the state under the shard's
 // lock and updates it in place.
 type MemoryStore struct {
-	now        func() time.Time
+	nowUS      func() int64 // the clock, in Unix µs
 	seed       maphash.Seed
 	salt       [3]uint64 // random, from seed: keys the hash of a limit's numbers
 	shards     []memoryShard
@@ -42,7 +43,7 @@ type MemoryStore struct {
 
 type memoryShard struct {
 	mu sync.Mutex
-	// states holds each limit's entry under the hash keyOf gives its key;
+	// states holds each limit's entry under the hash keyHash gives its key;
 	// entries whose keys share a hash are chained.
 	states map[uint64]*memoryEntry
 	// lastUS is the latest moment this shard decided at (see at).
@@ -50,9 +51,27 @@ type memoryShard struct {
 	// index is the shard's place in MemoryStore.shards: the order in which
 	// an all-or-nothing batch locks several.
 	index int32
-	// Pad to a cache line of its own, so goroutines working on
+	// units is the GCRA limit this shard last decided, and its gcraUnits:
+	// a request under the same limit skips working them out again.
+	units gcraUnitsMemo
+	// Pad to two cache lines of its own, so goroutines working on
 	// neighbouring shards do not contend on one.
-	_ [36]byte
+	_ [64]byte
+}
+
+// gcraUnitsMemo holds gcraUnits(limit, windowUS): p and c.
+type gcraUnitsMemo struct {
+	limit, windowUS, p, c int64
+}
+
+// gcraUnits returns gcraUnits(limit, windowUS), from sh.units when they are
+// of that limit. Call it with sh.mu held.
+func (sh *memoryShard) gcraUnits(limit, windowUS int64) (p, c int64) {
+	if m := &sh.units; m.limit != limit || m.windowUS != windowUS {
+		m.p, m.c = gcraUnits(limit, windowUS)
+		m.limit, m.windowUS = limit, windowUS
+	}
+	return sh.units.p, sh.units.c
 }
 
 // memoryKey names one limit's state on one identifier: the same parts, with
@@ -62,10 +81,26 @@ type memoryShard struct {
 // refill rate (name stays empty). A window algorithm's key also has its
 // window in µs, named or not.
 type memoryKey struct {
-	scope, identifier, name   string
-	alg                       Algorithm
+	scope, identifier, name string
+	limitKey
+}
+
+// limitKey is the part of a memoryKey that is numbers: worked out for each
+// request, while the strings are compared where the request holds them.
+type limitKey struct {
 	limit, windowMS, windowUS int64
 	refill                    float64
+	alg                       byte // memoryAlg of the algorithm
+}
+
+// memoryKeyOf returns the key of key and lk.
+func memoryKeyOf(key *Key, lk *limitKey) memoryKey {
+	return memoryKey{scope: key.Scope, identifier: key.Identifier, name: key.Name, limitKey: *lk}
+}
+
+// is reports whether k is the key of key and lk.
+func (k *memoryKey) is(key *Key, lk *limitKey) bool {
+	return k.limitKey == *lk && k.identifier == key.Identifier && k.scope == key.Scope && k.name == key.Name
 }
 
 // memoryEntry is one limit's key and state in a shard's chain.
@@ -86,16 +121,18 @@ type memoryState struct {
 
 // NewMemoryStore returns an empty MemoryStore. Call Run to sweep expired state.
 func NewMemoryStore(opts MemoryOptions) *MemoryStore {
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
 	if opts.Shards <= 0 {
 		opts.Shards = 64
 	}
 	if opts.SweepEvery <= 0 {
 		opts.SweepEvery = 10 * time.Second
 	}
-	s := &MemoryStore{now: opts.Now, seed: maphash.MakeSeed(), sweepEvery: opts.SweepEvery, shards: make([]memoryShard, opts.Shards)}
+	s := &MemoryStore{seed: maphash.MakeSeed(), sweepEvery: opts.SweepEvery, shards: make([]memoryShard, opts.Shards)}
+	if now := opts.Now; now != nil {
+		s.nowUS = func() int64 { return now().UnixMicro() }
+	} else {
+		s.nowUS = new(wallClock).nowUS
+	}
 	for i := range s.salt {
 		s.salt[i] = maphash.Comparable(s.seed, i)
 	}
@@ -119,26 +156,20 @@ func (s *MemoryStore) Check(ctx context.Context, reqs []Request) ([]Decision, er
 	if len(reqs) == 0 {
 		return out, nil
 	}
-	nowUS := s.now().UnixMicro()
+	nowUS := s.nowUS()
 	if allOrNothing(reqs) {
 		s.checkTied(reqs, out, nowUS)
 		return out, nil
 	}
+	var p spot
 	for i := range reqs {
 		r := &reqs[i]
-		p := s.place(r)
+		s.place(r, &p)
 		sh := p.sh
 		sh.mu.Lock()
 		at := sh.at(nowUS)
-		e := sh.find(&p.k, p.h) // nil, alive or expired
-		next, o := decideMemory(alive(e, at), r, p.rate, at)
-		if o.wrote {
-			next.expiresUS = at + o.ttlUS
-			sh.put(e, &p.k, p.h, next)
-		}
+		out[i].Counted = sh.decide(&p, r, at, true, &out[i])
 		sh.mu.Unlock()
-		o.writeTo(&out[i], r.Limit.Limit, at)
-		out[i].Counted = o.wrote
 	}
 	return out, nil
 }
@@ -152,7 +183,7 @@ func (s *MemoryStore) checkTied(reqs []Request, out []Decision, nowUS int64) {
 	ps := make([]placed, len(reqs))
 	shards := make([]int32, len(reqs))
 	for i := range reqs {
-		ps[i].spot = s.place(&reqs[i])
+		s.place(&reqs[i], &ps[i].spot)
 		shards[i] = ps[i].sh.index
 	}
 	slices.Sort(shards)
@@ -175,24 +206,17 @@ func (s *MemoryStore) checkTied(reqs []Request, out []Decision, nowUS int64) {
 	voided := false
 	for i := range reqs {
 		r, p := &reqs[i], &ps[i]
-		e := p.sh.find(&p.k, p.h)
-		next, o := decideMemory(alive(e, nowUS), r, p.rate, nowUS)
-		write := o.wrote && (r.AlwaysCount || !(r.AllOrNothing && voided))
-		if write {
-			if e != nil {
-				p.old, p.had = e.state, true
-			}
-			next.expiresUS = nowUS + o.ttlUS
-			p.sh.put(e, &p.k, p.h, next)
-			p.wrote = true
+		mayWrite := r.AlwaysCount || !(r.AllOrNothing && voided)
+		if e := p.sh.find(&r.Key, &p.lk, p.h); mayWrite && e != nil {
+			p.old, p.had = e.state, true
 		}
-		o.writeTo(&out[i], r.Limit.Limit, nowUS)
-		out[i].Counted = write
-		if r.AllOrNothing && !o.allowed && !voided {
+		p.wrote = p.sh.decide(&p.spot, r, nowUS, mayWrite, &out[i]) && mayWrite
+		out[i].Counted = p.wrote
+		if r.AllOrNothing && !out[i].Allowed && !voided {
 			voided = true
 			for j := range i {
 				if q := &ps[j]; q.wrote && reqs[j].AllOrNothing && !reqs[j].AlwaysCount {
-					q.putBack(nowUS)
+					q.putBack(&reqs[j].Key, nowUS)
 					out[j].Counted = false
 				}
 			}
@@ -207,32 +231,35 @@ func (s *MemoryStore) checkTied(reqs []Request, out []Decision, nowUS int64) {
 			p := &ps[i]
 			peek := *r
 			peek.Hits = 0
-			_, o := decideMemory(alive(p.sh.find(&p.k, p.h), nowUS), &peek, p.rate, nowUS)
 			out[i] = Decision{}
-			o.writeTo(&out[i], r.Limit.Limit, nowUS)
+			p.sh.decide(&p.spot, &peek, nowUS, false, &out[i])
 			out[i].Allowed = true
 		}
 	}
 }
 
-// spot is where a request's state lives: its key, the key's hash and
-// shard, and a token bucket's refill rate, worked out once.
+// spot is where a request's state lives: the numbers of its key (the
+// strings are the request's Key), the key's hash and shard, and a token
+// bucket's refill rate, worked out once. It holds no string: writing one
+// into memory a caller owns costs a write barrier while the GC runs.
 type spot struct {
-	k    memoryKey
+	lk   limitKey
 	h    uint64
 	sh   *memoryShard
 	rate float64
 }
 
-// place finds r's spot.
-func (s *MemoryStore) place(r *Request) (p spot) {
+// place sets p to r's spot. (A spot returned by value is written in words
+// and copied in wider ones, which stalls the CPU.)
+func (s *MemoryStore) place(r *Request, p *spot) {
+	p.rate = 0
 	if r.Limit.Algorithm == TokenBucket {
 		p.rate = r.Limit.Refill()
 	}
-	var idHash uint64
-	p.k, idHash, p.h = s.keyOf(r, p.rate)
+	p.lk.set(r, p.rate)
+	idHash := s.identityHash(r.Key.Scope, r.Key.Identifier)
+	p.h = s.keyHash(&r.Key, &p.lk, idHash)
 	p.sh = s.shard(idHash)
-	return p
 }
 
 // placed is a request's spot in checkTied, and what its state was before
@@ -244,10 +271,10 @@ type placed struct {
 	wrote bool
 }
 
-// putBack restores the state p's request wrote over (or removes the one
-// it made). Call it with p.sh.mu held.
-func (p *placed) putBack(nowUS int64) {
-	e := p.sh.find(&p.k, p.h)
+// putBack restores the state that p's request, of key, wrote over (or
+// removes the one it made). Call it with p.sh.mu held.
+func (p *placed) putBack(key *Key, nowUS int64) {
+	e := p.sh.find(key, &p.lk, p.h)
 	if p.had {
 		e.state = p.old
 		return
@@ -255,30 +282,65 @@ func (p *placed) putBack(nowUS int64) {
 	p.sh.drop(p.h, p.sh.states[p.h], nowUS, func(x *memoryEntry) bool { return x == e })
 }
 
-// decideMemory applies r's algorithm to st (nil = no state) at nowUS and
-// returns the state to write when o.wrote, and the outcome. It writes
-// nothing itself. rate is r.Limit.Refill() for a token bucket.
-func decideMemory(st *memoryState, r *Request, rate float64, nowUS int64) (next memoryState, o outcome) {
+// decide applies r's algorithm at nowUS to the state of p (none if it has
+// expired), fills in d, a zero Decision, with the decision (all but
+// Counted), and returns whether the algorithm counted the hits. It stores
+// the new state when it counted them and write is true, in p's entry (a new
+// one if it has none). Call it with sh.mu held; sh is p.sh.
+func (sh *memoryShard) decide(p *spot, r *Request, nowUS int64, write bool, d *Decision) bool {
+	e := sh.find(&r.Key, &p.lk, p.h)
+	st := alive(e, nowUS)
 	l := &r.Limit
-	switch l.Algorithm {
-	case FixedWindow:
-		next.window, o = decideFixed(windowOf(st), nowUS, l.Window.Microseconds(), l.Limit, r.Hits, r.AlwaysCount)
-	case SlidingWindow:
-		next.window, o = decideSliding(windowOf(st), nowUS, l.Window.Microseconds(), l.Limit, r.Hits, r.AlwaysCount)
-	case TokenBucket:
+	// Each case writes its part of the state in place (the parts of the
+	// other algorithms are never read under this key) and its own outcome
+	// to d: an outcome assigned to a variable declared outside the switch,
+	// or returned, is copied in wide words from narrow ones, which stalls
+	// the CPU.
+	switch p.lk.alg {
+	case fixedWindowN:
+		next, o := decideFixed(windowOf(st), nowUS, p.lk.windowUS, l.Limit, r.Hits, r.AlwaysCount)
+		if o.wrote && write {
+			e = sh.entry(e, &r.Key, &p.lk, p.h)
+			e.state.window, e.state.expiresUS = next, nowUS+o.ttlUS
+		}
+		o.writeTo(d, l.Limit, nowUS)
+		return o.wrote
+	case slidingWindowN:
+		next, o := decideSliding(windowOf(st), nowUS, p.lk.windowUS, l.Limit, r.Hits, r.AlwaysCount)
+		if o.wrote && write {
+			e = sh.entry(e, &r.Key, &p.lk, p.h)
+			e.state.window, e.state.expiresUS = next, nowUS+o.ttlUS
+		}
+		o.writeTo(d, l.Limit, nowUS)
+		return o.wrote
+	case tokenBucketN:
 		var prev *tokenState
 		if st != nil {
 			prev = &st.bucket
 		}
-		next.bucket, o = decideToken(prev, nowUS, l.Limit, rate, r.Hits, r.AlwaysCount)
-	case GCRA:
+		next, o := decideToken(prev, nowUS, l.Limit, p.rate, r.Hits, r.AlwaysCount)
+		if o.wrote && write {
+			e = sh.entry(e, &r.Key, &p.lk, p.h)
+			e.state.bucket, e.state.expiresUS = next, nowUS+o.ttlUS
+		}
+		o.writeTo(d, l.Limit, nowUS)
+		return o.wrote
+	case gcraN:
 		var prev *gcraState
 		if st != nil {
 			prev = &st.cell
 		}
-		next.cell, o = decideGCRA(prev, nowUS, l.Window.Microseconds(), l.Limit, r.Hits, r.AlwaysCount)
+		windowUS := l.Window.Microseconds()
+		up, uc := sh.gcraUnits(l.Limit, windowUS)
+		next, o := decideGCRAIn(prev, nowUS, windowUS, l.Limit, r.Hits, r.AlwaysCount, up, uc)
+		if o.wrote && write {
+			e = sh.entry(e, &r.Key, &p.lk, p.h)
+			e.state.cell, e.state.expiresUS = next, nowUS+o.ttlUS
+		}
+		o.writeTo(d, l.Limit, nowUS)
+		return o.wrote
 	}
-	return next, o
+	return false // not reached: Check validated the algorithm
 }
 
 // windowOf returns the window state in st (nil = no state).
@@ -289,29 +351,60 @@ func windowOf(st *memoryState) *windowState {
 	return &st.window
 }
 
-// keyOf returns r's key, the hash of its (scope, identifier), which picks
-// its shard, and the hash of the whole key. rate is r.Limit.Refill() for a
-// token bucket. Every part that a client chooses is hashed with the store's
-// random seed, so no one can pick keys that share a hash on purpose.
-func (s *MemoryStore) keyOf(r *Request, rate float64) (k memoryKey, idHash, hash uint64) {
-	k = memoryKey{scope: r.Key.Scope, identifier: r.Key.Identifier, alg: r.Limit.Algorithm}
-	idHash = s.identityHash(k.scope, k.identifier)
-	var lh uint64 // the hash of the parts that name the limit
-	if r.Key.Name != "" {
-		k.name = r.Key.Name
-		lh = maphash.String(s.seed, k.name)
-	} else {
-		k.limit, k.windowMS = r.Limit.Limit, r.Limit.Window.Milliseconds()
-		if k.alg == TokenBucket {
-			k.refill = rate
+// The algorithms' numbers in a memoryKey.
+const (
+	fixedWindowN byte = iota + 1
+	slidingWindowN
+	tokenBucketN
+	gcraN
+)
+
+// memoryAlg returns a's number in a memoryKey.
+func memoryAlg(a Algorithm) byte {
+	switch a {
+	case FixedWindow:
+		return fixedWindowN
+	case SlidingWindow:
+		return slidingWindowN
+	case TokenBucket:
+		return tokenBucketN
+	case GCRA:
+		return gcraN
+	}
+	return 0
+}
+
+// set sets lk to the numbers of r's key. rate is r.Limit.Refill() for a
+// token bucket. (It sets lk in place: a limitKey returned by value is
+// written in words and read back in wider ones, which stalls the CPU.)
+func (lk *limitKey) set(r *Request, rate float64) {
+	*lk = limitKey{alg: memoryAlg(r.Limit.Algorithm)}
+	if r.Key.Name == "" {
+		lk.limit, lk.windowMS = r.Limit.Limit, r.Limit.Window.Milliseconds()
+		if lk.alg == tokenBucketN {
+			lk.refill = rate
 		}
-		lh = fmix(uint64(k.limit)^s.salt[0]) ^ fmix(uint64(k.windowMS)^s.salt[1]) ^ fmix(math.Float64bits(k.refill)^s.salt[2])
 	}
-	if k.alg == FixedWindow || k.alg == SlidingWindow {
-		k.windowUS = r.Limit.Window.Microseconds()
-		lh ^= fmix(uint64(k.windowUS) ^ s.salt[1] ^ s.salt[2])
+	if lk.alg == fixedWindowN || lk.alg == slidingWindowN {
+		lk.windowUS = r.Limit.Window.Microseconds()
 	}
-	return k, idHash, idHash ^ lh ^ uint64(algNumber(k.alg))
+}
+
+// keyHash returns the hash of the key of key and lk, given idHash, the hash
+// of its (scope, identifier). Every part that a client chooses is hashed
+// with the store's random seed, so no one can pick keys that share a hash
+// on purpose.
+func (s *MemoryStore) keyHash(key *Key, lk *limitKey, idHash uint64) uint64 {
+	var h uint64 // the hash of the parts that name the limit
+	if key.Name != "" {
+		h = maphash.String(s.seed, key.Name)
+	} else {
+		h = fmix(uint64(lk.limit)^s.salt[0]) ^ fmix(uint64(lk.windowMS)^s.salt[1]) ^ fmix(math.Float64bits(lk.refill)^s.salt[2])
+	}
+	if lk.windowUS != 0 {
+		h ^= fmix(uint64(lk.windowUS) ^ s.salt[1] ^ s.salt[2])
+	}
+	return idHash ^ h ^ uint64(lk.alg)
 }
 
 // identityHash is the hash of (scope, identifier).
@@ -335,23 +428,25 @@ func (s *MemoryStore) shard(idHash uint64) *memoryShard {
 	return &s.shards[idHash%uint64(len(s.shards))]
 }
 
-// find returns the entry of k, of hash h, or nil. Call it with sh.mu held.
-func (sh *memoryShard) find(k *memoryKey, h uint64) *memoryEntry {
+// find returns the entry of the key of key and lk, of hash h, or nil.
+// Call it with sh.mu held.
+func (sh *memoryShard) find(key *Key, lk *limitKey, h uint64) *memoryEntry {
 	e := sh.states[h]
-	for e != nil && e.key != *k {
+	for e != nil && !e.key.is(key, lk) {
 		e = e.next
 	}
 	return e
 }
 
-// put stores next as the state of k, of hash h, in e: the entry find
-// returned, or nil for a new one. Call it with sh.mu held.
-func (sh *memoryShard) put(e *memoryEntry, k *memoryKey, h uint64, next memoryState) {
+// entry returns e, the entry find returned for the key of key and lk, of
+// hash h; or when e is nil, a new entry for that key, linked into its
+// chain. Call it with sh.mu held.
+func (sh *memoryShard) entry(e *memoryEntry, key *Key, lk *limitKey, h uint64) *memoryEntry {
 	if e == nil {
-		e = &memoryEntry{key: *k, next: sh.states[h]}
+		e = &memoryEntry{key: memoryKeyOf(key, lk), next: sh.states[h]}
 		sh.states[h] = e
 	}
-	e.state = next
+	return e
 }
 
 // drop unlinks, from the chain head of hash h, the entries for which gone
@@ -416,15 +511,15 @@ func (s *MemoryStore) Reset(ctx context.Context, scope, identifier string, alg A
 			return 0, err
 		}
 	}
-	nowUS := s.now().UnixMicro()
+	nowUS := s.nowUS()
 	sh := s.shard(s.identityHash(scope, identifier))
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	nowUS = sh.at(nowUS)
-	n := 0
+	n, an := 0, memoryAlg(alg) // 0 for all algorithms
 	for h, head := range sh.states {
 		n += sh.drop(h, head, nowUS, func(e *memoryEntry) bool {
-			return e.key.scope == scope && e.key.identifier == identifier && (alg == "" || e.key.alg == alg)
+			return e.key.scope == scope && e.key.identifier == identifier && (an == 0 || e.key.alg == an)
 		})
 	}
 	return n, nil
@@ -439,13 +534,15 @@ func (s *MemoryStore) Clear(ctx context.Context, reqs []Request) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	nowUS := s.now().UnixMicro()
+	nowUS := s.nowUS()
 	n := 0
 	for i := range reqs {
-		p := s.place(&reqs[i])
+		var p spot
+		key := &reqs[i].Key
+		s.place(&reqs[i], &p)
 		p.sh.mu.Lock()
 		at := p.sh.at(nowUS)
-		n += p.sh.drop(p.h, p.sh.states[p.h], at, func(e *memoryEntry) bool { return e.key == p.k })
+		n += p.sh.drop(p.h, p.sh.states[p.h], at, func(e *memoryEntry) bool { return e.key.is(key, &p.lk) })
 		p.sh.mu.Unlock()
 	}
 	return n, nil
@@ -467,7 +564,7 @@ func (s *MemoryStore) Run(ctx context.Context) error {
 
 // Sweep drops every expired state now.
 func (s *MemoryStore) Sweep() {
-	nowUS := s.now().UnixMicro()
+	nowUS := s.nowUS()
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()

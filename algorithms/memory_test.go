@@ -104,15 +104,18 @@ func TestMemoryKeyMatchesRedisKey(t *testing.T) {
 	stateKey := func(r Request) string { return rs.stateKey(&r) }
 	for i := range reqs {
 		for j := range reqs {
-			ki, idi, hi := s.keyOf(&reqs[i], reqs[i].Limit.Refill())
-			kj, idj, hj := s.keyOf(&reqs[j], reqs[j].Limit.Refill())
-			if got, want := ki == kj, stateKey(reqs[i]) == stateKey(reqs[j]); got != want {
+			var pi, pj spot
+			s.place(&reqs[i], &pi)
+			s.place(&reqs[j], &pj)
+			ki := memoryKeyOf(&reqs[i].Key, &pi.lk)
+			same := ki.is(&reqs[j].Key, &pj.lk)
+			if got, want := same, stateKey(reqs[i]) == stateKey(reqs[j]); got != want {
 				t.Errorf("requests %d and %d: same memory key %v, same Redis key %v (%q, %q)", i, j, got, want, stateKey(reqs[i]), stateKey(reqs[j]))
 			}
-			if ki == kj && (hi != hj || idi != idj) {
-				t.Errorf("requests %d and %d: equal keys, hashes %x/%x and %x/%x", i, j, idi, hi, idj, hj)
+			if same && (pi.h != pj.h || pi.sh != pj.sh) {
+				t.Errorf("requests %d and %d: equal keys, hashes %x and %x, shards %d and %d", i, j, pi.h, pj.h, pi.sh.index, pj.sh.index)
 			}
-			if ki != kj && hi == hj {
+			if hi, hj := pi.h, pj.h; !same && hi == hj {
 				t.Errorf("requests %d and %d: different keys share hash %x", i, j, hi)
 			}
 		}
@@ -128,23 +131,27 @@ func TestMemoryHashChain(t *testing.T) {
 	sh := &s.shards[0]
 	const h = 42
 	nowUS := t0.UnixMicro()
-	keys := []memoryKey{
-		{scope: "s", identifier: "a", alg: FixedWindow, limit: 1, windowMS: 1000},
-		{scope: "s", identifier: "b", alg: FixedWindow, limit: 1, windowMS: 1000},
-		{scope: "s", identifier: "a", alg: GCRA, name: "r"},
-		{scope: "s", identifier: "c", alg: FixedWindow, limit: 1, windowMS: 1000},
+	fw := limitKey{alg: fixedWindowN, limit: 1, windowMS: 1000}
+	keys := []struct {
+		key Key
+		lk  limitKey
+	}{
+		{Key{"s", "a", ""}, fw},
+		{Key{"s", "b", ""}, fw},
+		{Key{"s", "a", "r"}, limitKey{alg: gcraN}},
+		{Key{"s", "c", ""}, fw},
 	}
 	for i, k := range keys {
 		expires := nowUS + 10_000_000
 		if i == 1 {
 			expires = nowUS + 1 // b expires first
 		}
-		sh.put(sh.find(&k, h), &k, h, memoryState{window: windowState{count: int64(i)}, expiresUS: expires})
+		sh.entry(sh.find(&k.key, &k.lk, h), &k.key, &k.lk, h).state = memoryState{window: windowState{count: int64(i)}, expiresUS: expires}
 	}
 	check := func(when string, want map[int]bool) {
 		t.Helper()
 		for i, k := range keys {
-			e := sh.find(&k, h)
+			e := sh.find(&k.key, &k.lk, h)
 			if (e != nil) != want[i] {
 				t.Errorf("%s: key %d found %v, want %v", when, i, e != nil, want[i])
 			} else if e != nil && e.state.window.count != int64(i) {
@@ -158,7 +165,7 @@ func TestMemoryHashChain(t *testing.T) {
 	check("after puts", map[int]bool{0: true, 1: true, 2: true, 3: true})
 	// Overwriting one entry leaves the others alone.
 	k0 := keys[0]
-	sh.put(sh.find(&k0, h), &k0, h, memoryState{window: windowState{count: 0}, expiresUS: nowUS + 10_000_000})
+	sh.entry(sh.find(&k0.key, &k0.lk, h), &k0.key, &k0.lk, h).state = memoryState{window: windowState{count: 0}, expiresUS: nowUS + 10_000_000}
 	check("after an overwrite", map[int]bool{0: true, 1: true, 2: true, 3: true})
 
 	clock.Advance(time.Millisecond)
@@ -205,5 +212,55 @@ func TestMemoryClockNeverRunsBackwards(t *testing.T) {
 	want := Decision{Allowed: false, Limit: 1, Remaining: 0, ResetAfter: time.Minute, RetryAfter: time.Minute, Now: t0.Add(time.Minute)}
 	if ds[0] != want {
 		t.Errorf("request at an earlier time: %+v, want %+v (decided at the later time, the limit spent)", ds[0], want)
+	}
+}
+
+// TestMemoryWallClock: the default clock reads time.Now when it has no
+// anchor or an old one, and keeps that reading as its anchor; with a recent
+// anchor it gives the anchor's wall time plus the monotonic time since.
+func TestMemoryWallClock(t *testing.T) {
+	var c wallClock
+	// between checks a reading that time.Now made, between before and after.
+	between := func(when string, before time.Time, got int64, after time.Time) {
+		t.Helper()
+		if got < before.UnixMicro() || got > after.UnixMicro() {
+			t.Errorf("%s: %d µs, want between %d and %d", when, got, before.UnixMicro(), after.UnixMicro())
+		}
+		if a := c.anchor.Load(); a == nil || a.wallNS/1000 != got {
+			t.Errorf("%s: the anchor is %+v, want one at %d µs", when, a, got)
+		}
+	}
+	before := time.Now()
+	got := c.nowUS()
+	between("first reading", before, got, time.Now())
+
+	// A recent anchor is used as it is: a wall time of 5 s after the epoch.
+	mono := time.Now()
+	c.anchor.Store(&clockAnchor{mono: mono, wallNS: 5e9})
+	lo := (5e9 + int64(time.Since(mono))) / 1000
+	got = c.nowUS()
+	hi := (5e9 + int64(time.Since(mono))) / 1000
+	if got < lo || got > hi {
+		t.Errorf("with an anchor at 5 s: %d µs, want between %d and %d", got, lo, hi)
+	}
+
+	// An old one is replaced by a time.Now reading.
+	c.anchor.Store(&clockAnchor{mono: time.Now().Add(-reanchorEvery), wallNS: 5e9})
+	before = time.Now()
+	got = c.nowUS()
+	between("with an old anchor", before, got, time.Now())
+}
+
+// TestMemoryGCRAUnitsMemo: a shard's memo of GCRA units gives gcraUnits'
+// answer whichever limit came before.
+func TestMemoryGCRAUnitsMemo(t *testing.T) {
+	sh := &NewMemoryStore(MemoryOptions{Shards: 1}).shards[0]
+	limits := [][2]int64{{10, 60_000_000}, {10, 60_000_000}, {7, 1_000}, {1_000_000_000, 3_600_000_000}, {7, 1_000}, {10, 1_000}}
+	for _, l := range limits {
+		p, c := sh.gcraUnits(l[0], l[1])
+		wp, wc := gcraUnits(l[0], l[1])
+		if p != wp || c != wc {
+			t.Errorf("units of %d per %d µs: %d, %d; want %d, %d", l[0], l[1], p, c, wp, wc)
+		}
 	}
 }
