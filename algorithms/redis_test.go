@@ -18,8 +18,8 @@ func TestRedisKeysExpire(t *testing.T) {
 	ctx := context.Background()
 	scope := uniqueScope(t)
 	reqs := []Request{
-		{Key: Key{scope, "ttl", ""}, Limit: Limit{Algorithm: FixedWindow, Limit: 5, Window: 100 * time.Millisecond}, Hits: 1},
-		{Key: Key{scope, "ttl", ""}, Limit: Limit{Algorithm: SlidingWindow, Limit: 5, Window: 100 * time.Millisecond}, Hits: 1},
+		{Key: Key{scope, "ttl", ""}, Limit: Limit{Algorithm: FixedWindow, Limit: 5, Window: 300 * time.Millisecond}, Hits: 1},
+		{Key: Key{scope, "ttl", ""}, Limit: Limit{Algorithm: SlidingWindow, Limit: 5, Window: 300 * time.Millisecond}, Hits: 1},
 		{Key: Key{scope, "ttl", ""}, Limit: Limit{Algorithm: TokenBucket, Limit: 2, RefillRate: 20}, Hits: 2},
 		{Key: Key{scope, "ttl", ""}, Limit: Limit{Algorithm: GCRA, Limit: 4, Window: time.Second}, Hits: 3},
 	}
@@ -41,8 +41,9 @@ func TestRedisKeysExpire(t *testing.T) {
 			t.Errorf("%s: PTTL = %v, want a TTL in (0, 1.1s]", k, ttl)
 		}
 	}
-	// The sliding window needs its count until the end of the next window:
-	// at most 200 ms; the token bucket is full again after 100 ms, and the
+	// Windows of 300 ms, so that a test machine that stalls this test for a
+	// while still finds its keys alive. The sliding window needs its count
+	// until the end of the next window: at most 600 ms; the token bucket is full again after 100 ms, and the
 	// GCRA's TAT is 750 ms ahead.
 	time.Sleep(1200 * time.Millisecond)
 	n, err := rdb.Exists(ctx, keys...).Result()
