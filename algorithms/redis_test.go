@@ -43,8 +43,8 @@ func TestRedisKeysExpire(t *testing.T) {
 	}
 	// Windows of 300 ms, so that a test machine that stalls this test for a
 	// while still finds its keys alive. The sliding window needs its count
-	// until the end of the next window: at most 600 ms; the token bucket is full again after 100 ms, and the
-	// GCRA's TAT is 750 ms ahead.
+	// until the end of the next window: at most 600 ms; the token bucket is
+	// full again after 100 ms, and the GCRA's TAT is 750 ms ahead.
 	time.Sleep(1200 * time.Millisecond)
 	n, err := rdb.Exists(ctx, keys...).Result()
 	if err != nil {
