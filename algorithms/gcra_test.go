@@ -197,6 +197,9 @@ type stateKeeper struct {
 func keeper(t *testing.T, s Store, r Request) stateKeeper {
 	t.Helper()
 	k := stateKeeper{t: t}
+	if u, ok := s.(unindexedStore); ok {
+		s = u.Store
+	}
 	if rs, ok := s.(*RedisStore); ok {
 		k.key = rs.stateKey(&r)
 		k.rdb = newRedisClient(t, 1)
