@@ -185,7 +185,8 @@ func TestRedisIndexOutlivesState(t *testing.T) {
 
 // TestRedisCluster runs the conformance suite on a real three-node Redis
 // Cluster: every request's keys share a hash tag and so a slot; a batch is
-// one script call per master it touches, coalesced per master.
+// one script call (or one pipeline of plain counters) per master it
+// touches, coalesced per master.
 func TestRedisCluster(t *testing.T) {
 	addrs := redistest.StartCluster(t)
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
@@ -197,6 +198,11 @@ func TestRedisCluster(t *testing.T) {
 			t.Fatal("a Cluster store must route by master")
 		}
 		return s
+	}}, {"redis-cluster-unindexed", func(t *testing.T, clock func() time.Time) Store {
+		// Fixed windows without the script (plain.go) on every master.
+		s := NewRedisStore(rdb, RedisOptions{Now: clock, Coalesce: 2})
+		t.Cleanup(s.Close)
+		return unindexedStore{s}
 	}}}
 	t.Run("conformance", func(t *testing.T) { conformance(t, cluster) })
 	t.Run("batch", func(t *testing.T) { conformanceBatch(t, cluster) })
