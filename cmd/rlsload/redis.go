@@ -89,10 +89,21 @@ type redisDelta struct {
 	calls, usec int64
 }
 
-// engineCommands are the commands Throttle decides with: the engine's
-// script (FCALL; EVALSHA or EVAL where functions cannot be loaded) and the
-// fixed window's plain commands (INCRBY, PEXPIRE, GET, and a TIME per batch).
-var engineCommands = []string{"fcall", "evalsha", "eval", "incrby", "pexpire", "get", "time"}
+// engineCommands are the commands Throttle decides algorithm's requests
+// with. Redis counts a command a script runs in INFO commandstats as well
+// as the script, so each algorithm lists one kind: an Envoy descriptor's
+// fixed window is decided by plain commands (SET, INCRBY, PEXPIRE, GET, a
+// TIME per batch) and a script only to refund (EVALSHA, whose DECRBY and DEL
+// are not listed); the other algorithms by the engine's script alone
+// (FCALL; EVALSHA or EVAL where functions cannot be loaded), its own
+// commands inside it not counted again.
+func engineCommands(algorithm string) []string {
+	scripts := []string{"fcall", "evalsha", "eval"}
+	if algorithm == "fixed_window" {
+		return append(scripts, "set", "incrby", "pexpire", "get", "time")
+	}
+	return scripts
+}
 
 func diffRedis(before, after redisStats, commands ...string) *redisDelta {
 	d := &redisDelta{cpu: after.cpu - before.cpu, commands: commands}

@@ -88,7 +88,7 @@ func runRLS(ctx context.Context, o *options) (*result, error) {
 		if err != nil {
 			return nil, err
 		}
-		res.redis = diffRedis(redisBefore, after, engineCommands...)
+		res.redis = diffRedis(redisBefore, after, engineCommands(o.algorithm)...)
 	}
 	if ctx.Err() != nil {
 		return nil, fmt.Errorf("interrupted after %d calls", res.t.calls)
