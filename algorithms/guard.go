@@ -273,10 +273,9 @@ func (g *Guard) checkShard(ctx context.Context, budget time.Duration, b *breaker
 	if !allowed {
 		return g.degrade(ctx, b, reqs)
 	}
-	cctx, cancel := context.WithTimeout(ctx, budget)
-	ds, err := g.store.onShard(cctx, b.sh, reqs)
-	timedOut := cctx.Err() != nil
-	cancel()
+	deadline := time.Now().Add(budget)
+	ds, err := g.store.onShard(ctx, deadline, b.sh, reqs)
+	timedOut := !time.Now().Before(deadline)
 	switch {
 	case err == nil:
 		g.record(b, true, probe)

@@ -182,7 +182,7 @@ func (s *RedisStore) Check(ctx context.Context, reqs []Request) ([]Decision, err
 		return []Decision{}, nil
 	}
 	return s.dispatch(ctx, reqs, func(ctx context.Context, sh *shard, reqs []Request, _ bool) ([]Decision, error) {
-		return s.onShard(ctx, sh, reqs)
+		return s.onShard(ctx, time.Time{}, sh, reqs)
 	})
 }
 
@@ -314,14 +314,20 @@ func (s *RedisStore) split(reqs []Request, at []int) []part {
 // coalescing workers when there are some (the checks that arrive while a
 // script call is in flight leave together in the next one, so under load one
 // round trip decides many callers, and an idle store waits for nothing: a
-// worker takes the first at once), in a span when tracing.
-func (s *RedisStore) onShard(ctx context.Context, sh *shard, reqs []Request) ([]Decision, error) {
+// worker takes the first at once), in a span when tracing. It gives up at
+// deadline, if not zero, or when ctx ends.
+func (s *RedisStore) onShard(ctx context.Context, deadline time.Time, sh *shard, reqs []Request) ([]Decision, error) {
 	ctx, end := s.traceCheck(ctx, sh, reqs)
 	var ds []Decision
 	var err error
-	if sh.merge != nil {
-		ds, err = sh.merge.check(ctx, reqs)
-	} else {
+	switch {
+	case sh.merge != nil:
+		ds, err = sh.merge.check(ctx, deadline, reqs)
+	case !deadline.IsZero():
+		dctx, cancel := context.WithDeadline(ctx, deadline)
+		ds, err = s.decide(dctx, sh, reqs, nil)
+		cancel()
+	default:
 		ds, err = s.decide(ctx, sh, reqs, nil)
 	}
 	end(err)

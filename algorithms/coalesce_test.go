@@ -1,0 +1,68 @@
+package algorithms
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// TestCoalescerDeadline: a caller stops waiting at its deadline, with no
+// context of its own. A batch a worker took ends in DeadlineExceeded (it
+// may have reached Redis); one still queued behind a hung call in
+// ErrOverloaded (it never left Throttle), and the worker then drops it
+// instead of sending it. The call runs until its caller's deadline.
+func TestCoalescerDeadline(t *testing.T) {
+	var calls atomic.Int32
+	gotDeadline := make(chan time.Time, 4)
+	release := make(chan struct{})
+	c := newCoalescer(1, 16, func(ctx context.Context, reqs []Request, _ []int) ([]Decision, error) {
+		calls.Add(1)
+		d, _ := ctx.Deadline()
+		gotDeadline <- d
+		select { // a master that never answers
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-release:
+			return nil, errors.New("released")
+		}
+	})
+	defer c.close()
+	defer close(release) // before close: the last call waits for its deadline
+	req := []Request{{Key: Key{"s", "id", ""}, Limit: Limit{Algorithm: FixedWindow, Limit: 1, Window: time.Second}, Hits: 1}}
+
+	hung := make(chan error, 1)
+	start := time.Now()
+	deadlineA := start.Add(300 * time.Millisecond)
+	go func() {
+		_, err := c.check(context.Background(), deadlineA, req)
+		hung <- err
+	}()
+	if d := <-gotDeadline; !d.Equal(deadlineA) {
+		t.Fatalf("the call's deadline is %v, want its caller's %v", d, deadlineA)
+	}
+	// The worker is busy with the hung call: this one waits in the queue.
+	_, err := c.check(context.Background(), time.Now().Add(50*time.Millisecond), req)
+	if !errors.Is(err, ErrOverloaded) {
+		t.Fatalf("a batch left in the queue past its deadline: %v, want ErrOverloaded", err)
+	}
+	if err := <-hung; !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrOverloaded) {
+		t.Fatalf("a batch taken and hung past its deadline: %v, want context.DeadlineExceeded", err)
+	}
+	if waited := time.Since(start); waited < 300*time.Millisecond || waited > 5*time.Second {
+		t.Fatalf("the taken batch's caller waited %v, want its deadline (300 ms)", waited)
+	}
+	// The worker takes the expired batch next and drops it.
+	time.Sleep(100 * time.Millisecond)
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("%d calls, want 1: a batch whose caller has given up is not sent", n)
+	}
+
+	// A caller's own context still ends its wait before its deadline.
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { <-gotDeadline; cancel() }()
+	if _, err := c.check(ctx, time.Now().Add(time.Minute), req); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a caller whose context was cancelled: %v, want context.Canceled", err)
+	}
+}
