@@ -4,12 +4,14 @@
 package redistest
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -37,10 +39,15 @@ type Server struct {
 	Port int
 	args []string
 	cmd  *exec.Cmd
+	// exited is closed when cmd has exited.
+	exited chan struct{}
 }
 
 // Start runs a new redis-server on a free loopback port, with no
 // persistence and the extra arguments args; it is stopped when the test ends.
+// A port can be taken between the moment it is found free and the server's
+// bind (other test packages start servers too; a Cluster node also binds its
+// port + 10000): a server that exits at once is started again on another.
 func Start(t testing.TB, args ...string) *Server {
 	t.Helper()
 	bin := os.Getenv("THROTTLE_TEST_REDIS_SERVER")
@@ -50,16 +57,44 @@ func Start(t testing.TB, args ...string) *Server {
 			t.Fatal("redis-server not found: run the tests via scripts/with-test-services.sh (make test)")
 		}
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	s := &Server{t: t, bin: bin, dir: t.TempDir(), Port: port, args: args}
-	s.Restart()
+	s := &Server{t: t, bin: bin, dir: t.TempDir(), args: args}
 	t.Cleanup(s.Stop)
-	return s
+	const attempts = 5
+	for i := 1; ; i++ {
+		s.Port = freePort(t, slices.Contains(args, "--cluster-enabled"))
+		err := s.launch()
+		if err == nil {
+			return s
+		}
+		if i == attempts {
+			t.Fatalf("redis-server: %v (%d ports tried)", err, attempts)
+		}
+	}
+}
+
+// freePort returns a loopback port free now, and whose port + 10000 (a
+// Cluster node's bus) is free too when bus is true.
+func freePort(t testing.TB, bus bool) int {
+	t.Helper()
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		if !bus {
+			l.Close()
+			return port
+		}
+		if port+10000 <= 65535 {
+			if b, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port+10000)); err == nil {
+				b.Close()
+				l.Close()
+				return port
+			}
+		}
+		l.Close()
+	}
 }
 
 // PID is the server's process id (for /proc/PID readings); 0 when stopped.
@@ -82,7 +117,7 @@ func (s *Server) Stop() {
 		return
 	}
 	_ = s.cmd.Process.Kill()
-	_ = s.cmd.Wait()
+	<-s.exited
 	s.cmd = nil
 }
 
@@ -90,14 +125,35 @@ func (s *Server) Stop() {
 // answers PING.
 func (s *Server) Restart() {
 	s.t.Helper()
+	if err := s.launch(); err != nil {
+		s.t.Fatalf("redis-server: %v", err)
+	}
+}
+
+// launch starts the server on s.Port (stopping it first if it runs) and
+// waits until it answers PING; it fails when the server exits first (its
+// output says why, e.g. a port in use) or does not answer within 10 s.
+func (s *Server) launch() error {
 	s.Stop()
 	cmd := exec.Command(s.bin, append([]string{"--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--dir", s.dir}, s.args...)...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	// A child the server forked (an RDB for a replica) may hold the output
+	// pipe past the server's exit: Wait stops waiting for it.
+	cmd.WaitDelay = time.Second
 	if err := cmd.Start(); err != nil {
-		s.t.Fatalf("start redis-server: %v", err)
+		return fmt.Errorf("start: %w", err)
 	}
-	s.cmd = cmd
-	rdb := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	s.cmd, s.exited = cmd, exited
+	// Each PING ends at its context's deadline, even on a port whose holder
+	// accepts connections and says nothing.
+	rdb := redis.NewClient(&redis.Options{Addr: s.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
 	defer rdb.Close()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -106,13 +162,25 @@ func (s *Server) Restart() {
 		cancel()
 		// NOAUTH is an answer too: the server runs with --requirepass.
 		if err == nil || strings.HasPrefix(err.Error(), "NOAUTH") {
-			return
+			return nil
+		}
+		select {
+		case <-exited:
+			s.cmd = nil
+			return fmt.Errorf("the server on %s exited: %s", s.Addr(), lastLine(out.String()))
+		default:
 		}
 		if time.Now().After(deadline) {
-			s.t.Fatalf("redis-server on %s did not answer: %v", s.Addr(), err)
+			return fmt.Errorf("the server on %s did not answer: %v", s.Addr(), err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// lastLine is the last non-empty line of a server's output.
+func lastLine(out string) string {
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	return lines[len(lines)-1]
 }
 
 // NewClient returns a client for addr with the timeouts a Throttle replica
