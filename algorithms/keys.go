@@ -56,17 +56,23 @@ func appendKeyPart(b []byte, s string) []byte {
 	return b
 }
 
-// identityTag is the hash tag of (scope, identifier): every key of one
-// identifier shares it, and so one Redis Cluster slot, which lets one Lua
-// script touch a limit's state and the identifier's index together.
-func identityTag(scope, identifier string) string {
-	return EscapeKeyPart(scope) + ":" + EscapeKeyPart(identifier)
+// appendIdentityPrefix appends the common start of every key of (scope,
+// identifier): "<KeyPrefix>throttle:{<scope>:<identifier>}:". Its hash tag
+// is shared by every key of one identifier, and so one Redis Cluster slot,
+// which lets one Lua script touch a limit's state and the identifier's
+// index together.
+func (s *RedisStore) appendIdentityPrefix(b []byte, scope, identifier string) []byte {
+	b = append(b, s.opts.KeyPrefix...)
+	b = append(b, keyPrefix+"{"...)
+	b = appendKeyPart(b, scope)
+	b = append(b, ':')
+	b = appendKeyPart(b, identifier)
+	return append(b, "}:"...)
 }
 
-// identityPrefix is the common start of every key of (scope, identifier):
-// "<KeyPrefix>throttle:{<scope>:<identifier>}:".
+// identityPrefix is appendIdentityPrefix's prefix as a string.
 func (s *RedisStore) identityPrefix(scope, identifier string) string {
-	return s.opts.KeyPrefix + keyPrefix + "{" + identityTag(scope, identifier) + "}:"
+	return string(s.appendIdentityPrefix(make([]byte, 0, 64), scope, identifier))
 }
 
 // indexKey lists the state keys of one identifier, so Reset finds them
@@ -112,13 +118,7 @@ func appendStateMember(b []byte, r *Request) []byte {
 
 // appendStateKey appends r's stateKey to b.
 func (s *RedisStore) appendStateKey(b []byte, r *Request) []byte {
-	b = append(b, s.opts.KeyPrefix...)
-	b = append(b, keyPrefix+"{"...)
-	b = appendKeyPart(b, r.Key.Scope)
-	b = append(b, ':')
-	b = appendKeyPart(b, r.Key.Identifier)
-	b = append(b, "}:"...)
-	return appendStateMember(b, r)
+	return appendStateMember(s.appendIdentityPrefix(b, r.Key.Scope, r.Key.Identifier), r)
 }
 
 // stateKey is the Redis key of one limit's state on one identifier (a

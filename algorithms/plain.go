@@ -16,7 +16,7 @@ import (
 // every other request of the batch — SET NX with the TTL of the window
 // (its end) makes a new counter, INCRBY adds to one the store knows. A
 // script call costs Redis about three times the instructions per decision
-// of SET NX, six times those of INCRBY (docs/benchmarks.md), and Redis does
+// of SET NX, six times those of INCRBY (docs/algorithms.md), and Redis does
 // not scale with Throttle's replicas.
 //
 // What the script decides atomically, the pipeline decides by counting
@@ -31,14 +31,14 @@ import (
 //
 // The windows follow Redis's clock, as the script's do: each batch asks
 // Redis TIME along, and the store keeps its offset from the local clock
-// (clock.go), so replicas on skewed hosts agree on where a window starts.
+// (redisClock), so replicas on skewed hosts agree on where a window starts.
 //
 // Only unindexed fixed windows go this way (the Envoy service's counters,
 // which nothing resets by identifier); a caller's requests go together,
 // all this way or all by the script.
 
 // expiryMargin is how long a window's counter outlives its window, at most:
-// the uncertainty of the clock's offset from Redis's (clock.go) must never
+// the uncertainty of the clock's offset from Redis's (redisClock) must never
 // let a counter expire while a replica still counts in its window.
 const expiryMargin = 100 * time.Millisecond
 
@@ -90,12 +90,13 @@ func subBatch(reqs []Request, sizes []int, at []int) ([]Request, []int) {
 
 // plainOp is what the pipelines send for one request.
 type plainOp struct {
-	key  string
-	hash uint64           // of key, for knownCounters
-	ttl  time.Duration    // the counter's TTL when it is made
-	set  *redis.BoolCmd   // SET NX: true when it made the counter (the count is the hits)
-	incr *redis.IntCmd    // INCRBY: the count after
-	get  *redis.StringCmd // a read: nothing counted
+	key   string
+	hash  uint64           // of key, for knownCounters
+	known bool             // knownCounters holds it
+	ttl   time.Duration    // the counter's TTL when it is made
+	set   *redis.BoolCmd   // SET NX: true when it made the counter (the count is the hits)
+	incr  *redis.IntCmd    // INCRBY: the count after
+	get   *redis.StringCmd // a read: nothing counted
 }
 
 // counted reports whether the request's hits were counted.
@@ -134,11 +135,11 @@ func (s *RedisStore) decidePlain(ctx context.Context, sh *shard, reqs []Request,
 	ops := make([]plainOp, len(reqs))
 	for i := range reqs {
 		r := &reqs[i]
-		w := r.Limit.Window.Microseconds()
+		left := r.Limit.Window.Microseconds() - nowUS%r.Limit.Window.Microseconds() // until the window ends
 		ops[i].key = s.windowKey(r, nowUS)
-		ops[i].ttl = time.Duration(nowUS-nowUS%w+w-nowUS)*time.Microsecond + min(expiryMargin, r.Limit.Window)
+		ops[i].ttl = time.Duration(left)*time.Microsecond + min(expiryMargin, r.Limit.Window)
 	}
-	known := sh.known.lookup(ops)
+	sh.known.lookup(ops)
 	pipe := sh.client.Pipeline()
 	var clock *redis.TimeCmd
 	if s.now == nil {
@@ -150,7 +151,7 @@ func (s *RedisStore) decidePlain(ctx context.Context, sh *shard, reqs []Request,
 		case r.Hits == 0 || (r.Hits > r.Limit.Limit && !r.AlwaysCount):
 			// A read: a peek, or hits that cannot be within the limit.
 			op.get = pipe.Get(ctx, op.key)
-		case known[i]:
+		case op.known:
 			op.incr = pipe.IncrBy(ctx, op.key, r.Hits)
 		default:
 			op.set = pipe.SetNX(ctx, op.key, r.Hits, op.ttl)
@@ -207,39 +208,27 @@ func (s *RedisStore) decidePlain(ctx context.Context, sh *shard, reqs []Request,
 		w := r.Limit.Window.Microseconds()
 		fs[i] = found{within: before+r.Hits <= r.Limit.Limit, window: windowState{start: nowUS - nowUS%w, count: before}}
 	}
-	// Refund: the counted hits of requests over their limit, and of the
-	// requests of a void group.
-	voided := make([]bool, len(reqs))
-	groups(len(reqs), sizes, func(_, from, to int) {
-		if !allOrNothing(reqs[from:to]) {
-			return
-		}
-		void := false
-		for i := from; i < to; i++ {
-			void = void || (reqs[i].AllOrNothing && !fs[i].within)
-		}
-		for i := from; i < to; i++ {
-			voided[i] = void && reqs[i].AllOrNothing
-		}
-	})
-	refunded := s.refundPlain(ctx, sh, reqs, ops, nowUS, func(i int) bool { return !fs[i].within || voided[i] })
+	// Refund what Redis counted and the decision does not: the hits of a
+	// request over its limit, those of a void all-or-nothing group.
 	ds, err := decideAll(reqs, sizes, fs, nowUS)
-	if err != nil {
-		return nil, err
-	}
-	if !refunded {
-		// The hits stay counted: over-counting, never under. Say so.
+	if !s.refundPlain(ctx, sh, reqs, ops, nowUS, func(i int) bool { return !ds[i].Counted }) {
+		// The hits stay counted: over-counting, never under. Say so where
+		// the request was within its limit (its group was void).
 		for i := range ds {
-			if voided[i] && ops[i].counted() && fs[i].within && !reqs[i].AlwaysCount {
+			if ops[i].counted() && fs[i].within && !ds[i].Counted && !reqs[i].AlwaysCount {
 				ds[i].Counted = true
 			}
 		}
 	}
+	if err != nil {
+		return nil, err
+	}
 	return ds, nil
 }
 
-// refundPlain takes back the hits counted for the requests that refund
-// selects (an AlwaysCount request keeps them) and reports whether it did.
+// refundPlain takes back the hits the ops counted for the requests that
+// refund selects (an AlwaysCount request keeps them) and reports whether it
+// did.
 func (s *RedisStore) refundPlain(ctx context.Context, sh *shard, reqs []Request, ops []plainOp, nowUS int64, refund func(int) bool) bool {
 	var at []int
 	for i := range reqs {
@@ -330,20 +319,18 @@ type knownCounters struct {
 // window or two under load): 16 bytes a key.
 const knownMax = 1 << 16
 
-// lookup reports for each op whether its counter is known, and notes the
-// hash of its key in the op.
-func (k *knownCounters) lookup(ops []plainOp) []bool {
-	known := make([]bool, len(ops))
+// lookup notes in each op the hash of its key and whether its counter is
+// known.
+func (k *knownCounters) lookup(ops []plainOp) {
 	k.mu.Lock()
+	defer k.mu.Unlock()
 	if k.keys == nil {
 		k.seed, k.keys = maphash.MakeSeed(), make(map[uint64]struct{}, knownMax)
 	}
 	for i := range ops {
 		ops[i].hash = maphash.String(k.seed, ops[i].key)
-		_, known[i] = k.keys[ops[i].hash]
+		_, ops[i].known = k.keys[ops[i].hash]
 	}
-	k.mu.Unlock()
-	return known
 }
 
 // add notes the counters the ops counted on (after lookup).
