@@ -283,12 +283,7 @@ func StartClusterOf(t testing.TB, n int) []*Server {
 // sentinel knows the master's address.
 func StartSentinel(t testing.TB, master *Server, name string, conf ...string) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
+	port := freePort(t, false)
 	// The sentinel rewrites its config file, so it must be its own.
 	path := filepath.Join(t.TempDir(), "sentinel.conf")
 	body := fmt.Sprintf("port %d\nbind 127.0.0.1\nsentinel monitor %s 127.0.0.1 %d 1\n%s\n", port, name, master.Port, strings.Join(conf, "\n"))
