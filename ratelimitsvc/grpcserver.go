@@ -34,13 +34,6 @@ func NewGRPCServer(s *Server) (*grpc.Server, *health.Server) {
 		grpc.NumStreamWorkers(streamWorkers),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: 5 * time.Minute}),
 		grpc.MaxRecvMsgSize(1 << 20),
-		// Fixed flow-control windows turn off gRPC's bandwidth estimator,
-		// which answers data with a PING and makes the client answer it in
-		// turn: on rate-limit calls of a few hundred bytes that is a frame
-		// each way per round trip, for windows that never fill: 0.8 µs of
-		// service CPU a call (3 interleaved pairs, docs/benchmarks.md).
-		grpc.InitialWindowSize(1 << 20),
-		grpc.InitialConnWindowSize(1 << 22),
 	}
 	var rls rlsv3.RateLimitServiceServer = s
 	if s.tracing != nil {
