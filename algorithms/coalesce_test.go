@@ -17,7 +17,7 @@ func TestCoalescerDeadline(t *testing.T) {
 	var calls atomic.Int32
 	gotDeadline := make(chan time.Time, 4)
 	release := make(chan struct{})
-	c := newCoalescer(1, 16, func(ctx context.Context, reqs []Request, _ []int) ([]Decision, error) {
+	c := newCoalescer(1, 16, overlapAfter, func(ctx context.Context, reqs []Request, _ []int) ([]Decision, error) {
 		calls.Add(1)
 		d, _ := ctx.Deadline()
 		gotDeadline <- d
@@ -64,5 +64,90 @@ func TestCoalescerDeadline(t *testing.T) {
 	go func() { <-gotDeadline; cancel() }()
 	if _, err := c.check(ctx, time.Now().Add(time.Minute), req); !errors.Is(err, context.Canceled) {
 		t.Fatalf("a caller whose context was cancelled: %v, want context.Canceled", err)
+	}
+}
+
+// blockingDecide is a decide that reports each call's batch on calls and
+// answers it when released.
+func blockingDecide(calls chan<- []Request, release <-chan struct{}) func(context.Context, []Request, []int) ([]Decision, error) {
+	return func(ctx context.Context, reqs []Request, _ []int) ([]Decision, error) {
+		calls <- reqs
+		select {
+		case <-release:
+			return make([]Decision, len(reqs)), nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// TestCoalescerOneCallOut: with two workers, the batches that arrive while
+// a call is out wait for it and leave together in one call, not beside it.
+func TestCoalescerOneCallOut(t *testing.T) {
+	calls := make(chan []Request, 8)
+	release := make(chan struct{})
+	c := newCoalescer(2, 16, time.Minute, blockingDecide(calls, release))
+	defer c.close()
+	req := []Request{{Key: Key{"s", "id", ""}, Limit: Limit{Algorithm: FixedWindow, Limit: 1, Window: time.Second}, Hits: 1}}
+	deadline := time.Now().Add(time.Minute)
+	errs := make(chan error, 4)
+	check := func() {
+		_, err := c.check(context.Background(), deadline, req)
+		errs <- err
+	}
+	go check()
+	if got := <-calls; len(got) != 1 {
+		t.Fatalf("the first call carries %d requests, want 1", len(got))
+	}
+	for range 3 {
+		go check()
+	}
+	time.Sleep(100 * time.Millisecond) // the idle worker would have sent by now
+	if n := len(calls); n != 0 {
+		t.Fatalf("%d calls went out beside the first, want none before it returns", n)
+	}
+	release <- struct{}{}
+	if got := <-calls; len(got) != 3 {
+		t.Fatalf("the second call carries %d requests, want the 3 that waited", len(got))
+	}
+	release <- struct{}{}
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Fatalf("check: %v", err)
+		}
+	}
+}
+
+// TestCoalescerOverlapsASlowCall: a call out for longer than the overlap
+// lets the next batch leave beside it.
+func TestCoalescerOverlapsASlowCall(t *testing.T) {
+	calls := make(chan []Request, 8)
+	release := make(chan struct{})
+	c := newCoalescer(2, 16, 50*time.Millisecond, blockingDecide(calls, release))
+	defer c.close()
+	req := []Request{{Key: Key{"s", "id", ""}, Limit: Limit{Algorithm: FixedWindow, Limit: 1, Window: time.Second}, Hits: 1}}
+	deadline := time.Now().Add(time.Minute)
+	errs := make(chan error, 2)
+	check := func() {
+		_, err := c.check(context.Background(), deadline, req)
+		errs <- err
+	}
+	start := time.Now() // before the first call leaves
+	go check()
+	<-calls
+	go check()
+	select {
+	case got := <-calls:
+		if waited := time.Since(start); len(got) != 1 || waited < 50*time.Millisecond {
+			t.Fatalf("the second call (%d requests) left %v after the first, want 1 request once the first was out 50 ms", len(got), waited)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no second call beside one that is out for 5 s")
+	}
+	close(release)
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatalf("check: %v", err)
+		}
 	}
 }

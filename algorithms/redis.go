@@ -46,10 +46,12 @@ type RedisOptions struct {
 	// use Redis's clock so that skewed hosts agree.
 	Now func() time.Time
 	// Coalesce, when > 0, runs that many workers per Redis master that merge
-	// the batches of concurrent Check calls into one script call (up to
-	// MaxBatch requests): under load one round trip then decides many
-	// callers. Close stops the workers. Default 0: every Check is its own
-	// call (on a Cluster, one per master it touches).
+	// the batches of concurrent Check calls into one call (up to MaxBatch
+	// requests): under load one round trip then decides many callers. One
+	// call is out at a time; another leaves beside it once it has been out
+	// for a millisecond (a slow round trip does not hold the rest back).
+	// Close stops the workers. Default 0: every Check is its own call (on a
+	// Cluster, one per master it touches).
 	Coalesce int
 	// MaxBatch bounds a merged call. Default 64.
 	MaxBatch int
@@ -125,7 +127,7 @@ func NewRedisStore(rdb redis.UniversalClient, opts RedisOptions) *RedisStore {
 func (s *RedisStore) newShard(name string, c redis.Cmdable, ping func(context.Context) error, close func() error) *shard {
 	sh := &shard{name: name, client: c, ping: ping, close: close}
 	if s.opts.Coalesce > 0 {
-		sh.merge = newCoalescer(s.opts.Coalesce, s.opts.MaxBatch, func(ctx context.Context, reqs []Request, sizes []int) ([]Decision, error) {
+		sh.merge = newCoalescer(s.opts.Coalesce, s.opts.MaxBatch, overlapAfter, func(ctx context.Context, reqs []Request, sizes []int) ([]Decision, error) {
 			return s.decide(ctx, sh, reqs, sizes)
 		})
 		sh.merge.tracer = s.tracer
