@@ -81,20 +81,25 @@ func blockingDecide(calls chan<- []Request, release <-chan struct{}) func(contex
 	}
 }
 
-// TestCoalescerOneCallOut: with two workers, the batches that arrive while
-// a call is out wait for it and leave together in one call, not beside it.
-func TestCoalescerOneCallOut(t *testing.T) {
-	calls := make(chan []Request, 8)
-	release := make(chan struct{})
-	c := newCoalescer(2, 16, time.Minute, blockingDecide(calls, release))
-	defer c.close()
+// blockedCoalescer is a coalescer of 2 workers over blockingDecide, and a
+// check that sends one request and reports its error on errs.
+func blockedCoalescer(t *testing.T, overlap time.Duration) (calls chan []Request, release chan struct{}, check func(), errs chan error) {
+	calls, release, errs = make(chan []Request, 8), make(chan struct{}), make(chan error, 8)
+	c := newCoalescer(2, 16, overlap, blockingDecide(calls, release))
+	t.Cleanup(c.close)
 	req := []Request{{Key: Key{"s", "id", ""}, Limit: Limit{Algorithm: FixedWindow, Limit: 1, Window: time.Second}, Hits: 1}}
 	deadline := time.Now().Add(time.Minute)
-	errs := make(chan error, 4)
-	check := func() {
+	check = func() {
 		_, err := c.check(context.Background(), deadline, req)
 		errs <- err
 	}
+	return calls, release, check, errs
+}
+
+// TestCoalescerOneCallOut: with two workers, the batches that arrive while
+// a call is out wait for it and leave together in one call, not beside it.
+func TestCoalescerOneCallOut(t *testing.T) {
+	calls, release, check, errs := blockedCoalescer(t, time.Minute)
 	go check()
 	if got := <-calls; len(got) != 1 {
 		t.Fatalf("the first call carries %d requests, want 1", len(got))
@@ -121,17 +126,7 @@ func TestCoalescerOneCallOut(t *testing.T) {
 // TestCoalescerOverlapsASlowCall: a call out for longer than the overlap
 // lets the next batch leave beside it.
 func TestCoalescerOverlapsASlowCall(t *testing.T) {
-	calls := make(chan []Request, 8)
-	release := make(chan struct{})
-	c := newCoalescer(2, 16, 50*time.Millisecond, blockingDecide(calls, release))
-	defer c.close()
-	req := []Request{{Key: Key{"s", "id", ""}, Limit: Limit{Algorithm: FixedWindow, Limit: 1, Window: time.Second}, Hits: 1}}
-	deadline := time.Now().Add(time.Minute)
-	errs := make(chan error, 2)
-	check := func() {
-		_, err := c.check(context.Background(), deadline, req)
-		errs <- err
-	}
+	calls, release, check, errs := blockedCoalescer(t, 50*time.Millisecond)
 	start := time.Now() // before the first call leaves
 	go check()
 	<-calls
