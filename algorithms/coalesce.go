@@ -3,6 +3,7 @@ package algorithms
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,6 +18,10 @@ const maxCallWait = 5 * time.Second
 // it: several round trips within a data centre, so that only a call that
 // is late lets the next one overtake it.
 const overlapAfter = time.Millisecond
+
+// maxYields bounds how many times a worker lets the goroutines ready to run
+// go first before it drains the queue (coalescer.gather).
+const maxYields = 4
 
 // coalescer merges the batches of concurrent Check calls into one script
 // call. Workers take the first waiting batch at once — an idle store adds no
@@ -147,6 +152,7 @@ func (c *coalescer) work(ctx context.Context) {
 			return
 		case first = <-c.queue:
 		}
+		c.gather()
 		group := []*waiting{first}
 		n := len(first.reqs)
 	drain:
@@ -163,6 +169,23 @@ func (c *coalescer) work(ctx context.Context) {
 		c.run(group, n)
 		if late.Stop() {
 			<-c.turn
+		}
+	}
+}
+
+// gather lets the goroutines that are ready to run go first, as long as
+// the queue grows meanwhile, before a worker drains it: under load they are
+// mostly callers about to queue a batch, which then leave in this call
+// rather than in the next. An idle process has none and the worker goes on
+// at once; no timer, no fixed delay. At 64 Envoy calls in flight on two
+// cores: 35–40 % fewer Redis calls, ~1.5 µs less Redis CPU and ~3 µs less
+// service CPU a decision on distinct keys (docs/benchmarks.md).
+func (c *coalescer) gather() {
+	for range maxYields {
+		queued := len(c.queue)
+		runtime.Gosched()
+		if len(c.queue) == queued {
+			return
 		}
 	}
 }
