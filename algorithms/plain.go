@@ -11,13 +11,15 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// The fixed window without Lua. A fixed window's state is a plain counter
-// per window, so a decision needs no script: one command, pipelined with
-// every other request of the batch — SET NX with the TTL of the window
-// (its end) makes a new counter, INCRBY adds to one the store knows. A
-// script call costs Redis about three times the instructions per decision
-// of SET NX, six times those of INCRBY (docs/algorithms.md), and Redis does
-// not scale with Throttle's replicas.
+// Window counters without Lua. A fixed or sliding window's state is a plain
+// counter per window, so a decision needs no script: one command, pipelined
+// with every other request of the batch — SET NX with the TTL of the window
+// (its end; for a sliding window the next one's, whose previous window it
+// is then) makes a new counter, INCRBY adds to one the store knows — and,
+// for a sliding window, a GET of the previous window's counter beside it.
+// A script call costs Redis about three times the instructions per
+// decision of SET NX, six times those of INCRBY (docs/algorithms.md), and
+// Redis does not scale with Throttle's replicas.
 //
 // What the script decides atomically, the pipeline decides by counting
 // first and taking back after: hits over the limit (unless AlwaysCount),
@@ -33,9 +35,13 @@ import (
 // Redis TIME along, and the store keeps its offset from the local clock
 // (redisClock), so replicas on skewed hosts agree on where a window starts.
 //
-// Only unindexed fixed windows go this way (the Envoy service's counters,
-// which nothing resets by identifier); a caller's requests go together,
-// all this way or all by the script.
+// Only unindexed fixed and sliding windows go this way (the Envoy
+// service's counters, which nothing resets by identifier); a caller's
+// requests go together, all this way or all by the script. A sliding
+// window's previous counter is final once its window is over on Redis's
+// clock, as the script reads it; a replica whose estimate of that clock is
+// behind by less than its round trip can still add to it just after
+// (redisClock), as it can to a fixed window's.
 
 // expiryMargin is how long a window's counter outlives its window, at most:
 // the uncertainty of the clock's offset from Redis's (redisClock) must never
@@ -44,7 +50,7 @@ const expiryMargin = 100 * time.Millisecond
 
 // plainEligible reports whether r can be decided without the script.
 func plainEligible(r *Request) bool {
-	return r.Limit.Algorithm == FixedWindow && r.Unindexed
+	return (r.Limit.Algorithm == FixedWindow || r.Limit.Algorithm == SlidingWindow) && r.Unindexed
 }
 
 // splitPlain returns the positions of the callers' requests (sizes: each
@@ -97,6 +103,7 @@ type plainOp struct {
 	set   *redis.BoolCmd   // SET NX: true when it made the counter (the count is the hits)
 	incr  *redis.IntCmd    // INCRBY: the count after
 	get   *redis.StringCmd // a read: nothing counted
+	prev  *redis.StringCmd // a sliding window's previous counter
 }
 
 // counted reports whether the request's hits were counted.
@@ -121,7 +128,7 @@ func execPipe(ctx context.Context, pipe redis.Pipeliner) error {
 
 // decidePlain decides a batch of plain-eligible requests on sh's master,
 // then refunds what must not stay counted. One pipeline, one command a
-// decision: INCRBY for a counter the shard knows exists (it made or saw it
+// decision (and a GET of its previous counter for a sliding window): INCRBY for a counter the shard knows exists (it made or saw it
 // in this window: knownCounters), SET NX with its TTL for one it does not.
 // A second pipeline only when the first found that a SET NX counter
 // existed already (another replica made it: INCRBY now), or that a known
@@ -138,6 +145,9 @@ func (s *RedisStore) decidePlain(ctx context.Context, sh *shard, reqs []Request,
 		left := r.Limit.Window.Microseconds() - nowUS%r.Limit.Window.Microseconds() // until the window ends
 		ops[i].key = s.windowKey(r, nowUS)
 		ops[i].ttl = time.Duration(left)*time.Microsecond + min(expiryMargin, r.Limit.Window)
+		if r.Limit.Algorithm == SlidingWindow {
+			ops[i].ttl += r.Limit.Window // it is the next window's previous one
+		}
 	}
 	sh.known.lookup(ops)
 	pipe := sh.client.Pipeline()
@@ -147,6 +157,9 @@ func (s *RedisStore) decidePlain(ctx context.Context, sh *shard, reqs []Request,
 	}
 	for i := range reqs {
 		r, op := &reqs[i], &ops[i]
+		if r.Limit.Algorithm == SlidingWindow {
+			op.prev = pipe.Get(ctx, s.windowKey(r, nowUS-r.Limit.Window.Microseconds()))
+		}
 		switch {
 		case r.Hits == 0 || (r.Hits > r.Limit.Limit && !r.AlwaysCount):
 			// A read: a peek, or hits that cannot be within the limit.
@@ -207,6 +220,15 @@ func (s *RedisStore) decidePlain(ctx context.Context, sh *shard, reqs []Request,
 		}
 		w := r.Limit.Window.Microseconds()
 		fs[i] = found{within: before+r.Hits <= r.Limit.Limit, window: windowState{start: nowUS - nowUS%w, count: before}}
+		if op.prev != nil {
+			prev, err := op.prev.Int64()
+			if err != nil && !errors.Is(err, redis.Nil) {
+				return nil, fmt.Errorf("redis: counter of the previous window of %q: %w", op.key, err)
+			}
+			fs[i].window.prev = prev
+			_, o := decideSliding(&fs[i].window, nowUS, w, r.Limit.Limit, r.Hits, r.AlwaysCount)
+			fs[i].within = o.allowed
+		}
 	}
 	// Refund what Redis counted and the decision does not: the hits of a
 	// request over its limit, those of a void all-or-nothing group.

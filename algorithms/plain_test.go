@@ -81,9 +81,9 @@ func TestPlainFixedWindowOnRedisClock(t *testing.T) {
 }
 
 // TestPlainMixedBatch decides, as the coalescing workers do, one call of
-// several callers: those whose requests are all unindexed fixed windows go
-// without the script, the others by it, and every decision comes back in
-// its caller's place.
+// several callers: those whose requests are all unindexed fixed or sliding
+// windows go without the script, the others by it, and every decision comes
+// back in its caller's place.
 func TestPlainMixedBatch(t *testing.T) {
 	ctx := context.Background()
 	clock := &fakeClock{now: t0}
@@ -98,15 +98,16 @@ func TestPlainMixedBatch(t *testing.T) {
 		{Key: Key{scope, "b", ""}, Limit: fw(1), Hits: 2, Unindexed: true, AllOrNothing: true},
 		// caller 1: by the script
 		{Key: Key{scope, "c", ""}, Limit: tb, Hits: 1, Unindexed: true},
-		// caller 2: a fixed window with a sliding one: by the script
+		// caller 2: a fixed window with an indexed sliding one: by the script
 		{Key: Key{scope, "d", ""}, Limit: fw(4), Hits: 1, Unindexed: true},
-		{Key: Key{scope, "e", ""}, Limit: sw, Hits: 1, Unindexed: true},
-		// caller 3: plain
+		{Key: Key{scope, "e", ""}, Limit: sw, Hits: 1},
+		// caller 3: plain, a fixed and a sliding window
 		{Key: Key{scope, "f", ""}, Limit: fw(6), Hits: 1, Unindexed: true},
+		{Key: Key{scope, "g", ""}, Limit: sw, Hits: 1, Unindexed: true},
 	}
-	sizes := []int{2, 1, 2, 1}
-	if plain, scripted := splitPlain(reqs, sizes); len(plain) != 3 || len(scripted) != 3 {
-		t.Fatalf("plain %v, scripted %v: want [0 1 5] and [2 3 4]", plain, scripted)
+	sizes := []int{2, 1, 2, 2}
+	if plain, scripted := splitPlain(reqs, sizes); !slices.Equal(plain, []int{0, 1, 5, 6}) || !slices.Equal(scripted, []int{2, 3, 4}) {
+		t.Fatalf("plain %v, scripted %v: want [0 1 5 6] and [2 3 4]", plain, scripted)
 	}
 	ds, err := s.decide(ctx, s.single, reqs, sizes)
 	if err != nil {
@@ -116,7 +117,7 @@ func TestPlainMixedBatch(t *testing.T) {
 		allowed, counted bool
 		limit, remaining int64
 	}
-	want := []got{{true, false, 5, 5}, {false, false, 1, 1}, {true, true, 7, 6}, {true, true, 4, 3}, {true, true, 9, 8}, {true, true, 6, 5}}
+	want := []got{{true, false, 5, 5}, {false, false, 1, 1}, {true, true, 7, 6}, {true, true, 4, 3}, {true, true, 9, 8}, {true, true, 6, 5}, {true, true, 9, 8}}
 	for i, d := range ds {
 		if g := (got{d.Allowed, d.Counted, d.Limit, d.Remaining}); g != want[i] {
 			t.Errorf("request %d: %+v, want %+v", i, g, want[i])
