@@ -18,12 +18,12 @@ import (
 // the engine requests of descriptors not in shadow mode or quota mode are
 // AllOrNothing, so they are counted only when every one of them is admitted
 // (atomically by the engine's script where their keys share a Redis node;
-// fixed windows, which Redis decides without the script, and groups across
-// Redis Cluster masters by refunding what was counted, so for the length of
-// one round trip another request can see a count that is then refunded). A limit
-// with always_count is counted even when it or another limit rejects the
-// request (a cost reported after the response must be paid), and its
-// rejection still voids the others. A descriptor with requests_per_unit 0
+// fixed and sliding windows, which Redis decides without the script, and
+// groups across Redis Cluster masters by refunding what was counted, so for
+// the length of one round trip another request can see a count that is then
+// refunded). A limit with always_count is counted even when it or another
+// limit rejects the request (a cost reported after the response must be
+// paid), and its rejection still voids the others. A descriptor with requests_per_unit 0
 // rejects every request without the engine; the other grouped limits are
 // then only read (hits 0) and reported over when their remaining is less
 // than the request's hits.
