@@ -128,8 +128,9 @@ func execPipe(ctx context.Context, pipe redis.Pipeliner) error {
 
 // decidePlain decides a batch of plain-eligible requests on sh's master,
 // then refunds what must not stay counted. One pipeline, one command a
-// decision (and a GET of its previous counter for a sliding window): INCRBY for a counter the shard knows exists (it made or saw it
-// in this window: knownCounters), SET NX with its TTL for one it does not.
+// decision (and a GET of its previous counter for a sliding window): INCRBY
+// for a counter the shard knows exists (it made or saw it in this window:
+// knownCounters), SET NX with its TTL for one it does not.
 // A second pipeline only when the first found that a SET NX counter
 // existed already (another replica made it: INCRBY now), or that a known
 // one did not (deleted: cleared, refunded to zero, evicted; INCRBY made it

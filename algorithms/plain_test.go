@@ -2,6 +2,7 @@ package algorithms
 
 import (
 	"context"
+	"math"
 	"slices"
 	"testing"
 	"time"
@@ -214,5 +215,66 @@ func TestPlainKnownCounters(t *testing.T) {
 	}
 	if d := ttl(); d <= 0 || d > time.Hour+expiryMargin {
 		t.Fatalf("the counter made again has TTL %v, want (0, 1h+margin]", d)
+	}
+}
+
+// TestPlainSlidingWindowOnRedisClock decides unindexed sliding windows
+// without the script and on Redis's clock: the previous window's count
+// weighs on the current one, hits over the limit are refunded, and the
+// counter lives until the next window ends (its previous one then).
+func TestPlainSlidingWindowOnRedisClock(t *testing.T) {
+	ctx := context.Background()
+	rdb := newRedisClient(t, 0)
+	s := NewRedisStore(rdb, RedisOptions{})
+	l := Limit{Algorithm: SlidingWindow, Limit: 10, Window: time.Hour}
+	req := Request{Key: Key{uniqueScope(t), "u", ""}, Limit: l, Hits: 1, Unindexed: true}
+	if plain, _ := splitPlain([]Request{req}, nil); len(plain) != 1 {
+		t.Fatal("an unindexed sliding window goes by the script")
+	}
+	now, err := rdb.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The previous hour held 8: at a fraction e of this one, 8·(1−e) of
+	// it still weighs.
+	if err := rdb.Set(ctx, s.windowKey(&req, now.UnixMicro()-l.Window.Microseconds()), 8, time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := s.Check(ctx, []Request{req})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := ds[0]
+	weighted := 8 * (1 - float64(d.Now.UnixMicro()%l.Window.Microseconds())/float64(l.Window.Microseconds()))
+	if want := int64(math.Floor(10 - weighted - 1)); !d.Allowed || d.Remaining != want {
+		t.Fatalf("1 hit on a previous hour of 8 (%.3f weighs): allowed %v remaining %d, want true %d", weighted, d.Allowed, d.Remaining, want)
+	}
+	// 9 more would fit the current hour alone (1 + 9 = 10), not with the
+	// previous one's weight: refused, and refunded.
+	req.Hits = 9
+	if ds, err = s.Check(ctx, []Request{req}); err != nil {
+		t.Fatal(err)
+	}
+	if ds[0].Allowed {
+		t.Fatal("9 hits admitted on a count of 1 and a weighted previous hour: the previous window was not read")
+	}
+	key := s.windowKey(&req, d.Now.UnixMicro())
+	if n, err := rdb.Get(ctx, key).Int64(); err != nil || n != 1 {
+		t.Fatalf("counter %s = %d (%v), want 1: the refused hits must be refunded", key, n, err)
+	}
+	// It expires when the next window ends on Redis's clock, plus at most
+	// the margin.
+	var pttl *redis.DurationCmd
+	var clock *redis.TimeCmd
+	if _, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		clock, pttl = p.Time(ctx), p.PTTL(ctx, key)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	expires := clock.Val().Add(pttl.Val())
+	end := clock.Val().Truncate(l.Window).Add(2 * l.Window)
+	if expires.Before(end) || expires.After(end.Add(expiryMargin+50*time.Millisecond)) {
+		t.Errorf("counter expires %v after the next window's end on Redis's clock, want [0, %v]", expires.Sub(end), expiryMargin+50*time.Millisecond)
 	}
 }
