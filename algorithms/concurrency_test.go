@@ -44,8 +44,8 @@ func TestConcurrentNeverOverAdmits(t *testing.T) {
 			}
 			return ss
 		},
-		// The Envoy service's counters: fixed windows without the script
-		// (plain.go), on Redis's clock.
+		// The Envoy service's counters: fixed and sliding windows without
+		// the script (plain.go), on Redis's clock.
 		"redis-unindexed-coalesced": func(t *testing.T) []Store {
 			var ss []Store
 			for range replicas {
