@@ -50,19 +50,7 @@ func TestPlainFixedWindowOnRedisClock(t *testing.T) {
 	// The counter expires at its window's end on Redis's clock, plus the
 	// margin less the error of the store's estimate of that clock (the
 	// sample it dated the first decision by may have been its widest).
-	var pttl *redis.DurationCmd
-	var clock *redis.TimeCmd
-	if _, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		clock, pttl = p.Time(ctx), p.PTTL(ctx, key)
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	expires := clock.Val().Add(pttl.Val())
-	end := clock.Val().Truncate(l.Window).Add(l.Window)
-	if expires.Before(end) || expires.After(end.Add(expiryMargin+50*time.Millisecond)) {
-		t.Errorf("counter expires %v after its window's end on Redis's clock, want [0, %v]", expires.Sub(end), expiryMargin+50*time.Millisecond)
-	}
+	checkExpiresAfterWindows(t, rdb, key, l.Window, 1)
 
 	req.Hits, req.AlwaysCount = 2, true
 	ds, err := s.Check(ctx, []Request{req})
@@ -264,6 +252,16 @@ func TestPlainSlidingWindowOnRedisClock(t *testing.T) {
 	}
 	// It expires when the next window ends on Redis's clock, plus at most
 	// the margin.
+	checkExpiresAfterWindows(t, rdb, key, l.Window, 2)
+}
+
+// checkExpiresAfterWindows checks that key expires when the window of
+// length w that holds Redis's time ends, n-1 windows later (the end of
+// the next one for n = 2), plus at most the margin of plain counters (and
+// 50 ms for the error of the store's estimate of Redis's clock).
+func checkExpiresAfterWindows(t *testing.T, rdb *redis.Client, key string, w time.Duration, n int) {
+	t.Helper()
+	ctx := context.Background()
 	var pttl *redis.DurationCmd
 	var clock *redis.TimeCmd
 	if _, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -273,8 +271,8 @@ func TestPlainSlidingWindowOnRedisClock(t *testing.T) {
 		t.Fatal(err)
 	}
 	expires := clock.Val().Add(pttl.Val())
-	end := clock.Val().Truncate(l.Window).Add(2 * l.Window)
+	end := clock.Val().Truncate(w).Add(time.Duration(n) * w)
 	if expires.Before(end) || expires.After(end.Add(expiryMargin+50*time.Millisecond)) {
-		t.Errorf("counter expires %v after the next window's end on Redis's clock, want [0, %v]", expires.Sub(end), expiryMargin+50*time.Millisecond)
+		t.Errorf("counter %s expires %v after the end of window %d from now on Redis's clock, want [0, %v]", key, expires.Sub(end), n, expiryMargin+50*time.Millisecond)
 	}
 }
