@@ -1,6 +1,9 @@
-// Package algorithms is Throttle's rate-limit engine: the limit and decision
-// types, the Store contract, and its two implementations — RedisStore (each
-// algorithm one atomic Lua script) and MemoryStore (one process, sharded locks).
+// Package algorithms is Throttle's rate-limit engine: the limit, request and
+// decision types, the Store contract, the decision arithmetic every store
+// applies (decide.go; DecideFound for a backend that reads and counts), and
+// the memory store (one process, sharded locks). The Redis store, which
+// shares one limit among replicas, is package redisstore below this one;
+// package storetest is the conformance suite both stores pass.
 //
 // Four algorithms decide a request of cost hits against a limit:
 //
@@ -202,10 +205,14 @@ type Request struct {
 	// Hits is the cost, ≥ 0. 0 reads the state without changing it.
 	Hits int64
 	// Unindexed says the key is never Reset (the Envoy path's domain-scoped
-	// counters: no API resets them), so RedisStore keeps no index entry for
-	// it — three Redis calls fewer each time a window or bucket starts.
-	// Reset does not find such a state; its TTL still ends it.
+	// counters: no API resets them), so the Redis store keeps no index
+	// entry for it — three Redis calls fewer each time a window or bucket
+	// starts. Reset does not find such a state (Clear does); its TTL still
+	// ends it.
 	Unindexed bool
+	// Counting is how a store may count the hits: Atomic (the default) or
+	// CountThenRefund. See Counting.
+	Counting Counting
 	// AlwaysCount charges Hits even when they are over the limit (costs
 	// reported after the response, Envoy's apply_on_stream_done): the count
 	// goes past the limit — a token bucket's tokens or a GCRA's budget below
@@ -223,6 +230,29 @@ type Request struct {
 	// see the count that is then refunded).
 	AllOrNothing bool
 }
+
+// Counting is the consistency regime of a request: how a store may count
+// its hits. It matters only to a backend shared by replicas (Redis); the
+// memory store always decides atomically.
+type Counting uint8
+
+const (
+	// Atomic reads the state, decides and counts as one step (a Redis
+	// function): another request sees either none of the hits or the
+	// decided ones. The default.
+	Atomic Counting = iota
+	// CountThenRefund may count first and take back after: the hits are
+	// added with one plain command (Redis INCRBY or SET NX, no script), the
+	// decision is made on the count that command returns, and what must not
+	// stay counted (hits over the limit, a void all-or-nothing group) is
+	// refunded before Check returns. No request is ever admitted past its
+	// limit, but for the length of that refund another request can see
+	// hits that are then taken back, and be refused although it would have
+	// fit. It costs Redis a third of a script call's work. It applies to
+	// fixed and sliding windows of Unindexed requests (the Envoy service's
+	// counters); the Redis store counts every other request atomically.
+	CountThenRefund
+)
 
 // Validate reports why r cannot be decided, as an error wrapping ErrInvalid.
 func (r Request) Validate() error {
@@ -257,7 +287,7 @@ type Decision struct {
 	// could be admitted; 0 when allowed. A request of more hits than the limit
 	// can never be admitted; its RetryAfter is ResetAfter.
 	RetryAfter time.Duration
-	// Now is the store's clock when it decided (Redis TIME for RedisStore).
+	// Now is the store's clock when it decided (Redis TIME for the Redis store).
 	Now time.Time
 	// Degraded is true when Guard's failure policy decided instead of the
 	// counter backend (FAILURE_MODE).
@@ -270,7 +300,7 @@ type Decision struct {
 // ResetAt returns the moment the state is fresh again.
 func (d Decision) ResetAt() time.Time { return d.Now.Add(d.ResetAfter) }
 
-// Store decides requests and forgets identifiers. RedisStore and MemoryStore
+// Store decides requests and forgets identifiers. The Redis store and MemoryStore
 // implement it with the same results.
 type Store interface {
 	// Check decides every request of the batch, in order: len(result) ==
@@ -288,8 +318,9 @@ type Store interface {
 	Clear(ctx context.Context, reqs []Request) (int, error)
 }
 
-// validateBatch checks every request before anything is counted.
-func validateBatch(reqs []Request) error {
+// ValidateBatch checks every request of a batch, as a Store does before it
+// counts anything, and names the first bad one by its position.
+func ValidateBatch(reqs []Request) error {
 	for i, r := range reqs {
 		if err := r.Validate(); err != nil {
 			return fmt.Errorf("request %d: %w", i, err)

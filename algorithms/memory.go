@@ -25,7 +25,7 @@ type MemoryOptions struct {
 
 // MemoryStore keeps counters in this process: the single-node store, and the
 // per-replica fallback of FAILURE_MODE=local. It gives the same decisions as
-// RedisStore. Expired state is dropped when touched and by Run's sweeps, so
+// Redis store. Expired state is dropped when touched and by Run's sweeps, so
 // memory stays bounded by the identifiers active within their windows.
 //
 // All the limits of one (scope, identifier) live in one shard, chosen by a
@@ -75,7 +75,7 @@ func (sh *memoryShard) gcraUnits(limit, windowUS int64) (p, c int64) {
 }
 
 // memoryKey names one limit's state on one identifier: the same parts, with
-// the same meaning, as RedisStore's key (stateKey). A named limit is its
+// the same meaning, as the Redis store's key (redisstore's stateKey). A named limit is its
 // algorithm and name (limit, windowMS and refill stay zero); an unnamed one
 // is its algorithm, limit, window in whole ms and, for a token bucket, its
 // refill rate (name stays empty). A window algorithm's key also has its
@@ -146,7 +146,7 @@ func NewMemoryStore(opts MemoryOptions) *MemoryStore {
 // Check decides each request against this process's state. The
 // all-or-nothing requests of a batch (see checkTied) are decided as one.
 func (s *MemoryStore) Check(ctx context.Context, reqs []Request) ([]Decision, error) {
-	if err := validateBatch(reqs); err != nil {
+	if err := ValidateBatch(reqs); err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -157,7 +157,7 @@ func (s *MemoryStore) Check(ctx context.Context, reqs []Request) ([]Decision, er
 		return out, nil
 	}
 	nowUS := s.nowUS()
-	if allOrNothing(reqs) {
+	if Tied(reqs) {
 		s.checkTied(reqs, out, nowUS)
 		return out, nil
 	}
@@ -528,7 +528,7 @@ func (s *MemoryStore) Reset(ctx context.Context, scope, identifier string, alg A
 // Clear forgets the state of each request's key and limit, and returns how
 // many were alive.
 func (s *MemoryStore) Clear(ctx context.Context, reqs []Request) (int, error) {
-	if err := validateBatch(reqs); err != nil {
+	if err := ValidateBatch(reqs); err != nil {
 		return 0, err
 	}
 	if err := ctx.Err(); err != nil {

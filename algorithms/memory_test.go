@@ -57,23 +57,10 @@ func TestMemoryRunStopsWithContext(t *testing.T) {
 	}
 }
 
-// TestMemoryOneShard runs the conformance suite on a store of one shard:
-// every identifier shares the map, so Reset, Sweep and lookups must tell
-// them apart by their keys alone.
-func TestMemoryOneShard(t *testing.T) {
-	oneShard := []storeFactory{{"memory-1-shard", func(t *testing.T, clock func() time.Time) Store {
-		return NewMemoryStore(MemoryOptions{Now: clock, Shards: 1})
-	}}}
-	t.Run("conformance", func(t *testing.T) { conformance(t, oneShard) })
-	t.Run("batch", func(t *testing.T) { conformanceBatch(t, oneShard) })
-	t.Run("isolation", func(t *testing.T) { conformanceIsolation(t, oneShard) })
-	t.Run("reset", func(t *testing.T) { conformanceReset(t, oneShard) })
-	t.Run("invalid", func(t *testing.T) { conformanceInvalid(t, oneShard) })
-}
-
-// TestMemoryKeyMatchesRedisKey: two requests share state in memory exactly
-// when they share a Redis state key (stateKey), and equal keys hash alike.
-func TestMemoryKeyMatchesRedisKey(t *testing.T) {
+// TestMemoryKeyMatchesStateName: two requests share state in memory exactly
+// when they have one identifier and one StateName (as they share a Redis
+// key exactly then), and equal keys hash alike.
+func TestMemoryKeyMatchesStateName(t *testing.T) {
 	s := NewMemoryStore(MemoryOptions{})
 	fw := Limit{Algorithm: FixedWindow, Limit: 10, Window: time.Minute}
 	reqs := []Request{
@@ -100,8 +87,9 @@ func TestMemoryKeyMatchesRedisKey(t *testing.T) {
 		{Key: Key{"s", "s", ""}, Limit: fw},
 		{Key: Key{"bob", "bob", ""}, Limit: fw},
 	}
-	rs := &RedisStore{}
-	stateKey := func(r Request) string { return rs.stateKey(&r) }
+	stateKey := func(r Request) string {
+		return EscapeKeyPart(r.Key.Scope) + ":" + EscapeKeyPart(r.Key.Identifier) + ":" + StateName(&r)
+	}
 	for i := range reqs {
 		for j := range reqs {
 			var pi, pj spot
@@ -110,7 +98,7 @@ func TestMemoryKeyMatchesRedisKey(t *testing.T) {
 			ki := memoryKeyOf(&reqs[i].Key, &pi.lk)
 			same := ki.is(&reqs[j].Key, &pj.lk)
 			if got, want := same, stateKey(reqs[i]) == stateKey(reqs[j]); got != want {
-				t.Errorf("requests %d and %d: same memory key %v, same Redis key %v (%q, %q)", i, j, got, want, stateKey(reqs[i]), stateKey(reqs[j]))
+				t.Errorf("requests %d and %d: same memory key %v, same state name %v (%q, %q)", i, j, got, want, stateKey(reqs[i]), stateKey(reqs[j]))
 			}
 			if same && (pi.h != pj.h || pi.sh != pj.sh) {
 				t.Errorf("requests %d and %d: equal keys, hashes %x and %x, shards %d and %d", i, j, pi.h, pj.h, pi.sh.index, pj.sh.index)

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/throttle-rl/throttle/algorithms"
+	"github.com/throttle-rl/throttle/algorithms/redisstore"
 	"github.com/throttle-rl/throttle/descriptors"
 	"github.com/throttle-rl/throttle/internal/redistest"
 	"github.com/throttle-rl/throttle/ratelimitsvc"
@@ -22,7 +23,7 @@ import (
 // per-user), through a real gRPC listener, on memory and on Redis (with the
 // coalescing Throttle serves with).
 func BenchmarkShouldRateLimit(b *testing.B) {
-	rs := algorithms.NewRedisStore(redistest.NewClient(b, redistest.SharedURL(b)), algorithms.RedisOptions{Coalesce: 16})
+	rs := redisstore.New(redistest.NewClient(b, redistest.SharedURL(b)), redisstore.Options{Coalesce: 16})
 	b.Cleanup(rs.Close)
 	stores := []struct {
 		name string

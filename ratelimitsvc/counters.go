@@ -75,7 +75,7 @@ func (s *Server) ResetCounters(ctx context.Context, domain string, ds []envoycou
 		}
 		for _, ls := range l.limits {
 			if ls.engine.Algorithm != "" {
-				reqs = append(reqs, algorithms.Request{Key: l.key, Limit: ls.engine, Unindexed: true})
+				reqs = append(reqs, algorithms.Request{Key: l.key, Limit: ls.engine, Unindexed: true, Counting: algorithms.CountThenRefund})
 			}
 		}
 	}

@@ -146,7 +146,7 @@ func (s *Server) decide(ctx context.Context, todo []*limited) error {
 				// Domain-scoped counters: no API but the REST counters
 				// endpoint (which clears them by key and limit) resets
 				// them, so Redis keeps no index for them.
-				reqs = append(reqs, algorithms.Request{Key: l.key, Limit: ls.engine, Hits: hits, Unindexed: true,
+				reqs = append(reqs, algorithms.Request{Key: l.key, Limit: ls.engine, Hits: hits, Unindexed: true, Counting: algorithms.CountThenRefund,
 					AlwaysCount: always, AllOrNothing: tied})
 			}
 		}

@@ -10,6 +10,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/throttle-rl/throttle/algorithms"
+	"github.com/throttle-rl/throttle/algorithms/redisstore"
 	"github.com/throttle-rl/throttle/internal/redistest"
 	"github.com/throttle-rl/throttle/ratelimitsvc"
 	"github.com/throttle-rl/throttle/store"
@@ -31,8 +32,8 @@ func TestFailureModes(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(string(tc.mode), func(t *testing.T) {
 			srv := redistest.Start(t)
-			g, err := algorithms.NewGuard(algorithms.NewRedisStore(redistest.NewClient(t, srv.URL()), algorithms.RedisOptions{}),
-				algorithms.GuardOptions{Mode: tc.mode, Timeout: 200 * time.Millisecond, BreakerMinCalls: 1, OpenFor: 50 * time.Millisecond})
+			g, err := redisstore.NewGuard(redisstore.New(redistest.NewClient(t, srv.URL()), redisstore.Options{}),
+				redisstore.GuardOptions{Mode: tc.mode, Timeout: 200 * time.Millisecond, BreakerMinCalls: 1, OpenFor: 50 * time.Millisecond})
 			if err != nil {
 				t.Fatal(err)
 			}

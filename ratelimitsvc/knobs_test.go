@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/throttle-rl/throttle/algorithms"
+	"github.com/throttle-rl/throttle/algorithms/redisstore"
 	"github.com/throttle-rl/throttle/descriptors"
 	"github.com/throttle-rl/throttle/ratelimitsvc"
 	"github.com/throttle-rl/throttle/store"
@@ -131,7 +132,7 @@ func TestGlobalShadowMode(t *testing.T) {
 func TestQuotaMode(t *testing.T) {
 	for name, lim := range limiters(t) {
 		t.Run(name, func(t *testing.T) {
-			if _, ok := lim.(*algorithms.RedisStore); ok {
+			if _, ok := lim.(*redisstore.Store); ok {
 				redisFlushDomains(t, "knobs")
 			}
 			c, _ := serve(t, ratelimitsvc.Options{Limiter: lim, Descriptors: loadConfig(t, "testdata/knobs.yaml")})

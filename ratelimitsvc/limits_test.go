@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/throttle-rl/throttle/algorithms"
+	"github.com/throttle-rl/throttle/algorithms/redisstore"
 	"github.com/throttle-rl/throttle/internal/redistest"
 	"github.com/throttle-rl/throttle/ratelimitsvc"
 )
@@ -53,7 +54,7 @@ func eachServer(t *testing.T, opts ratelimitsvc.Options, f func(t *testing.T, s 
 		},
 		"redis": func(now func() time.Time) algorithms.Store {
 			redisFlushDomains(t, "limits")
-			return algorithms.NewRedisStore(redistest.NewClient(t, redistest.SharedURL(t)), algorithms.RedisOptions{Now: now})
+			return redisstore.New(redistest.NewClient(t, redistest.SharedURL(t)), redisstore.Options{Now: now})
 		},
 	}
 	for _, name := range []string{"memory", "redis"} {

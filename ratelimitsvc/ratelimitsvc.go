@@ -34,7 +34,7 @@ import (
 
 // Options configures a Server.
 type Options struct {
-	// Limiter decides; required. Usually an algorithms.Guard over Redis, or
+	// Limiter decides; required. Usually a redisstore.Guard over Redis, or
 	// a MemoryStore.
 	Limiter algorithms.Store
 	// Descriptors returns the current YAML configuration; optional (nil

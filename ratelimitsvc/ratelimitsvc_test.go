@@ -25,6 +25,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/throttle-rl/throttle/algorithms"
+	"github.com/throttle-rl/throttle/algorithms/redisstore"
 	"github.com/throttle-rl/throttle/descriptors"
 	"github.com/throttle-rl/throttle/internal/redistest"
 	"github.com/throttle-rl/throttle/ratelimitsvc"
@@ -231,7 +232,7 @@ func limiters(t *testing.T) map[string]algorithms.Store {
 	now := func() time.Time { return t0 }
 	return map[string]algorithms.Store{
 		"memory": algorithms.NewMemoryStore(algorithms.MemoryOptions{Now: now}),
-		"redis":  algorithms.NewRedisStore(redistest.NewClient(t, redistest.SharedURL(t)), algorithms.RedisOptions{Now: now}),
+		"redis":  redisstore.New(redistest.NewClient(t, redistest.SharedURL(t)), redisstore.Options{Now: now}),
 	}
 }
 
@@ -241,7 +242,7 @@ func TestShouldRateLimit(t *testing.T) {
 			for name, lim := range limiters(t) {
 				t.Run(name, func(t *testing.T) {
 					// A fresh Redis scope per run: flush what earlier runs counted.
-					if _, ok := lim.(*algorithms.RedisStore); ok {
+					if _, ok := lim.(*redisstore.Store); ok {
 						redisFlush(t)
 					}
 					c, _ := serve(t, ratelimitsvc.Options{Limiter: lim, Descriptors: loadConfig(t, "testdata/test.yaml")})

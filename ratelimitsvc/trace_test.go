@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/throttle-rl/throttle/algorithms"
+	"github.com/throttle-rl/throttle/algorithms/redisstore"
 	"github.com/throttle-rl/throttle/descriptors"
 	"github.com/throttle-rl/throttle/internal/redistest"
 	"github.com/throttle-rl/throttle/ratelimitsvc"
@@ -46,8 +47,8 @@ func withTraceparent(ctx context.Context, n int) (context.Context, string, strin
 func TestTracingSpans(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	redisStore := algorithms.NewRedisStore(redistest.NewClient(t, redistest.SharedURL(t)), algorithms.RedisOptions{Tracer: tp.Tracer("github.com/throttle-rl/throttle/algorithms")})
-	cache, err := algorithms.NewOverLimitCache(redisStore, algorithms.OverLimitCacheOptions{MaxBytes: 1 << 20})
+	redisStore := redisstore.New(redistest.NewClient(t, redistest.SharedURL(t)), redisstore.Options{Tracer: tp.Tracer("github.com/throttle-rl/throttle/algorithms")})
+	cache, err := redisstore.NewOverLimitCache(redisStore, redisstore.OverLimitCacheOptions{MaxBytes: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}

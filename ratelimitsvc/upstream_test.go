@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/throttle-rl/throttle/algorithms"
+	"github.com/throttle-rl/throttle/algorithms/redisstore"
 	"github.com/throttle-rl/throttle/descriptors"
 	"github.com/throttle-rl/throttle/ratelimitsvc"
 )
@@ -36,7 +37,7 @@ func TestUpstreamIntegrationScenarios(t *testing.T) {
 }
 
 func upstreamScenarios(t *testing.T, lim algorithms.Store, reference bool) {
-	if _, ok := lim.(*algorithms.RedisStore); ok {
+	if _, ok := lim.(*redisstore.Store); ok {
 		redisFlushDomains(t, "basic", "another", "share-threshold-test", "reload")
 	}
 	dir := t.TempDir()

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/throttle-rl/throttle/algorithms"
+	"github.com/throttle-rl/throttle/algorithms/redisstore"
 	"github.com/throttle-rl/throttle/internal/redistest"
 )
 
@@ -505,7 +506,7 @@ func TestCheckOverloaded(t *testing.T) {
 	c := e.register(t, "busy")
 	srv := redistest.Start(t)
 	rdb := redistest.NewClient(t, srv.URL())
-	g, err := algorithms.NewGuard(algorithms.NewRedisStore(rdb, algorithms.RedisOptions{}), algorithms.GuardOptions{
+	g, err := redisstore.NewGuard(redisstore.New(rdb, redisstore.Options{}), redisstore.GuardOptions{
 		Mode: algorithms.FailOpen, DefaultTimeout: 100 * time.Millisecond, HungAfter: time.Minute,
 	})
 	if err != nil {
@@ -544,7 +545,7 @@ func deadRedis(t *testing.T) algorithms.Store {
 	t.Helper()
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", DialTimeout: 200 * time.Millisecond, MaxRetries: -1, DialerRetries: 1})
 	t.Cleanup(func() { rdb.Close() })
-	return algorithms.NewRedisStore(rdb, algorithms.RedisOptions{})
+	return redisstore.New(rdb, redisstore.Options{})
 }
 
 func mustPrefixes(t *testing.T, cidrs ...string) []netip.Prefix {

@@ -24,6 +24,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/throttle-rl/throttle/algorithms"
+	"github.com/throttle-rl/throttle/algorithms/redisstore"
 	"github.com/throttle-rl/throttle/store"
 )
 
@@ -113,7 +114,7 @@ func newEnvAt(t *testing.T, dbURL string, b backend, opts ...func(*Deps)) *testE
 	case "memory":
 		limiter = algorithms.NewMemoryStore(algorithms.MemoryOptions{Now: testClock})
 	case "redis":
-		limiter = algorithms.NewRedisStore(redisClient(t), algorithms.RedisOptions{Now: testClock})
+		limiter = redisstore.New(redisClient(t), redisstore.Options{Now: testClock})
 	default:
 		t.Fatalf("unknown limiter %q", b.limiter)
 	}

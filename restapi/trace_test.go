@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/throttle-rl/throttle/algorithms"
+	"github.com/throttle-rl/throttle/algorithms/redisstore"
 )
 
 // The caller's trace context, as a REST caller sends it.
@@ -39,7 +40,7 @@ func TestTracingSpans(t *testing.T) {
 		e := newEnv(t, b, func(d *Deps) {
 			d.TracerProvider = tp
 			if b.limiter == "redis" {
-				d.Limiter = algorithms.NewRedisStore(redisClient(t), algorithms.RedisOptions{Now: testClock, Tracer: tp.Tracer("github.com/throttle-rl/throttle/algorithms")})
+				d.Limiter = redisstore.New(redisClient(t), redisstore.Options{Now: testClock, Tracer: tp.Tracer("github.com/throttle-rl/throttle/algorithms")})
 			}
 		})
 		c := e.register(t, "traced")

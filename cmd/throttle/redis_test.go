@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/throttle-rl/throttle/algorithms"
+	"github.com/throttle-rl/throttle/algorithms/redisstore"
 	"github.com/throttle-rl/throttle/internal/redistest"
 )
 
@@ -17,7 +18,7 @@ func decideOnce(t *testing.T, rdb redis.UniversalClient) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	s := algorithms.NewRedisStore(rdb, algorithms.RedisOptions{Coalesce: 2})
+	s := redisstore.New(rdb, redisstore.Options{Coalesce: 2})
 	defer s.Close()
 	ds, err := s.Check(ctx, []algorithms.Request{
 		{Key: algorithms.Key{Scope: "url-test", Identifier: "a"}, Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 1, Window: time.Minute}, Hits: 1},

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/health"
 
 	"github.com/throttle-rl/throttle/algorithms"
+	"github.com/throttle-rl/throttle/algorithms/redisstore"
 	"github.com/throttle-rl/throttle/descriptors"
 	"github.com/throttle-rl/throttle/internal/telemetry"
 	"github.com/throttle-rl/throttle/quotasvc"
@@ -223,7 +224,7 @@ func (a *app) openAPIs(context.Context) error {
 	rlsLimiter := a.limiter
 	if a.backend == "redis" && cfg.LocalCacheBytes > 0 {
 		var err error
-		if rlsLimiter, err = algorithms.NewOverLimitCache(a.limiter, algorithms.OverLimitCacheOptions{MaxBytes: cfg.LocalCacheBytes, Registerer: a.reg}); err != nil {
+		if rlsLimiter, err = redisstore.NewOverLimitCache(a.limiter, redisstore.OverLimitCacheOptions{MaxBytes: cfg.LocalCacheBytes, Registerer: a.reg}); err != nil {
 			return err
 		}
 	}
@@ -368,7 +369,7 @@ func (a *app) openCounters(ctx context.Context) error {
 	// time unless it is slow (the second overtakes a call out for 1 ms): at
 	// 64 Envoy calls in flight a third fewer calls than two always out, and
 	// 1.1 µs less Redis CPU a decision (docs/benchmarks.md).
-	counters := algorithms.NewRedisStore(rdb, algorithms.RedisOptions{Coalesce: 2, MaxBatch: 128, KeyPrefix: cfg.CacheKeyPrefix,
+	counters := redisstore.New(rdb, redisstore.Options{Coalesce: 2, MaxBatch: 128, KeyPrefix: cfg.CacheKeyPrefix,
 		Tracer: telemetry.Tracer(a.tracer, "github.com/throttle-rl/throttle/algorithms")})
 	a.goBG("redis close", func(ctx context.Context) error {
 		<-ctx.Done()
@@ -382,7 +383,7 @@ func (a *app) openCounters(ctx context.Context) error {
 	cancel()
 	local := algorithms.NewMemoryStore(algorithms.MemoryOptions{})
 	a.goBG("local sweep", local.Run)
-	g, err := algorithms.NewGuard(counters, algorithms.GuardOptions{
+	g, err := redisstore.NewGuard(counters, redisstore.GuardOptions{
 		Mode: cfg.FailureMode, Timeout: cfg.BackendTimeout, DefaultTimeout: cfg.RESTTimeout, Local: local, Registerer: a.reg,
 	})
 	if err != nil {

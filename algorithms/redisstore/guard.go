@@ -1,6 +1,8 @@
-package algorithms
+package redisstore
 
 import (
+	"github.com/throttle-rl/throttle/algorithms"
+
 	"context"
 	"errors"
 	"fmt"
@@ -11,37 +13,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 )
-
-// FailureMode says how Guard answers when the counter backend fails.
-type FailureMode string
-
-// The failure modes (setting FAILURE_MODE).
-const (
-	// FailOpen admits every request while the backend is down (the default,
-	// as Envoy's own failure_mode_deny: false).
-	FailOpen FailureMode = "open"
-	// FailClosed rejects every request while the backend is down.
-	FailClosed FailureMode = "closed"
-	// FailLocal keeps enforcing with this replica's own memory counters
-	// while the backend is down: each replica admits up to the limit.
-	FailLocal FailureMode = "local"
-)
-
-// ParseFailureMode returns the mode named s.
-func ParseFailureMode(s string) (FailureMode, error) {
-	switch m := FailureMode(s); m {
-	case FailOpen, FailClosed, FailLocal:
-		return m, nil
-	}
-	return "", fmt.Errorf("failure mode %q is not one of open, closed, local", s)
-}
-
-// ErrOverloaded is Guard's answer when it could not get the backend's
-// decision within the call's deadline while the backend itself was answering
-// (Throttle, not the backend, was the bottleneck). Nothing is decided by the
-// failure policy then: guessing would break the limit, so the caller is told
-// to come back (REST 503 with Retry-After, gRPC UNAVAILABLE).
-var ErrOverloaded = errors.New("overloaded: no decision from the counter backend within the deadline")
 
 // Defaults of GuardOptions.
 const (
@@ -61,7 +32,7 @@ const (
 // GuardOptions configures a Guard.
 type GuardOptions struct {
 	// Mode is required.
-	Mode FailureMode
+	Mode algorithms.FailureMode
 	// Backend names the backend in metrics ("redis"). Default "redis".
 	Backend string
 	// Timeout, when > 0, is the budget of every backend call (the explicit
@@ -95,7 +66,7 @@ type GuardOptions struct {
 	// Default 1s.
 	HungAfter time.Duration
 	// Local is the fallback store of FailLocal. Default: a new MemoryStore.
-	Local *MemoryStore
+	Local *algorithms.MemoryStore
 	// Registerer receives the guard's metrics. Optional.
 	Registerer prometheus.Registerer
 	// Now is the breaker's clock. Default time.Now.
@@ -128,7 +99,7 @@ type GuardOptions struct {
 // Redis. A batch whose requests live on several masters is decided on each
 // at once.
 type Guard struct {
-	store   *RedisStore
+	store   *Store
 	opts    GuardOptions
 	metrics guardMetrics
 	single  *breaker // a single Redis or Sentinel: one breaker
@@ -150,12 +121,12 @@ type guardMetrics struct {
 }
 
 // NewGuard guards store.
-func NewGuard(store *RedisStore, opts GuardOptions) (*Guard, error) {
-	if _, err := ParseFailureMode(string(opts.Mode)); err != nil {
+func NewGuard(store *Store, opts GuardOptions) (*Guard, error) {
+	if _, err := algorithms.ParseFailureMode(string(opts.Mode)); err != nil {
 		return nil, err
 	}
 	if store == nil {
-		return nil, errors.New("algorithms: NewGuard needs a RedisStore")
+		return nil, errors.New("redisstore: NewGuard needs a Store")
 	}
 	if opts.Backend == "" {
 		opts.Backend = "redis"
@@ -178,8 +149,8 @@ func NewGuard(store *RedisStore, opts GuardOptions) (*Guard, error) {
 	if opts.HungAfter <= 0 {
 		opts.HungAfter = DefaultHungAfter
 	}
-	if opts.Mode == FailLocal && opts.Local == nil {
-		opts.Local = NewMemoryStore(MemoryOptions{})
+	if opts.Mode == algorithms.FailLocal && opts.Local == nil {
+		opts.Local = algorithms.NewMemoryStore(algorithms.MemoryOptions{})
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -250,25 +221,25 @@ func (g *Guard) breakerOf(sh *shard) *breaker {
 // (on a Cluster: the requests of the failing masters); or returns
 // ErrOverloaded when Throttle could not get Redis's answer in time although
 // Redis answers.
-func (g *Guard) Check(ctx context.Context, reqs []Request) ([]Decision, error) {
-	if err := validateBatch(reqs); err != nil {
+func (g *Guard) Check(ctx context.Context, reqs []algorithms.Request) ([]algorithms.Decision, error) {
+	if err := algorithms.ValidateBatch(reqs); err != nil {
 		return nil, err
 	}
 	if len(reqs) == 0 {
-		return []Decision{}, nil
+		return []algorithms.Decision{}, nil
 	}
 	budget, ok := g.budget(ctx)
 	if !ok {
 		g.metrics.shed.Inc()
-		return nil, fmt.Errorf("the caller's deadline leaves no time: %w", ErrOverloaded)
+		return nil, fmt.Errorf("the caller's deadline leaves no time: %w", algorithms.ErrOverloaded)
 	}
-	return g.store.dispatch(ctx, reqs, func(ctx context.Context, sh *shard, reqs []Request, last bool) ([]Decision, error) {
+	return g.store.dispatch(ctx, reqs, func(ctx context.Context, sh *shard, reqs []algorithms.Request, last bool) ([]algorithms.Decision, error) {
 		return g.checkShard(ctx, budget, g.breakerOf(sh), reqs, last)
 	})
 }
 
 // checkShard decides the requests that one master holds.
-func (g *Guard) checkShard(ctx context.Context, budget time.Duration, b *breaker, reqs []Request, last bool) ([]Decision, error) {
+func (g *Guard) checkShard(ctx context.Context, budget time.Duration, b *breaker, reqs []algorithms.Request, last bool) ([]algorithms.Decision, error) {
 	probe, allowed := g.admit(b, budget)
 	if !allowed {
 		return g.degrade(ctx, b, reqs)
@@ -280,14 +251,14 @@ func (g *Guard) checkShard(ctx context.Context, budget time.Duration, b *breaker
 	case err == nil:
 		g.record(b, true, probe)
 		return ds, nil
-	case errors.Is(err, ErrInvalid):
+	case errors.Is(err, algorithms.ErrInvalid):
 		g.release(b, probe)
 		return nil, err
 	case ctx.Err() != nil:
 		// The caller gave up or its deadline passed: not Redis's fault.
 		g.release(b, probe)
 		return nil, ctx.Err()
-	case errors.Is(err, ErrOverloaded):
+	case errors.Is(err, algorithms.ErrOverloaded):
 		// Never sent: it waited in Throttle's own queue.
 		g.release(b, probe)
 		g.metrics.shed.Inc()
@@ -303,7 +274,7 @@ func (g *Guard) checkShard(ctx context.Context, budget time.Duration, b *breaker
 		// goroutine that reads a reply may wait long to run).
 		g.release(b, probe)
 		g.metrics.shed.Inc()
-		return nil, fmt.Errorf("no answer within the budget of %v (%v) while Redis answers others: %w", budget, err, ErrOverloaded)
+		return nil, fmt.Errorf("no answer within the budget of %v (%v) while Redis answers others: %w", budget, err, algorithms.ErrOverloaded)
 	}
 	g.metrics.errors.Inc()
 	if g.metrics.shardErrors != nil {
@@ -355,7 +326,7 @@ func (g *Guard) answeredSince(b *breaker, t time.Time) bool {
 // Reset resets on the backend (and on the local fallback in FailLocal). It
 // fails when the backend cannot be reached: a reset that did not happen must
 // not look like one that did.
-func (g *Guard) Reset(ctx context.Context, scope, identifier string, alg Algorithm) (int, error) {
+func (g *Guard) Reset(ctx context.Context, scope, identifier string, alg algorithms.Algorithm) (int, error) {
 	if g.opts.Local != nil {
 		if _, err := g.opts.Local.Reset(ctx, scope, identifier, alg); err != nil {
 			return 0, err
@@ -378,12 +349,12 @@ func (g *Guard) Degraded() bool {
 }
 
 // degrade answers by the failure policy.
-func (g *Guard) degrade(ctx context.Context, b *breaker, reqs []Request) ([]Decision, error) {
+func (g *Guard) degrade(ctx context.Context, b *breaker, reqs []algorithms.Request) ([]algorithms.Decision, error) {
 	g.metrics.degraded.WithLabelValues(string(g.opts.Mode)).Add(float64(len(reqs)))
 	if g.metrics.shardDegraded != nil {
 		g.metrics.shardDegraded.WithLabelValues(b.sh.name, string(g.opts.Mode)).Add(float64(len(reqs)))
 	}
-	if g.opts.Mode == FailLocal {
+	if g.opts.Mode == algorithms.FailLocal {
 		ds, err := g.opts.Local.Check(ctx, reqs)
 		for i := range ds {
 			ds[i].Degraded = true
@@ -391,10 +362,10 @@ func (g *Guard) degrade(ctx context.Context, b *breaker, reqs []Request) ([]Deci
 		return ds, err
 	}
 	now := time.Now()
-	out := make([]Decision, len(reqs))
+	out := make([]algorithms.Decision, len(reqs))
 	for i, r := range reqs {
-		d := Decision{Limit: r.Limit.Limit, Now: now, Degraded: true, ResetAfter: g.opts.OpenFor}
-		if g.opts.Mode == FailOpen {
+		d := algorithms.Decision{Limit: r.Limit.Limit, Now: now, Degraded: true, ResetAfter: g.opts.OpenFor}
+		if g.opts.Mode == algorithms.FailOpen {
 			d.Allowed = true
 			d.Remaining = max(0, r.Limit.Limit-r.Hits)
 		} else {

@@ -1,6 +1,8 @@
-package algorithms
+package redisstore
 
 import (
+	"github.com/throttle-rl/throttle/algorithms"
+
 	"context"
 	"encoding/binary"
 	"errors"
@@ -15,8 +17,8 @@ import (
 // Clear deletes the state of each request's key and limit — what Check of
 // the request reads and writes, indexed or not — and returns how many
 // existed. On a Cluster, each master's requests in one call.
-func (s *RedisStore) Clear(ctx context.Context, reqs []Request) (int, error) {
-	if err := validateBatch(reqs); err != nil {
+func (s *Store) Clear(ctx context.Context, reqs []algorithms.Request) (int, error) {
+	if err := algorithms.ValidateBatch(reqs); err != nil {
 		return 0, err
 	}
 	if len(reqs) == 0 {
@@ -42,7 +44,7 @@ func (s *RedisStore) Clear(ctx context.Context, reqs []Request) (int, error) {
 }
 
 // clearOn runs clear.lua for reqs on one master.
-func (s *RedisStore) clearOn(ctx context.Context, c redis.Cmdable, reqs []Request) (int, error) {
+func (s *Store) clearOn(ctx context.Context, c redis.Cmdable, reqs []algorithms.Request) (int, error) {
 	if c == nil {
 		return 0, fmt.Errorf("redis: clear: %w", errNoMaster)
 	}
@@ -76,8 +78,8 @@ func (s *RedisStore) clearOn(ctx context.Context, c redis.Cmdable, reqs []Reques
 // trip) another request can see the count that is then taken back. A refund
 // that fails leaves the hits counted: over-counting, never under. The
 // decisions of the refunded requests say so (Counted false).
-func (s *RedisStore) refundVoided(ctx context.Context, reqs []Request, ds []Decision) {
-	if !allOrNothing(reqs) {
+func (s *Store) refundVoided(ctx context.Context, reqs []algorithms.Request, ds []algorithms.Decision) {
+	if !algorithms.Tied(reqs) {
 		return
 	}
 	voided := false
@@ -122,7 +124,7 @@ func (s *RedisStore) refundVoided(ctx context.Context, reqs []Request, ds []Deci
 
 // refundOn runs refund.lua on one master for the requests at positions at,
 // decided at now.
-func (s *RedisStore) refundOn(ctx context.Context, sh *shard, reqs []Request, at []int, now time.Time) error {
+func (s *Store) refundOn(ctx context.Context, sh *shard, reqs []algorithms.Request, at []int, now time.Time) error {
 	if sh.client == nil {
 		return errNoMaster
 	}
@@ -131,7 +133,7 @@ func (s *RedisStore) refundOn(ctx context.Context, sh *shard, reqs []Request, at
 	for _, i := range at {
 		r := &reqs[i]
 		third := float64(r.Limit.Window.Microseconds())
-		if r.Limit.Algorithm == TokenBucket {
+		if r.Limit.Algorithm == algorithms.TokenBucket {
 			third = r.Limit.Refill()
 		}
 		blob = append(blob, algNumber(r.Limit.Algorithm))
@@ -151,7 +153,7 @@ func (s *RedisStore) refundOn(ctx context.Context, sh *shard, reqs []Request, at
 // Clear clears on Redis (and on the local fallback in FailLocal). It fails
 // when Redis cannot be reached: a clear that did not happen must not look
 // like one that did.
-func (g *Guard) Clear(ctx context.Context, reqs []Request) (int, error) {
+func (g *Guard) Clear(ctx context.Context, reqs []algorithms.Request) (int, error) {
 	if g.opts.Local != nil {
 		if _, err := g.opts.Local.Clear(ctx, reqs); err != nil {
 			return 0, err

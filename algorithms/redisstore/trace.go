@@ -1,6 +1,8 @@
-package algorithms
+package redisstore
 
 import (
+	"github.com/throttle-rl/throttle/algorithms"
+
 	"context"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -9,7 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// OpenTelemetry spans of the Redis store (RedisOptions.Tracer).
+// OpenTelemetry spans of the Redis store (Options.Tracer).
 //
 // A Redis call gets a span only under a recording span of its caller (the
 // front door's decision span): with tracing off, or for a request the
@@ -46,7 +48,7 @@ const (
 // traceCheck starts a call's "redis.check" span, under its caller's span
 // when that one records; it returns the call's context and what ends the
 // span with the call's error. Without a recording span it starts nothing.
-func (s *RedisStore) traceCheck(ctx context.Context, sh *shard, reqs []Request) (context.Context, func(error)) {
+func (s *Store) traceCheck(ctx context.Context, sh *shard, reqs []algorithms.Request) (context.Context, func(error)) {
 	if s.tracer == nil || !trace.SpanFromContext(ctx).IsRecording() {
 		return ctx, endNothing
 	}

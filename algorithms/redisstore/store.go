@@ -1,6 +1,8 @@
-package algorithms
+package redisstore
 
 import (
+	"github.com/throttle-rl/throttle/algorithms"
+
 	"context"
 	_ "embed"
 	"errors"
@@ -39,8 +41,8 @@ var (
 // master (Redis 7).
 const crossSlot = "#!lua flags=allow-cross-slot-keys\n"
 
-// RedisOptions configures a RedisStore. Every field is optional.
-type RedisOptions struct {
+// Options configures a Store. Every field is optional.
+type Options struct {
 	// Now, when set, is passed to the scripts as the time instead of Redis
 	// TIME. Only tests set it, to be exact; in production every replica must
 	// use Redis's clock so that skewed hosts agree.
@@ -74,7 +76,7 @@ type RedisOptions struct {
 // (cluster.go) and a batch is one script call per master it touches (the
 // script may touch keys of several slots of its master: Redis 7's
 // allow-cross-slot-keys).
-type RedisStore struct {
+type Store struct {
 	rdb    redis.UniversalClient
 	now    func() time.Time
 	script *redis.Script // the engine as a script: where functions cannot be loaded
@@ -85,21 +87,21 @@ type RedisStore struct {
 	refund            *redis.Script  // refundVoided (Cluster), refundPlain
 	single            *shard         // a single Redis, or Sentinel's master; nil on a Cluster
 	cluster           *clusterRouter // nil unless a Cluster
-	opts              RedisOptions
+	opts              Options
 	// tracer makes the spans of trace.go; nil: none.
 	tracer trace.Tracer
 }
 
-// NewRedisStore returns a store over rdb. The client should honour context
+// New returns a store over rdb. The client should honour context
 // deadlines (go-redis: Options.ContextTimeoutEnabled), so that a caller's
 // deadline bounds every call. Call Close when done: it stops the coalescing
 // workers and, on a Cluster, the slot table's refreshes and the masters'
 // clients the store made (not rdb itself).
-func NewRedisStore(rdb redis.UniversalClient, opts RedisOptions) *RedisStore {
+func New(rdb redis.UniversalClient, opts Options) *Store {
 	if opts.Coalesce > 0 && opts.MaxBatch <= 0 {
 		opts.MaxBatch = 64
 	}
-	s := &RedisStore{
+	s := &Store{
 		rdb:    rdb,
 		now:    opts.Now,
 		script: redis.NewScript(luaCode() + evalCall),
@@ -124,10 +126,10 @@ func NewRedisStore(rdb redis.UniversalClient, opts RedisOptions) *RedisStore {
 	return s
 }
 
-func (s *RedisStore) newShard(name string, c redis.Cmdable, ping func(context.Context) error, close func() error) *shard {
+func (s *Store) newShard(name string, c redis.Cmdable, ping func(context.Context) error, close func() error) *shard {
 	sh := &shard{name: name, client: c, ping: ping, close: close}
 	if s.opts.Coalesce > 0 {
-		sh.merge = newCoalescer(s.opts.Coalesce, s.opts.MaxBatch, overlapAfter, func(ctx context.Context, reqs []Request, sizes []int) ([]Decision, error) {
+		sh.merge = newCoalescer(s.opts.Coalesce, s.opts.MaxBatch, overlapAfter, func(ctx context.Context, reqs []algorithms.Request, sizes []int) ([]algorithms.Decision, error) {
 			return s.decide(ctx, sh, reqs, sizes)
 		})
 		sh.merge.tracer = s.tracer
@@ -137,7 +139,7 @@ func (s *RedisStore) newShard(name string, c redis.Cmdable, ping func(context.Co
 
 // Close stops the coalescing workers, if any, and on a Cluster the slot
 // table's refreshes and the masters' clients. It does not close rdb.
-func (s *RedisStore) Close() {
+func (s *Store) Close() {
 	if s.cluster != nil {
 		s.cluster.close()
 		return
@@ -152,7 +154,7 @@ func (s *RedisStore) Close() {
 func luaCode() string {
 	var b strings.Builder
 	b.WriteString(preludeLua)
-	for _, a := range Algorithms {
+	for _, a := range algorithms.Algorithms {
 		b.WriteString(algorithmLua(a))
 	}
 	b.WriteString(batchLua)
@@ -160,15 +162,15 @@ func luaCode() string {
 }
 
 // algorithmLua returns the Lua function of algorithm a.
-func algorithmLua(a Algorithm) string {
+func algorithmLua(a algorithms.Algorithm) string {
 	switch a {
-	case FixedWindow:
+	case algorithms.FixedWindow:
 		return fixedWindowLua
-	case SlidingWindow:
+	case algorithms.SlidingWindow:
 		return slidingWindowLua
-	case TokenBucket:
+	case algorithms.TokenBucket:
 		return tokenBucketLua
-	case GCRA:
+	case algorithms.GCRA:
 		return gcraLua
 	}
 	panic("algorithms: no script for " + string(a)) // Algorithms lists only those above
@@ -176,32 +178,32 @@ func algorithmLua(a Algorithm) string {
 
 // Check decides the batch in one round trip per Redis master it touches
 // (two if Redis had lost the script).
-func (s *RedisStore) Check(ctx context.Context, reqs []Request) ([]Decision, error) {
-	if err := validateBatch(reqs); err != nil {
+func (s *Store) Check(ctx context.Context, reqs []algorithms.Request) ([]algorithms.Decision, error) {
+	if err := algorithms.ValidateBatch(reqs); err != nil {
 		return nil, err
 	}
 	if len(reqs) == 0 {
-		return []Decision{}, nil
+		return []algorithms.Decision{}, nil
 	}
-	return s.dispatch(ctx, reqs, func(ctx context.Context, sh *shard, reqs []Request, _ bool) ([]Decision, error) {
+	return s.dispatch(ctx, reqs, func(ctx context.Context, sh *shard, reqs []algorithms.Request, _ bool) ([]algorithms.Decision, error) {
 		return s.onShard(ctx, time.Time{}, sh, reqs)
 	})
 }
 
 // shardCheck decides a part of a batch that one shard holds; last is false
 // when a redirect will be followed (dispatch sends the part once more).
-type shardCheck func(ctx context.Context, sh *shard, reqs []Request, last bool) ([]Decision, error)
+type shardCheck func(ctx context.Context, sh *shard, reqs []algorithms.Request, last bool) ([]algorithms.Decision, error)
 
 // dispatch decides a validated, non-empty batch: each part on its shard with
 // check, the parts at once. A part whose master answered a redirect (a slot
 // moved: failover, resharding) did not run; it is routed again on a fresh
 // slot table and sent once more.
-func (s *RedisStore) dispatch(ctx context.Context, reqs []Request, check shardCheck) ([]Decision, error) {
+func (s *Store) dispatch(ctx context.Context, reqs []algorithms.Request, check shardCheck) ([]algorithms.Decision, error) {
 	if s.cluster == nil {
 		return check(ctx, s.single, reqs, true)
 	}
 	s.cluster.ready(ctx)
-	var out []Decision
+	var out []algorithms.Decision
 	var at []int // the positions still to decide; nil: all
 	for attempt := 0; ; attempt++ {
 		last := attempt > 0
@@ -214,7 +216,7 @@ func (s *RedisStore) dispatch(ctx context.Context, reqs []Request, check shardCh
 			}
 		} else {
 			if out == nil {
-				out = make([]Decision, len(reqs))
+				out = make([]algorithms.Decision, len(reqs))
 			}
 			errs := s.onParts(ctx, parts, check, last, out)
 			var failed error
@@ -251,7 +253,7 @@ func (s *RedisStore) dispatch(ctx context.Context, reqs []Request, check shardCh
 
 // onParts decides each part on its shard, all at once, writes the decisions
 // into out at their positions, and returns each part's error.
-func (s *RedisStore) onParts(ctx context.Context, parts []part, check shardCheck, last bool, out []Decision) []error {
+func (s *Store) onParts(ctx context.Context, parts []part, check shardCheck, last bool, out []algorithms.Decision) []error {
 	errs := make([]error, len(parts))
 	run := func(i int) {
 		p := parts[i]
@@ -280,13 +282,13 @@ func (s *RedisStore) onParts(ctx context.Context, parts []part, check shardCheck
 // part is the requests of a batch that one shard holds, and their positions.
 type part struct {
 	sh   *shard
-	reqs []Request
+	reqs []algorithms.Request
 	at   []int
 }
 
 // split groups the requests of a batch at positions at (nil: all) by the
 // master of each one's slot.
-func (s *RedisStore) split(reqs []Request, at []int) []part {
+func (s *Store) split(reqs []algorithms.Request, at []int) []part {
 	var parts []part
 	add := func(i int) {
 		r := reqs[i]
@@ -318,9 +320,9 @@ func (s *RedisStore) split(reqs []Request, at []int) []part {
 // round trip decides many callers, and an idle store waits for nothing: a
 // worker takes the first at once), in a span when tracing. It gives up at
 // deadline, if not zero, or when ctx ends.
-func (s *RedisStore) onShard(ctx context.Context, deadline time.Time, sh *shard, reqs []Request) ([]Decision, error) {
+func (s *Store) onShard(ctx context.Context, deadline time.Time, sh *shard, reqs []algorithms.Request) ([]algorithms.Decision, error) {
 	ctx, end := s.traceCheck(ctx, sh, reqs)
-	var ds []Decision
+	var ds []algorithms.Decision
 	var err error
 	switch {
 	case sh.merge != nil:
@@ -339,7 +341,7 @@ func (s *RedisStore) onShard(ctx context.Context, deadline time.Time, sh *shard,
 // decide runs a validated batch on one shard's master: the requests of
 // callers (sizes: each caller's count, nil for one caller) in one script
 // call.
-func (s *RedisStore) decide(ctx context.Context, sh *shard, reqs []Request, sizes []int) ([]Decision, error) {
+func (s *Store) decide(ctx context.Context, sh *shard, reqs []algorithms.Request, sizes []int) ([]algorithms.Decision, error) {
 	if sh.client == nil {
 		return nil, errNoMaster
 	}
@@ -353,7 +355,7 @@ func (s *RedisStore) decide(ctx context.Context, sh *shard, reqs []Request, size
 	// Both: at once, each on its own round trip.
 	preqs, psizes := subBatch(reqs, sizes, plain)
 	sreqs, ssizes := subBatch(reqs, sizes, scripted)
-	var pds []Decision
+	var pds []algorithms.Decision
 	var perr error
 	done := make(chan struct{})
 	go func() {
@@ -365,7 +367,7 @@ func (s *RedisStore) decide(ctx context.Context, sh *shard, reqs []Request, size
 	if err := errors.Join(perr, serr); err != nil {
 		return nil, err
 	}
-	out := make([]Decision, len(reqs))
+	out := make([]algorithms.Decision, len(reqs))
 	for j, i := range plain {
 		out[i] = pds[j]
 	}
@@ -377,7 +379,7 @@ func (s *RedisStore) decide(ctx context.Context, sh *shard, reqs []Request, size
 
 // decideScripted runs a validated batch on one shard's master in one
 // script call.
-func (s *RedisStore) decideScripted(ctx context.Context, sh *shard, reqs []Request, sizes []int) ([]Decision, error) {
+func (s *Store) decideScripted(ctx context.Context, sh *shard, reqs []algorithms.Request, sizes []int) ([]algorithms.Decision, error) {
 	keys, args := s.scriptArgs(reqs, sizes, s.nowArg(), s.cluster != nil)
 	res, err := s.runBatch(ctx, sh, keys, args).Slice()
 	if err != nil {
@@ -388,8 +390,8 @@ func (s *RedisStore) decideScripted(ctx context.Context, sh *shard, reqs []Reque
 }
 
 // nowArg is the time the scripts take: "" for Redis TIME, the clock every
-// replica shares; µs of RedisOptions.Now in tests.
-func (s *RedisStore) nowArg() string {
+// replica shares; µs of Options.Now in tests.
+func (s *Store) nowArg() string {
 	if s.now == nil {
 		return ""
 	}
@@ -398,15 +400,15 @@ func (s *RedisStore) nowArg() string {
 
 // Reset deletes the state keys of (scope, identifier) that its index lists —
 // no keyspace scan, no prefix match — and returns how many existed.
-func (s *RedisStore) Reset(ctx context.Context, scope, identifier string, alg Algorithm) (int, error) {
+func (s *Store) Reset(ctx context.Context, scope, identifier string, alg algorithms.Algorithm) (int, error) {
 	if alg != "" {
-		if _, err := ParseAlgorithm(string(alg)); err != nil {
+		if _, err := algorithms.ParseAlgorithm(string(alg)); err != nil {
 			return 0, err
 		}
 	}
 	index := s.indexKey(scope, identifier)
 	reset := func(c redis.Cmdable) (int, error) {
-		n, err := s.reset.Run(ctx, c, []string{index}, s.identityPrefix(scope, identifier), algCode(alg), s.nowArg()).Int()
+		n, err := s.reset.Run(ctx, c, []string{index}, s.identityPrefix(scope, identifier), alg.Tag(), s.nowArg()).Int()
 		if err != nil && !errors.Is(err, redis.Nil) {
 			return 0, fmt.Errorf("redis: reset: %w", err)
 		}
@@ -432,7 +434,7 @@ func (s *RedisStore) Reset(ctx context.Context, scope, identifier string, alg Al
 
 // Ping checks that Redis answers: on a Cluster, every master that serves
 // slots (after reading the slot table).
-func (s *RedisStore) Ping(ctx context.Context) error {
+func (s *Store) Ping(ctx context.Context) error {
 	if s.cluster == nil {
 		return pingShard(ctx, s.single)
 	}

@@ -1,4 +1,4 @@
-package algorithms
+package redisstore
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 )
 
 // Redis Cluster routing. In a Cluster the unit of failure is the master: one
-// can die while the others answer. RedisStore therefore routes every request
+// can die while the others answer. The store therefore routes every request
 // itself, to the master that serves its slot (read from CLUSTER SLOTS), and
 // sends each master its own calls through a client of its own: a master's
 // failure is that master's (Guard keeps a circuit breaker per master), and no
@@ -49,7 +49,7 @@ type shard struct {
 	// luaEval (EVALSHA: Redis 6, or FUNCTION LOAD refused).
 	lua   atomic.Int32
 	ping  func(context.Context) error
-	merge *coalescer // nil unless RedisOptions.Coalesce
+	merge *coalescer // nil unless Options.Coalesce
 	// answered is when this master last answered (Unix ns): Guard's
 	// evidence that it is up when a call of its own times out.
 	answered atomic.Int64

@@ -1,6 +1,8 @@
-package algorithms
+package redisstore
 
 import (
+	"github.com/throttle-rl/throttle/algorithms"
+
 	"context"
 	"errors"
 	"fmt"
@@ -48,16 +50,18 @@ import (
 // let a counter expire while a replica still counts in its window.
 const expiryMargin = 100 * time.Millisecond
 
-// plainEligible reports whether r can be decided without the script.
-func plainEligible(r *Request) bool {
-	return (r.Limit.Algorithm == FixedWindow || r.Limit.Algorithm == SlidingWindow) && r.Unindexed
+// plainEligible reports whether r is counted first and refunded after
+// (algorithms.CountThenRefund): a fixed or sliding window, unindexed.
+func plainEligible(r *algorithms.Request) bool {
+	return r.Counting == algorithms.CountThenRefund && r.Unindexed &&
+		(r.Limit.Algorithm == algorithms.FixedWindow || r.Limit.Algorithm == algorithms.SlidingWindow)
 }
 
 // splitPlain returns the positions of the callers' requests (sizes: each
 // caller's count, nil for one caller) that go without the script, and of
 // those that go by it; nil for none.
-func splitPlain(reqs []Request, sizes []int) (plain, scripted []int) {
-	groups(len(reqs), sizes, func(_, from, to int) {
+func splitPlain(reqs []algorithms.Request, sizes []int) (plain, scripted []int) {
+	algorithms.Groups(len(reqs), sizes, func(_, from, to int) {
 		all := true
 		for i := from; i < to && all; i++ {
 			all = plainEligible(&reqs[i])
@@ -75,8 +79,8 @@ func splitPlain(reqs []Request, sizes []int) (plain, scripted []int) {
 
 // subBatch is the requests of reqs at positions at, and the sizes of their
 // callers (whole callers: splitPlain never splits one).
-func subBatch(reqs []Request, sizes []int, at []int) ([]Request, []int) {
-	sub := make([]Request, len(at))
+func subBatch(reqs []algorithms.Request, sizes []int, at []int) ([]algorithms.Request, []int) {
+	sub := make([]algorithms.Request, len(at))
 	for j, i := range at {
 		sub[j] = reqs[i]
 	}
@@ -85,7 +89,7 @@ func subBatch(reqs []Request, sizes []int, at []int) ([]Request, []int) {
 	}
 	var subSizes []int
 	j := 0
-	groups(len(reqs), sizes, func(_, from, to int) {
+	algorithms.Groups(len(reqs), sizes, func(_, from, to int) {
 		if j < len(at) && at[j] == from {
 			subSizes = append(subSizes, to-from)
 			j += to - from
@@ -135,7 +139,7 @@ func execPipe(ctx context.Context, pipe redis.Pipeliner) error {
 // existed already (another replica made it: INCRBY now), or that a known
 // one did not (deleted: cleared, refunded to zero, evicted; INCRBY made it
 // anew, PEXPIRE gives it its TTL).
-func (s *RedisStore) decidePlain(ctx context.Context, sh *shard, reqs []Request, sizes []int) ([]Decision, error) {
+func (s *Store) decidePlain(ctx context.Context, sh *shard, reqs []algorithms.Request, sizes []int) ([]algorithms.Decision, error) {
 	nowUS, err := s.plainNow(ctx, sh)
 	if err != nil {
 		return nil, err
@@ -146,7 +150,7 @@ func (s *RedisStore) decidePlain(ctx context.Context, sh *shard, reqs []Request,
 		left := r.Limit.Window.Microseconds() - nowUS%r.Limit.Window.Microseconds() // until the window ends
 		ops[i].key = s.windowKey(r, nowUS)
 		ops[i].ttl = time.Duration(left)*time.Microsecond + min(expiryMargin, r.Limit.Window)
-		if r.Limit.Algorithm == SlidingWindow {
+		if r.Limit.Algorithm == algorithms.SlidingWindow {
 			ops[i].ttl += r.Limit.Window // it is the next window's previous one
 		}
 	}
@@ -158,7 +162,7 @@ func (s *RedisStore) decidePlain(ctx context.Context, sh *shard, reqs []Request,
 	}
 	for i := range reqs {
 		r, op := &reqs[i], &ops[i]
-		if r.Limit.Algorithm == SlidingWindow {
+		if r.Limit.Algorithm == algorithms.SlidingWindow {
 			op.prev = pipe.Get(ctx, s.windowKey(r, nowUS-r.Limit.Window.Microseconds()))
 		}
 		switch {
@@ -204,55 +208,62 @@ func (s *RedisStore) decidePlain(ctx context.Context, sh *shard, reqs []Request,
 	}
 	sh.answered.Store(time.Now().UnixNano())
 	sh.known.add(ops)
-	fs := make([]found, len(reqs))
+	fs := make([]algorithms.Found, len(reqs))
 	for i := range reqs {
 		r, op := &reqs[i], &ops[i]
-		var before int64
-		switch {
-		case op.set != nil: // made: nothing before
-		case op.incr != nil:
-			before = op.incr.Val() - r.Hits
-		default:
-			v, err := op.get.Int64()
-			if err != nil && !errors.Is(err, redis.Nil) {
-				return nil, fmt.Errorf("redis: counter %q: %w", op.key, err)
-			}
-			before = v
+		var err error
+		if fs[i].Count, err = op.before(r); err != nil {
+			return nil, fmt.Errorf("redis: counter %q: %w", op.key, err)
 		}
-		w := r.Limit.Window.Microseconds()
-		fs[i] = found{within: before+r.Hits <= r.Limit.Limit, window: windowState{start: nowUS - nowUS%w, count: before}}
 		if op.prev != nil {
-			prev, err := op.prev.Int64()
-			if err != nil && !errors.Is(err, redis.Nil) {
+			if fs[i].Prev, err = readCount(op.prev); err != nil {
 				return nil, fmt.Errorf("redis: counter of the previous window of %q: %w", op.key, err)
 			}
-			fs[i].window.prev = prev
-			_, o := decideSliding(&fs[i].window, nowUS, w, r.Limit.Limit, r.Hits, r.AlwaysCount)
-			fs[i].within = o.allowed
 		}
+		fs[i].Within = algorithms.Within(r, &fs[i], nowUS)
 	}
 	// Refund what Redis counted and the decision does not: the hits of a
 	// request over its limit, those of a void all-or-nothing group.
-	ds, err := decideAll(reqs, sizes, fs, nowUS)
+	ds, err := algorithms.DecideFound(reqs, sizes, fs, nowUS)
 	if !s.refundPlain(ctx, sh, reqs, ops, nowUS, func(i int) bool { return !ds[i].Counted }) {
 		// The hits stay counted: over-counting, never under. Say so where
 		// the request was within its limit (its group was void).
 		for i := range ds {
-			if ops[i].counted() && fs[i].within && !ds[i].Counted && !reqs[i].AlwaysCount {
+			if ops[i].counted() && fs[i].Within && !ds[i].Counted && !reqs[i].AlwaysCount {
 				ds[i].Counted = true
 			}
 		}
 	}
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("redis: %w", err)
 	}
 	return ds, nil
+}
+
+// before is the count of op's window before the request's hits.
+func (op *plainOp) before(r *algorithms.Request) (int64, error) {
+	switch {
+	case op.set != nil: // made: nothing before
+		return 0, nil
+	case op.incr != nil:
+		return op.incr.Val() - r.Hits, nil
+	}
+	return readCount(op.get)
+}
+
+// readCount reads a counter GET returned: 0 when there is none.
+func readCount(get *redis.StringCmd) (int64, error) {
+	v, err := get.Int64()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return 0, err
+	}
+	return v, nil
 }
 
 // refundPlain takes back the hits the ops counted for the requests that
 // refund selects (an AlwaysCount request keeps them) and reports whether it
 // did.
-func (s *RedisStore) refundPlain(ctx context.Context, sh *shard, reqs []Request, ops []plainOp, nowUS int64, refund func(int) bool) bool {
+func (s *Store) refundPlain(ctx context.Context, sh *shard, reqs []algorithms.Request, ops []plainOp, nowUS int64, refund func(int) bool) bool {
 	var at []int
 	for i := range reqs {
 		if ops[i].counted() && !reqs[i].AlwaysCount && refund(i) {
@@ -265,10 +276,10 @@ func (s *RedisStore) refundPlain(ctx context.Context, sh *shard, reqs []Request,
 	return s.refundOn(ctx, sh, reqs, at, time.UnixMicro(nowUS)) == nil
 }
 
-// plainNow is the time of a plain batch in µs: RedisOptions.Now in tests,
+// plainNow is the time of a plain batch in µs: Options.Now in tests,
 // else Redis's clock as the shard's offset from the local clock says —
 // asked first (one round trip) when the shard has none yet.
-func (s *RedisStore) plainNow(ctx context.Context, sh *shard) (int64, error) {
+func (s *Store) plainNow(ctx context.Context, sh *shard) (int64, error) {
 	if s.now != nil {
 		return s.now().UnixMicro(), nil
 	}

@@ -1,4 +1,4 @@
-package algorithms_test
+package redisstore_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/throttle-rl/throttle/algorithms"
+	"github.com/throttle-rl/throttle/algorithms/redisstore"
 	"github.com/throttle-rl/throttle/internal/redistest"
 )
 
@@ -29,8 +30,8 @@ func TestGuardFailureModes(t *testing.T) {
 		t.Run(string(tc.mode), func(t *testing.T) {
 			srv := redistest.Start(t)
 			reg := prometheus.NewRegistry()
-			g, err := algorithms.NewGuard(algorithms.NewRedisStore(redistest.NewClient(t, srv.URL()), algorithms.RedisOptions{}),
-				algorithms.GuardOptions{Mode: tc.mode, Timeout: 200 * time.Millisecond, BreakerMinCalls: 2, OpenFor: 100 * time.Millisecond, Registerer: reg})
+			g, err := redisstore.NewGuard(redisstore.New(redistest.NewClient(t, srv.URL()), redisstore.Options{}),
+				redisstore.GuardOptions{Mode: tc.mode, Timeout: 200 * time.Millisecond, BreakerMinCalls: 2, OpenFor: 100 * time.Millisecond, Registerer: reg})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -100,8 +101,8 @@ func TestGuardFailureModes(t *testing.T) {
 // failure that opens the circuit, and is refused before Redis (here a closed
 // port) is tried.
 func TestGuardPassesInvalid(t *testing.T) {
-	st := algorithms.NewRedisStore(redistest.NewClient(t, "redis://127.0.0.1:1/0"), algorithms.RedisOptions{})
-	g, err := algorithms.NewGuard(st, algorithms.GuardOptions{Mode: algorithms.FailOpen, BreakerMinCalls: 1})
+	st := redisstore.New(redistest.NewClient(t, "redis://127.0.0.1:1/0"), redisstore.Options{})
+	g, err := redisstore.NewGuard(st, redisstore.GuardOptions{Mode: algorithms.FailOpen, BreakerMinCalls: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,22 +113,22 @@ func TestGuardPassesInvalid(t *testing.T) {
 	if g.Degraded() {
 		t.Error("an invalid request opened the circuit")
 	}
-	if _, err := algorithms.NewGuard(nil, algorithms.GuardOptions{Mode: "sideways"}); err == nil {
+	if _, err := redisstore.NewGuard(nil, redisstore.GuardOptions{Mode: "sideways"}); err == nil {
 		t.Error("unknown failure mode accepted")
 	}
 }
 
 // guarded returns a guard over a Redis store on srv, and its registry.
-func guarded(t *testing.T, srv *redistest.Server, ro algorithms.RedisOptions, o algorithms.GuardOptions) (*algorithms.Guard, *prometheus.Registry) {
+func guarded(t *testing.T, srv *redistest.Server, ro redisstore.Options, o redisstore.GuardOptions) (*redisstore.Guard, *prometheus.Registry) {
 	t.Helper()
-	st := algorithms.NewRedisStore(redistest.NewClient(t, srv.URL()), ro)
+	st := redisstore.New(redistest.NewClient(t, srv.URL()), ro)
 	t.Cleanup(st.Close)
 	reg := prometheus.NewRegistry()
 	o.Registerer = reg
 	if o.Mode == "" {
 		o.Mode = algorithms.FailOpen
 	}
-	g, err := algorithms.NewGuard(st, o)
+	g, err := redisstore.NewGuard(st, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +146,7 @@ func oneRequest(id string, limit int64) []algorithms.Request {
 // a minimum number of calls in its window, not on a few failures in a row.
 func TestGuardOpensOnFailureRatio(t *testing.T) {
 	srv := redistest.Start(t)
-	g, reg := guarded(t, srv, algorithms.RedisOptions{}, algorithms.GuardOptions{
+	g, reg := guarded(t, srv, redisstore.Options{}, redisstore.GuardOptions{
 		Timeout: 200 * time.Millisecond, BreakerMinCalls: 10, BreakerRatio: 0.5, BreakerWindow: time.Minute, OpenFor: time.Minute,
 	})
 	ctx := context.Background()
@@ -192,13 +193,13 @@ func TestGuardOverloadIsNotAnOutage(t *testing.T) {
 	// One worker sending one check at a time: Throttle's own queue is the
 	// bottleneck, Redis answers every call it gets. A budget that one call
 	// meets easily, but not the 400th in the queue.
-	g, reg := guarded(t, srv, algorithms.RedisOptions{Coalesce: 1, MaxBatch: 1}, algorithms.GuardOptions{
+	g, reg := guarded(t, srv, redisstore.Options{Coalesce: 1, MaxBatch: 1}, redisstore.GuardOptions{
 		Timeout: 10 * time.Millisecond, BreakerMinCalls: 5,
 	})
 	const limit, callers, perCaller = 300, 400, 5
 	// The engine is loaded (FUNCTION LOAD) and the connection up, as on a
 	// running server: warmed with a budget no busy machine misses.
-	warm, _ := guarded(t, srv, algorithms.RedisOptions{}, algorithms.GuardOptions{Timeout: 10 * time.Second})
+	warm, _ := guarded(t, srv, redisstore.Options{}, redisstore.GuardOptions{Timeout: 10 * time.Second})
 	if ds, err := warm.Check(context.Background(), oneRequest("overload-warm", 1)); err != nil || ds[0].Degraded {
 		t.Fatalf("warm-up: %+v %v", ds, err)
 	}
@@ -267,7 +268,7 @@ func TestGuardOverloadIsNotAnOutage(t *testing.T) {
 // and it closes within 2s of Redis being healthy.
 func TestGuardCircuitCannotStick(t *testing.T) {
 	srv := redistest.Start(t)
-	g, reg := guarded(t, srv, algorithms.RedisOptions{Coalesce: 4}, algorithms.GuardOptions{
+	g, reg := guarded(t, srv, redisstore.Options{Coalesce: 4}, redisstore.GuardOptions{
 		DefaultTimeout: 50 * time.Millisecond, BreakerMinCalls: 4, OpenFor: 200 * time.Millisecond, HungAfter: 100 * time.Millisecond,
 	})
 	ctx, stop := context.WithCancel(context.Background())
@@ -329,7 +330,7 @@ func TestGuardCircuitCannotStick(t *testing.T) {
 // that deadline, leaving the margin.
 func TestGuardAnswersBeforeTheCallersDeadline(t *testing.T) {
 	srv := redistest.Start(t)
-	g, _ := guarded(t, srv, algorithms.RedisOptions{}, algorithms.GuardOptions{Mode: algorithms.FailClosed, BreakerMinCalls: 100})
+	g, _ := guarded(t, srv, redisstore.Options{}, redisstore.GuardOptions{Mode: algorithms.FailClosed, BreakerMinCalls: 100})
 	admin := redistest.NewClient(t, srv.URL())
 	if err := admin.Do(context.Background(), "CLIENT", "PAUSE", 2000, "ALL").Err(); err != nil {
 		t.Fatalf("CLIENT PAUSE: %v", err)
@@ -347,7 +348,7 @@ func TestGuardAnswersBeforeTheCallersDeadline(t *testing.T) {
 			t.Errorf("deadline %v: answered after the caller's deadline", d)
 		}
 	}
-	if m := algorithms.DeadlineMargin(20 * time.Millisecond); m != 4*time.Millisecond {
+	if m := redisstore.DeadlineMargin(20 * time.Millisecond); m != 4*time.Millisecond {
 		t.Errorf("margin of 20ms = %v, want 4ms", m)
 	}
 	// A caller whose deadline leaves no time is told so, not guessed for.

@@ -1,6 +1,9 @@
-package algorithms
+package redisstore
 
 import (
+	"github.com/throttle-rl/throttle/algorithms"
+	"github.com/throttle-rl/throttle/algorithms/storetest"
+
 	"context"
 	"fmt"
 	"os/exec"
@@ -71,9 +74,9 @@ func TestGuardClusterFailover(t *testing.T) {
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1,
 		DialTimeout: 200 * time.Millisecond, MaxRedirects: 1})
 	defer cc.Close()
-	st := NewRedisStore(cc, RedisOptions{Coalesce: 2})
+	st := New(cc, Options{Coalesce: 2})
 	defer st.Close()
-	g, err := NewGuard(st, GuardOptions{Mode: FailClosed, Timeout: 200 * time.Millisecond, BreakerMinCalls: 2, OpenFor: 100 * time.Millisecond})
+	g, err := NewGuard(st, GuardOptions{Mode: algorithms.FailClosed, Timeout: 200 * time.Millisecond, BreakerMinCalls: 2, OpenFor: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +87,7 @@ func TestGuardClusterFailover(t *testing.T) {
 
 	// Identifiers on master 0 and on the others.
 	scope := uniqueScope(t)
-	limit := Limit{Algorithm: FixedWindow, Limit: 5, Window: time.Hour}
+	limit := algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 5, Window: time.Hour}
 	onDead, onLive := []string{}, []string{}
 	st.cluster.ready(ctx)
 	for i := 0; len(onDead) < 3 || len(onLive) < 3; i++ {
@@ -102,9 +105,9 @@ func TestGuardClusterFailover(t *testing.T) {
 			}
 		}
 	}
-	check := func(id string) Decision {
+	check := func(id string) algorithms.Decision {
 		t.Helper()
-		ds, err := g.Check(ctx, []Request{{Key: Key{Scope: scope, Identifier: id}, Limit: limit, Hits: 1}})
+		ds, err := g.Check(ctx, []algorithms.Request{{Key: algorithms.Key{Scope: scope, Identifier: id}, Limit: limit, Hits: 1}})
 		if err != nil {
 			t.Fatalf("check %s: %v", id, err)
 		}
@@ -180,7 +183,7 @@ func TestClusterAllOrNothingAcrossMasters(t *testing.T) {
 	addrs := redistest.StartCluster(t)
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
 	defer cc.Close()
-	s := NewRedisStore(cc, RedisOptions{Coalesce: 2})
+	s := New(cc, Options{Coalesce: 2})
 	defer s.Close()
 	ctx := context.Background()
 	s.cluster.ready(ctx)
@@ -192,12 +195,12 @@ func TestClusterAllOrNothingAcrossMasters(t *testing.T) {
 			ip = id
 		}
 	}
-	for _, wide := range groupLimits {
-		narrow := Limit{Algorithm: FixedWindow, Limit: 1, Window: time.Minute}
+	for _, wide := range storetest.WideLimits {
+		narrow := algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 1, Window: time.Minute}
 		for i := range 4 {
-			ds, err := s.Check(ctx, []Request{
-				{Key: Key{scope, user, string(wide.Algorithm)}, Limit: narrow, Hits: 1, AllOrNothing: true, Unindexed: true},
-				{Key: Key{scope, ip, string(wide.Algorithm)}, Limit: wide, Hits: 1, AllOrNothing: true, Unindexed: true},
+			ds, err := s.Check(ctx, []algorithms.Request{
+				{Key: algorithms.Key{Scope: scope, Identifier: user, Name: string(wide.Algorithm)}, Limit: narrow, Hits: 1, AllOrNothing: true, Unindexed: true, Counting: algorithms.CountThenRefund},
+				{Key: algorithms.Key{Scope: scope, Identifier: ip, Name: string(wide.Algorithm)}, Limit: wide, Hits: 1, AllOrNothing: true, Unindexed: true, Counting: algorithms.CountThenRefund},
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -206,7 +209,7 @@ func TestClusterAllOrNothingAcrossMasters(t *testing.T) {
 				t.Errorf("%s, request %d: %+v; want the user limit allowed=%v and the ip limit within, counted=%v", wide.Algorithm, i, ds, want, want)
 			}
 		}
-		ds, err := s.Check(ctx, []Request{{Key: Key{scope, ip, string(wide.Algorithm)}, Limit: wide, Unindexed: true}})
+		ds, err := s.Check(ctx, []algorithms.Request{{Key: algorithms.Key{Scope: scope, Identifier: ip, Name: string(wide.Algorithm)}, Limit: wide, Unindexed: true, Counting: algorithms.CountThenRefund}})
 		if err != nil || ds[0].Remaining != 99 {
 			t.Errorf("%s: the ip limit after 4 requests, 3 of them void: %+v %v, want 99 left", wide.Algorithm, ds, err)
 		}

@@ -1,6 +1,9 @@
-package algorithms
+package redisstore
 
 import (
+	"github.com/throttle-rl/throttle/algorithms"
+	"github.com/throttle-rl/throttle/algorithms/storetest"
+
 	"context"
 	"strconv"
 	"testing"
@@ -14,14 +17,14 @@ import (
 // carries a TTL and is gone once its window (or refill) has passed.
 func TestRedisKeysExpire(t *testing.T) {
 	rdb := newRedisClient(t, 0)
-	s := NewRedisStore(rdb, RedisOptions{}) // real Redis TIME
+	s := New(rdb, Options{}) // real Redis TIME
 	ctx := context.Background()
 	scope := uniqueScope(t)
-	reqs := []Request{
-		{Key: Key{scope, "ttl", ""}, Limit: Limit{Algorithm: FixedWindow, Limit: 5, Window: 300 * time.Millisecond}, Hits: 1},
-		{Key: Key{scope, "ttl", ""}, Limit: Limit{Algorithm: SlidingWindow, Limit: 5, Window: 300 * time.Millisecond}, Hits: 1},
-		{Key: Key{scope, "ttl", ""}, Limit: Limit{Algorithm: TokenBucket, Limit: 2, RefillRate: 20}, Hits: 2},
-		{Key: Key{scope, "ttl", ""}, Limit: Limit{Algorithm: GCRA, Limit: 4, Window: time.Second}, Hits: 3},
+	reqs := []algorithms.Request{
+		{Key: algorithms.Key{Scope: scope, Identifier: "ttl"}, Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 5, Window: 300 * time.Millisecond}, Hits: 1},
+		{Key: algorithms.Key{Scope: scope, Identifier: "ttl"}, Limit: algorithms.Limit{Algorithm: algorithms.SlidingWindow, Limit: 5, Window: 300 * time.Millisecond}, Hits: 1},
+		{Key: algorithms.Key{Scope: scope, Identifier: "ttl"}, Limit: algorithms.Limit{Algorithm: algorithms.TokenBucket, Limit: 2, RefillRate: 20}, Hits: 2},
+		{Key: algorithms.Key{Scope: scope, Identifier: "ttl"}, Limit: algorithms.Limit{Algorithm: algorithms.GCRA, Limit: 4, Window: time.Second}, Hits: 3},
 	}
 	if _, err := s.Check(ctx, reqs); err != nil {
 		t.Fatal(err)
@@ -58,10 +61,10 @@ func TestRedisKeysExpire(t *testing.T) {
 // TestRedisPeekWritesNothing: hits=0 leaves no key behind.
 func TestRedisPeekWritesNothing(t *testing.T) {
 	rdb := newRedisClient(t, 0)
-	s := NewRedisStore(rdb, RedisOptions{})
+	s := New(rdb, Options{})
 	ctx := context.Background()
-	r := Request{Key: Key{uniqueScope(t), "peek", ""}, Limit: Limit{Algorithm: TokenBucket, Limit: 3, Window: time.Minute}}
-	if _, err := s.Check(ctx, []Request{r}); err != nil {
+	r := algorithms.Request{Key: algorithms.Key{Scope: uniqueScope(t), Identifier: "peek"}, Limit: algorithms.Limit{Algorithm: algorithms.TokenBucket, Limit: 3, Window: time.Minute}}
+	if _, err := s.Check(ctx, []algorithms.Request{r}); err != nil {
 		t.Fatal(err)
 	}
 	if keys := rdb.Keys(ctx, s.identityPrefix(r.Key.Scope, "peek")+"*").Val(); len(keys) != 0 {
@@ -73,14 +76,14 @@ func TestRedisPeekWritesNothing(t *testing.T) {
 // script cache too) a batch still succeeds, through EVAL.
 func TestRedisNoScriptFallback(t *testing.T) {
 	rdb := newRedisClient(t, 0)
-	s := NewRedisStore(rdb, RedisOptions{})
+	s := New(rdb, Options{})
 	ctx := context.Background()
 	scope := uniqueScope(t)
-	batch := []Request{
-		{Key: Key{scope, "a", ""}, Limit: Limit{Algorithm: FixedWindow, Limit: 5, Window: time.Minute}, Hits: 1},
-		{Key: Key{scope, "a", ""}, Limit: Limit{Algorithm: SlidingWindow, Limit: 5, Window: time.Minute}, Hits: 1},
-		{Key: Key{scope, "a", ""}, Limit: Limit{Algorithm: TokenBucket, Limit: 5, Window: time.Minute}, Hits: 1},
-		{Key: Key{scope, "a", ""}, Limit: Limit{Algorithm: GCRA, Limit: 5, Window: time.Minute}, Hits: 1},
+	batch := []algorithms.Request{
+		{Key: algorithms.Key{Scope: scope, Identifier: "a"}, Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 5, Window: time.Minute}, Hits: 1},
+		{Key: algorithms.Key{Scope: scope, Identifier: "a"}, Limit: algorithms.Limit{Algorithm: algorithms.SlidingWindow, Limit: 5, Window: time.Minute}, Hits: 1},
+		{Key: algorithms.Key{Scope: scope, Identifier: "a"}, Limit: algorithms.Limit{Algorithm: algorithms.TokenBucket, Limit: 5, Window: time.Minute}, Hits: 1},
+		{Key: algorithms.Key{Scope: scope, Identifier: "a"}, Limit: algorithms.Limit{Algorithm: algorithms.GCRA, Limit: 5, Window: time.Minute}, Hits: 1},
 	}
 	for round := range 2 {
 		if err := rdb.ScriptFlush(ctx).Err(); err != nil {
@@ -102,25 +105,25 @@ func TestRedisNoScriptFallback(t *testing.T) {
 // identifier, escaped parts, the algorithm and limit in the name.
 func TestRedisKeyLayout(t *testing.T) {
 	cases := []struct {
-		req  Request
+		req  algorithms.Request
 		want string
 	}{
-		{Request{Key: Key{"client-1", "user_123", ""}, Limit: Limit{Algorithm: FixedWindow, Limit: 100, Window: time.Minute}},
+		{algorithms.Request{Key: algorithms.Key{Scope: "client-1", Identifier: "user_123"}, Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 100, Window: time.Minute}},
 			"throttle:{client-1:user_123}:fw:l:100:60000@60000000"},
-		{Request{Key: Key{"client-1", "user_123", "rule:api"}, Limit: Limit{Algorithm: SlidingWindow, Limit: 100, Window: time.Minute}},
+		{algorithms.Request{Key: algorithms.Key{Scope: "client-1", Identifier: "user_123", Name: "rule:api"}, Limit: algorithms.Limit{Algorithm: algorithms.SlidingWindow, Limit: 100, Window: time.Minute}},
 			"throttle:{client-1:user_123}:sw:n:rule:api@60000000"},
-		{Request{Key: Key{"a:b", "c}{%", ""}, Limit: Limit{Algorithm: TokenBucket, Limit: 10}},
+		{algorithms.Request{Key: algorithms.Key{Scope: "a:b", Identifier: "c}{%"}, Limit: algorithms.Limit{Algorithm: algorithms.TokenBucket, Limit: 10}},
 			"throttle:{a%3Ab:c%7D%7B%25}:tb:l:10:0:0.16666666666666666"},
-		{Request{Key: Key{"client-1", "user_123", ""}, Limit: Limit{Algorithm: GCRA, Limit: 100, Window: time.Minute}},
+		{algorithms.Request{Key: algorithms.Key{Scope: "client-1", Identifier: "user_123"}, Limit: algorithms.Limit{Algorithm: algorithms.GCRA, Limit: 100, Window: time.Minute}},
 			"throttle:{client-1:user_123}:gcra:l:100:60000"},
 	}
 	for _, tc := range cases {
-		if got := (&RedisStore{}).stateKey(&tc.req); got != tc.want {
+		if got := (&Store{}).stateKey(&tc.req); got != tc.want {
 			t.Errorf("stateKey(%+v) = %q, want %q", tc.req.Key, got, tc.want)
 		}
 	}
 	// CACHE_KEY_PREFIX goes first; a window's counter follows its number.
-	s := &RedisStore{opts: RedisOptions{KeyPrefix: "edge-1:"}}
+	s := &Store{opts: Options{KeyPrefix: "edge-1:"}}
 	r := cases[0].req
 	if got, want := s.windowKey(&r, 3*60_000_000+5), "edge-1:throttle:{client-1:user_123}:fw:l:100:60000@60000000:3"; got != want {
 		t.Errorf("windowKey = %q, want %q", got, want)
@@ -132,11 +135,11 @@ func TestRedisKeyLayout(t *testing.T) {
 // window moving on, a token bucket drained again).
 func TestRedisIndexOutlivesState(t *testing.T) {
 	rdb := newRedisClient(t, 0)
-	s := NewRedisStore(rdb, RedisOptions{}) // real Redis TIME and TTLs
+	s := New(rdb, Options{}) // real Redis TIME and TTLs
 	ctx := context.Background()
 	cases := []struct {
 		name  string
-		limit Limit
+		limit algorithms.Limit
 		first int64
 		wait  time.Duration // before the second write
 		then  int64
@@ -145,16 +148,16 @@ func TestRedisIndexOutlivesState(t *testing.T) {
 		// Writes 10 ms into window k and 60 ms into window k+1: the state
 		// lives until k+3 starts (600 ms), the first index TTL ended at k+2
 		// (400 ms); checked at 480 ms.
-		{"sliding window", Limit{Algorithm: SlidingWindow, Limit: 100, Window: 200 * time.Millisecond}, 1, 250 * time.Millisecond, 1, 220 * time.Millisecond},
-		{"token bucket", Limit{Algorithm: TokenBucket, Limit: 10, RefillRate: 10}, 1, 500 * time.Millisecond, 10, 700 * time.Millisecond},
+		{"sliding window", algorithms.Limit{Algorithm: algorithms.SlidingWindow, Limit: 100, Window: 200 * time.Millisecond}, 1, 250 * time.Millisecond, 1, 220 * time.Millisecond},
+		{"token bucket", algorithms.Limit{Algorithm: algorithms.TokenBucket, Limit: 10, RefillRate: 10}, 1, 500 * time.Millisecond, 10, 700 * time.Millisecond},
 		// TAT 500 ms ahead after the first write (state and index TTL),
 		// 200 + 800 ms at the second, 300 ms later; checked at 1000 ms.
-		{"gcra", Limit{Algorithm: GCRA, Limit: 10, Window: time.Second}, 5, 300 * time.Millisecond, 8, 700 * time.Millisecond},
+		{"gcra", algorithms.Limit{Algorithm: algorithms.GCRA, Limit: 10, Window: time.Second}, 5, 300 * time.Millisecond, 8, 700 * time.Millisecond},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			key := Key{Scope: uniqueScope(t), Identifier: "idx"}
-			if w := tc.limit.Window; tc.limit.Algorithm == SlidingWindow {
+			key := algorithms.Key{Scope: uniqueScope(t), Identifier: "idx"}
+			if w := tc.limit.Window; tc.limit.Algorithm == algorithms.SlidingWindow {
 				// Start 10 ms into a window, by Redis's clock.
 				now, err := rdb.Time(ctx).Result()
 				if err != nil {
@@ -163,7 +166,7 @@ func TestRedisIndexOutlivesState(t *testing.T) {
 				time.Sleep(w - time.Duration(now.UnixNano())%w + 10*time.Millisecond)
 			}
 			for i, hits := range []int64{tc.first, tc.then} {
-				ds, err := s.Check(ctx, []Request{{Key: key, Limit: tc.limit, Hits: hits}})
+				ds, err := s.Check(ctx, []algorithms.Request{{Key: key, Limit: tc.limit, Hits: hits}})
 				if err != nil || !ds[0].Allowed {
 					t.Fatalf("check: %v %v", ds, err)
 				}
@@ -172,7 +175,7 @@ func TestRedisIndexOutlivesState(t *testing.T) {
 				}
 			}
 			time.Sleep(tc.check)
-			if n := len(rdb.Keys(ctx, s.stateKey(&Request{Key: key, Limit: tc.limit})+"*").Val()); n != 1 {
+			if n := len(rdb.Keys(ctx, s.stateKey(&algorithms.Request{Key: key, Limit: tc.limit})+"*").Val()); n != 1 {
 				t.Fatalf("state gone before the check (timing too slow here?)")
 			}
 			n, err := s.Reset(ctx, key.Scope, key.Identifier, "")
@@ -191,36 +194,28 @@ func TestRedisCluster(t *testing.T) {
 	addrs := redistest.StartCluster(t)
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { rdb.Close() })
-	cluster := []storeFactory{{"redis-cluster", func(t *testing.T, clock func() time.Time) Store {
-		s := NewRedisStore(rdb, RedisOptions{Now: clock, Coalesce: 2})
+	storetest.Contract(t, []storetest.Factory{{Name: "redis-cluster", New: func(t *testing.T, clock func() time.Time) algorithms.Store {
+		s := New(rdb, Options{Now: clock, Coalesce: 2})
 		t.Cleanup(s.Close)
 		if s.cluster == nil || s.single != nil {
 			t.Fatal("a Cluster store must route by master")
 		}
 		return s
-	}}, {"redis-cluster-unindexed", func(t *testing.T, clock func() time.Time) Store {
-		// Fixed windows without the script (plain.go) on every master.
-		s := NewRedisStore(rdb, RedisOptions{Now: clock, Coalesce: 2})
+	}}, {Name: "redis-cluster-unindexed", Unindexed: true, New: func(t *testing.T, clock func() time.Time) algorithms.Store {
+		// Windows counted first (plain.go) on every master.
+		s := New(rdb, Options{Now: clock, Coalesce: 2})
 		t.Cleanup(s.Close)
-		return unindexedStore{s}
-	}}}
-	t.Run("conformance", func(t *testing.T) { conformance(t, cluster) })
-	t.Run("batch", func(t *testing.T) { conformanceBatch(t, cluster) })
-	t.Run("isolation", func(t *testing.T) { conformanceIsolation(t, cluster) })
-	t.Run("reset", func(t *testing.T) { conformanceReset(t, cluster) })
-	t.Run("invalid", func(t *testing.T) { conformanceInvalid(t, cluster) })
-	t.Run("all or nothing", func(t *testing.T) { conformanceAllOrNothing(t, cluster) })
-	t.Run("always count", func(t *testing.T) { conformanceAlwaysCount(t, cluster) })
-	t.Run("clear", func(t *testing.T) { conformanceClear(t, cluster) })
+		return storetest.Unindexed(s)
+	}}})
 
 	// The keys of a batch really are spread over the nodes.
 	ctx := context.Background()
-	s := NewRedisStore(rdb, RedisOptions{})
+	s := New(rdb, Options{})
 	t.Cleanup(s.Close)
 	scope := uniqueScope(t)
-	var batch []Request
+	var batch []algorithms.Request
 	for i := range 30 {
-		batch = append(batch, Request{Key: Key{scope, "user-" + strconv.Itoa(i), ""}, Limit: Limit{Algorithm: FixedWindow, Limit: 1, Window: time.Minute}, Hits: 1})
+		batch = append(batch, algorithms.Request{Key: algorithms.Key{Scope: scope, Identifier: "user-" + strconv.Itoa(i)}, Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 1, Window: time.Minute}, Hits: 1})
 	}
 	ds, err := s.Check(ctx, batch)
 	if err != nil {
@@ -253,19 +248,19 @@ func TestRedisCluster(t *testing.T) {
 // still has its TTL, and decides exactly as an indexed one.
 func TestRedisUnindexed(t *testing.T) {
 	rdb := newRedisClient(t, 0)
-	s := NewRedisStore(rdb, RedisOptions{})
+	s := New(rdb, Options{})
 	ctx := context.Background()
 	scope := uniqueScope(t)
-	for _, l := range []Limit{
-		{Algorithm: FixedWindow, Limit: 3, Window: time.Minute},
-		{Algorithm: SlidingWindow, Limit: 3, Window: time.Minute},
-		{Algorithm: TokenBucket, Limit: 3, Window: time.Minute},
-		{Algorithm: GCRA, Limit: 3, Window: time.Minute},
+	for _, l := range []algorithms.Limit{
+		{Algorithm: algorithms.FixedWindow, Limit: 3, Window: time.Minute},
+		{Algorithm: algorithms.SlidingWindow, Limit: 3, Window: time.Minute},
+		{Algorithm: algorithms.TokenBucket, Limit: 3, Window: time.Minute},
+		{Algorithm: algorithms.GCRA, Limit: 3, Window: time.Minute},
 	} {
-		indexed := Request{Key: Key{scope, "indexed", ""}, Limit: l, Hits: 1}
-		unindexed := Request{Key: Key{scope, "unindexed", ""}, Limit: l, Hits: 1, Unindexed: true}
+		indexed := algorithms.Request{Key: algorithms.Key{Scope: scope, Identifier: "indexed"}, Limit: l, Hits: 1}
+		unindexed := algorithms.Request{Key: algorithms.Key{Scope: scope, Identifier: "unindexed"}, Limit: l, Hits: 1, Unindexed: true, Counting: algorithms.CountThenRefund}
 		for i := range 5 {
-			ds, err := s.Check(ctx, []Request{indexed, unindexed})
+			ds, err := s.Check(ctx, []algorithms.Request{indexed, unindexed})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,6 +1,8 @@
-package algorithms
+package storetest
 
 import (
+	"github.com/throttle-rl/throttle/algorithms"
+
 	"context"
 	"fmt"
 	"testing"
@@ -10,38 +12,35 @@ import (
 // The conformance of all-or-nothing groups, always-counting limits and
 // Clear, on every store.
 
-func TestConformanceAllOrNothing(t *testing.T) { conformanceAllOrNothing(t, storeFactories()) }
-func TestConformanceAlwaysCount(t *testing.T)  { conformanceAlwaysCount(t, storeFactories()) }
-func TestConformanceClear(t *testing.T)        { conformanceClear(t, storeFactories()) }
-
-// groupLimits are the wide limit of the groups: one per algorithm.
-var groupLimits = []Limit{
-	{Algorithm: FixedWindow, Limit: 100, Window: time.Minute},
-	{Algorithm: SlidingWindow, Limit: 100, Window: time.Minute},
-	{Algorithm: TokenBucket, Limit: 100, Window: time.Minute},
-	{Algorithm: GCRA, Limit: 100, Window: time.Minute},
+// WideLimits are one limit of 100 a minute per algorithm: the wide limit of
+// the all-or-nothing groups.
+var WideLimits = []algorithms.Limit{
+	{Algorithm: algorithms.FixedWindow, Limit: 100, Window: time.Minute},
+	{Algorithm: algorithms.SlidingWindow, Limit: 100, Window: time.Minute},
+	{Algorithm: algorithms.TokenBucket, Limit: 100, Window: time.Minute},
+	{Algorithm: algorithms.GCRA, Limit: 100, Window: time.Minute},
 }
 
-// conformanceAllOrNothing: an ip limit of 100 and a user limit of 1, four
+// AllOrNothing: an ip limit of 100 and a user limit of 1, four
 // requests carrying both. Tied, the three the user limit rejects leave the
 // ip limit untouched (99 remaining); untied (the reference's counting) they
 // spend it (96).
-func conformanceAllOrNothing(t *testing.T, factories []storeFactory) {
+func AllOrNothing(t *testing.T, factories []Factory) {
 	for _, f := range factories {
-		for _, wide := range groupLimits {
+		for _, wide := range WideLimits {
 			for _, tied := range []bool{true, false} {
-				t.Run(fmt.Sprintf("%s/%s/tied=%v", f.name, wide.Algorithm, tied), func(t *testing.T) {
-					clock := &fakeClock{now: t0}
-					s := f.make(t, clock.Now)
-					scope := uniqueScope(t)
+				t.Run(fmt.Sprintf("%s/%s/tied=%v", f.Name, wide.Algorithm, tied), func(t *testing.T) {
+					clock := NewClock(T0)
+					s := f.New(t, clock.Now)
+					scope := UniqueScope(t)
 					ctx := context.Background()
-					user := Limit{Algorithm: FixedWindow, Limit: 1, Window: time.Minute}
+					user := algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 1, Window: time.Minute}
 					for i := range 4 {
 						// The narrow limit first and last: a group is void
 						// whichever of its requests is over.
-						reqs := []Request{
-							{Key: Key{scope, "user-1", "u"}, Limit: user, Hits: 1, AllOrNothing: tied},
-							{Key: Key{scope, "10.0.0.1", "ip"}, Limit: wide, Hits: 1, AllOrNothing: tied},
+						reqs := []algorithms.Request{
+							{Key: algorithms.Key{Scope: scope, Identifier: "user-1", Name: "u"}, Limit: user, Hits: 1, AllOrNothing: tied},
+							{Key: algorithms.Key{Scope: scope, Identifier: "10.0.0.1", Name: "ip"}, Limit: wide, Hits: 1, AllOrNothing: tied},
 						}
 						if i%2 == 1 {
 							reqs[0], reqs[1] = reqs[1], reqs[0]
@@ -72,7 +71,7 @@ func conformanceAllOrNothing(t *testing.T, factories []storeFactory) {
 						}
 					}
 					// The state agrees: a peek of the ip limit.
-					ds, err := s.Check(ctx, []Request{{Key: Key{scope, "10.0.0.1", "ip"}, Limit: wide}})
+					ds, err := s.Check(ctx, []algorithms.Request{{Key: algorithms.Key{Scope: scope, Identifier: "10.0.0.1", Name: "ip"}, Limit: wide}})
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -89,22 +88,22 @@ func conformanceAllOrNothing(t *testing.T, factories []storeFactory) {
 	}
 }
 
-// conformanceAlwaysCount: a budget of 300 per minute charged after the
+// AlwaysCount: a budget of 300 per minute charged after the
 // response: a peek (hits 0) at request time is within, a report of 500
 // counts though it is over, and the next request is refused until the
 // budget is paid back.
-func conformanceAlwaysCount(t *testing.T, factories []storeFactory) {
+func AlwaysCount(t *testing.T, factories []Factory) {
 	for _, f := range factories {
-		for _, l := range groupLimits {
+		for _, l := range WideLimits {
 			l.Limit = 300
-			t.Run(f.name+"/"+string(l.Algorithm), func(t *testing.T) {
-				clock := &fakeClock{now: t0}
-				s := f.make(t, clock.Now)
-				key := Key{uniqueScope(t), "tenant", "tokens"}
+			t.Run(f.Name+"/"+string(l.Algorithm), func(t *testing.T) {
+				clock := NewClock(T0)
+				s := f.New(t, clock.Now)
+				key := algorithms.Key{Scope: UniqueScope(t), Identifier: "tenant", Name: "tokens"}
 				ctx := context.Background()
-				check := func(hits int64, always bool) Decision {
+				check := func(hits int64, always bool) algorithms.Decision {
 					t.Helper()
-					ds, err := s.Check(ctx, []Request{{Key: key, Limit: l, Hits: hits, AlwaysCount: always}})
+					ds, err := s.Check(ctx, []algorithms.Request{{Key: key, Limit: l, Hits: hits, AlwaysCount: always}})
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -144,27 +143,27 @@ func conformanceAlwaysCount(t *testing.T, factories []storeFactory) {
 	}
 }
 
-// conformanceClear: Clear forgets exactly the state of the requests given,
+// Clear checks that Clear forgets exactly the state of the requests given,
 // indexed or not, and counts what existed.
-func conformanceClear(t *testing.T, factories []storeFactory) {
+func Clear(t *testing.T, factories []Factory) {
 	for _, f := range factories {
-		t.Run(f.name, func(t *testing.T) {
-			clock := &fakeClock{now: t0}
-			s := f.make(t, clock.Now)
-			scope := uniqueScope(t)
+		t.Run(f.Name, func(t *testing.T) {
+			clock := NewClock(T0)
+			s := f.New(t, clock.Now)
+			scope := UniqueScope(t)
 			ctx := context.Background()
-			var reqs []Request
-			for _, l := range groupLimits {
+			var reqs []algorithms.Request
+			for _, l := range WideLimits {
 				l.Limit = 2
 				reqs = append(reqs,
-					Request{Key: Key{scope, "a", ""}, Limit: l, Hits: 2},
-					Request{Key: Key{scope, "b", "named"}, Limit: l, Hits: 2, Unindexed: true})
+					algorithms.Request{Key: algorithms.Key{Scope: scope, Identifier: "a"}, Limit: l, Hits: 2},
+					algorithms.Request{Key: algorithms.Key{Scope: scope, Identifier: "b", Name: "named"}, Limit: l, Hits: 2, Unindexed: true})
 			}
 			if _, err := s.Check(ctx, reqs); err != nil {
 				t.Fatal(err)
 			}
-			other := Request{Key: Key{scope, "c", ""}, Limit: groupLimits[0], Hits: 1}
-			if _, err := s.Check(ctx, []Request{other}); err != nil {
+			other := algorithms.Request{Key: algorithms.Key{Scope: scope, Identifier: "c"}, Limit: WideLimits[0], Hits: 1}
+			if _, err := s.Check(ctx, []algorithms.Request{other}); err != nil {
 				t.Fatal(err)
 			}
 			n, err := s.Clear(ctx, reqs)
@@ -180,10 +179,10 @@ func conformanceClear(t *testing.T, factories []storeFactory) {
 					t.Errorf("request %d after Clear: %+v, want admitted (fresh state)", i, d)
 				}
 			}
-			if n, err := s.Clear(ctx, []Request{{Key: Key{scope, "nobody", ""}, Limit: groupLimits[1]}}); err != nil || n != 0 {
+			if n, err := s.Clear(ctx, []algorithms.Request{{Key: algorithms.Key{Scope: scope, Identifier: "nobody"}, Limit: WideLimits[1]}}); err != nil || n != 0 {
 				t.Errorf("Clear of no state = %d, %v; want 0", n, err)
 			}
-			ds, err = s.Check(ctx, []Request{{Key: other.Key, Limit: other.Limit}})
+			ds, err = s.Check(ctx, []algorithms.Request{{Key: other.Key, Limit: other.Limit}})
 			if err != nil || ds[0].Remaining != 99 {
 				t.Errorf("another identifier after Clear: %+v %v, want untouched (99 left)", ds, err)
 			}

@@ -1,6 +1,8 @@
-package algorithms
+package redisstore
 
 import (
+	"github.com/throttle-rl/throttle/algorithms"
+
 	"context"
 	"fmt"
 	"runtime"
@@ -37,7 +39,7 @@ const maxYields = 4
 // (docs/benchmarks.md). A call that hangs (a lost packet, a slow command)
 // holds the others back no longer than overlapAfter.
 type coalescer struct {
-	decide   func(ctx context.Context, reqs []Request, sizes []int) ([]Decision, error)
+	decide   func(ctx context.Context, reqs []algorithms.Request, sizes []int) ([]algorithms.Decision, error)
 	queue    chan *waiting
 	maxBatch int
 	// turn is held (a value in it) by the worker that may send next, or
@@ -54,7 +56,7 @@ type coalescer struct {
 type waiting struct {
 	ctx      context.Context
 	deadline time.Time // when the caller stops waiting; zero: ctx's
-	reqs     []Request
+	reqs     []algorithms.Request
 	done     chan checkResult // buffered: a worker never blocks on a caller gone
 	taken    atomic.Bool      // a worker has it: it may be on its way to Redis
 	// timer fires at deadline. It is the waiting's own, reused with it:
@@ -64,13 +66,13 @@ type waiting struct {
 }
 
 type checkResult struct {
-	ds  []Decision
+	ds  []algorithms.Decision
 	err error
 }
 
 // newCoalescer starts workers that send batches of up to maxBatch requests
 // with decide, a second call beside one that has been out for overlap.
-func newCoalescer(workers, maxBatch int, overlap time.Duration, decide func(context.Context, []Request, []int) ([]Decision, error)) *coalescer {
+func newCoalescer(workers, maxBatch int, overlap time.Duration, decide func(context.Context, []algorithms.Request, []int) ([]algorithms.Decision, error)) *coalescer {
 	ctx, stop := context.WithCancel(context.Background())
 	c := &coalescer{decide: decide, queue: make(chan *waiting, 4*workers*maxBatch), maxBatch: maxBatch, stop: stop,
 		turn: make(chan struct{}, 1), overlap: overlap}
@@ -94,7 +96,7 @@ func newCoalescer(workers, maxBatch int, overlap time.Duration, decide func(cont
 // batch, nothing was sent: the error wraps ErrOverloaded, since the time
 // went in Throttle's own queue. When it ends after, the error is
 // context.DeadlineExceeded (deadline) or ctx's.
-func (c *coalescer) check(ctx context.Context, deadline time.Time, reqs []Request) ([]Decision, error) {
+func (c *coalescer) check(ctx context.Context, deadline time.Time, reqs []algorithms.Request) ([]algorithms.Decision, error) {
 	w := c.pool.Get().(*waiting)
 	w.ctx, w.deadline, w.reqs = ctx, deadline, reqs
 	w.taken.Store(false)
@@ -108,9 +110,9 @@ func (c *coalescer) check(ctx context.Context, deadline time.Time, reqs []Reques
 	case c.queue <- w:
 	case <-ctx.Done():
 		w.timer.Stop()
-		return nil, fmt.Errorf("the queue to Redis stayed full for %v: %w", time.Since(queued), ErrOverloaded)
+		return nil, fmt.Errorf("the queue to Redis stayed full for %v: %w", time.Since(queued), algorithms.ErrOverloaded)
 	case <-expired:
-		return nil, fmt.Errorf("the queue to Redis stayed full for %v: %w", time.Since(queued), ErrOverloaded)
+		return nil, fmt.Errorf("the queue to Redis stayed full for %v: %w", time.Since(queued), algorithms.ErrOverloaded)
 	}
 	var err error
 	select {
@@ -128,7 +130,7 @@ func (c *coalescer) check(ctx context.Context, deadline time.Time, reqs []Reques
 		err = context.DeadlineExceeded
 	}
 	if !w.taken.Load() {
-		return nil, fmt.Errorf("waited %v in the queue to Redis: %w", time.Since(queued), ErrOverloaded)
+		return nil, fmt.Errorf("waited %v in the queue to Redis: %w", time.Since(queued), algorithms.ErrOverloaded)
 	}
 	return nil, err
 }
@@ -217,7 +219,7 @@ func (c *coalescer) run(group []*waiting, n int) {
 	if len(live) == 0 {
 		return
 	}
-	reqs := make([]Request, 0, n)
+	reqs := make([]algorithms.Request, 0, n)
 	sizes := make([]int, len(live))
 	for i, w := range live {
 		reqs = append(reqs, w.reqs...)

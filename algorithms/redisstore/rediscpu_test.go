@@ -1,6 +1,9 @@
-package algorithms
+package redisstore
 
 import (
+	"github.com/throttle-rl/throttle/algorithms"
+	"github.com/throttle-rl/throttle/algorithms/storetest"
+
 	"context"
 	"fmt"
 	"math"
@@ -23,17 +26,17 @@ import (
 func BenchmarkRedisCPU(b *testing.B) {
 	ctx := context.Background()
 	rdb := newRedisClient(b, 1)
-	s := NewRedisStore(rdb, RedisOptions{})
+	s := New(rdb, Options{})
 	for _, batch := range []int{1, 4, 16, 64} {
-		for _, l := range benchLimits {
+		for _, l := range storetest.BenchLimits {
 			b.Run(fmt.Sprintf("%s/batch=%d", l.Algorithm, batch), func(b *testing.B) {
 				scope := uniqueScope(b)
-				reqs := make([]Request, batch)
+				reqs := make([]algorithms.Request, batch)
 				n := 0
 				measureRedisCPU(b, rdb, batch, func() {
 					for i := range reqs {
 						n++
-						reqs[i] = Request{Key: Key{Scope: scope, Identifier: "user_" + strconv.Itoa(n)}, Limit: l, Hits: 1, Unindexed: true}
+						reqs[i] = algorithms.Request{Key: algorithms.Key{Scope: scope, Identifier: "user_" + strconv.Itoa(n)}, Limit: l, Hits: 1, Unindexed: true, Counting: algorithms.CountThenRefund}
 					}
 					if _, err := s.Check(ctx, reqs); err != nil {
 						b.Fatal(err)

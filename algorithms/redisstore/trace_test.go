@@ -1,4 +1,4 @@
-package algorithms
+package redisstore
 
 import (
 	"context"
@@ -14,6 +14,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/throttle-rl/throttle/algorithms"
 )
 
 // newRecorder returns a tracer provider that keeps every span in memory.
@@ -56,13 +58,13 @@ func linked(s sdktrace.ReadOnlySpan) []trace.SpanID {
 // testTracerName is the tracer the store gets, as cmd/throttle names it.
 const testTracerName = "github.com/throttle-rl/throttle/algorithms"
 
-func traceRequest(t *testing.T) []Request {
-	return []Request{{Key: Key{Scope: uniqueScope(t), Identifier: "u"}, Limit: Limit{Algorithm: FixedWindow, Limit: 10, Window: time.Minute}, Hits: 1}}
+func traceRequest(t *testing.T) []algorithms.Request {
+	return []algorithms.Request{{Key: algorithms.Key{Scope: uniqueScope(t), Identifier: "u"}, Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 10, Window: time.Minute}, Hits: 1}}
 }
 
 func TestRedisSpanIsChildOfTheDecision(t *testing.T) {
 	tp, rec := newRecorder(t)
-	s := NewRedisStore(newRedisClient(t, 0), RedisOptions{Tracer: tp.Tracer(testTracerName)})
+	s := New(newRedisClient(t, 0), Options{Tracer: tp.Tracer(testTracerName)})
 	ctx, decide := tp.Tracer("test").Start(context.Background(), "throttle.decide")
 	reqs := append(traceRequest(t), traceRequest(t)...)
 	if _, err := s.Check(ctx, reqs); err != nil {
@@ -95,7 +97,7 @@ func TestRedisSpanIsChildOfTheDecision(t *testing.T) {
 
 func TestRedisSpanNeedsARecordingParent(t *testing.T) {
 	tp, rec := newRecorder(t)
-	s := NewRedisStore(newRedisClient(t, 0), RedisOptions{Tracer: tp.Tracer(testTracerName), Coalesce: 1})
+	s := New(newRedisClient(t, 0), Options{Tracer: tp.Tracer(testTracerName), Coalesce: 1})
 	t.Cleanup(s.Close)
 	unsampled := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample()))
 	ctx, sp := unsampled.Tracer("test").Start(context.Background(), "dropped")
@@ -111,7 +113,7 @@ func TestRedisSpanNeedsARecordingParent(t *testing.T) {
 }
 
 func TestNoTracerIsOff(t *testing.T) {
-	s := NewRedisStore(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), RedisOptions{Coalesce: 1})
+	s := New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), Options{Coalesce: 1})
 	if s.tracer != nil || s.single.merge.tracer != nil {
 		t.Error("the store has a tracer")
 	}
@@ -128,7 +130,7 @@ func TestRedisSpanRecordsTheError(t *testing.T) {
 	ln.Close() // nothing listens there now
 	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second})
 	t.Cleanup(func() { rdb.Close() })
-	s := NewRedisStore(rdb, RedisOptions{Tracer: tp.Tracer(testTracerName)})
+	s := New(rdb, Options{Tracer: tp.Tracer(testTracerName)})
 	ctx, decide := tp.Tracer("test").Start(context.Background(), "throttle.decide")
 	_, err = s.Check(ctx, traceRequest(t))
 	decide.End()
@@ -192,7 +194,7 @@ func TestCoalescedSpans(t *testing.T) {
 	rdb := newRedisClient(t, 0)
 	g := newGate()
 	rdb.AddHook(g)
-	s := NewRedisStore(rdb, RedisOptions{Tracer: tp.Tracer(testTracerName), Coalesce: 1})
+	s := New(rdb, Options{Tracer: tp.Tracer(testTracerName), Coalesce: 1})
 	t.Cleanup(s.Close)
 	tracer := tp.Tracer("test")
 

@@ -1,6 +1,8 @@
-package algorithms
+package storetest
 
 import (
+	"github.com/throttle-rl/throttle/algorithms"
+
 	"context"
 	"testing"
 	"time"
@@ -10,8 +12,8 @@ import (
 // the same deterministic replays through both stores, which must agree
 // exactly. docs/algorithms.md quotes the figures this test pins.
 
-// accuracyReplay is traffic for TestAccuracy: single-hit arrivals, µs offsets
-// from t0, ascending.
+// accuracyReplay is traffic for Accuracy: single-hit arrivals, µs offsets
+// from T0, ascending.
 type accuracyReplay struct {
 	name     string
 	arrivals []int64
@@ -50,15 +52,15 @@ func accuracyReplays(limit, w int64) []accuracyReplay {
 }
 
 // replay drives l with arrivals and returns the admitted ones.
-func replay(t *testing.T, s Store, clock *fakeClock, l Limit, arrivals []int64) []int64 {
+func replay(t *testing.T, s algorithms.Store, clock *Clock, l algorithms.Limit, arrivals []int64) []int64 {
 	t.Helper()
-	key := Key{Scope: uniqueScope(t), Identifier: "x"}
+	key := algorithms.Key{Scope: UniqueScope(t), Identifier: "x"}
 	var admitted []int64
 	for _, a := range arrivals {
 		clock.mu.Lock()
-		clock.now = t0.Add(time.Duration(a) * time.Microsecond)
+		clock.now = T0.Add(time.Duration(a) * time.Microsecond)
 		clock.mu.Unlock()
-		ds, err := s.Check(context.Background(), []Request{{Key: key, Limit: l, Hits: 1}})
+		ds, err := s.Check(context.Background(), []algorithms.Request{{Key: key, Limit: l, Hits: 1}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -98,7 +100,7 @@ func mostInWindow(admitted []int64, w int64) int {
 	return most
 }
 
-// TestAccuracy measures, for limit 100 per minute, the most hits the sliding
+// Accuracy measures, for limit 100 per minute, the most hits the sliding
 // window and GCRA admit in any span of one window (also once two windows
 // have passed), and how many they admit in all against an exact sliding log
 // on the same traffic. The figures are
@@ -107,22 +109,22 @@ func mostInWindow(admitted []int64, w int64) int {
 // at most 2×limit−1 in a window span; GCRA at most limit + ⌊s×limit/window⌋
 // in every span of length s between two admitted hits (so 2×limit−1 within
 // one window).
-func TestAccuracy(t *testing.T) {
+func Accuracy(t *testing.T, factories []Factory) {
 	const limit = 100
 	w := time.Minute.Microseconds()
 	// most: in any window span; admitted: in all; warmMost, warmAdmitted:
 	// the same from the third window on, once a cold start has passed.
 	type figures struct{ most, admitted, warmMost, warmAdmitted int }
 	cases := []struct {
-		alg  Algorithm
+		alg  algorithms.Algorithm
 		want map[string]figures // by replay
 	}{
-		{SlidingWindow, map[string]figures{
+		{algorithms.SlidingWindow, map[string]figures{
 			"worst case":         {199, 199, 0, 0},
 			"steady 3x overload": {101, 1981, 100, 1782},
 			"bursts of 2x":       {100, 1004, 100, 904},
 		}},
-		{GCRA, map[string]figures{
+		{algorithms.GCRA, map[string]figures{
 			"worst case":         {199, 199, 0, 0},
 			"steady 3x overload": {199, 2099, 101, 1800},
 			"bursts of 2x":       {100, 2000, 100, 1800},
@@ -140,22 +142,22 @@ func TestAccuracy(t *testing.T) {
 			t.Errorf("%s: the sliding log admitted %v (in all, from the third window on), pinned %v", rp.name, got, wantLog[rp.name])
 		}
 		for _, tc := range cases {
-			l := Limit{Algorithm: tc.alg, Limit: limit, Window: time.Minute}
+			l := algorithms.Limit{Algorithm: tc.alg, Limit: limit, Window: time.Minute}
 			results := map[string]figures{}
-			for _, f := range storeFactories() {
-				t.Run(string(tc.alg)+"/"+rp.name+"/"+f.name, func(t *testing.T) {
-					clock := &fakeClock{now: t0}
-					admitted := replay(t, f.make(t, clock.Now), clock, l, rp.arrivals)
+			for _, f := range factories {
+				t.Run(string(tc.alg)+"/"+rp.name+"/"+f.Name, func(t *testing.T) {
+					clock := NewClock(T0)
+					admitted := replay(t, f.New(t, clock.Now), clock, l, rp.arrivals)
 					warm := from(admitted, 2*w)
 					got := figures{mostInWindow(admitted, w), len(admitted), mostInWindow(warm, w), len(warm)}
-					results[f.name] = got
+					results[f.Name] = got
 					t.Logf("%s, %s: at most %d admitted in any %s span (limit %d, %.1f%% over); %d admitted in all, the sliding log %d (%+.1f%%)",
 						tc.alg, rp.name, got.most, l.Window, limit, float64(got.most-limit)*100/limit,
 						got.admitted, len(logAdmitted), float64(got.admitted-len(logAdmitted))*100/float64(len(logAdmitted)))
 					if got.most > 2*limit-1 {
 						t.Errorf("%d admitted in one window span, bound %d", got.most, 2*limit-1)
 					}
-					if tc.alg == GCRA {
+					if tc.alg == algorithms.GCRA {
 						checkSpanBound(t, admitted, limit, w)
 					}
 					if got != tc.want[rp.name] {

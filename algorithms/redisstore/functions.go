@@ -1,4 +1,4 @@
-package algorithms
+package redisstore
 
 import (
 	"context"
@@ -45,7 +45,7 @@ func luaLibrary() (code, function string) {
 // first when the master has not got it (a new master, a restart without
 // persistence, FUNCTION FLUSH); EVALSHA where functions cannot be loaded or
 // called (Redis 6).
-func (s *RedisStore) runBatch(ctx context.Context, sh *shard, keys []string, args []any) *redis.Cmd {
+func (s *Store) runBatch(ctx context.Context, sh *shard, keys []string, args []any) *redis.Cmd {
 	if sh.lua.Load() == luaEval {
 		return s.script.Run(ctx, sh.client, keys, args...)
 	}
@@ -70,7 +70,7 @@ func (s *RedisStore) runBatch(ctx context.Context, sh *shard, keys []string, arg
 // loadLibrary loads the library on sh's master. A refusal (no FUNCTION
 // command, no permission) makes the master run the script form from then
 // on; a failure to reach the master leaves the question open.
-func (s *RedisStore) loadLibrary(ctx context.Context, sh *shard) {
+func (s *Store) loadLibrary(ctx context.Context, sh *shard) {
 	err := sh.client.FunctionLoadReplace(ctx, s.library).Err()
 	var re redis.Error
 	switch {

@@ -1,6 +1,9 @@
-package algorithms
+package redisstore
 
 import (
+	"github.com/throttle-rl/throttle/algorithms"
+	"github.com/throttle-rl/throttle/algorithms/storetest"
+
 	"context"
 	"math"
 	"slices"
@@ -18,15 +21,15 @@ import (
 func TestPlainFixedWindowOnRedisClock(t *testing.T) {
 	ctx := context.Background()
 	rdb := newRedisClient(t, 0)
-	s := NewRedisStore(rdb, RedisOptions{})
+	s := New(rdb, Options{})
 	scope := uniqueScope(t)
-	l := Limit{Algorithm: FixedWindow, Limit: 3, Window: time.Minute}
-	req := Request{Key: Key{scope, "u", ""}, Limit: l, Hits: 1, Unindexed: true}
+	l := algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 3, Window: time.Minute}
+	req := algorithms.Request{Key: algorithms.Key{Scope: scope, Identifier: "u"}, Limit: l, Hits: 1, Unindexed: true, Counting: algorithms.CountThenRefund}
 	var allowed []bool
-	var last Decision
+	var last algorithms.Decision
 	for _, hits := range []int64{1, 1, 2, 1, 5} {
 		req.Hits = hits
-		ds, err := s.Check(ctx, []Request{req})
+		ds, err := s.Check(ctx, []algorithms.Request{req})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -53,7 +56,7 @@ func TestPlainFixedWindowOnRedisClock(t *testing.T) {
 	checkExpiresAfterWindows(t, rdb, key, l.Window, 1)
 
 	req.Hits, req.AlwaysCount = 2, true
-	ds, err := s.Check(ctx, []Request{req})
+	ds, err := s.Check(ctx, []algorithms.Request{req})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,24 +78,26 @@ func TestPlainFixedWindowOnRedisClock(t *testing.T) {
 // back in its caller's place.
 func TestPlainMixedBatch(t *testing.T) {
 	ctx := context.Background()
-	clock := &fakeClock{now: t0}
-	s := NewRedisStore(newRedisClient(t, 0), RedisOptions{Now: clock.Now})
+	clock := storetest.NewClock(t0)
+	s := New(newRedisClient(t, 0), Options{Now: clock.Now})
 	scope := uniqueScope(t)
-	fw := func(limit int64) Limit { return Limit{Algorithm: FixedWindow, Limit: limit, Window: time.Minute} }
-	tb := Limit{Algorithm: TokenBucket, Limit: 7, Window: time.Minute}
-	sw := Limit{Algorithm: SlidingWindow, Limit: 9, Window: time.Minute}
-	reqs := []Request{
+	fw := func(limit int64) algorithms.Limit {
+		return algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: limit, Window: time.Minute}
+	}
+	tb := algorithms.Limit{Algorithm: algorithms.TokenBucket, Limit: 7, Window: time.Minute}
+	sw := algorithms.Limit{Algorithm: algorithms.SlidingWindow, Limit: 9, Window: time.Minute}
+	reqs := []algorithms.Request{
 		// caller 0: plain, an all-or-nothing group voided by its second
-		{Key: Key{scope, "a", ""}, Limit: fw(5), Hits: 2, Unindexed: true, AllOrNothing: true},
-		{Key: Key{scope, "b", ""}, Limit: fw(1), Hits: 2, Unindexed: true, AllOrNothing: true},
+		{Key: algorithms.Key{Scope: scope, Identifier: "a"}, Limit: fw(5), Hits: 2, Unindexed: true, Counting: algorithms.CountThenRefund, AllOrNothing: true},
+		{Key: algorithms.Key{Scope: scope, Identifier: "b"}, Limit: fw(1), Hits: 2, Unindexed: true, Counting: algorithms.CountThenRefund, AllOrNothing: true},
 		// caller 1: by the script
-		{Key: Key{scope, "c", ""}, Limit: tb, Hits: 1, Unindexed: true},
+		{Key: algorithms.Key{Scope: scope, Identifier: "c"}, Limit: tb, Hits: 1, Unindexed: true, Counting: algorithms.CountThenRefund},
 		// caller 2: a fixed window with an indexed sliding one: by the script
-		{Key: Key{scope, "d", ""}, Limit: fw(4), Hits: 1, Unindexed: true},
-		{Key: Key{scope, "e", ""}, Limit: sw, Hits: 1},
+		{Key: algorithms.Key{Scope: scope, Identifier: "d"}, Limit: fw(4), Hits: 1, Unindexed: true, Counting: algorithms.CountThenRefund},
+		{Key: algorithms.Key{Scope: scope, Identifier: "e"}, Limit: sw, Hits: 1},
 		// caller 3: plain, a fixed and a sliding window
-		{Key: Key{scope, "f", ""}, Limit: fw(6), Hits: 1, Unindexed: true},
-		{Key: Key{scope, "g", ""}, Limit: sw, Hits: 1, Unindexed: true},
+		{Key: algorithms.Key{Scope: scope, Identifier: "f"}, Limit: fw(6), Hits: 1, Unindexed: true, Counting: algorithms.CountThenRefund},
+		{Key: algorithms.Key{Scope: scope, Identifier: "g"}, Limit: sw, Hits: 1, Unindexed: true, Counting: algorithms.CountThenRefund},
 	}
 	sizes := []int{2, 1, 2, 2}
 	if plain, scripted := splitPlain(reqs, sizes); !slices.Equal(plain, []int{0, 1, 5, 6}) || !slices.Equal(scripted, []int{2, 3, 4}) {
@@ -113,7 +118,7 @@ func TestPlainMixedBatch(t *testing.T) {
 		}
 	}
 	// The voided group counted nothing.
-	ds, err = s.Check(ctx, []Request{{Key: Key{scope, "a", ""}, Limit: fw(5), Unindexed: true}})
+	ds, err = s.Check(ctx, []algorithms.Request{{Key: algorithms.Key{Scope: scope, Identifier: "a"}, Limit: fw(5), Unindexed: true, Counting: algorithms.CountThenRefund}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,14 +171,14 @@ func absDuration(d time.Duration) time.Duration {
 func TestPlainKnownCounters(t *testing.T) {
 	ctx := context.Background()
 	rdb := newRedisClient(t, 0)
-	clock := &fakeClock{now: t0}
-	a := NewRedisStore(rdb, RedisOptions{Now: clock.Now})
-	b := NewRedisStore(rdb, RedisOptions{Now: clock.Now})
-	req := Request{Key: Key{uniqueScope(t), "u", ""}, Limit: Limit{Algorithm: FixedWindow, Limit: 10, Window: time.Hour}, Hits: 2, Unindexed: true}
+	clock := storetest.NewClock(t0)
+	a := New(rdb, Options{Now: clock.Now})
+	b := New(rdb, Options{Now: clock.Now})
+	req := algorithms.Request{Key: algorithms.Key{Scope: uniqueScope(t), Identifier: "u"}, Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 10, Window: time.Hour}, Hits: 2, Unindexed: true, Counting: algorithms.CountThenRefund}
 	key := a.windowKey(&req, t0.UnixMicro())
-	remaining := func(s *RedisStore) int64 {
+	remaining := func(s *Store) int64 {
 		t.Helper()
-		ds, err := s.Check(ctx, []Request{req})
+		ds, err := s.Check(ctx, []algorithms.Request{req})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -213,10 +218,10 @@ func TestPlainKnownCounters(t *testing.T) {
 func TestPlainSlidingWindowOnRedisClock(t *testing.T) {
 	ctx := context.Background()
 	rdb := newRedisClient(t, 0)
-	s := NewRedisStore(rdb, RedisOptions{})
-	l := Limit{Algorithm: SlidingWindow, Limit: 10, Window: time.Hour}
-	req := Request{Key: Key{uniqueScope(t), "u", ""}, Limit: l, Hits: 1, Unindexed: true}
-	if plain, _ := splitPlain([]Request{req}, nil); len(plain) != 1 {
+	s := New(rdb, Options{})
+	l := algorithms.Limit{Algorithm: algorithms.SlidingWindow, Limit: 10, Window: time.Hour}
+	req := algorithms.Request{Key: algorithms.Key{Scope: uniqueScope(t), Identifier: "u"}, Limit: l, Hits: 1, Unindexed: true, Counting: algorithms.CountThenRefund}
+	if plain, _ := splitPlain([]algorithms.Request{req}, nil); len(plain) != 1 {
 		t.Fatal("an unindexed sliding window goes by the script")
 	}
 	now, err := rdb.Time(ctx).Result()
@@ -228,7 +233,7 @@ func TestPlainSlidingWindowOnRedisClock(t *testing.T) {
 	if err := rdb.Set(ctx, s.windowKey(&req, now.UnixMicro()-l.Window.Microseconds()), 8, time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
-	ds, err := s.Check(ctx, []Request{req})
+	ds, err := s.Check(ctx, []algorithms.Request{req})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,7 +245,7 @@ func TestPlainSlidingWindowOnRedisClock(t *testing.T) {
 	// 9 more would fit the current hour alone (1 + 9 = 10), not with the
 	// previous one's weight: refused, and refunded.
 	req.Hits = 9
-	if ds, err = s.Check(ctx, []Request{req}); err != nil {
+	if ds, err = s.Check(ctx, []algorithms.Request{req}); err != nil {
 		t.Fatal(err)
 	}
 	if ds[0].Allowed {

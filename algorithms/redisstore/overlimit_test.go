@@ -1,6 +1,9 @@
-package algorithms
+package redisstore
 
 import (
+	"github.com/throttle-rl/throttle/algorithms"
+	"github.com/throttle-rl/throttle/algorithms/storetest"
+
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -16,27 +19,27 @@ import (
 // through an identical store alone, in lockstep: every decision's Allowed
 // must agree, and the cache must have answered many of them.
 func TestOverLimitCacheChangesNoDecision(t *testing.T) {
-	limits := []Limit{
-		{Algorithm: FixedWindow, Limit: 5, Window: 10 * time.Second},
-		{Algorithm: SlidingWindow, Limit: 5, Window: 10 * time.Second},
-		{Algorithm: TokenBucket, Limit: 5, Window: 10 * time.Second},
-		{Algorithm: TokenBucket, Limit: 3, RefillRate: 0.7},
-		{Algorithm: GCRA, Limit: 5, Window: 10 * time.Second},
-		{Algorithm: GCRA, Limit: 3, Window: 7 * time.Second}, // T = 2333333 1/3 µs
+	limits := []algorithms.Limit{
+		{Algorithm: algorithms.FixedWindow, Limit: 5, Window: 10 * time.Second},
+		{Algorithm: algorithms.SlidingWindow, Limit: 5, Window: 10 * time.Second},
+		{Algorithm: algorithms.TokenBucket, Limit: 5, Window: 10 * time.Second},
+		{Algorithm: algorithms.TokenBucket, Limit: 3, RefillRate: 0.7},
+		{Algorithm: algorithms.GCRA, Limit: 5, Window: 10 * time.Second},
+		{Algorithm: algorithms.GCRA, Limit: 3, Window: 7 * time.Second}, // T = 2333333 1/3 µs
 	}
-	backends := map[string]func(t *testing.T, clock *fakeClock) (Store, Store){
-		"memory": func(t *testing.T, clock *fakeClock) (Store, Store) {
-			return NewMemoryStore(MemoryOptions{Now: clock.Now}), NewMemoryStore(MemoryOptions{Now: clock.Now})
+	backends := map[string]func(t *testing.T, clock *fakeClock) (algorithms.Store, algorithms.Store){
+		"memory": func(t *testing.T, clock *fakeClock) (algorithms.Store, algorithms.Store) {
+			return algorithms.NewMemoryStore(algorithms.MemoryOptions{Now: clock.Now}), algorithms.NewMemoryStore(algorithms.MemoryOptions{Now: clock.Now})
 		},
-		"redis": func(t *testing.T, clock *fakeClock) (Store, Store) {
+		"redis": func(t *testing.T, clock *fakeClock) (algorithms.Store, algorithms.Store) {
 			rdb := newRedisClient(t, 0)
-			return NewRedisStore(rdb, RedisOptions{Now: clock.Now}), NewRedisStore(rdb, RedisOptions{Now: clock.Now})
+			return New(rdb, Options{Now: clock.Now}), New(rdb, Options{Now: clock.Now})
 		},
 	}
 	for name, mk := range backends {
 		for _, l := range limits {
 			t.Run(fmt.Sprintf("%s/%s/%v", name, l.Algorithm, l.RefillRate), func(t *testing.T) {
-				clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
+				clock := storetest.NewClock(time.Unix(1_800_000_000, 0))
 				behind, alone := mk(t, clock)
 				cache, err := NewOverLimitCache(behind, OverLimitCacheOptions{MaxBytes: 1 << 20, Now: clock.Now})
 				if err != nil {
@@ -52,8 +55,8 @@ func TestOverLimitCacheChangesNoDecision(t *testing.T) {
 					if rng.IntN(10) == 0 {
 						hits = 0
 					}
-					mk := func(scope string) []Request {
-						return []Request{{Key: Key{Scope: scope, Identifier: id}, Limit: l, Hits: hits}}
+					mk := func(scope string) []algorithms.Request {
+						return []algorithms.Request{{Key: algorithms.Key{Scope: scope, Identifier: id}, Limit: l, Hits: hits}}
 					}
 					got, err := cache.Check(ctx, mk(scopeA))
 					if err != nil {
@@ -86,16 +89,16 @@ func TestOverLimitCacheChangesNoDecision(t *testing.T) {
 // TestOverLimitCacheBounded: many distinct rejected keys never take more
 // than the configured bytes, and Reset forgets an identifier.
 func TestOverLimitCacheBounded(t *testing.T) {
-	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
+	clock := storetest.NewClock(time.Unix(1_800_000_000, 0))
 	const maxBytes = 64 * 1024
-	cache, err := NewOverLimitCache(NewMemoryStore(MemoryOptions{Now: clock.Now}), OverLimitCacheOptions{MaxBytes: maxBytes, Now: clock.Now})
+	cache, err := NewOverLimitCache(algorithms.NewMemoryStore(algorithms.MemoryOptions{Now: clock.Now}), OverLimitCacheOptions{MaxBytes: maxBytes, Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := Limit{Algorithm: FixedWindow, Limit: 1, Window: time.Hour}
+	l := algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 1, Window: time.Hour}
 	ctx := context.Background()
 	for i := range 5000 {
-		r := []Request{{Key: Key{Scope: "s", Identifier: fmt.Sprintf("user-%06d", i)}, Limit: l, Hits: 1}}
+		r := []algorithms.Request{{Key: algorithms.Key{Scope: "s", Identifier: fmt.Sprintf("user-%06d", i)}, Limit: l, Hits: 1}}
 		for range 2 { // the second is rejected and cached
 			if _, err := cache.Check(ctx, r); err != nil {
 				t.Fatal(err)
@@ -109,7 +112,7 @@ func TestOverLimitCacheBounded(t *testing.T) {
 		t.Errorf("cache holds %d bytes after 5000 rejected keys, want it near %d", cache.bytes(), maxBytes)
 	}
 
-	r := []Request{{Key: Key{Scope: "s", Identifier: "reset-me"}, Limit: l, Hits: 1}}
+	r := []algorithms.Request{{Key: algorithms.Key{Scope: "s", Identifier: "reset-me"}, Limit: l, Hits: 1}}
 	for i, want := range []bool{true, false, false} {
 		ds, _ := cache.Check(ctx, r)
 		if ds[0].Allowed != want || (i == 2 && !ds[0].Cached) {
@@ -130,8 +133,8 @@ func TestOverLimitCacheBounded(t *testing.T) {
 func TestOverLimitCacheSkipsDegraded(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", DialTimeout: 100 * time.Millisecond, MaxRetries: -1, DialerRetries: 1})
 	t.Cleanup(func() { rdb.Close() })
-	dead := NewRedisStore(rdb, RedisOptions{})
-	g, err := NewGuard(dead, GuardOptions{Mode: FailClosed, Timeout: 100 * time.Millisecond})
+	dead := New(rdb, Options{})
+	g, err := NewGuard(dead, GuardOptions{Mode: algorithms.FailClosed, Timeout: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +142,7 @@ func TestOverLimitCacheSkipsDegraded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := []Request{{Key: Key{Scope: "s", Identifier: "u"}, Limit: Limit{Algorithm: FixedWindow, Limit: 5, Window: time.Hour}, Hits: 1}}
+	r := []algorithms.Request{{Key: algorithms.Key{Scope: "s", Identifier: "u"}, Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 5, Window: time.Hour}, Hits: 1}}
 	for i := range 3 {
 		ds, err := cache.Check(context.Background(), r)
 		if err != nil {

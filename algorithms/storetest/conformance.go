@@ -1,6 +1,8 @@
-package algorithms
+package storetest
 
 import (
+	"github.com/throttle-rl/throttle/algorithms"
+
 	"context"
 	"errors"
 	"fmt"
@@ -8,9 +10,6 @@ import (
 	"testing"
 	"time"
 )
-
-// t0 is aligned to every window the suite uses (1 s, 60 s, 3600 s).
-var t0 = time.Unix(1_700_002_800, 0)
 
 type step struct {
 	advance time.Duration
@@ -51,12 +50,12 @@ func join(parts ...[]step) []step {
 
 var conformanceCases = []struct {
 	name  string
-	limit Limit
+	limit algorithms.Limit
 	steps []step
 }{
 	{
 		name:  "fixed window allows the limit, then denies until the next window",
-		limit: Limit{Algorithm: FixedWindow, Limit: 3, Window: time.Minute},
+		limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 3, Window: time.Minute},
 		steps: []step{
 			{0, 1, ok(2, time.Minute)},
 			{time.Second, 1, ok(1, 59*time.Second)},
@@ -68,7 +67,7 @@ var conformanceCases = []struct {
 	},
 	{
 		name:  "fixed window hits above one, rejected requests consume nothing",
-		limit: Limit{Algorithm: FixedWindow, Limit: 5, Window: time.Minute},
+		limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 5, Window: time.Minute},
 		steps: []step{
 			{0, 3, ok(2, time.Minute)},
 			{0, 3, deny(2, time.Minute, time.Minute)},
@@ -79,7 +78,7 @@ var conformanceCases = []struct {
 	},
 	{
 		name:  "fixed window request larger than the limit is never admitted",
-		limit: Limit{Algorithm: FixedWindow, Limit: 5, Window: time.Minute},
+		limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 5, Window: time.Minute},
 		steps: []step{
 			{0, 6, deny(5, time.Minute, time.Minute)},
 			{0, 5, ok(0, time.Minute)},
@@ -87,7 +86,7 @@ var conformanceCases = []struct {
 	},
 	{
 		name:  "fixed window peek changes nothing",
-		limit: Limit{Algorithm: FixedWindow, Limit: 2, Window: time.Second},
+		limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 2, Window: time.Second},
 		steps: []step{
 			{0, 0, ok(2, time.Second)},
 			{0, 0, ok(2, time.Second)},
@@ -97,7 +96,7 @@ var conformanceCases = []struct {
 	},
 	{
 		name:  "fixed window skips empty windows",
-		limit: Limit{Algorithm: FixedWindow, Limit: 2, Window: time.Second},
+		limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 2, Window: time.Second},
 		steps: []step{
 			{0, 2, ok(0, time.Second)},
 			{3*time.Second + 250*time.Millisecond, 1, ok(1, 750*time.Millisecond)},
@@ -105,7 +104,7 @@ var conformanceCases = []struct {
 	},
 	{
 		name:  "sliding window counts the weighted previous window",
-		limit: Limit{Algorithm: SlidingWindow, Limit: 10, Window: time.Minute},
+		limit: algorithms.Limit{Algorithm: algorithms.SlidingWindow, Limit: 10, Window: time.Minute},
 		steps: join(
 			repeat(10, func(i int) step { return step{0, 1, ok(int64(9-i), time.Minute)} }),
 			// Full: admitted again 6 s into the next window, when 10×0.9+1 ≤ 10.
@@ -120,7 +119,7 @@ var conformanceCases = []struct {
 	},
 	{
 		name:  "sliding window forgets after two idle windows",
-		limit: Limit{Algorithm: SlidingWindow, Limit: 4, Window: time.Second},
+		limit: algorithms.Limit{Algorithm: algorithms.SlidingWindow, Limit: 4, Window: time.Second},
 		steps: []step{
 			{0, 4, ok(0, time.Second)},
 			{time.Second, 0, ok(0, time.Second)}, // previous weighs 4 at the start
@@ -130,7 +129,7 @@ var conformanceCases = []struct {
 	},
 	{
 		name:  "sliding window hits above one and larger than the limit",
-		limit: Limit{Algorithm: SlidingWindow, Limit: 5, Window: time.Minute},
+		limit: algorithms.Limit{Algorithm: algorithms.SlidingWindow, Limit: 5, Window: time.Minute},
 		steps: []step{
 			{0, 6, deny(5, time.Minute, time.Minute)},
 			{0, 3, ok(2, time.Minute)},
@@ -140,7 +139,7 @@ var conformanceCases = []struct {
 	},
 	{
 		name:  "token bucket drains then refills at limit/window",
-		limit: Limit{Algorithm: TokenBucket, Limit: 10, Window: 10 * time.Second},
+		limit: algorithms.Limit{Algorithm: algorithms.TokenBucket, Limit: 10, Window: 10 * time.Second},
 		steps: join(
 			repeat(10, func(i int) step { return step{0, 1, ok(int64(9-i), time.Duration(i+1)*time.Second)} }),
 			[]step{
@@ -156,7 +155,7 @@ var conformanceCases = []struct {
 	},
 	{
 		name:  "token bucket explicit refill rate and oversized request",
-		limit: Limit{Algorithm: TokenBucket, Limit: 4, RefillRate: 2},
+		limit: algorithms.Limit{Algorithm: algorithms.TokenBucket, Limit: 4, RefillRate: 2},
 		steps: []step{
 			{0, 4, ok(0, 2*time.Second)},
 			{250 * time.Millisecond, 1, deny(0, 1750*time.Millisecond, 250*time.Millisecond)},
@@ -166,7 +165,7 @@ var conformanceCases = []struct {
 	},
 	{
 		name:  "gcra drains then admits one hit per emission interval",
-		limit: Limit{Algorithm: GCRA, Limit: 10, Window: 10 * time.Second}, // T = 1 s
+		limit: algorithms.Limit{Algorithm: algorithms.GCRA, Limit: 10, Window: 10 * time.Second}, // T = 1 s
 		steps: join(
 			repeat(10, func(i int) step { return step{0, 1, ok(int64(9-i), time.Duration(i+1)*time.Second)} }),
 			[]step{
@@ -183,7 +182,7 @@ var conformanceCases = []struct {
 	},
 	{
 		name:  "gcra counts an emission interval of a third of a second exactly",
-		limit: Limit{Algorithm: GCRA, Limit: 3, Window: time.Second}, // T = 333333⅓ µs
+		limit: algorithms.Limit{Algorithm: algorithms.GCRA, Limit: 3, Window: time.Second}, // T = 333333⅓ µs
 		steps: []step{
 			{0, 1, ok(2, 333334*time.Microsecond)},
 			{0, 1, ok(1, 666667*time.Microsecond)},
@@ -197,9 +196,9 @@ var conformanceCases = []struct {
 	},
 	{
 		name:  "gcra emission interval below a microsecond",
-		limit: Limit{Algorithm: GCRA, Limit: MaxLimit, Window: time.Second}, // T = 1 ps
+		limit: algorithms.Limit{Algorithm: algorithms.GCRA, Limit: algorithms.MaxLimit, Window: time.Second}, // T = 1 ps
 		steps: []step{
-			{0, MaxLimit, ok(0, time.Second)},
+			{0, algorithms.MaxLimit, ok(0, time.Second)},
 			// 1 µs later exactly 10⁶ hits fit again.
 			{time.Microsecond, 1_000_001, deny(1_000_000, 999999*time.Microsecond, time.Microsecond)},
 			{0, 1_000_000, ok(0, time.Second)},
@@ -207,7 +206,7 @@ var conformanceCases = []struct {
 	},
 	{
 		name:  "gcra hits above one and larger than the limit",
-		limit: Limit{Algorithm: GCRA, Limit: 5, Window: time.Minute}, // T = 12 s
+		limit: algorithms.Limit{Algorithm: algorithms.GCRA, Limit: 5, Window: time.Minute}, // T = 12 s
 		steps: []step{
 			{0, 6, deny(5, 0, 0)}, // never admitted; idle, so nothing to wait for
 			{0, 3, ok(2, 36*time.Second)},
@@ -219,7 +218,7 @@ var conformanceCases = []struct {
 	},
 	{
 		name:  "gcra peek changes nothing, and TAT in the past is idle",
-		limit: Limit{Algorithm: GCRA, Limit: 4, Window: time.Second}, // T = 250 ms
+		limit: algorithms.Limit{Algorithm: algorithms.GCRA, Limit: 4, Window: time.Second}, // T = 250 ms
 		steps: []step{
 			{0, 0, ok(4, 0)},
 			{0, 1, ok(3, 250*time.Millisecond)},
@@ -234,7 +233,7 @@ var conformanceCases = []struct {
 	},
 	{
 		name:  "token bucket default refill is limit/60 without a window",
-		limit: Limit{Algorithm: TokenBucket, Limit: 60},
+		limit: algorithms.Limit{Algorithm: algorithms.TokenBucket, Limit: 60},
 		steps: []step{
 			{0, 60, ok(0, time.Minute)},
 			{0, 1, deny(0, time.Minute, time.Second)},
@@ -243,19 +242,17 @@ var conformanceCases = []struct {
 	},
 }
 
-func TestConformance(t *testing.T) { conformance(t, storeFactories()) }
-
-func conformance(t *testing.T, factories []storeFactory) {
+func Decisions(t *testing.T, factories []Factory) {
 	for _, f := range factories {
-		t.Run(f.name, func(t *testing.T) {
+		t.Run(f.Name, func(t *testing.T) {
 			for _, tc := range conformanceCases {
 				t.Run(tc.name, func(t *testing.T) {
-					clock := &fakeClock{now: t0}
-					s := f.make(t, clock.Now)
-					key := Key{Scope: uniqueScope(t), Identifier: "user_123"}
+					clock := NewClock(T0)
+					s := f.New(t, clock.Now)
+					key := algorithms.Key{Scope: UniqueScope(t), Identifier: "user_123"}
 					for i, st := range tc.steps {
 						clock.Advance(st.advance)
-						ds, err := s.Check(context.Background(), []Request{{Key: key, Limit: tc.limit, Hits: st.hits}})
+						ds, err := s.Check(context.Background(), []algorithms.Request{{Key: key, Limit: tc.limit, Hits: st.hits}})
 						if err != nil {
 							t.Fatalf("step %d: %v", i, err)
 						}
@@ -277,24 +274,22 @@ func conformance(t *testing.T, factories []storeFactory) {
 	}
 }
 
-// TestConformanceBatch checks that a batch decides each request as if alone,
+// Batch checks that a batch decides each request as if alone,
 // in order, and that one bad request fails the batch before anything counts.
-func TestConformanceBatch(t *testing.T) { conformanceBatch(t, storeFactories()) }
-
-func conformanceBatch(t *testing.T, factories []storeFactory) {
+func Batch(t *testing.T, factories []Factory) {
 	for _, f := range factories {
-		t.Run(f.name, func(t *testing.T) {
-			clock := &fakeClock{now: t0}
-			s := f.make(t, clock.Now)
-			scope := uniqueScope(t)
+		t.Run(f.Name, func(t *testing.T) {
+			clock := NewClock(T0)
+			s := f.New(t, clock.Now)
+			scope := UniqueScope(t)
 			ctx := context.Background()
-			fw := Limit{Algorithm: FixedWindow, Limit: 2, Window: time.Minute}
-			tb := Limit{Algorithm: TokenBucket, Limit: 1, Window: time.Minute}
-			batch := []Request{
-				{Key: Key{scope, "a", ""}, Limit: fw, Hits: 1},
-				{Key: Key{scope, "a", ""}, Limit: fw, Hits: 1},
-				{Key: Key{scope, "a", ""}, Limit: fw, Hits: 1},
-				{Key: Key{scope, "b", ""}, Limit: tb, Hits: 1},
+			fw := algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 2, Window: time.Minute}
+			tb := algorithms.Limit{Algorithm: algorithms.TokenBucket, Limit: 1, Window: time.Minute}
+			batch := []algorithms.Request{
+				{Key: algorithms.Key{Scope: scope, Identifier: "a"}, Limit: fw, Hits: 1},
+				{Key: algorithms.Key{Scope: scope, Identifier: "a"}, Limit: fw, Hits: 1},
+				{Key: algorithms.Key{Scope: scope, Identifier: "a"}, Limit: fw, Hits: 1},
+				{Key: algorithms.Key{Scope: scope, Identifier: "b"}, Limit: tb, Hits: 1},
 			}
 			ds, err := s.Check(ctx, batch)
 			if err != nil {
@@ -308,14 +303,14 @@ func conformanceBatch(t *testing.T, factories []storeFactory) {
 				t.Fatalf("allowed = %v, want [true true false true]", gotAllowed)
 			}
 
-			bad := []Request{
-				{Key: Key{scope, "c", ""}, Limit: fw, Hits: 1},
-				{Key: Key{scope, "c", ""}, Limit: Limit{Algorithm: FixedWindow, Limit: 0, Window: time.Minute}, Hits: 1},
+			bad := []algorithms.Request{
+				{Key: algorithms.Key{Scope: scope, Identifier: "c"}, Limit: fw, Hits: 1},
+				{Key: algorithms.Key{Scope: scope, Identifier: "c"}, Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 0, Window: time.Minute}, Hits: 1},
 			}
-			if _, err := s.Check(ctx, bad); !errors.Is(err, ErrInvalid) {
+			if _, err := s.Check(ctx, bad); !errors.Is(err, algorithms.ErrInvalid) {
 				t.Fatalf("bad batch: err = %v, want ErrInvalid", err)
 			}
-			ds, err = s.Check(ctx, []Request{{Key: Key{scope, "c", ""}, Limit: fw, Hits: 0}})
+			ds, err = s.Check(ctx, []algorithms.Request{{Key: algorithms.Key{Scope: scope, Identifier: "c"}, Limit: fw, Hits: 0}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -329,41 +324,39 @@ func conformanceBatch(t *testing.T, factories []storeFactory) {
 	}
 }
 
-// TestConformanceIsolation checks that state is shared exactly when keys are
+// Isolation checks that state is shared exactly when keys are
 // equal: different limits, names, scopes and identifiers never collide, even
 // when their text would join to the same string.
-func TestConformanceIsolation(t *testing.T) { conformanceIsolation(t, storeFactories()) }
-
-func conformanceIsolation(t *testing.T, factories []storeFactory) {
+func Isolation(t *testing.T, factories []Factory) {
 	for _, f := range factories {
-		t.Run(f.name, func(t *testing.T) {
-			clock := &fakeClock{now: t0}
-			s := f.make(t, clock.Now)
-			scope := uniqueScope(t)
+		t.Run(f.Name, func(t *testing.T) {
+			clock := NewClock(T0)
+			s := f.New(t, clock.Now)
+			scope := UniqueScope(t)
 			ctx := context.Background()
-			minute := Limit{Algorithm: FixedWindow, Limit: 1, Window: time.Minute}
-			hour := Limit{Algorithm: FixedWindow, Limit: 1, Window: time.Hour}
+			minute := algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 1, Window: time.Minute}
+			hour := algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 1, Window: time.Hour}
 			keys := []struct {
-				key   Key
-				limit Limit
+				key   algorithms.Key
+				limit algorithms.Limit
 			}{
-				{Key{scope, "bob", ""}, minute},
-				{Key{scope, "bob", ""}, hour},
-				{Key{scope, "bob", "rule-a"}, minute},
-				{Key{scope, "bob", "rule-b"}, minute},
-				{Key{scope, "bob:1", ""}, minute},
-				{Key{scope + ":bob", "1", ""}, minute},
-				{Key{scope, "bob}", ""}, minute},
-				{Key{scope, "bob%3A1", ""}, minute},
-				{Key{scope, "bob", ""}, Limit{Algorithm: SlidingWindow, Limit: 1, Window: time.Minute}},
-				{Key{scope, "bob", ""}, Limit{Algorithm: TokenBucket, Limit: 1, Window: time.Minute}},
-				{Key{scope, "bob", ""}, Limit{Algorithm: TokenBucket, Limit: 1, RefillRate: 0.5}},
-				{Key{scope, "bob", ""}, Limit{Algorithm: GCRA, Limit: 1, Window: time.Minute}},
-				{Key{scope, "bob", ""}, Limit{Algorithm: GCRA, Limit: 1, Window: time.Hour}},
-				{Key{scope, "bob", "rule-a"}, Limit{Algorithm: GCRA, Limit: 1, Window: time.Minute}},
+				{algorithms.Key{Scope: scope, Identifier: "bob"}, minute},
+				{algorithms.Key{Scope: scope, Identifier: "bob"}, hour},
+				{algorithms.Key{Scope: scope, Identifier: "bob", Name: "rule-a"}, minute},
+				{algorithms.Key{Scope: scope, Identifier: "bob", Name: "rule-b"}, minute},
+				{algorithms.Key{Scope: scope, Identifier: "bob:1"}, minute},
+				{algorithms.Key{Scope: scope + ":bob", Identifier: "1"}, minute},
+				{algorithms.Key{Scope: scope, Identifier: "bob}"}, minute},
+				{algorithms.Key{Scope: scope, Identifier: "bob%3A1"}, minute},
+				{algorithms.Key{Scope: scope, Identifier: "bob"}, algorithms.Limit{Algorithm: algorithms.SlidingWindow, Limit: 1, Window: time.Minute}},
+				{algorithms.Key{Scope: scope, Identifier: "bob"}, algorithms.Limit{Algorithm: algorithms.TokenBucket, Limit: 1, Window: time.Minute}},
+				{algorithms.Key{Scope: scope, Identifier: "bob"}, algorithms.Limit{Algorithm: algorithms.TokenBucket, Limit: 1, RefillRate: 0.5}},
+				{algorithms.Key{Scope: scope, Identifier: "bob"}, algorithms.Limit{Algorithm: algorithms.GCRA, Limit: 1, Window: time.Minute}},
+				{algorithms.Key{Scope: scope, Identifier: "bob"}, algorithms.Limit{Algorithm: algorithms.GCRA, Limit: 1, Window: time.Hour}},
+				{algorithms.Key{Scope: scope, Identifier: "bob", Name: "rule-a"}, algorithms.Limit{Algorithm: algorithms.GCRA, Limit: 1, Window: time.Minute}},
 			}
 			for i, k := range keys {
-				ds, err := s.Check(ctx, []Request{{Key: k.key, Limit: k.limit, Hits: 1}})
+				ds, err := s.Check(ctx, []algorithms.Request{{Key: k.key, Limit: k.limit, Hits: 1}})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -375,31 +368,29 @@ func conformanceIsolation(t *testing.T, factories []storeFactory) {
 	}
 }
 
-func TestConformanceReset(t *testing.T) { conformanceReset(t, storeFactories()) }
-
-func conformanceReset(t *testing.T, factories []storeFactory) {
+func Reset(t *testing.T, factories []Factory) {
 	for _, f := range factories {
-		if f.unindexed() {
+		if f.Unindexed {
 			continue
 		}
-		t.Run(f.name, func(t *testing.T) {
-			clock := &fakeClock{now: t0}
-			s := f.make(t, clock.Now)
-			scope := uniqueScope(t)
+		t.Run(f.Name, func(t *testing.T) {
+			clock := NewClock(T0)
+			s := f.New(t, clock.Now)
+			scope := UniqueScope(t)
 			ctx := context.Background()
-			fw := Limit{Algorithm: FixedWindow, Limit: 1, Window: time.Minute}
-			sw := Limit{Algorithm: SlidingWindow, Limit: 1, Window: time.Minute}
-			tb := Limit{Algorithm: TokenBucket, Limit: 1, Window: time.Minute}
-			gc := Limit{Algorithm: GCRA, Limit: 1, Window: time.Minute}
-			use := func(id, name string, l Limit) {
+			fw := algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 1, Window: time.Minute}
+			sw := algorithms.Limit{Algorithm: algorithms.SlidingWindow, Limit: 1, Window: time.Minute}
+			tb := algorithms.Limit{Algorithm: algorithms.TokenBucket, Limit: 1, Window: time.Minute}
+			gc := algorithms.Limit{Algorithm: algorithms.GCRA, Limit: 1, Window: time.Minute}
+			use := func(id, name string, l algorithms.Limit) {
 				t.Helper()
-				if _, err := s.Check(ctx, []Request{{Key: Key{scope, id, name}, Limit: l, Hits: 1}}); err != nil {
+				if _, err := s.Check(ctx, []algorithms.Request{{Key: algorithms.Key{Scope: scope, Identifier: id, Name: name}, Limit: l, Hits: 1}}); err != nil {
 					t.Fatal(err)
 				}
 			}
-			allowed := func(id, name string, l Limit) bool {
+			allowed := func(id, name string, l algorithms.Limit) bool {
 				t.Helper()
-				ds, err := s.Check(ctx, []Request{{Key: Key{scope, id, name}, Limit: l, Hits: 0}})
+				ds, err := s.Check(ctx, []algorithms.Request{{Key: algorithms.Key{Scope: scope, Identifier: id, Name: name}, Limit: l, Hits: 0}})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -414,7 +405,7 @@ func conformanceReset(t *testing.T, factories []storeFactory) {
 			use("bob:1", "", fw)
 			use("bo", "", fw)
 
-			n, err := s.Reset(ctx, scope, "bob", FixedWindow)
+			n, err := s.Reset(ctx, scope, "bob", algorithms.FixedWindow)
 			if err != nil || n != 2 {
 				t.Fatalf("Reset(bob, fixed_window) = %d, %v; want 2, nil", n, err)
 			}
@@ -424,7 +415,7 @@ func conformanceReset(t *testing.T, factories []storeFactory) {
 			if allowed("bob", "", sw) || allowed("bob", "", tb) || allowed("bob", "", gc) {
 				t.Error("reset of fixed_window also reset other algorithms")
 			}
-			n, err = s.Reset(ctx, scope, "bob", GCRA)
+			n, err = s.Reset(ctx, scope, "bob", algorithms.GCRA)
 			if err != nil || n != 2 {
 				t.Fatalf("Reset(bob, gcra) = %d, %v; want 2, nil", n, err)
 			}
@@ -445,47 +436,45 @@ func conformanceReset(t *testing.T, factories []storeFactory) {
 			if err != nil || n != 0 {
 				t.Errorf("Reset(nobody) = %d, %v; want 0, nil", n, err)
 			}
-			if _, err := s.Reset(ctx, scope, "bob", "leaky_bucket"); !errors.Is(err, ErrInvalid) {
+			if _, err := s.Reset(ctx, scope, "bob", "leaky_bucket"); !errors.Is(err, algorithms.ErrInvalid) {
 				t.Errorf("Reset with unknown algorithm: err = %v, want ErrInvalid", err)
 			}
 		})
 	}
 }
 
-func TestConformanceInvalid(t *testing.T) { conformanceInvalid(t, storeFactories()) }
-
-func conformanceInvalid(t *testing.T, factories []storeFactory) {
-	key := Key{Scope: "s", Identifier: "i"}
+func Invalid(t *testing.T, factories []Factory) {
+	key := algorithms.Key{Scope: "s", Identifier: "i"}
 	cases := []struct {
 		name string
-		req  Request
+		req  algorithms.Request
 	}{
-		{"limit zero", Request{Key: key, Limit: Limit{Algorithm: FixedWindow, Limit: 0, Window: time.Minute}, Hits: 1}},
-		{"limit negative", Request{Key: key, Limit: Limit{Algorithm: SlidingWindow, Limit: -5, Window: time.Minute}, Hits: 1}},
-		{"limit too large", Request{Key: key, Limit: Limit{Algorithm: FixedWindow, Limit: MaxLimit + 1, Window: time.Minute}, Hits: 1}},
-		{"window zero", Request{Key: key, Limit: Limit{Algorithm: FixedWindow, Limit: 1}, Hits: 1}},
-		{"window negative", Request{Key: key, Limit: Limit{Algorithm: SlidingWindow, Limit: 1, Window: -time.Second}, Hits: 1}},
-		{"window too long", Request{Key: key, Limit: Limit{Algorithm: FixedWindow, Limit: 1, Window: MaxWindow + 1}, Hits: 1}},
-		{"token bucket negative window", Request{Key: key, Limit: Limit{Algorithm: TokenBucket, Limit: 1, Window: -time.Second}, Hits: 1}},
-		{"refill NaN", Request{Key: key, Limit: Limit{Algorithm: TokenBucket, Limit: 1, RefillRate: math.NaN()}, Hits: 1}},
-		{"refill negative", Request{Key: key, Limit: Limit{Algorithm: TokenBucket, Limit: 1, RefillRate: -1}, Hits: 1}},
-		{"refill infinite", Request{Key: key, Limit: Limit{Algorithm: TokenBucket, Limit: 1, RefillRate: math.Inf(1)}, Hits: 1}},
-		{"refill absurd", Request{Key: key, Limit: Limit{Algorithm: TokenBucket, Limit: 1, RefillRate: 1e12}, Hits: 1}},
-		{"gcra without window", Request{Key: key, Limit: Limit{Algorithm: GCRA, Limit: 1}, Hits: 1}},
+		{"limit zero", algorithms.Request{Key: key, Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 0, Window: time.Minute}, Hits: 1}},
+		{"limit negative", algorithms.Request{Key: key, Limit: algorithms.Limit{Algorithm: algorithms.SlidingWindow, Limit: -5, Window: time.Minute}, Hits: 1}},
+		{"limit too large", algorithms.Request{Key: key, Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: algorithms.MaxLimit + 1, Window: time.Minute}, Hits: 1}},
+		{"window zero", algorithms.Request{Key: key, Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 1}, Hits: 1}},
+		{"window negative", algorithms.Request{Key: key, Limit: algorithms.Limit{Algorithm: algorithms.SlidingWindow, Limit: 1, Window: -time.Second}, Hits: 1}},
+		{"window too long", algorithms.Request{Key: key, Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 1, Window: algorithms.MaxWindow + 1}, Hits: 1}},
+		{"token bucket negative window", algorithms.Request{Key: key, Limit: algorithms.Limit{Algorithm: algorithms.TokenBucket, Limit: 1, Window: -time.Second}, Hits: 1}},
+		{"refill NaN", algorithms.Request{Key: key, Limit: algorithms.Limit{Algorithm: algorithms.TokenBucket, Limit: 1, RefillRate: math.NaN()}, Hits: 1}},
+		{"refill negative", algorithms.Request{Key: key, Limit: algorithms.Limit{Algorithm: algorithms.TokenBucket, Limit: 1, RefillRate: -1}, Hits: 1}},
+		{"refill infinite", algorithms.Request{Key: key, Limit: algorithms.Limit{Algorithm: algorithms.TokenBucket, Limit: 1, RefillRate: math.Inf(1)}, Hits: 1}},
+		{"refill absurd", algorithms.Request{Key: key, Limit: algorithms.Limit{Algorithm: algorithms.TokenBucket, Limit: 1, RefillRate: 1e12}, Hits: 1}},
+		{"gcra without window", algorithms.Request{Key: key, Limit: algorithms.Limit{Algorithm: algorithms.GCRA, Limit: 1}, Hits: 1}},
 		// lcm(999999937, 366 days in µs) ≈ 3×10²² cannot be counted exactly.
-		{"gcra too fine to count exactly", Request{Key: key, Limit: Limit{Algorithm: GCRA, Limit: 999_999_937, Window: MaxWindow}, Hits: 1}},
-		{"unknown algorithm", Request{Key: key, Limit: Limit{Algorithm: "leaky_bucket", Limit: 1, Window: time.Minute}, Hits: 1}},
-		{"empty algorithm", Request{Key: key, Limit: Limit{Limit: 1, Window: time.Minute}, Hits: 1}},
-		{"negative hits", Request{Key: key, Limit: Limit{Algorithm: FixedWindow, Limit: 1, Window: time.Minute}, Hits: -1}},
-		{"empty identifier", Request{Key: Key{Scope: "s"}, Limit: Limit{Algorithm: FixedWindow, Limit: 1, Window: time.Minute}, Hits: 1}},
-		{"empty scope", Request{Key: Key{Identifier: "i"}, Limit: Limit{Algorithm: FixedWindow, Limit: 1, Window: time.Minute}, Hits: 1}},
+		{"gcra too fine to count exactly", algorithms.Request{Key: key, Limit: algorithms.Limit{Algorithm: algorithms.GCRA, Limit: 999_999_937, Window: algorithms.MaxWindow}, Hits: 1}},
+		{"unknown algorithm", algorithms.Request{Key: key, Limit: algorithms.Limit{Algorithm: "leaky_bucket", Limit: 1, Window: time.Minute}, Hits: 1}},
+		{"empty algorithm", algorithms.Request{Key: key, Limit: algorithms.Limit{Limit: 1, Window: time.Minute}, Hits: 1}},
+		{"negative hits", algorithms.Request{Key: key, Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 1, Window: time.Minute}, Hits: -1}},
+		{"empty identifier", algorithms.Request{Key: algorithms.Key{Scope: "s"}, Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 1, Window: time.Minute}, Hits: 1}},
+		{"empty scope", algorithms.Request{Key: algorithms.Key{Identifier: "i"}, Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 1, Window: time.Minute}, Hits: 1}},
 	}
 	for _, f := range factories {
-		t.Run(f.name, func(t *testing.T) {
-			s := f.make(t, nil)
+		t.Run(f.Name, func(t *testing.T) {
+			s := f.New(t, nil)
 			for _, tc := range cases {
-				ds, err := s.Check(context.Background(), []Request{tc.req})
-				if !errors.Is(err, ErrInvalid) {
+				ds, err := s.Check(context.Background(), []algorithms.Request{tc.req})
+				if !errors.Is(err, algorithms.ErrInvalid) {
 					t.Errorf("%s: err = %v, decisions %v; want an error wrapping ErrInvalid", tc.name, err, ds)
 				}
 			}

@@ -1,6 +1,8 @@
-package algorithms
+package redisstore
 
 import (
+	"github.com/throttle-rl/throttle/algorithms"
+
 	"context"
 	"fmt"
 	"hash/maphash"
@@ -33,7 +35,7 @@ import (
 // persistence): it goes on rejecting what the key's limit says must be
 // rejected in that window, where Redis would have started again from zero.
 type OverLimitCache struct {
-	next     Store
+	next     algorithms.Store
 	seed     maphash.Seed
 	shards   [cacheShards]cacheShard
 	maxBytes int // per shard
@@ -50,8 +52,8 @@ type cacheShard struct {
 }
 
 type cacheKey struct {
-	key   Key
-	limit Limit
+	key   algorithms.Key
+	limit algorithms.Limit
 }
 
 type cacheEntry struct {
@@ -75,7 +77,7 @@ type OverLimitCacheOptions struct {
 }
 
 // NewOverLimitCache wraps next.
-func NewOverLimitCache(next Store, opts OverLimitCacheOptions) (*OverLimitCache, error) {
+func NewOverLimitCache(next algorithms.Store, opts OverLimitCacheOptions) (*OverLimitCache, error) {
 	if opts.MaxBytes <= 0 {
 		return nil, fmt.Errorf("over-limit cache: size %d must be > 0", opts.MaxBytes)
 	}
@@ -109,11 +111,11 @@ func NewOverLimitCache(next Store, opts OverLimitCacheOptions) (*OverLimitCache,
 
 // Check answers the requests the cache knows to be over their limit and
 // sends the others, in one batch, to the wrapped store.
-func (c *OverLimitCache) Check(ctx context.Context, reqs []Request) ([]Decision, error) {
+func (c *OverLimitCache) Check(ctx context.Context, reqs []algorithms.Request) ([]algorithms.Decision, error) {
 	now := c.now()
-	var out []Decision // nil until a request is answered here
+	var out []algorithms.Decision // nil until a request is answered here
 	for i, r := range reqs {
-		if r.Hits <= 0 || r.Hits > MaxLimit || r.AlwaysCount {
+		if r.Hits <= 0 || r.Hits > algorithms.MaxLimit || r.AlwaysCount {
 			continue // a peek, invalid, or counted anyway: the store answers
 		}
 		e, ok := c.lookup(r, now)
@@ -121,14 +123,14 @@ func (c *OverLimitCache) Check(ctx context.Context, reqs []Request) ([]Decision,
 			continue
 		}
 		if out == nil {
-			out = make([]Decision, len(reqs))
+			out = make([]algorithms.Decision, len(reqs))
 		}
-		out[i] = Decision{
+		out[i] = algorithms.Decision{
 			Limit: r.Limit.Limit, ResetAfter: e.resetAt.Sub(now), RetryAfter: e.until.Sub(now),
 			Now: now, Cached: true,
 		}
 	}
-	if out != nil && allOrNothing(reqs) {
+	if out != nil && algorithms.Tied(reqs) {
 		out = c.keepTied(reqs, out)
 	}
 	if out == nil {
@@ -138,7 +140,7 @@ func (c *OverLimitCache) Check(ctx context.Context, reqs []Request) ([]Decision,
 		}
 		return ds, err
 	}
-	var rest []Request
+	var rest []algorithms.Request
 	var index []int
 	for i, r := range reqs {
 		if !out[i].Cached {
@@ -165,7 +167,7 @@ func (c *OverLimitCache) Check(ctx context.Context, reqs []Request) ([]Decision,
 // of them was answered here: it is over its limit, so none of them may be
 // counted, and only the store can decide them so (it does, at the one it
 // rejects). It returns nil when nothing is answered here any more.
-func (c *OverLimitCache) keepTied(reqs []Request, out []Decision) []Decision {
+func (c *OverLimitCache) keepTied(reqs []algorithms.Request, out []algorithms.Decision) []algorithms.Decision {
 	tied := false
 	for i := range reqs {
 		tied = tied || (reqs[i].AllOrNothing && out[i].Cached)
@@ -176,7 +178,7 @@ func (c *OverLimitCache) keepTied(reqs []Request, out []Decision) []Decision {
 	any := false
 	for i := range reqs {
 		if reqs[i].AllOrNothing {
-			out[i] = Decision{}
+			out[i] = algorithms.Decision{}
 		}
 		any = any || out[i].Cached
 	}
@@ -188,7 +190,7 @@ func (c *OverLimitCache) keepTied(reqs []Request, out []Decision) []Decision {
 
 // Clear forgets the cached rejections of reqs' keys and limits, then clears
 // them on the wrapped store.
-func (c *OverLimitCache) Clear(ctx context.Context, reqs []Request) (int, error) {
+func (c *OverLimitCache) Clear(ctx context.Context, reqs []algorithms.Request) (int, error) {
 	for _, r := range reqs {
 		k := cacheKey{r.Key, r.Limit}
 		s := c.shard(k)
@@ -200,7 +202,7 @@ func (c *OverLimitCache) Clear(ctx context.Context, reqs []Request) (int, error)
 }
 
 // lookup returns r's entry when it still rejects r.
-func (c *OverLimitCache) lookup(r Request, now time.Time) (cacheEntry, bool) {
+func (c *OverLimitCache) lookup(r algorithms.Request, now time.Time) (cacheEntry, bool) {
 	k := cacheKey{r.Key, r.Limit}
 	s := c.shard(k)
 	s.mu.Lock()
@@ -217,7 +219,7 @@ func (c *OverLimitCache) lookup(r Request, now time.Time) (cacheEntry, bool) {
 }
 
 // remember caches the rejections among ds, decided on requests sent at sent.
-func (c *OverLimitCache) remember(reqs []Request, ds []Decision, sent time.Time) {
+func (c *OverLimitCache) remember(reqs []algorithms.Request, ds []algorithms.Decision, sent time.Time) {
 	for i, d := range ds {
 		if d.Allowed || d.Degraded || d.Cached || d.RetryAfter <= 0 || reqs[i].Hits <= 0 {
 			continue
@@ -301,7 +303,7 @@ func (c *OverLimitCache) bytes() int {
 
 // Reset forgets the identifier's cached rejections, then resets it on the
 // wrapped store.
-func (c *OverLimitCache) Reset(ctx context.Context, scope, identifier string, alg Algorithm) (int, error) {
+func (c *OverLimitCache) Reset(ctx context.Context, scope, identifier string, alg algorithms.Algorithm) (int, error) {
 	for i := range c.shards {
 		s := &c.shards[i]
 		s.mu.Lock()

@@ -1,6 +1,8 @@
-package algorithms
+package redisstore
 
 import (
+	"github.com/throttle-rl/throttle/algorithms"
+
 	"context"
 	"errors"
 	"runtime"
@@ -19,7 +21,7 @@ func TestCoalescerDeadline(t *testing.T) {
 	var calls atomic.Int32
 	gotDeadline := make(chan time.Time, 4)
 	release := make(chan struct{})
-	c := newCoalescer(1, 16, overlapAfter, func(ctx context.Context, reqs []Request, _ []int) ([]Decision, error) {
+	c := newCoalescer(1, 16, overlapAfter, func(ctx context.Context, reqs []algorithms.Request, _ []int) ([]algorithms.Decision, error) {
 		calls.Add(1)
 		d, _ := ctx.Deadline()
 		gotDeadline <- d
@@ -32,7 +34,7 @@ func TestCoalescerDeadline(t *testing.T) {
 	})
 	defer c.close()
 	defer close(release) // before close: the last call waits for its deadline
-	req := []Request{{Key: Key{"s", "id", ""}, Limit: Limit{Algorithm: FixedWindow, Limit: 1, Window: time.Second}, Hits: 1}}
+	req := []algorithms.Request{{Key: algorithms.Key{Scope: "s", Identifier: "id"}, Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 1, Window: time.Second}, Hits: 1}}
 
 	hung := make(chan error, 1)
 	start := time.Now()
@@ -46,10 +48,10 @@ func TestCoalescerDeadline(t *testing.T) {
 	}
 	// The worker is busy with the hung call: this one waits in the queue.
 	_, err := c.check(context.Background(), time.Now().Add(50*time.Millisecond), req)
-	if !errors.Is(err, ErrOverloaded) {
+	if !errors.Is(err, algorithms.ErrOverloaded) {
 		t.Fatalf("a batch left in the queue past its deadline: %v, want ErrOverloaded", err)
 	}
-	if err := <-hung; !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrOverloaded) {
+	if err := <-hung; !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, algorithms.ErrOverloaded) {
 		t.Fatalf("a batch taken and hung past its deadline: %v, want context.DeadlineExceeded", err)
 	}
 	if waited := time.Since(start); waited < 300*time.Millisecond || waited > 5*time.Second {
@@ -71,12 +73,12 @@ func TestCoalescerDeadline(t *testing.T) {
 
 // blockingDecide is a decide that reports each call's batch on calls and
 // answers it when released.
-func blockingDecide(calls chan<- []Request, release <-chan struct{}) func(context.Context, []Request, []int) ([]Decision, error) {
-	return func(ctx context.Context, reqs []Request, _ []int) ([]Decision, error) {
+func blockingDecide(calls chan<- []algorithms.Request, release <-chan struct{}) func(context.Context, []algorithms.Request, []int) ([]algorithms.Decision, error) {
+	return func(ctx context.Context, reqs []algorithms.Request, _ []int) ([]algorithms.Decision, error) {
 		calls <- reqs
 		select {
 		case <-release:
-			return make([]Decision, len(reqs)), nil
+			return make([]algorithms.Decision, len(reqs)), nil
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
@@ -85,11 +87,11 @@ func blockingDecide(calls chan<- []Request, release <-chan struct{}) func(contex
 
 // blockedCoalescer is a coalescer of 2 workers over blockingDecide, and a
 // check that sends one request and reports its error on errs.
-func blockedCoalescer(t *testing.T, overlap time.Duration) (calls chan []Request, release chan struct{}, check func(), errs chan error) {
-	calls, release, errs = make(chan []Request, 8), make(chan struct{}), make(chan error, 8)
+func blockedCoalescer(t *testing.T, overlap time.Duration) (calls chan []algorithms.Request, release chan struct{}, check func(), errs chan error) {
+	calls, release, errs = make(chan []algorithms.Request, 8), make(chan struct{}), make(chan error, 8)
 	c := newCoalescer(2, 16, overlap, blockingDecide(calls, release))
 	t.Cleanup(c.close)
-	req := []Request{{Key: Key{"s", "id", ""}, Limit: Limit{Algorithm: FixedWindow, Limit: 1, Window: time.Second}, Hits: 1}}
+	req := []algorithms.Request{{Key: algorithms.Key{Scope: "s", Identifier: "id"}, Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 1, Window: time.Second}, Hits: 1}}
 	deadline := time.Now().Add(time.Minute)
 	check = func() {
 		_, err := c.check(context.Background(), deadline, req)
@@ -157,12 +159,12 @@ func TestCoalescerGathersReadyCallers(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	const callers, trials = 8, 20
 	var calls atomic.Int32
-	c := newCoalescer(1, 64, overlapAfter, func(_ context.Context, reqs []Request, _ []int) ([]Decision, error) {
+	c := newCoalescer(1, 64, overlapAfter, func(_ context.Context, reqs []algorithms.Request, _ []int) ([]algorithms.Decision, error) {
 		calls.Add(1)
-		return make([]Decision, len(reqs)), nil
+		return make([]algorithms.Decision, len(reqs)), nil
 	})
 	defer c.close()
-	req := []Request{{Key: Key{"s", "id", ""}, Limit: Limit{Algorithm: FixedWindow, Limit: 1, Window: time.Second}, Hits: 1}}
+	req := []algorithms.Request{{Key: algorithms.Key{Scope: "s", Identifier: "id"}, Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 1, Window: time.Second}, Hits: 1}}
 	deadline := time.Now().Add(time.Minute)
 	var total int32
 	for range trials {
