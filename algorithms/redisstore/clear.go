@@ -1,8 +1,6 @@
 package redisstore
 
 import (
-	"github.com/throttle-rl/throttle/algorithms"
-
 	"context"
 	"encoding/binary"
 	"errors"
@@ -12,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/throttle-rl/throttle/algorithms"
 )
 
 // Clear deletes the state of each request's key and limit — what Check of

@@ -34,40 +34,6 @@ const (
 	topologyMinEvery = 250 * time.Millisecond
 )
 
-// errNoMaster is the failure of a request whose slot no master serves (its
-// master died and no replica took over): the failure policy answers it.
-var errNoMaster = errors.New("CLUSTERDOWN: no master serves the slot")
-
-// shard is one Redis master and what Throttle keeps for it: its client, its
-// coalescing workers, and when it last answered. A single Redis, or
-// Sentinel's current master, is one shard named "".
-type shard struct {
-	name   string
-	client redis.Cmdable // nil: the slot has no master (errNoMaster)
-	// lua is how this master runs the engine: luaUnknown until a call
-	// told; luaFunction (FCALL, the library loaded when it was missing), or
-	// luaEval (EVALSHA: Redis 6, or FUNCTION LOAD refused).
-	lua   atomic.Int32
-	ping  func(context.Context) error
-	merge *coalescer // nil unless Options.Coalesce
-	// answered is when this master last answered (Unix ns): Guard's
-	// evidence that it is up when a call of its own times out.
-	answered atomic.Int64
-	// clock is this master's clock, for the decisions made without the
-	// script (plain.go).
-	clock redisClock
-	known knownCounters
-	close func() error
-}
-
-// lastAnswer returns when the shard last answered; zero if never.
-func (sh *shard) lastAnswer() time.Time {
-	if ns := sh.answered.Load(); ns != 0 {
-		return time.Unix(0, ns)
-	}
-	return time.Time{}
-}
-
 // topology is one reading of the Cluster's slot table: the master of every
 // slot (the unassigned shard when none serves it).
 type topology struct {

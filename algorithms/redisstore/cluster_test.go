@@ -1,9 +1,6 @@
 package redisstore
 
 import (
-	"github.com/throttle-rl/throttle/algorithms"
-	"github.com/throttle-rl/throttle/algorithms/storetest"
-
 	"context"
 	"fmt"
 	"os/exec"
@@ -13,6 +10,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/throttle-rl/throttle/algorithms"
+	"github.com/throttle-rl/throttle/algorithms/storetest"
 	"github.com/throttle-rl/throttle/internal/redistest"
 )
 

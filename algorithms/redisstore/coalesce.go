@@ -1,8 +1,6 @@
 package redisstore
 
 import (
-	"github.com/throttle-rl/throttle/algorithms"
-
 	"context"
 	"fmt"
 	"runtime"
@@ -11,6 +9,8 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/throttle-rl/throttle/algorithms"
 )
 
 // maxCallWait bounds a merged call whose callers have no deadline.

@@ -1,8 +1,6 @@
 package redisstore
 
 import (
-	"github.com/throttle-rl/throttle/algorithms"
-
 	"context"
 	"errors"
 	"runtime"
@@ -10,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/throttle-rl/throttle/algorithms"
 )
 
 // TestCoalescerDeadline: a caller stops waiting at its deadline, with no

@@ -3,11 +3,37 @@ package redisstore
 import (
 	"context"
 	"crypto/sha1"
+	_ "embed"
 	"encoding/hex"
 	"errors"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/throttle-rl/throttle/algorithms"
+)
+
+// The engine's Lua, embedded: run as a function library where Redis
+// allows it (FCALL), as a script (EVALSHA) where not.
+var (
+	//go:embed prelude.lua
+	preludeLua string
+	//go:embed fixed_window.lua
+	fixedWindowLua string
+	//go:embed sliding_window.lua
+	slidingWindowLua string
+	//go:embed token_bucket.lua
+	tokenBucketLua string
+	//go:embed gcra.lua
+	gcraLua string
+	//go:embed batch.lua
+	batchLua string
+	//go:embed reset.lua
+	resetLua string
+	//go:embed clear.lua
+	clearLua string
+	//go:embed refund.lua
+	refundLua string
 )
 
 // The engine runs in Redis as a function (Redis 7's FUNCTION LOAD, then
@@ -90,4 +116,35 @@ func isUnknownCommand(err error) bool {
 // isNoFunction reports whether err says the master has no such function.
 func isNoFunction(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "Function not found")
+}
+
+// crossSlot lets a script touch keys of several slots of one Cluster
+// master (Redis 7).
+const crossSlot = "#!lua flags=allow-cross-slot-keys\n"
+
+// luaCode is the engine's Lua: the prelude, a function per algorithm, and
+// batch.lua's batch, which calls them for each request of a batch.
+func luaCode() string {
+	var b strings.Builder
+	b.WriteString(preludeLua)
+	for _, a := range algorithms.Algorithms {
+		b.WriteString(algorithmLua(a))
+	}
+	b.WriteString(batchLua)
+	return b.String()
+}
+
+// algorithmLua returns the Lua function of algorithm a.
+func algorithmLua(a algorithms.Algorithm) string {
+	switch a {
+	case algorithms.FixedWindow:
+		return fixedWindowLua
+	case algorithms.SlidingWindow:
+		return slidingWindowLua
+	case algorithms.TokenBucket:
+		return tokenBucketLua
+	case algorithms.GCRA:
+		return gcraLua
+	}
+	panic("algorithms: no script for " + string(a)) // Algorithms lists only those above
 }

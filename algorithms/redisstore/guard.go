@@ -1,8 +1,6 @@
 package redisstore
 
 import (
-	"github.com/throttle-rl/throttle/algorithms"
-
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +10,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/throttle-rl/throttle/algorithms"
 )
 
 // Defaults of GuardOptions.
@@ -109,17 +109,6 @@ type Guard struct {
 	openN    int                 // how many breakers are open, under mu
 }
 
-type guardMetrics struct {
-	errors   prometheus.Counter
-	degraded *prometheus.CounterVec
-	shed     prometheus.Counter
-	open     prometheus.Gauge
-	// Per master, on a Cluster only.
-	shardOpen     *prometheus.GaugeVec
-	shardErrors   *prometheus.CounterVec
-	shardDegraded *prometheus.CounterVec
-}
-
 // NewGuard guards store.
 func NewGuard(store *Store, opts GuardOptions) (*Guard, error) {
 	if _, err := algorithms.ParseFailureMode(string(opts.Mode)); err != nil {
@@ -128,77 +117,49 @@ func NewGuard(store *Store, opts GuardOptions) (*Guard, error) {
 	if store == nil {
 		return nil, errors.New("redisstore: NewGuard needs a Store")
 	}
-	if opts.Backend == "" {
-		opts.Backend = "redis"
-	}
-	if opts.DefaultTimeout <= 0 {
-		opts.DefaultTimeout = DefaultCallTimeout
-	}
-	if opts.BreakerWindow <= 0 {
-		opts.BreakerWindow = DefaultBreakerWindow
-	}
-	if opts.BreakerMinCalls <= 0 || opts.BreakerMinCalls > breakerCalls {
-		opts.BreakerMinCalls = DefaultBreakerMinCalls
-	}
-	if !(opts.BreakerRatio > 0 && opts.BreakerRatio <= 1) {
-		opts.BreakerRatio = DefaultBreakerRatio
-	}
-	if opts.OpenFor <= 0 {
-		opts.OpenFor = DefaultBreakerOpenFor
-	}
-	if opts.HungAfter <= 0 {
-		opts.HungAfter = DefaultHungAfter
-	}
-	if opts.Mode == algorithms.FailLocal && opts.Local == nil {
-		opts.Local = algorithms.NewMemoryStore(algorithms.MemoryOptions{})
-	}
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
+	opts.setDefaults()
 	g := &Guard{store: store, opts: opts, breakers: map[*shard]*breaker{}}
 	if store.single != nil {
 		g.single = &breaker{sh: store.single}
 	}
-	backend := prometheus.Labels{"backend": opts.Backend}
-	g.metrics = guardMetrics{
-		errors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "throttle_backend_errors_total", Help: "Counter backend calls that failed: errors, or timeouts while the backend answered no other call.",
-			ConstLabels: backend,
-		}),
-		degraded: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "throttle_degraded_decisions_total", Help: "Decisions made by the failure policy (FAILURE_MODE) instead of the counter backend.",
-		}, []string{"mode"}),
-		shed: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "throttle_shed_total", Help: "Checks refused (REST 503, gRPC UNAVAILABLE) because their deadline passed while the backend was answering others: Throttle was overloaded.",
-		}),
-		open: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "throttle_backend_circuit_open", Help: "1 while the counter backend's circuit breaker is open (or probing); on a Redis Cluster, while any master's is.",
-			ConstLabels: backend,
-		}),
-	}
-	cs := []prometheus.Collector{g.metrics.errors, g.metrics.degraded, g.metrics.shed, g.metrics.open}
-	if store.cluster != nil {
-		g.metrics.shardOpen = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "throttle_shard_circuit_open", Help: "1 while the circuit breaker of a Redis Cluster master is open (or probing); shard is the master's address, or unassigned for slots no master serves.",
-			ConstLabels: backend,
-		}, []string{"shard"})
-		g.metrics.shardErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "throttle_shard_errors_total", Help: "Calls to a Redis Cluster master that failed.",
-			ConstLabels: backend,
-		}, []string{"shard"})
-		g.metrics.shardDegraded = prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "throttle_shard_degraded_decisions_total", Help: "Decisions made by the failure policy (FAILURE_MODE) for keys of a Redis Cluster master, by master.",
-		}, []string{"shard", "mode"})
-		cs = append(cs, g.metrics.shardOpen, g.metrics.shardErrors, g.metrics.shardDegraded)
-	}
-	if opts.Registerer != nil {
-		for _, c := range cs {
-			if err := opts.Registerer.Register(c); err != nil {
-				return nil, fmt.Errorf("register guard metrics: %w", err)
-			}
-		}
+	var err error
+	g.metrics, err = newGuardMetrics(opts.Registerer, opts.Backend, store.cluster != nil)
+	if err != nil {
+		return nil, err
 	}
 	return g, nil
+}
+
+// setDefaults fills in the options left out (GuardOptions says each
+// default).
+func (o *GuardOptions) setDefaults() {
+	if o.Backend == "" {
+		o.Backend = "redis"
+	}
+	if o.DefaultTimeout <= 0 {
+		o.DefaultTimeout = DefaultCallTimeout
+	}
+	if o.BreakerWindow <= 0 {
+		o.BreakerWindow = DefaultBreakerWindow
+	}
+	if o.BreakerMinCalls <= 0 || o.BreakerMinCalls > breakerCalls {
+		o.BreakerMinCalls = DefaultBreakerMinCalls
+	}
+	if !(o.BreakerRatio > 0 && o.BreakerRatio <= 1) {
+		o.BreakerRatio = DefaultBreakerRatio
+	}
+	if o.OpenFor <= 0 {
+		o.OpenFor = DefaultBreakerOpenFor
+	}
+	if o.HungAfter <= 0 {
+		o.HungAfter = DefaultHungAfter
+	}
+	if o.Mode == algorithms.FailLocal && o.Local == nil {
+		o.Local = algorithms.NewMemoryStore(algorithms.MemoryOptions{})
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
 }
 
 // breakerOf returns the breaker of sh.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/throttle-rl/throttle/algorithms"
 	"github.com/throttle-rl/throttle/algorithms/redisstore"
 	"github.com/throttle-rl/throttle/internal/redistest"

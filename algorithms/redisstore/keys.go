@@ -1,9 +1,9 @@
 package redisstore
 
 import (
-	"github.com/throttle-rl/throttle/algorithms"
-
 	"strconv"
+
+	"github.com/throttle-rl/throttle/algorithms"
 )
 
 // keyPrefix starts every Redis key Throttle writes, after

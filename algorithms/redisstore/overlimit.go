@@ -1,8 +1,6 @@
 package redisstore
 
 import (
-	"github.com/throttle-rl/throttle/algorithms"
-
 	"context"
 	"fmt"
 	"hash/maphash"
@@ -10,6 +8,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/throttle-rl/throttle/algorithms"
 )
 
 // OverLimitCache answers, without the backend, requests for a key that the
@@ -157,9 +157,7 @@ func (c *OverLimitCache) Check(ctx context.Context, reqs []algorithms.Request) (
 		return nil, err
 	}
 	c.remember(rest, ds, now)
-	for j, d := range ds {
-		out[index[j]] = d
-	}
+	putBack(out, index, ds)
 	return out, nil
 }
 

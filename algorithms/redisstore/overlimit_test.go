@@ -1,9 +1,6 @@
 package redisstore
 
 import (
-	"github.com/throttle-rl/throttle/algorithms"
-	"github.com/throttle-rl/throttle/algorithms/storetest"
-
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -11,6 +8,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/throttle-rl/throttle/algorithms"
+	"github.com/throttle-rl/throttle/algorithms/storetest"
 )
 
 // TestOverLimitCacheChangesNoDecision replays one random sequence of

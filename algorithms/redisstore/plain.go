@@ -1,19 +1,18 @@
 package redisstore
 
 import (
-	"github.com/throttle-rl/throttle/algorithms"
-
 	"context"
 	"errors"
 	"fmt"
-	"hash/maphash"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/throttle-rl/throttle/algorithms"
 )
 
-// Window counters without Lua. A fixed or sliding window's state is a plain
+// The count-first regime (algorithms.CountThenRefund): window counters
+// without Lua. A fixed or sliding window's state is a plain
 // counter per window, so a decision needs no script: one command, pipelined
 // with every other request of the batch — SET NX with the TTL of the window
 // (its end; for a sliding window the next one's, whose previous window it
@@ -37,8 +36,9 @@ import (
 // Redis TIME along, and the store keeps its offset from the local clock
 // (redisClock), so replicas on skewed hosts agree on where a window starts.
 //
-// Only unindexed fixed and sliding windows go this way (the Envoy
-// service's counters, which nothing resets by identifier); a caller's
+// Only fixed and sliding windows that are CountThenRefund and Unindexed go
+// this way (the Envoy service's counters, which nothing resets by
+// identifier: the pipeline keeps no index); a caller's
 // requests go together, all this way or all by the script. A sliding
 // window's previous counter is final once its window is over on Redis's
 // clock, as the script reads it; a replica whose estimate of that clock is
@@ -144,6 +144,44 @@ func (s *Store) decidePlain(ctx context.Context, sh *shard, reqs []algorithms.Re
 	if err != nil {
 		return nil, err
 	}
+	ops := s.plainOps(reqs, nowUS)
+	sh.known.lookup(ops)
+	err = s.count(ctx, sh, reqs, ops, nowUS)
+	if err == nil {
+		err = s.countAgain(ctx, sh, reqs, ops)
+	}
+	if err != nil {
+		// Some commands may have run: take back what they counted.
+		s.refundPlain(ctx, sh, reqs, ops, nowUS, func(int) bool { return true })
+		return nil, fmt.Errorf("redis: %w", err)
+	}
+	sh.answered.Store(time.Now().UnixNano())
+	sh.known.add(ops)
+	fs, err := plainFound(reqs, ops, nowUS)
+	if err != nil {
+		return nil, err
+	}
+	// Refund what Redis counted and the decision does not: the hits of a
+	// request over its limit, those of a void all-or-nothing group.
+	ds, err := algorithms.DecideFound(reqs, sizes, fs, nowUS)
+	if !s.refundPlain(ctx, sh, reqs, ops, nowUS, func(i int) bool { return !ds[i].Counted }) {
+		// The hits stay counted: over-counting, never under. Say so where
+		// the request was within its limit (its group was void).
+		for i := range ds {
+			if ops[i].counted() && fs[i].Within && !ds[i].Counted && !reqs[i].AlwaysCount {
+				ds[i].Counted = true
+			}
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("redis: %w", err)
+	}
+	return ds, nil
+}
+
+// plainOps returns each request's counter key at nowUS and the TTL it is
+// made with.
+func (s *Store) plainOps(reqs []algorithms.Request, nowUS int64) []plainOp {
 	ops := make([]plainOp, len(reqs))
 	for i := range reqs {
 		r := &reqs[i]
@@ -154,7 +192,13 @@ func (s *Store) decidePlain(ctx context.Context, sh *shard, reqs []algorithms.Re
 			ops[i].ttl += r.Limit.Window // it is the next window's previous one
 		}
 	}
-	sh.known.lookup(ops)
+	return ops
+}
+
+// count sends the first pipeline: each request's command, a sliding
+// window's GET of its previous counter, and Redis TIME for the shard's
+// clock.
+func (s *Store) count(ctx context.Context, sh *shard, reqs []algorithms.Request, ops []plainOp, nowUS int64) error {
 	pipe := sh.client.Pipeline()
 	var clock *redis.TimeCmd
 	if s.now == nil {
@@ -176,16 +220,23 @@ func (s *Store) decidePlain(ctx context.Context, sh *shard, reqs []algorithms.Re
 		}
 	}
 	sent := time.Now()
-	err = execPipe(ctx, pipe)
+	err := execPipe(ctx, pipe)
 	if err == nil && clock != nil {
 		sh.clock.sample(sent, time.Now(), clock.Val())
 	}
+	return err
+}
+
+// countAgain sends the second pipeline, when the first needs one: INCRBY
+// where SET NX found the counter made by another replica, PEXPIRE where
+// INCRBY may have made it.
+func (s *Store) countAgain(ctx context.Context, sh *shard, reqs []algorithms.Request, ops []plainOp) error {
 	var again redis.Pipeliner
 	for i := range reqs {
 		op := &ops[i]
 		made := op.incr != nil && op.incr.Err() == nil && op.incr.Val() == reqs[i].Hits
 		existed := op.set != nil && op.set.Err() == nil && !op.set.Val()
-		if err != nil || !(made || existed) {
+		if !(made || existed) {
 			continue
 		}
 		if again == nil {
@@ -198,16 +249,16 @@ func (s *Store) decidePlain(ctx context.Context, sh *shard, reqs []algorithms.Re
 		// on one that has its TTL sets the same expiry.)
 		again.PExpire(ctx, op.key, op.ttl)
 	}
-	if again != nil {
-		err = execPipe(ctx, again)
+	if again == nil {
+		return nil
 	}
-	if err != nil {
-		// Some commands may have run: take back what they counted.
-		s.refundPlain(ctx, sh, reqs, ops, nowUS, func(int) bool { return true })
-		return nil, fmt.Errorf("redis: %w", err)
-	}
-	sh.answered.Store(time.Now().UnixNano())
-	sh.known.add(ops)
+	return execPipe(ctx, again)
+}
+
+// plainFound is what the pipelines found of each request: its window's
+// count before its hits (and a sliding window's previous count), and
+// whether they were within the limit.
+func plainFound(reqs []algorithms.Request, ops []plainOp, nowUS int64) ([]algorithms.Found, error) {
 	fs := make([]algorithms.Found, len(reqs))
 	for i := range reqs {
 		r, op := &reqs[i], &ops[i]
@@ -222,22 +273,7 @@ func (s *Store) decidePlain(ctx context.Context, sh *shard, reqs []algorithms.Re
 		}
 		fs[i].Within = algorithms.Within(r, &fs[i], nowUS)
 	}
-	// Refund what Redis counted and the decision does not: the hits of a
-	// request over its limit, those of a void all-or-nothing group.
-	ds, err := algorithms.DecideFound(reqs, sizes, fs, nowUS)
-	if !s.refundPlain(ctx, sh, reqs, ops, nowUS, func(i int) bool { return !ds[i].Counted }) {
-		// The hits stay counted: over-counting, never under. Say so where
-		// the request was within its limit (its group was void).
-		for i := range ds {
-			if ops[i].counted() && fs[i].Within && !ds[i].Counted && !reqs[i].AlwaysCount {
-				ds[i].Counted = true
-			}
-		}
-	}
-	if err != nil {
-		return nil, fmt.Errorf("redis: %w", err)
-	}
-	return ds, nil
+	return fs, nil
 }
 
 // before is the count of op's window before the request's hits.
@@ -274,110 +310,4 @@ func (s *Store) refundPlain(ctx context.Context, sh *shard, reqs []algorithms.Re
 		return true
 	}
 	return s.refundOn(ctx, sh, reqs, at, time.UnixMicro(nowUS)) == nil
-}
-
-// plainNow is the time of a plain batch in µs: Options.Now in tests,
-// else Redis's clock as the shard's offset from the local clock says —
-// asked first (one round trip) when the shard has none yet.
-func (s *Store) plainNow(ctx context.Context, sh *shard) (int64, error) {
-	if s.now != nil {
-		return s.now().UnixMicro(), nil
-	}
-	if now, ok := sh.clock.now(); ok {
-		return now, nil
-	}
-	sent := time.Now()
-	t, err := sh.client.Time(ctx).Result()
-	if err != nil {
-		return 0, fmt.Errorf("redis: %w", err)
-	}
-	sh.clock.sample(sent, time.Now(), t)
-	now, _ := sh.clock.now()
-	return now, nil
-}
-
-// redisClock keeps a Redis master's clock as an offset from the local one,
-// from samples of Redis TIME: each one was taken between the moment its
-// call was sent and the moment its reply came, so the sample of the
-// shortest round trip is the most exact. The best sample is kept, and
-// replaced by any better one, or by the next one once it is a second old
-// (clocks drift, and may be stepped).
-type redisClock struct {
-	mu       sync.Mutex
-	offsetUS int64     // Redis's time minus the local time
-	spreadUS int64     // the sample's round trip: its uncertainty
-	at       time.Time // when it was taken; zero: no sample
-}
-
-// sample takes Redis's time t, asked between sent and got (local time).
-func (c *redisClock) sample(sent, got, t time.Time) {
-	if t.IsZero() {
-		return
-	}
-	spread := got.Sub(sent).Microseconds()
-	mid := sent.Add(got.Sub(sent) / 2)
-	c.mu.Lock()
-	if c.at.IsZero() || spread <= c.spreadUS || got.Sub(c.at) > time.Second {
-		c.offsetUS, c.spreadUS, c.at = t.UnixMicro()-mid.UnixMicro(), spread, got
-	}
-	c.mu.Unlock()
-}
-
-// now returns Redis's time now in µs, false without a sample.
-func (c *redisClock) now() (int64, bool) {
-	c.mu.Lock()
-	off, ok := c.offsetUS, !c.at.IsZero()
-	c.mu.Unlock()
-	return time.Now().UnixMicro() + off, ok
-}
-
-// knownCounters are the window counters a shard's master is known to hold
-// (this store made them or counted on them), so that a decision on one is
-// a lone INCRBY: it has its TTL. Keys name their window, so a known key is
-// asked only while its window lasts; the set is emptied when it reaches
-// knownMax keys rather than swept. A known counter that was deleted
-// meanwhile is seen (INCRBY says the hits alone) and given its TTL.
-//
-// The set holds 64-bit hashes of the keys, not the keys: a map without
-// pointers, which the garbage collector does not scan (65,536 strings made
-// each of its mark phases last 8-15 ms under load, and the tail latency
-// with them). Two keys of one hash make the second known too soon: its
-// first INCRBY makes it, says so, and gives it its TTL.
-type knownCounters struct {
-	mu   sync.Mutex
-	seed maphash.Seed
-	keys map[uint64]struct{}
-}
-
-// knownMax bounds the set (made at its full size: it fills in a
-// window or two under load): 16 bytes a key.
-const knownMax = 1 << 16
-
-// lookup notes in each op the hash of its key and whether its counter is
-// known.
-func (k *knownCounters) lookup(ops []plainOp) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.keys == nil {
-		k.seed, k.keys = maphash.MakeSeed(), make(map[uint64]struct{}, knownMax)
-	}
-	for i := range ops {
-		ops[i].hash = maphash.String(k.seed, ops[i].key)
-		_, ops[i].known = k.keys[ops[i].hash]
-	}
-}
-
-// add notes the counters the ops counted on (after lookup).
-func (k *knownCounters) add(ops []plainOp) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	for i := range ops {
-		if !ops[i].counted() {
-			continue
-		}
-		if len(k.keys) >= knownMax {
-			clear(k.keys)
-		}
-		k.keys[ops[i].hash] = struct{}{}
-	}
 }

@@ -1,9 +1,6 @@
 package redisstore
 
 import (
-	"github.com/throttle-rl/throttle/algorithms"
-	"github.com/throttle-rl/throttle/algorithms/storetest"
-
 	"context"
 	"math"
 	"slices"
@@ -11,6 +8,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/throttle-rl/throttle/algorithms"
+	"github.com/throttle-rl/throttle/algorithms/storetest"
 )
 
 // TestPlainFixedWindowOnRedisClock decides unindexed fixed windows without

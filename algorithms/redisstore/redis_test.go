@@ -1,15 +1,15 @@
 package redisstore
 
 import (
-	"github.com/throttle-rl/throttle/algorithms"
-	"github.com/throttle-rl/throttle/algorithms/storetest"
-
 	"context"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/throttle-rl/throttle/algorithms"
+	"github.com/throttle-rl/throttle/algorithms/storetest"
 	"github.com/throttle-rl/throttle/internal/redistest"
 )
 

@@ -1,9 +1,6 @@
 package redisstore
 
 import (
-	"github.com/throttle-rl/throttle/algorithms"
-	"github.com/throttle-rl/throttle/algorithms/storetest"
-
 	"context"
 	"fmt"
 	"math"
@@ -13,6 +10,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/throttle-rl/throttle/algorithms"
+	"github.com/throttle-rl/throttle/algorithms/storetest"
 )
 
 // BenchmarkRedisCPU measures what decisions cost Redis itself: the CPU the

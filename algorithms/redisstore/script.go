@@ -1,12 +1,12 @@
 package redisstore
 
 import (
-	"github.com/throttle-rl/throttle/algorithms"
-
 	"encoding/binary"
 	"fmt"
 	"math"
 	"strconv"
+
+	"github.com/throttle-rl/throttle/algorithms"
 )
 
 // The Go side of batch.lua: how a batch is packed into the script's

@@ -1,14 +1,14 @@
 package redisstore
 
 import (
-	"github.com/throttle-rl/throttle/algorithms"
-
 	"context"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/throttle-rl/throttle/algorithms"
 )
 
 // OpenTelemetry spans of the Redis store (Options.Tracer).

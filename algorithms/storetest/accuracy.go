@@ -1,11 +1,11 @@
 package storetest
 
 import (
-	"github.com/throttle-rl/throttle/algorithms"
-
 	"context"
 	"testing"
 	"time"
+
+	"github.com/throttle-rl/throttle/algorithms"
 )
 
 // The accuracy of the sliding window and GCRA against an exact sliding log:

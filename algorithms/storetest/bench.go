@@ -1,13 +1,13 @@
 package storetest
 
 import (
-	"github.com/throttle-rl/throttle/algorithms"
-
 	"context"
 	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/throttle-rl/throttle/algorithms"
 )
 
 // Benchmarks over any store: `make bench` runs them on the memory store

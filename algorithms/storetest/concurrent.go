@@ -1,13 +1,13 @@
 package storetest
 
 import (
-	"github.com/throttle-rl/throttle/algorithms"
-
 	"context"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/throttle-rl/throttle/algorithms"
 )
 
 // Replicas makes n stores that share one backend, as n Throttle replicas

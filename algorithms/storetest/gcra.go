@@ -1,13 +1,13 @@
 package storetest
 
 import (
-	"github.com/throttle-rl/throttle/algorithms"
-
 	"context"
 	"math/big"
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/throttle-rl/throttle/algorithms"
 )
 
 // gcraRef is GCRA in exact rationals: the definition, with none of the

@@ -1,12 +1,12 @@
 package storetest
 
 import (
-	"github.com/throttle-rl/throttle/algorithms"
-
 	"context"
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/throttle-rl/throttle/algorithms"
 )
 
 // The conformance of all-or-nothing groups, always-counting limits and

@@ -1,0 +1,44 @@
+// Package redisstore is the Redis counter store of Throttle's engine: an
+// algorithms.Store whose state lives in Redis (single, Sentinel or Cluster),
+// so every replica enforces one shared limit, and the Guard that keeps
+// answering when Redis does not.
+//
+// A batch of requests meets these stages, in order (the file of each):
+//
+//  1. overlimit.go: OverLimitCache (the Envoy service only, when
+//     LOCAL_CACHE_SIZE_IN_BYTES is set) answers from memory the requests
+//     Redis has just rejected, until they could be admitted.
+//  2. guard.go: Guard.Check validates the batch, takes the call's budget
+//     from the caller's deadline and, per master, asks its circuit breaker
+//     (breaker.go) whether to call Redis or to answer by the failure policy
+//     (FAILURE_MODE); a call that fails is answered by the policy, one
+//     that timed out while its master answers others is ErrOverloaded.
+//  3. route.go: dispatch splits the batch by the master of each key's slot
+//     (cluster.go reads the Cluster's slot table; keys.go names keys with a
+//     hash tag per identifier), decides the parts at once, and sends a part
+//     that met a redirect once more; a single Redis is one part.
+//  4. shard.go: a shard is one master (a single Redis is one too): its
+//     client, its coalescer, its clock, the counters it knows; onShard
+//     decides a part there, in a span when tracing (trace.go).
+//  5. coalesce.go: the coalescer merges the batches of concurrent callers
+//     into one call per master.
+//  6. store.go: decide sends each request by its consistency regime
+//     (algorithms.Counting): CountThenRefund windows to plain.go, the rest
+//     to script.go, the two at once when a call holds both.
+//  7. plain.go counts first: a pipeline of SET NX (a new counter, with its
+//     TTL) or INCRBY (a counter known.go knows exists) per request, on
+//     Redis's clock (clock.go); then it refunds what must not stay counted
+//     (refund.lua): hits over the limit, a void all-or-nothing group.
+//  8. script.go packs the batch for batch.lua, which functions.go runs as a
+//     Redis function (FCALL) or, where that is refused, a script (EVALSHA):
+//     one atomic step that reads, decides and counts, an algorithm per .lua
+//     file.
+//  9. algorithms.DecideFound turns what Redis found of each request into
+//     its decision, by the arithmetic the memory store uses.
+//  10. clear.go: on a Cluster, what one master counted for an all-or-nothing
+//     group another master voided is refunded (refundVoided); Clear and
+//     Reset (store.go) delete state.
+//
+// Every key carries a TTL; the clock is Redis's TIME, so replicas on skewed
+// hosts agree. docs/algorithms.md has the semantics and the measurements.
+package redisstore

@@ -1,0 +1,90 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/throttle-rl/throttle/algorithms"
+)
+
+// errNoMaster is the failure of a request whose slot no master serves (its
+// master died and no replica took over): the failure policy answers it.
+var errNoMaster = errors.New("CLUSTERDOWN: no master serves the slot")
+
+// shard is one Redis master and what Throttle keeps for it: its client, its
+// coalescing workers, and when it last answered. A single Redis, or
+// Sentinel's current master, is one shard named "".
+type shard struct {
+	name   string
+	client redis.Cmdable // nil: the slot has no master (errNoMaster)
+	// lua is how this master runs the engine: luaUnknown until a call
+	// told; luaFunction (FCALL, the library loaded when it was missing), or
+	// luaEval (EVALSHA: Redis 6, or FUNCTION LOAD refused).
+	lua   atomic.Int32
+	ping  func(context.Context) error
+	merge *coalescer // nil unless Options.Coalesce
+	// answered is when this master last answered (Unix ns): Guard's
+	// evidence that it is up when a call of its own times out.
+	answered atomic.Int64
+	// clock is this master's clock, for the decisions made without the
+	// script (plain.go).
+	clock redisClock
+	known knownCounters
+	close func() error
+}
+
+// lastAnswer returns when the shard last answered; zero if never.
+func (sh *shard) lastAnswer() time.Time {
+	if ns := sh.answered.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Time{}
+}
+
+func (s *Store) newShard(name string, c redis.Cmdable, ping func(context.Context) error, close func() error) *shard {
+	sh := &shard{name: name, client: c, ping: ping, close: close}
+	if s.opts.Coalesce > 0 {
+		sh.merge = newCoalescer(s.opts.Coalesce, s.opts.MaxBatch, overlapAfter, func(ctx context.Context, reqs []algorithms.Request, sizes []int) ([]algorithms.Decision, error) {
+			return s.decide(ctx, sh, reqs, sizes)
+		})
+		sh.merge.tracer = s.tracer
+	}
+	return sh
+}
+
+// onShard decides a validated batch that one shard holds: through its
+// coalescing workers when there are some (the checks that arrive while a
+// script call is in flight leave together in the next one, so under load one
+// round trip decides many callers, and an idle store waits for nothing: a
+// worker takes the first at once), in a span when tracing. It gives up at
+// deadline, if not zero, or when ctx ends.
+func (s *Store) onShard(ctx context.Context, deadline time.Time, sh *shard, reqs []algorithms.Request) ([]algorithms.Decision, error) {
+	ctx, end := s.traceCheck(ctx, sh, reqs)
+	var ds []algorithms.Decision
+	var err error
+	switch {
+	case sh.merge != nil:
+		ds, err = sh.merge.check(ctx, deadline, reqs)
+	case !deadline.IsZero():
+		dctx, cancel := context.WithDeadline(ctx, deadline)
+		ds, err = s.decide(dctx, sh, reqs, nil)
+		cancel()
+	default:
+		ds, err = s.decide(ctx, sh, reqs, nil)
+	}
+	end(err)
+	return ds, err
+}
+
+// pingShard PINGs one master and notes its answer.
+func pingShard(ctx context.Context, sh *shard) error {
+	err := sh.ping(ctx)
+	if err == nil {
+		sh.answered.Store(time.Now().UnixNano())
+	}
+	return err
+}
