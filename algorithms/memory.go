@@ -3,9 +3,7 @@ package algorithms
 import (
 	"context"
 	"hash/maphash"
-	"math"
 	"slices"
-	"sync"
 	"time"
 )
 
@@ -39,84 +37,6 @@ type MemoryStore struct {
 	salt       [3]uint64 // random, from seed: keys the hash of a limit's numbers
 	shards     []memoryShard
 	sweepEvery time.Duration
-}
-
-type memoryShard struct {
-	mu sync.Mutex
-	// states holds each limit's entry under the hash keyHash gives its key;
-	// entries whose keys share a hash are chained.
-	states map[uint64]*memoryEntry
-	// lastUS is the latest moment this shard decided at (see at).
-	lastUS int64
-	// index is the shard's place in MemoryStore.shards: the order in which
-	// an all-or-nothing batch locks several.
-	index int32
-	// units is the GCRA limit this shard last decided, and its gcraUnits:
-	// a request under the same limit skips working them out again.
-	units gcraUnitsMemo
-	// Pad to two cache lines of its own, so goroutines working on
-	// neighbouring shards do not contend on one.
-	_ [64]byte
-}
-
-// gcraUnitsMemo holds gcraUnits(limit, windowUS): p and c.
-type gcraUnitsMemo struct {
-	limit, windowUS, p, c int64
-}
-
-// gcraUnits returns gcraUnits(limit, windowUS), from sh.units when they are
-// of that limit. Call it with sh.mu held.
-func (sh *memoryShard) gcraUnits(limit, windowUS int64) (p, c int64) {
-	if m := &sh.units; m.limit != limit || m.windowUS != windowUS {
-		m.p, m.c = gcraUnits(limit, windowUS)
-		m.limit, m.windowUS = limit, windowUS
-	}
-	return sh.units.p, sh.units.c
-}
-
-// memoryKey names one limit's state on one identifier: the same parts, with
-// the same meaning, as the Redis store's key (redisstore's stateKey). A named limit is its
-// algorithm and name (limit, windowMS and refill stay zero); an unnamed one
-// is its algorithm, limit, window in whole ms and, for a token bucket, its
-// refill rate (name stays empty). A window algorithm's key also has its
-// window in µs, named or not.
-type memoryKey struct {
-	scope, identifier, name string
-	limitKey
-}
-
-// limitKey is the part of a memoryKey that is numbers: worked out for each
-// request, while the strings are compared where the request holds them.
-type limitKey struct {
-	limit, windowMS, windowUS int64
-	refill                    float64
-	alg                       byte // memoryAlg of the algorithm
-}
-
-// memoryKeyOf returns the key of key and lk.
-func memoryKeyOf(key *Key, lk *limitKey) memoryKey {
-	return memoryKey{scope: key.Scope, identifier: key.Identifier, name: key.Name, limitKey: *lk}
-}
-
-// is reports whether k is the key of key and lk.
-func (k *memoryKey) is(key *Key, lk *limitKey) bool {
-	return k.limitKey == *lk && k.identifier == key.Identifier && k.scope == key.Scope && k.name == key.Name
-}
-
-// memoryEntry is one limit's key and state in a shard's chain.
-type memoryEntry struct {
-	key   memoryKey
-	state memoryState
-	next  *memoryEntry // another key of the same hash
-}
-
-// memoryState is one limit's state, of the shape its algorithm uses;
-// expiresUS is when it stops mattering.
-type memoryState struct {
-	window    windowState
-	bucket    tokenState
-	cell      gcraState
-	expiresUS int64
 }
 
 // NewMemoryStore returns an empty MemoryStore. Call Run to sweep expired state.
@@ -238,30 +158,6 @@ func (s *MemoryStore) checkTied(reqs []Request, out []Decision, nowUS int64) {
 	}
 }
 
-// spot is where a request's state lives: the numbers of its key (the
-// strings are the request's Key), the key's hash and shard, and a token
-// bucket's refill rate, worked out once. It holds no string: writing one
-// into memory a caller owns costs a write barrier while the GC runs.
-type spot struct {
-	lk   limitKey
-	h    uint64
-	sh   *memoryShard
-	rate float64
-}
-
-// place sets p to r's spot. (A spot returned by value is written in words
-// and copied in wider ones, which stalls the CPU.)
-func (s *MemoryStore) place(r *Request, p *spot) {
-	p.rate = 0
-	if r.Limit.Algorithm == TokenBucket {
-		p.rate = r.Limit.Refill()
-	}
-	p.lk.set(r, p.rate)
-	idHash := s.identityHash(r.Key.Scope, r.Key.Identifier)
-	p.h = s.keyHash(&r.Key, &p.lk, idHash)
-	p.sh = s.shard(idHash)
-}
-
 // placed is a request's spot in checkTied, and what its state was before
 // the request wrote it.
 type placed struct {
@@ -341,162 +237,6 @@ func (sh *memoryShard) decide(p *spot, r *Request, nowUS int64, write bool, d *D
 		return o.wrote
 	}
 	return false // not reached: Check validated the algorithm
-}
-
-// windowOf returns the window state in st (nil = no state).
-func windowOf(st *memoryState) *windowState {
-	if st == nil {
-		return nil
-	}
-	return &st.window
-}
-
-// The algorithms' numbers in a memoryKey.
-const (
-	fixedWindowN byte = iota + 1
-	slidingWindowN
-	tokenBucketN
-	gcraN
-)
-
-// memoryAlg returns a's number in a memoryKey.
-func memoryAlg(a Algorithm) byte {
-	switch a {
-	case FixedWindow:
-		return fixedWindowN
-	case SlidingWindow:
-		return slidingWindowN
-	case TokenBucket:
-		return tokenBucketN
-	case GCRA:
-		return gcraN
-	}
-	return 0
-}
-
-// set sets lk to the numbers of r's key. rate is r.Limit.Refill() for a
-// token bucket. (It sets lk in place: a limitKey returned by value is
-// written in words and read back in wider ones, which stalls the CPU.)
-func (lk *limitKey) set(r *Request, rate float64) {
-	*lk = limitKey{alg: memoryAlg(r.Limit.Algorithm)}
-	if r.Key.Name == "" {
-		lk.limit, lk.windowMS = r.Limit.Limit, r.Limit.Window.Milliseconds()
-		if lk.alg == tokenBucketN {
-			lk.refill = rate
-		}
-	}
-	if lk.alg == fixedWindowN || lk.alg == slidingWindowN {
-		lk.windowUS = r.Limit.Window.Microseconds()
-	}
-}
-
-// keyHash returns the hash of the key of key and lk, given idHash, the hash
-// of its (scope, identifier). Every part that a client chooses is hashed
-// with the store's random seed, so no one can pick keys that share a hash
-// on purpose.
-func (s *MemoryStore) keyHash(key *Key, lk *limitKey, idHash uint64) uint64 {
-	var h uint64 // the hash of the parts that name the limit
-	if key.Name != "" {
-		h = maphash.String(s.seed, key.Name)
-	} else {
-		h = fmix(uint64(lk.limit)^s.salt[0]) ^ fmix(uint64(lk.windowMS)^s.salt[1]) ^ fmix(math.Float64bits(lk.refill)^s.salt[2])
-	}
-	if lk.windowUS != 0 {
-		h ^= fmix(uint64(lk.windowUS) ^ s.salt[1] ^ s.salt[2])
-	}
-	return idHash ^ h ^ uint64(lk.alg)
-}
-
-// identityHash is the hash of (scope, identifier).
-func (s *MemoryStore) identityHash(scope, identifier string) uint64 {
-	return maphash.String(s.seed, scope)*0x9e3779b97f4a7c15 ^ maphash.String(s.seed, identifier)
-}
-
-// fmix is MurmurHash3's 64-bit finalizer: each bit of x changes about half
-// the bits of the result.
-func fmix(x uint64) uint64 {
-	x ^= x >> 33
-	x *= 0xff51afd7ed558ccd
-	x ^= x >> 33
-	x *= 0xc4ceb9fe1a85ec53
-	return x ^ x>>33
-}
-
-// shard returns the shard that holds every limit of the (scope,
-// identifier) of idHash.
-func (s *MemoryStore) shard(idHash uint64) *memoryShard {
-	return &s.shards[idHash%uint64(len(s.shards))]
-}
-
-// find returns the entry of the key of key and lk, of hash h, or nil.
-// Call it with sh.mu held.
-func (sh *memoryShard) find(key *Key, lk *limitKey, h uint64) *memoryEntry {
-	e := sh.states[h]
-	for e != nil && !e.key.is(key, lk) {
-		e = e.next
-	}
-	return e
-}
-
-// entry returns e, the entry find returned for the key of key and lk, of
-// hash h; or when e is nil, a new entry for that key, linked into its
-// chain. Call it with sh.mu held.
-func (sh *memoryShard) entry(e *memoryEntry, key *Key, lk *limitKey, h uint64) *memoryEntry {
-	if e == nil {
-		e = &memoryEntry{key: memoryKeyOf(key, lk), next: sh.states[h]}
-		sh.states[h] = e
-	}
-	return e
-}
-
-// drop unlinks, from the chain head of hash h, the entries for which gone
-// is true, and returns how many of those were alive at nowUS. A chain it
-// leaves whole is not written. Call it with sh.mu held.
-func (sh *memoryShard) drop(h uint64, head *memoryEntry, nowUS int64, gone func(*memoryEntry) bool) int {
-	n, changed := 0, false
-	for link := &head; *link != nil; {
-		e := *link
-		if !gone(e) {
-			link = &e.next
-			continue
-		}
-		if e.state.expiresUS > nowUS {
-			n++
-		}
-		*link, changed = e.next, true
-	}
-	switch {
-	case !changed:
-	case head == nil:
-		delete(sh.states, h)
-	default:
-		sh.states[h] = head
-	}
-	return n
-}
-
-// at returns the moment the shard decides at, given the batch's clock
-// reading nowUS: nowUS, or the shard's latest moment if that is later. The
-// clock is read once per batch before any lock is taken, so a batch that
-// waited for the lock may hold an older reading than one that went first;
-// deciding it at its own reading would apply an old window to a newer
-// window's state (and overwrite it). at keeps each shard's time from
-// running backwards, as it would if the clock were read under the lock.
-// Call it with sh.mu held.
-func (sh *memoryShard) at(nowUS int64) int64 {
-	if nowUS < sh.lastUS {
-		return sh.lastUS
-	}
-	sh.lastUS = nowUS
-	return nowUS
-}
-
-// alive returns the state of e when it is still alive at nowUS, else nil.
-func alive(e *memoryEntry, nowUS int64) *memoryState {
-	if e == nil || e.state.expiresUS <= nowUS {
-		return nil
-	}
-	return &e.state
 }
 
 // Reset forgets the state of (scope, identifier), all algorithms or only alg.
