@@ -106,73 +106,71 @@ func (s *Server) decide(ctx context.Context, todo []*limited) error {
 	if len(todo) == 0 {
 		return nil
 	}
-	rejected := false // by a requests_per_unit 0 of the group
-	n, group := 0, 0  // engine requests; those of the group
-	for _, l := range todo {
-		for i := range l.limits {
-			ls := &l.limits[i]
-			if ls.engine.Algorithm != "" {
-				n++
-				if s.grouped(l) {
-					group++
-				}
-				continue
-			}
-			ls.over = true
-			ls.reset = untilUnitEnds(ls.limit.WindowLength(), s.opts.Now())
-			rejected = rejected || s.grouped(l)
-		}
-	}
-	if n > 0 {
-		reqs := make([]algorithms.Request, 0, n)
-		for _, l := range todo {
-			grouped := s.grouped(l)
-			// A group of one is no group: the engine decides it alone,
-			// exactly as AllOrNothing would, at no group's cost.
-			tied := grouped && group > 1
-			for i := range l.limits {
-				ls := &l.limits[i]
-				if ls.engine.Algorithm == "" {
-					continue
-				}
-				always := ls.limit.AlwaysCount || s.opts.CountRejectedHits
-				hits := l.hits
-				ls.peek = 0
-				if rejected && grouped && !always {
-					// Refused already: only read, and over if what
-					// remains is less than the request's hits.
-					ls.peek, hits = hits, 0
-				}
-				// Domain-scoped counters: no API but the REST counters
-				// endpoint (which clears them by key and limit) resets
-				// them, so Redis keeps no index for them.
-				reqs = append(reqs, algorithms.Request{Key: l.key, Limit: ls.engine, Hits: hits, Unindexed: true, Counting: algorithms.CountThenRefund,
-					AlwaysCount: always, AllOrNothing: tied})
-			}
-		}
+	reqs, limits := s.collect(todo)
+	if len(reqs) > 0 {
 		decisions, err := s.opts.Limiter.Check(ctx, reqs)
 		if err != nil {
 			return err
 		}
 		noteDecisions(ctx, reqs, decisions)
-		k := 0 // the decisions come in the order of the requests
-		for _, l := range todo {
-			for i := range l.limits {
-				ls := &l.limits[i]
-				if ls.engine.Algorithm == "" {
-					continue
-				}
-				d := decisions[k]
-				k++
-				ls.over = !d.Allowed || ls.peek > d.Remaining
-				ls.remaining, ls.reset, ls.retry, ls.cached = d.Remaining, d.ResetAfter, d.RetryAfter, d.Cached
-			}
+		for k := range decisions {
+			d, ls := &decisions[k], limits[k]
+			ls.over = !d.Allowed || ls.peek > d.Remaining
+			ls.remaining, ls.reset, ls.retry, ls.cached = d.Remaining, d.ResetAfter, d.RetryAfter, d.Cached
 		}
 	}
 	for _, l := range todo {
 		l.decided = decisive(l.limits)
 	}
 	return nil
+}
+
+// collect returns an engine request for every limit of todo the engine
+// decides, and the limit each one decides (limits[k] takes the decision of
+// reqs[k]), in one pass; it decides those of requests_per_unit 0 (over,
+// without the engine). Then the group is tied together (a group of one is
+// no group: the engine decides it alone, exactly as AllOrNothing would, at
+// no group's cost), and when a requests_per_unit 0 of the group refused the
+// request already, the group's other limits are only read: over if what
+// remains is less than the request's hits (an always-counting limit is
+// counted anyway).
+func (s *Server) collect(todo []*limited) (reqs []algorithms.Request, limits []*limitState) {
+	reqs = make([]algorithms.Request, 0, len(todo))
+	limits = make([]*limitState, 0, len(todo))
+	var buf [8]int
+	group := buf[:0]  // the positions of the group's requests
+	rejected := false // by a requests_per_unit 0 of the group
+	for _, l := range todo {
+		grouped := s.grouped(l)
+		for i := range l.limits {
+			ls := &l.limits[i]
+			ls.peek = 0
+			if ls.engine.Algorithm == "" {
+				ls.over = true
+				ls.reset = untilUnitEnds(ls.limit.WindowLength(), s.opts.Now())
+				rejected = rejected || grouped
+				continue
+			}
+			if grouped {
+				group = append(group, len(reqs))
+			}
+			// Domain-scoped counters: no API but the REST counters
+			// endpoint (which clears them by key and limit) resets them, so
+			// Redis keeps no index for them; counted first, refunded after.
+			reqs = append(reqs, algorithms.Request{Key: l.key, Limit: ls.engine, Hits: l.hits,
+				Unindexed: true, Counting: algorithms.CountThenRefund,
+				AlwaysCount: ls.limit.AlwaysCount || s.opts.CountRejectedHits})
+			limits = append(limits, ls)
+		}
+	}
+	for _, k := range group {
+		r := &reqs[k]
+		r.AllOrNothing = len(group) > 1
+		if rejected && !r.AlwaysCount {
+			limits[k].peek, r.Hits = r.Hits, 0
+		}
+	}
+	return reqs, limits
 }
 
 // decisive returns the index of the limit that decided: of those over, the
