@@ -37,7 +37,7 @@ func newRedis(raw string) (redis.UniversalClient, error) {
 		setDefaults(q, &o.PoolSize, &o.MaxRetries, &o.DialerRetries, &o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout)
 		// The counter store routes every request to its slot's master
 		// itself, through a client per master made with these settings, and
-		// follows one redirect at most (algorithms/cluster.go): a dead
+		// follows one redirect at most (algorithms/redisstore/cluster.go): a dead
 		// master's calls fail at once and only that master's circuit
 		// opens. The ClusterClient's own routing serves the rest (the
 		// first read of the slot table, RLQS usage); there too a
