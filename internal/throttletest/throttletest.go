@@ -1,7 +1,7 @@
 // Package throttletest builds the throttle binary and runs it for tests as a
 // user would: `throttle serve` on free loopback ports, its own working
 // directory (so the default sqlite://throttle.db lands in a temp dir), and
-// none of the test's own Throttle settings leaking in.
+// an environment made from scratch: only the settings the test gives.
 package throttletest
 
 import (
@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,21 +35,6 @@ type Server struct {
 	Exited <-chan error
 
 	cmd *exec.Cmd
-}
-
-// settings are Throttle's environment variables (every one `throttle serve
-// --help` lists): the test's own environment must not leak into the server
-// (make test exports some for other tests). cleanEnv drops every OTEL_*
-// variable as well.
-var settings = []string{
-	"PORT", "GRPC_PORT", "BIND_ADDRESS", "REDIS_URL", "DATABASE_URL", "DESCRIPTORS_DIR",
-	"MERGE_DOMAIN_CONFIG", "DESCRIPTORS_RELOAD_INTERVAL", "FAILURE_MODE", "BACKEND_TIMEOUT", "REST_BACKEND_TIMEOUT", "LOCAL_CACHE_SIZE_IN_BYTES", "DEBUG_ADDRESS",
-	"TRUSTED_PROXIES", "LOG_LEVEL", "RATE_LIMIT_HEADERS", "RATE_LIMIT_RESPONSE_HEADERS", "CACHE_REFRESH_INTERVAL", "REGISTER_LIMIT_PER_HOUR",
-	"SHUTDOWN_TIMEOUT", "RLQS_INTERVAL", "SHADOW_MODE", "RESPONSE_DYNAMIC_METADATA", "FORCE_START_WITHOUT_INITIAL_CONFIG", "STATS_MAX_VALUE_KEYS",
-	"MAX_DESCRIPTORS_PER_REQUEST", "MAX_DESCRIPTOR_ENTRIES", "ADMIN_API_KEY", "CACHE_KEY_PREFIX", "COUNT_REJECTED_HITS",
-	// OpenTelemetry tracing (standard names).
-	"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
-	"OTEL_EXPORTER_OTLP_HEADERS", "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES", "OTEL_TRACES_SAMPLER", "OTEL_TRACES_SAMPLER_ARG",
 }
 
 var build struct {
@@ -91,7 +75,7 @@ func Start(t testing.TB, env ...string) *Server {
 	httpPort, grpcPort := FreePort(t), FreePort(t)
 	cmd := exec.Command(bin, "serve")
 	cmd.Dir = t.TempDir()
-	cmd.Env = append(cleanEnv(),
+	cmd.Env = append(baseEnv(),
 		"PORT="+strconv.Itoa(httpPort),
 		"GRPC_PORT="+strconv.Itoa(grpcPort),
 		"BIND_ADDRESS=127.0.0.1",
@@ -231,14 +215,15 @@ func FreePort(t testing.TB) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
-func cleanEnv() []string {
+// baseEnv is the environment every server starts from: none of the
+// test's own (make test exports settings for other tests, and the
+// OpenTelemetry libraries read OTEL_* variables by themselves), only what a
+// process needs to find programs and its home.
+func baseEnv() []string {
 	var env []string
-	for _, kv := range os.Environ() {
-		k, _, _ := strings.Cut(kv, "=")
-		// Every OTEL_* too: the OpenTelemetry libraries read some of the
-		// standard variables Throttle does not list by themselves.
-		if !slices.Contains(settings, k) && !strings.HasPrefix(k, "OTEL_") {
-			env = append(env, kv)
+	for _, k := range []string{"PATH", "HOME", "TMPDIR"} {
+		if v, ok := os.LookupEnv(k); ok {
+			env = append(env, k+"="+v)
 		}
 	}
 	return env
