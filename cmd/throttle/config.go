@@ -54,6 +54,7 @@ type config struct {
 	CountRejectedHits bool
 	RLQSInterval      time.Duration
 	Tracing           tracingConfig
+	TLS               tlsConfig
 
 	// MaxDescriptors and MaxDescriptorEntries cap one gRPC rate-limit
 	// request's descriptors and each descriptor's entries.
@@ -160,6 +161,7 @@ func (c *config) Validate() error {
 	if c.RLQSInterval < 100*time.Millisecond || c.RLQSInterval > time.Hour {
 		errs = append(errs, fmt.Errorf("RLQS_INTERVAL: %s is not within 100ms-1h (Envoy reports at most every 100ms)", c.RLQSInterval))
 	}
+	errs = append(errs, c.TLS.validate(c.RedisURL)...)
 	return errors.Join(errs...)
 }
 

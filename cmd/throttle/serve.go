@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -24,6 +25,7 @@ import (
 	"github.com/throttle-rl/throttle/algorithms"
 	"github.com/throttle-rl/throttle/descriptors"
 	"github.com/throttle-rl/throttle/internal/telemetry"
+	"github.com/throttle-rl/throttle/internal/tlsreload"
 	"github.com/throttle-rl/throttle/quotasvc"
 	"github.com/throttle-rl/throttle/ratelimitsvc"
 	"github.com/throttle-rl/throttle/restapi"
@@ -40,6 +42,7 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer) error {
 	}
 	defer a.close()
 	for _, open := range []func(context.Context) error{
+		a.openTLS,         // certificate files of the listeners and Redis, re-read on change
 		a.openStore,       // clients, rules, exemptions; their cache; usage
 		a.openTracing,     // OpenTelemetry, when an endpoint is set
 		a.openCounters,    // memory, or Redis behind the failure policy
@@ -84,6 +87,11 @@ type app struct {
 	httpSrv    *http.Server
 	httpLis    net.Listener
 	grpcLis    net.Listener
+	// TLS material of the listeners; nil: plaintext.
+	grpcTLS, httpTLS *tlsreload.Reloader
+	// redisTLS makes the TLS configuration of a rediss:// host from
+	// REDIS_TLS_*; nil: go-redis's own.
+	redisTLS func(serverName string) *tls.Config
 }
 
 func newApp(cfg *config, logOut io.Writer) (*app, error) {
@@ -137,7 +145,7 @@ func (a *app) openStore(ctx context.Context) error {
 	db, err := store.Open(openCtx, a.cfg.DatabaseURL, a.log)
 	cancel()
 	if err != nil {
-		return fmt.Errorf("open database: %w", err)
+		return fmt.Errorf("open database: %w", scrub(err, urlSecrets(a.cfg.DatabaseURL)))
 	}
 	a.db = db
 	a.onClose(func() { db.Close() })
@@ -206,9 +214,13 @@ func (a *app) openAPIs(context.Context) error {
 	if err != nil {
 		return err
 	}
-	a.grpcSrv, a.health = ratelimitsvc.NewGRPCServer(rls)
+	var grpcOpts []grpc.ServerOption
+	if a.grpcTLS != nil {
+		grpcOpts = append(grpcOpts, grpc.Creds(a.grpcTLS.GRPCCredentials()))
+	}
+	a.grpcSrv, a.health = ratelimitsvc.NewGRPCServer(rls, grpcOpts...)
 	// Envoy's rate-limit quota service (RLQS), on the same port.
-	if a.quota, err = newQuota(cfg, a.current, a.cache, a.log, a.reg, a.goBG); err != nil {
+	if a.quota, err = newQuota(cfg, a.redisTLS, a.current, a.cache, a.log, a.reg, a.goBG); err != nil {
 		return err
 	}
 	a.quota.Register(a.grpcSrv, a.health)
@@ -219,6 +231,9 @@ func (a *app) openAPIs(context.Context) error {
 		Descriptors:   a.descStatus, EnvoyCounters: rls, AdminKey: cfg.AdminKey,
 	})
 	a.httpSrv = restapi.NewServer(net.JoinHostPort(cfg.BindAddress, strconv.Itoa(cfg.Port)), handler)
+	if a.httpTLS != nil {
+		a.httpSrv.TLSConfig, a.httpSrv.ErrorLog = a.httpTLS.ServerConfig(), a.httpTLS.HTTPErrorLog(a.log)
+	}
 	return nil
 }
 
@@ -261,10 +276,15 @@ func (a *app) listen(context.Context) error {
 func (a *app) serve(ctx context.Context) error {
 	a.log.Info("throttle serving", "version", version, "rest", a.httpLis.Addr().String(), "grpc", a.grpcLis.Addr().String(),
 		"counters", a.backend, "database", a.db.Dialect(), "failure_mode", string(a.cfg.FailureMode),
-		"tracing", a.cfg.Tracing.String())
+		"tracing", a.cfg.Tracing.String(), "grpc_tls", describeTLS(a.grpcTLS != nil, a.cfg.TLS.GRPCClientCA),
+		"rest_tls", describeTLS(a.httpTLS != nil, a.cfg.TLS.HTTPClientCA))
 	errc := make(chan error, 2)
+	serveHTTP := a.httpSrv.Serve
+	if a.httpTLS != nil {
+		serveHTTP = func(l net.Listener) error { return a.httpSrv.ServeTLS(l, "", "") }
+	}
 	go func() {
-		if err := a.httpSrv.Serve(a.httpLis); !errors.Is(err, http.ErrServerClosed) {
+		if err := serveHTTP(a.httpLis); !errors.Is(err, http.ErrServerClosed) {
 			errc <- fmt.Errorf("REST server: %w", err)
 		}
 	}()
@@ -327,12 +347,12 @@ func (a *app) openCounters(ctx context.Context) error {
 		a.limiter, a.backend = mem, "memory"
 		return nil
 	}
-	rdb, err := newRedis(cfg.RedisURL)
+	rdb, err := newRedis(cfg.RedisURL, a.redisTLS)
 	if err != nil {
 		return err
 	}
 	// go-redis has one process-wide logger; serve is the process.
-	redis.SetLogger(&redisLog{log: a.log})
+	redis.SetLogger(&redisLog{log: a.log, secrets: urlSecrets(cfg.RedisURL)})
 	// Concurrent checks share Redis calls: under load one round trip
 	// decides many requests. Two workers per master, one call out at a
 	// time unless it is slow (the second overtakes a call out for 1 ms): at
@@ -347,7 +367,7 @@ func (a *app) openCounters(ctx context.Context) error {
 	})
 	pingCtx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	if err := counters.Ping(pingCtx); err != nil {
-		a.log.Warn("Redis does not answer yet; FAILURE_MODE decides until it does", "err", err, "failure_mode", string(cfg.FailureMode))
+		a.log.Warn("Redis does not answer yet; FAILURE_MODE decides until it does", "err", scrub(err, urlSecrets(cfg.RedisURL)), "failure_mode", string(cfg.FailureMode))
 	}
 	cancel()
 	local := algorithms.NewMemoryStore(algorithms.MemoryOptions{})

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -143,15 +144,30 @@ func parseKeyValues(s string) (map[string]string, error) {
 		k, v, ok := strings.Cut(part, "=")
 		k = strings.TrimSpace(k)
 		if !ok || k == "" {
-			return nil, fmt.Errorf("%q is not key=value", part)
+			// A header's value is often a key: quote a part only when it
+			// can be nothing but a name ("api-key", its "=value" missing).
+			if name := strings.TrimSpace(part); isToken(name) {
+				return nil, fmt.Errorf("%q is not key=value", name)
+			}
+			return nil, errors.New("a part is not key=value (not shown: it may hold a secret)")
 		}
 		dv, err := url.PathUnescape(strings.TrimSpace(v))
 		if err != nil {
-			return nil, fmt.Errorf("the value of %q is not percent-encoded: %w", k, err)
+			return nil, fmt.Errorf("the value of %q is not percent-encoded", k)
 		}
 		m[k] = dv
 	}
 	return m, nil
+}
+
+// isToken reports whether s is a name: letters, digits, '-', '_' and '.'.
+func isToken(s string) bool {
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
+			return false
+		}
+	}
+	return s != ""
 }
 
 // sampler builds the sampler OTEL_TRACES_SAMPLER names.

@@ -33,6 +33,8 @@ type Server struct {
 	Logs *logbuf.Buffer
 	// Exited receives the process's exit once it ends.
 	Exited <-chan error
+	// HTTP is the client of URL (http.DefaultClient unless StartTLS).
+	HTTP *http.Client
 
 	cmd *exec.Cmd
 }
@@ -71,6 +73,20 @@ func Binary(t testing.TB) string {
 // server is killed when the test ends; its logs are printed if the test failed.
 func Start(t testing.TB, env ...string) *Server {
 	t.Helper()
+	return start(t, "http", http.DefaultClient, env)
+}
+
+// StartTLS is Start for a server whose env serves HTTPS (HTTP_TLS_CERT…):
+// URL is https://127.0.0.1:PORT, and client (trusting the server's CA,
+// with a client certificate if the server asks for one) answers /health
+// and is the server's HTTP.
+func StartTLS(t testing.TB, client *http.Client, env ...string) *Server {
+	t.Helper()
+	return start(t, "https", client, env)
+}
+
+func start(t testing.TB, scheme string, client *http.Client, env []string) *Server {
+	t.Helper()
 	bin := Binary(t)
 	httpPort, grpcPort := FreePort(t), FreePort(t)
 	cmd := exec.Command(bin, "serve")
@@ -90,10 +106,11 @@ func Start(t testing.TB, env ...string) *Server {
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	s := &Server{
-		URL:      "http://127.0.0.1:" + strconv.Itoa(httpPort),
+		URL:      scheme + "://127.0.0.1:" + strconv.Itoa(httpPort),
 		GRPCAddr: "127.0.0.1:" + strconv.Itoa(grpcPort),
 		Logs:     logs,
 		Exited:   exited,
+		HTTP:     client,
 		cmd:      cmd,
 	}
 	t.Cleanup(func() {
@@ -110,7 +127,7 @@ func Start(t testing.TB, env ...string) *Server {
 			t.Fatalf("throttle exited before answering /health: %v\n%s", err, logs.String())
 		default:
 		}
-		resp, err := http.Get(s.URL + "/health")
+		resp, err := client.Get(s.URL + "/health")
 		if err == nil {
 			var body struct{ Status string }
 			err = json.NewDecoder(resp.Body).Decode(&body)
@@ -124,6 +141,17 @@ func Start(t testing.TB, env ...string) *Server {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// Command is the throttle binary run with args, in a temp working
+// directory, with the environment every server starts from (append the
+// test's settings to its Env).
+func Command(t testing.TB, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(Binary(t), args...)
+	cmd.Dir = t.TempDir()
+	cmd.Env = baseEnv()
+	return cmd
 }
 
 // PID is the server's process id (for /proc/PID readings).
@@ -158,7 +186,7 @@ func (s *Server) Register(t testing.TB, name string) string {
 	})
 	req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, s.URL+"/register", bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := s.HTTP.Do(req)
 	if err != nil {
 		t.Fatalf("POST /register: %v", err)
 	}
@@ -176,7 +204,7 @@ func (s *Server) Register(t testing.TB, name string) string {
 // server's /metrics (0 when absent).
 func (s *Server) Metric(t testing.TB, name string) float64 {
 	t.Helper()
-	resp, err := http.Get(s.URL + "/metrics")
+	resp, err := s.HTTP.Get(s.URL + "/metrics")
 	if err != nil {
 		t.Fatalf("GET /metrics: %v", err)
 	}
