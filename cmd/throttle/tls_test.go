@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/throttle-rl/throttle/internal/certtest"
@@ -118,8 +119,8 @@ func edgeDir(t *testing.T) string {
 }
 
 // assertEdgeDecisions makes three calls of one new user over conn: OK,
-// OK, OVER_LIMIT, as without TLS.
-func assertEdgeDecisions(t *testing.T, conn *grpc.ClientConn) {
+// OK, OVER_LIMIT, as without TLS. It returns the user.
+func assertEdgeDecisions(t *testing.T, conn *grpc.ClientConn) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -134,6 +135,7 @@ func assertEdgeDecisions(t *testing.T, conn *grpc.ClientConn) {
 			t.Errorf("ShouldRateLimit %d: remaining %d, want %d", i, got, max(1-i, 0))
 		}
 	}
+	return user
 }
 
 func dialGRPC(t *testing.T, addr string, cfg *tls.Config) *grpc.ClientConn {
@@ -295,4 +297,120 @@ func readCert(t *testing.T, path string) *x509.Certificate {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// secretVolume is a folder laid out as a Kubernetes Secret volume:
+// cert.pem, key.pem and ca.pem are symlinks into ..data, itself a symlink
+// to the folder of the current version, swapped atomically on update.
+type secretVolume struct {
+	t   *testing.T
+	dir string
+	n   int
+}
+
+func newSecretVolume(t *testing.T, ca *certtest.CA, p certtest.Pair) *secretVolume {
+	t.Helper()
+	v := &secretVolume{t: t, dir: t.TempDir()}
+	v.update(ca, p)
+	for _, f := range []string{"cert.pem", "key.pem", "ca.pem"} {
+		if err := os.Symlink(filepath.Join("..data", f), filepath.Join(v.dir, f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return v
+}
+
+// update writes p into a new version folder and swaps ..data to it.
+func (v *secretVolume) update(ca *certtest.CA, p certtest.Pair) {
+	v.t.Helper()
+	v.n++
+	version := "..v" + strconv.Itoa(v.n)
+	p.Write(v.t, filepath.Join(v.dir, version), ca)
+	tmp := filepath.Join(v.dir, "..data_tmp")
+	if err := os.Symlink(version, tmp); err != nil {
+		v.t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(v.dir, "..data")); err != nil {
+		v.t.Fatal(err)
+	}
+}
+
+func (v *secretVolume) path(name string) string { return filepath.Join(v.dir, name) }
+
+// servedSerial is the serial of the certificate a new connection to addr
+// is served.
+func servedSerial(t *testing.T, addr string, cfg *tls.Config) string {
+	t.Helper()
+	c, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr, cfg)
+	if err != nil {
+		t.Fatalf("handshake: %v", err)
+	}
+	defer c.Close()
+	return c.ConnectionState().PeerCertificates[0].SerialNumber.String()
+}
+
+// TestTLSRotation: a certificate swapped in the Secret volume is served to
+// new connections within 10 s while an open gRPC connection carries on
+// with the old one; a new key that does not match keeps the last good
+// pair, and is logged with its file and counted.
+func TestTLSRotation(t *testing.T) {
+	ca := certtest.NewCA(t, "rotating CA")
+	first := ca.Localhost(t)
+	vol := newSecretVolume(t, ca, first)
+	s := throttletest.Start(t, "DESCRIPTORS_DIR="+edgeDir(t), "GRPC_SERVER_USE_TLS=true",
+		"GRPC_SERVER_TLS_CERT="+vol.path("cert.pem"), "GRPC_SERVER_TLS_KEY="+vol.path("key.pem"))
+	clientTLS := certtest.ClientTLS(t, ca, "localhost", nil)
+	conn := dialGRPC(t, s.GRPCAddr, clientTLS)
+	rls := rlsv3.NewRateLimitServiceClient(conn)
+	call := func(user string) string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		var p peer.Peer
+		resp, err := rls.ShouldRateLimit(ctx, edgeRequest(user), grpc.Peer(&p))
+		if err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("ShouldRateLimit on the open connection: %v %v", resp, err)
+		}
+		return p.AuthInfo.(credentials.TLSInfo).State.PeerCertificates[0].SerialNumber.String()
+	}
+	if got := call("before"); got != first.Cert.SerialNumber.String() {
+		t.Fatalf("served serial %s, want %s", got, first.Cert.SerialNumber)
+	}
+
+	second := ca.Localhost(t)
+	vol.update(ca, second)
+	changed := time.Now()
+	for servedSerial(t, s.GRPCAddr, clientTLS) != second.Cert.SerialNumber.String() {
+		if time.Since(changed) > 10*time.Second {
+			t.Fatalf("new handshakes still get the old certificate 10s after the swap")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("new certificate served %v after the swap", time.Since(changed).Round(10*time.Millisecond))
+	if got := call("after"); got != first.Cert.SerialNumber.String() {
+		t.Errorf("the open connection's certificate is %s, want the first, %s (it must carry on, not reconnect)", got, first.Cert.SerialNumber)
+	}
+	if got := s.Metric(t, `throttle_tls_certificate_expiry_timestamp_seconds{listener="grpc"}`); got != float64(second.Cert.NotAfter.Unix()) {
+		t.Errorf("expiry = %v, want the new certificate's %v", got, second.Cert.NotAfter.Unix())
+	}
+
+	// A new certificate whose key is another's.
+	third := ca.Localhost(t)
+	vol.update(ca, certtest.Pair{CertPEM: third.CertPEM, KeyPEM: first.KeyPEM})
+	changed = time.Now()
+	for s.Metric(t, "throttle_tls_reload_failures_total") != 1 {
+		if time.Since(changed) > 10*time.Second {
+			t.Fatalf("the broken pair was not counted within 10s\n%s", s.Logs.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if got := servedSerial(t, s.GRPCAddr, clientTLS); got != second.Cert.SerialNumber.String() {
+		t.Errorf("after a broken key new handshakes get %s, want the last good %s", got, second.Cert.SerialNumber)
+	}
+	if logs := s.Logs.String(); !strings.Contains(logs, `"file":"`+vol.path("key.pem")+`"`) || !strings.Contains(logs, "private key does not match public key") {
+		t.Errorf("the log names neither the key file nor the reason:\n%s", logs)
+	}
+	if got := call("broken"); got != first.Cert.SerialNumber.String() {
+		t.Errorf("the open connection's certificate is %s, want %s", got, first.Cert.SerialNumber)
+	}
 }
