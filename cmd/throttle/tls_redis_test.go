@@ -124,3 +124,16 @@ func TestRedisClusterTLS(t *testing.T) {
 		t.Errorf("degraded decisions = %v, want 0", got)
 	}
 }
+
+// TestRedisSentinelTLS: with Sentinel, both the Sentinel and the master it
+// names are reached over TLS with the client certificate.
+func TestRedisSentinelTLS(t *testing.T) {
+	r := newRedisTLS(t)
+	master := redistest.StartTLS(t, r.test)
+	sentinel := redistest.StartTLSSentinel(t, master, "mymaster", r.test)
+	s := throttletest.Start(t, append(r.env("rediss://"+sentinel+"/0?master_name=mymaster"), "DESCRIPTORS_DIR="+edgeDir(t), "BACKEND_TIMEOUT=2s", "FAILURE_MODE=closed")...)
+	user := assertEdgeDecisions(t, plainGRPC(t, s.GRPCAddr))
+	if n := r.keysOf(t, user, master.Addr()); n == 0 {
+		t.Errorf("no key of %s on the master: the decisions were not made there", user)
+	}
+}

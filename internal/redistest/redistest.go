@@ -347,10 +347,28 @@ func startCluster(t testing.TB, n int, c *TLS) []*Server {
 // sentinel knows the master's address.
 func StartSentinel(t testing.TB, master *Server, name string, conf ...string) string {
 	t.Helper()
+	return startSentinel(t, master, name, nil, conf)
+}
+
+// StartTLSSentinel is StartSentinel serving TLS only, with client
+// certificates required (c), and reaching the master (started with
+// StartTLS) over TLS.
+func StartTLSSentinel(t testing.TB, master *Server, name string, c TLS, conf ...string) string {
+	t.Helper()
+	return startSentinel(t, master, name, &c, conf)
+}
+
+func startSentinel(t testing.TB, master *Server, name string, c *TLS, conf []string) string {
+	t.Helper()
 	port := freePort(t, false)
 	// The sentinel rewrites its config file, so it must be its own.
 	path := filepath.Join(t.TempDir(), "sentinel.conf")
-	body := fmt.Sprintf("port %d\nbind 127.0.0.1\nsentinel monitor %s 127.0.0.1 %d 1\n%s\n", port, name, master.Port, strings.Join(conf, "\n"))
+	listen := fmt.Sprintf("port %d\n", port)
+	if c != nil {
+		listen = fmt.Sprintf("port 0\ntls-port %d\ntls-cert-file %s\ntls-key-file %s\ntls-ca-cert-file %s\ntls-auth-clients yes\ntls-replication yes\n",
+			port, c.Cert, c.Key, c.CA)
+	}
+	body := fmt.Sprintf("%sbind 127.0.0.1\nsentinel monitor %s 127.0.0.1 %d 1\n%s\n", listen, name, master.Port, strings.Join(conf, "\n"))
 	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -361,7 +379,7 @@ func StartSentinel(t testing.TB, master *Server, name string, conf ...string) st
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 
 	addr := "127.0.0.1:" + strconv.Itoa(port)
-	opt := &redis.Options{Addr: addr}
+	opt := c.options(addr)
 	for _, line := range conf {
 		if pass, ok := strings.CutPrefix(line, "requirepass "); ok {
 			opt.Password = pass
