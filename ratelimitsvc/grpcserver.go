@@ -23,8 +23,9 @@ const streamWorkers = 256
 // standard health service (grpc.health.v1, SERVING for "" and the
 // rate-limit service) and server reflection registered. The health server is
 // returned so that shutdown can turn it NOT_SERVING first. With
-// Options.TracerProvider every rate-limit call is traced (trace.go).
-func NewGRPCServer(s *Server) (*grpc.Server, *health.Server) {
+// Options.TracerProvider every rate-limit call is traced (trace.go). extra
+// are more server options, such as the transport credentials of TLS.
+func NewGRPCServer(s *Server, extra ...grpc.ServerOption) (*grpc.Server, *health.Server) {
 	opts := []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(s.metrics.unaryLatency, recoverer(s.opts.Log)),
 		// Streams run on long-lived workers whose stacks have grown once,
@@ -40,7 +41,7 @@ func NewGRPCServer(s *Server) (*grpc.Server, *health.Server) {
 		opts = append(opts, grpc.StatsHandler(s.tracing.statsHandler()))
 		rls = &tracedServer{Server: s, tracer: s.tracing.tracer}
 	}
-	g := grpc.NewServer(opts...)
+	g := grpc.NewServer(append(opts, extra...)...)
 	rlsv3.RegisterRateLimitServiceServer(g, rls)
 	h := health.NewServer()
 	h.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)

@@ -22,7 +22,7 @@ func migrate(ctx context.Context, args []string, getenv func(string) string, std
 	}
 	v, dirty, err := store.Migrate(ctx, url, args[0])
 	if err != nil {
-		return err // store.Migrate's errors say "migrate …" already
+		return scrub(err, urlSecrets(url)) // store.Migrate's errors say "migrate …" already
 	}
 	state := ""
 	if dirty {

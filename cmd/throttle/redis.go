@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -16,11 +18,22 @@ import (
 // honoured, so each call's budget bounds it. Commands are not retried unless
 // the URL asks (max_retries=N): a script whose reply was lost may have
 // counted its hits already, and counting them twice would reject traffic
-// the limit admits.
-func newRedis(raw string) (redis.UniversalClient, error) {
+// the limit admits. tlsFor, when not nil, makes the TLS configuration of a
+// rediss:// URL for its host (REDIS_TLS_*), in place of go-redis's own.
+// An error never shows the URL's password.
+func newRedis(raw string, tlsFor func(serverName string) *tls.Config) (redis.UniversalClient, error) {
+	c, err := parseRedis(raw, tlsFor)
+	return c, scrub(err, urlSecrets(raw))
+}
+
+func parseRedis(raw string, tlsFor func(serverName string) *tls.Config) (redis.UniversalClient, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return nil, fmt.Errorf("REDIS_URL: %w", err)
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // without the URL it quotes
+		}
+		return nil, fmt.Errorf("REDIS_URL %s: %w", redactURL(raw), err)
 	}
 	q := u.Query()
 	cluster := q.Get("cluster") == "true"
@@ -35,6 +48,7 @@ func newRedis(raw string) (redis.UniversalClient, error) {
 		}
 		o.ContextTimeoutEnabled = true
 		setDefaults(q, &o.PoolSize, &o.MaxRetries, &o.DialerRetries, &o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout)
+		o.TLSConfig = withTLS(o.TLSConfig, tlsFor)
 		// The counter store routes every request to its slot's master
 		// itself, through a client per master made with these settings, and
 		// follows one redirect at most (algorithms/redisstore/cluster.go): a dead
@@ -55,6 +69,7 @@ func newRedis(raw string) (redis.UniversalClient, error) {
 		}
 		o.ContextTimeoutEnabled = true
 		setDefaults(q, &o.PoolSize, &o.MaxRetries, &o.DialerRetries, &o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout)
+		o.TLSConfig = withTLS(o.TLSConfig, tlsFor)
 		return redis.NewFailoverClient(o), nil
 	default:
 		o, err := redis.ParseURL(s)
@@ -63,8 +78,20 @@ func newRedis(raw string) (redis.UniversalClient, error) {
 		}
 		o.ContextTimeoutEnabled = true
 		setDefaults(q, &o.PoolSize, &o.MaxRetries, &o.DialerRetries, &o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout)
+		o.TLSConfig = withTLS(o.TLSConfig, tlsFor)
 		return redis.NewClient(o), nil
 	}
+}
+
+// withTLS is the TLS configuration of a client: go-redis's own (parsed of a
+// rediss:// URL, nil for redis://) unless tlsFor makes one, for the same
+// server name. Sentinel and Cluster clients use it for every node they
+// reach (the counter store's clients per master copy it).
+func withTLS(parsed *tls.Config, tlsFor func(string) *tls.Config) *tls.Config {
+	if parsed == nil || tlsFor == nil {
+		return parsed
+	}
+	return tlsFor(parsed.ServerName)
 }
 
 // setDefaults bounds dialling and I/O, and turns retries off, unless the
@@ -100,6 +127,7 @@ func setDefaults(q url.Values, poolSize, retries, dialRetries *int, dial, read, 
 // otherwise print one, and the metrics already count them.
 type redisLog struct {
 	log        *slog.Logger
+	secrets    []string // never shown: REDIS_URL's password
 	mu         sync.Mutex
 	last       time.Time
 	suppressed int
@@ -116,5 +144,5 @@ func (l *redisLog) Printf(ctx context.Context, format string, v ...any) {
 	suppressed := l.suppressed
 	l.last, l.suppressed = now, 0
 	l.mu.Unlock()
-	l.log.WarnContext(ctx, "redis client", "detail", fmt.Sprintf(format, v...), "suppressed_since_last", suppressed)
+	l.log.WarnContext(ctx, "redis client", "detail", scrubString(fmt.Sprintf(format, v...), l.secrets), "suppressed_since_last", suppressed)
 }

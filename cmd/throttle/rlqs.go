@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"log/slog"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -14,14 +15,14 @@ import (
 // newQuota builds the rate-limit quota service (RLQS) over the same domains
 // as ShouldRateLimit. With REDIS_URL it shares demands through a Redis
 // client of its own, so its reassignments never queue behind the rate-limit
-// path's calls.
-func newQuota(cfg *config, current func() *descriptors.Config, rules *store.Cache, log *slog.Logger, reg prometheus.Registerer, goBG func(string, func(context.Context) error)) (*quotasvc.Server, error) {
+// path's calls (over TLS as that one, redisTLS).
+func newQuota(cfg *config, redisTLS func(string) *tls.Config, current func() *descriptors.Config, rules *store.Cache, log *slog.Logger, reg prometheus.Registerer, goBG func(string, func(context.Context) error)) (*quotasvc.Server, error) {
 	opts := quotasvc.Options{
 		Descriptors: current, Rules: rules, Interval: cfg.RLQSInterval, FailureMode: cfg.FailureMode,
 		KeyPrefix: cfg.CacheKeyPrefix, Log: log, Registerer: reg,
 	}
 	if cfg.RedisURL != "" {
-		rdb, err := newRedis(cfg.RedisURL)
+		rdb, err := newRedis(cfg.RedisURL, redisTLS)
 		if err != nil {
 			return nil, err
 		}

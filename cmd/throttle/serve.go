@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -25,6 +26,7 @@ import (
 	"github.com/throttle-rl/throttle/algorithms/redisstore"
 	"github.com/throttle-rl/throttle/descriptors"
 	"github.com/throttle-rl/throttle/internal/telemetry"
+	"github.com/throttle-rl/throttle/internal/tlsreload"
 	"github.com/throttle-rl/throttle/quotasvc"
 	"github.com/throttle-rl/throttle/ratelimitsvc"
 	"github.com/throttle-rl/throttle/restapi"
@@ -41,6 +43,7 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer) error {
 	}
 	defer a.close()
 	for _, open := range []func(context.Context) error{
+		a.openTLS,         // certificate files of the listeners and Redis, re-read on change
 		a.openStore,       // clients, rules, exemptions; their cache; usage
 		a.openTracing,     // OpenTelemetry, when an endpoint is set
 		a.openCounters,    // memory, or Redis behind the failure policy
@@ -85,6 +88,11 @@ type app struct {
 	httpSrv    *http.Server
 	httpLis    net.Listener
 	grpcLis    net.Listener
+	// TLS material of the listeners; nil: plaintext.
+	grpcTLS, httpTLS *tlsreload.Reloader
+	// redisTLS makes the TLS configuration of a rediss:// host from
+	// REDIS_TLS_*; nil: go-redis's own.
+	redisTLS func(serverName string) *tls.Config
 }
 
 func newApp(cfg *config, logOut io.Writer) (*app, error) {
@@ -138,7 +146,7 @@ func (a *app) openStore(ctx context.Context) error {
 	db, err := store.Open(openCtx, a.cfg.DatabaseURL, a.log)
 	cancel()
 	if err != nil {
-		return fmt.Errorf("open database: %w", err)
+		return fmt.Errorf("open database: %w", scrub(err, urlSecrets(a.cfg.DatabaseURL)))
 	}
 	a.db = db
 	a.onClose(func() { db.Close() })
@@ -182,36 +190,6 @@ func (a *app) openTracing(ctx context.Context) error {
 	return nil
 }
 
-// openDescriptors loads DESCRIPTORS_DIR, if set, and reloads it on change.
-func (a *app) openDescriptors(context.Context) error {
-	cfg := a.cfg
-	if cfg.DescriptorsDir == "" {
-		return nil
-	}
-	opts := descriptors.Options{MergeDomains: cfg.MergeDomains}
-	var r *descriptors.Reloader
-	var err error
-	if cfg.ForceStart {
-		r, err = descriptors.NewReloaderWithoutInitialConfig(cfg.DescriptorsDir, cfg.ReloadInterval, opts, a.log, a.reg)
-	} else {
-		r, err = descriptors.NewReloader(cfg.DescriptorsDir, cfg.ReloadInterval, opts, a.log, a.reg)
-	}
-	if err != nil {
-		if !cfg.ForceStart {
-			err = fmt.Errorf("%w (FORCE_START_WITHOUT_INITIAL_CONFIG=true starts without it)", err)
-		}
-		return fmt.Errorf("DESCRIPTORS_DIR: %w", err)
-	}
-	a.current, a.descStatus = r.Current, domainStatus(r)
-	a.goBG("descriptors", r.Run)
-	if c := r.Current(); c != nil {
-		a.log.Info("descriptor configuration loaded", "dir", cfg.DescriptorsDir, "domains", c.DomainCount())
-	} else {
-		a.log.Warn("starting without the descriptor configuration (FORCE_START_WITHOUT_INITIAL_CONFIG); it loads when it appears", "dir", cfg.DescriptorsDir)
-	}
-	return nil
-}
-
 // openAPIs builds the gRPC server (Envoy's rate-limit and rate-limit quota
 // services, gRPC health) and the REST handler.
 func (a *app) openAPIs(context.Context) error {
@@ -237,9 +215,13 @@ func (a *app) openAPIs(context.Context) error {
 	if err != nil {
 		return err
 	}
-	a.grpcSrv, a.health = ratelimitsvc.NewGRPCServer(rls)
+	var grpcOpts []grpc.ServerOption
+	if a.grpcTLS != nil {
+		grpcOpts = append(grpcOpts, grpc.Creds(a.grpcTLS.GRPCCredentials()))
+	}
+	a.grpcSrv, a.health = ratelimitsvc.NewGRPCServer(rls, grpcOpts...)
 	// Envoy's rate-limit quota service (RLQS), on the same port.
-	if a.quota, err = newQuota(cfg, a.current, a.cache, a.log, a.reg, a.goBG); err != nil {
+	if a.quota, err = newQuota(cfg, a.redisTLS, a.current, a.cache, a.log, a.reg, a.goBG); err != nil {
 		return err
 	}
 	a.quota.Register(a.grpcSrv, a.health)
@@ -250,6 +232,9 @@ func (a *app) openAPIs(context.Context) error {
 		Descriptors:   a.descStatus, EnvoyCounters: rls, AdminKey: cfg.AdminKey,
 	})
 	a.httpSrv = restapi.NewServer(net.JoinHostPort(cfg.BindAddress, strconv.Itoa(cfg.Port)), handler)
+	if a.httpTLS != nil {
+		a.httpSrv.TLSConfig, a.httpSrv.ErrorLog = a.httpTLS.ServerConfig(), a.httpTLS.HTTPErrorLog(a.log)
+	}
 	return nil
 }
 
@@ -292,10 +277,15 @@ func (a *app) listen(context.Context) error {
 func (a *app) serve(ctx context.Context) error {
 	a.log.Info("throttle serving", "version", version, "rest", a.httpLis.Addr().String(), "grpc", a.grpcLis.Addr().String(),
 		"counters", a.backend, "database", a.db.Dialect(), "failure_mode", string(a.cfg.FailureMode),
-		"tracing", a.cfg.Tracing.String())
+		"tracing", a.cfg.Tracing.String(), "grpc_tls", describeTLS(a.grpcTLS != nil, a.cfg.TLS.GRPCClientCA),
+		"rest_tls", describeTLS(a.httpTLS != nil, a.cfg.TLS.HTTPClientCA))
 	errc := make(chan error, 2)
+	serveHTTP := a.httpSrv.Serve
+	if a.httpTLS != nil {
+		serveHTTP = func(l net.Listener) error { return a.httpSrv.ServeTLS(l, "", "") }
+	}
 	go func() {
-		if err := a.httpSrv.Serve(a.httpLis); !errors.Is(err, http.ErrServerClosed) {
+		if err := serveHTTP(a.httpLis); !errors.Is(err, http.ErrServerClosed) {
 			errc <- fmt.Errorf("REST server: %w", err)
 		}
 	}()
@@ -358,12 +348,12 @@ func (a *app) openCounters(ctx context.Context) error {
 		a.limiter, a.backend = mem, "memory"
 		return nil
 	}
-	rdb, err := newRedis(cfg.RedisURL)
+	rdb, err := newRedis(cfg.RedisURL, a.redisTLS)
 	if err != nil {
 		return err
 	}
 	// go-redis has one process-wide logger; serve is the process.
-	redis.SetLogger(&redisLog{log: a.log})
+	redis.SetLogger(&redisLog{log: a.log, secrets: urlSecrets(cfg.RedisURL)})
 	// Concurrent checks share Redis calls: under load one round trip
 	// decides many requests. Two workers per master, one call out at a
 	// time unless it is slow (the second overtakes a call out for 1 ms): at
@@ -378,7 +368,7 @@ func (a *app) openCounters(ctx context.Context) error {
 	})
 	pingCtx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	if err := counters.Ping(pingCtx); err != nil {
-		a.log.Warn("Redis does not answer yet; FAILURE_MODE decides until it does", "err", err, "failure_mode", string(cfg.FailureMode))
+		a.log.Warn("Redis does not answer yet; FAILURE_MODE decides until it does", "err", scrub(err, urlSecrets(cfg.RedisURL)), "failure_mode", string(cfg.FailureMode))
 	}
 	cancel()
 	local := algorithms.NewMemoryStore(algorithms.MemoryOptions{})
@@ -392,28 +382,4 @@ func (a *app) openCounters(ctx context.Context) error {
 	a.goBG("circuit probe", g.Run)
 	a.limiter, a.backend = g, "redis"
 	return nil
-}
-
-// domainStatus hands the reloader's view of a domain to the REST API in its
-// own types.
-func domainStatus(r *descriptors.Reloader) func(string) restapi.DescriptorStatus {
-	return func(domain string) restapi.DescriptorStatus {
-		s := r.DomainStatus(domain)
-		files := make([]restapi.DescriptorFile, len(s.Files))
-		for i, f := range s.Files {
-			files[i] = restapi.DescriptorFile{Name: f.Name, Content: string(f.Data)}
-		}
-		return restapi.DescriptorStatus{
-			Files: files, LoadedAt: s.LoadedAt, CheckedAt: s.CheckedAt, Valid: s.Valid, Problems: s.Problems,
-		}
-	}
-}
-
-// maxValueKeys maps STATS_MAX_VALUE_KEYS (0 = none) to
-// ratelimitsvc.Options.MaxValueStatsKeys (0 = default, negative = none).
-func maxValueKeys(n int) int {
-	if n == 0 {
-		return -1
-	}
-	return n
 }

@@ -57,73 +57,80 @@ type tracingConfig struct {
 	Sampler     string
 	SamplerArg  float64
 
-	endpointRaw, tracesEndpointRaw string
-	protocolRaw, tracesProtocolRaw string
-	headersRaw, resourceRaw        string
-	samplerArgRaw                  string
+	// baseEndpoint and baseProtocol are OTEL_EXPORTER_OTLP_ENDPOINT and
+	// OTEL_EXPORTER_OTLP_PROTOCOL: Endpoint's and Protocol's defaults.
+	baseEndpoint, baseProtocol string
 }
 
-// validate resolves the raw settings into the fields.
-func (c *tracingConfig) validate() []error {
-	var errs []error
-	c.Protocol = c.tracesProtocolRaw
-	name := "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
+// setDefaults resolves what the traces' own settings left empty from the
+// general ones: the protocol, then the endpoint (a base URL that
+// http/protobuf appends /v1/traces to).
+func (c *tracingConfig) setDefaults() {
 	if c.Protocol == "" {
-		c.Protocol, name = c.protocolRaw, "OTEL_EXPORTER_OTLP_PROTOCOL"
+		c.Protocol = c.baseProtocol
 	}
-	if c.Protocol != protocolGRPC && c.Protocol != protocolHTTP {
-		errs = append(errs, fmt.Errorf("%s: %q is not grpc or http/protobuf", name, c.Protocol))
-	}
-
-	// The traces endpoint is used as it is; the general one is a base URL
-	// that http/protobuf appends /v1/traces to.
-	c.Endpoint = ""
-	raw, name := c.tracesEndpointRaw, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
-	if raw == "" {
-		raw, name = c.endpointRaw, "OTEL_EXPORTER_OTLP_ENDPOINT"
-	}
-	if raw != "" {
-		u, err := url.Parse(raw)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			errs = append(errs, fmt.Errorf("%s: %q is not a URL such as http://collector:4318", name, raw))
-		} else {
-			if name == "OTEL_EXPORTER_OTLP_ENDPOINT" && c.Protocol == protocolHTTP {
-				u.Path = strings.TrimSuffix(u.Path, "/") + "/v1/traces"
-			}
-			c.Endpoint = u.String()
+	if c.Endpoint == "" && c.baseEndpoint != "" {
+		u, _ := url.Parse(c.baseEndpoint) // parsed by parseOTLPURL already
+		if c.Protocol == protocolHTTP {
+			u.Path = strings.TrimSuffix(u.Path, "/") + "/v1/traces"
 		}
+		c.Endpoint = u.String()
 	}
+}
 
-	var err error
-	if c.Headers, err = parseKeyValues(c.headersRaw); err != nil {
-		errs = append(errs, fmt.Errorf("OTEL_EXPORTER_OTLP_HEADERS: %w", err))
+// parseOTLPURL reads an OTLP endpoint: an http:// or https:// URL, or
+// empty (none).
+func parseOTLPURL(v string) (string, error) {
+	if v == "" {
+		return "", nil
 	}
-	kv, err := parseKeyValues(c.resourceRaw)
+	u, err := url.Parse(v)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return "", fmt.Errorf("%q is not a URL such as http://collector:4318", v)
+	}
+	return u.String(), nil
+}
+
+// parseOTLPProtocol reads grpc or http/protobuf, or empty (the default).
+func parseOTLPProtocol(v string) (string, error) {
+	if v != "" && v != protocolGRPC && v != protocolHTTP {
+		return "", fmt.Errorf("%q is not grpc or http/protobuf", v)
+	}
+	return v, nil
+}
+
+// parseSampler reads one of the samplers of OTEL_TRACES_SAMPLER.
+func parseSampler(v string) (string, error) {
+	switch v {
+	case "always_on", "always_off", "parentbased_always_on", "parentbased_always_off", "traceidratio", "parentbased_traceidratio":
+		return v, nil
+	}
+	return "", fmt.Errorf("%q is not one of always_on, always_off, traceidratio, parentbased_always_on, parentbased_always_off, parentbased_traceidratio", v)
+}
+
+// parseRatio reads OTEL_TRACES_SAMPLER_ARG: a ratio from 0 to 1; empty is 1.
+func parseRatio(v string) (float64, error) {
+	if v == "" {
+		return 1, nil
+	}
+	r, err := strconv.ParseFloat(v, 64)
+	if err != nil || !(r >= 0 && r <= 1) {
+		return 0, fmt.Errorf("%q is not a ratio between 0 and 1", v)
+	}
+	return r, nil
+}
+
+// parseAttributes reads OTEL_RESOURCE_ATTRIBUTES.
+func parseAttributes(v string) ([]attribute.KeyValue, error) {
+	kv, err := parseKeyValues(v)
 	if err != nil {
-		errs = append(errs, fmt.Errorf("OTEL_RESOURCE_ATTRIBUTES: %w", err))
+		return nil, err
 	}
-	c.Resource = c.Resource[:0]
+	var attrs []attribute.KeyValue
 	for k, v := range kv {
-		c.Resource = append(c.Resource, attribute.String(k, v))
+		attrs = append(attrs, attribute.String(k, v))
 	}
-	if c.ServiceName == "" {
-		errs = append(errs, errors.New("OTEL_SERVICE_NAME: empty"))
-	}
-
-	switch c.Sampler {
-	case "always_on", "always_off", "parentbased_always_on", "parentbased_always_off":
-	case "traceidratio", "parentbased_traceidratio":
-		c.SamplerArg = 1
-		if c.samplerArgRaw != "" {
-			c.SamplerArg, err = strconv.ParseFloat(c.samplerArgRaw, 64)
-			if err != nil || !(c.SamplerArg >= 0 && c.SamplerArg <= 1) {
-				errs = append(errs, fmt.Errorf("OTEL_TRACES_SAMPLER_ARG: %q is not a ratio between 0 and 1", c.samplerArgRaw))
-			}
-		}
-	default:
-		errs = append(errs, fmt.Errorf("OTEL_TRACES_SAMPLER: %q is not one of always_on, always_off, traceidratio, parentbased_always_on, parentbased_always_off, parentbased_traceidratio", c.Sampler))
-	}
-	return errs
+	return attrs, nil
 }
 
 // parseKeyValues reads "k1=v1,k2=v2" with percent-encoded values, the form
@@ -137,15 +144,30 @@ func parseKeyValues(s string) (map[string]string, error) {
 		k, v, ok := strings.Cut(part, "=")
 		k = strings.TrimSpace(k)
 		if !ok || k == "" {
-			return nil, fmt.Errorf("%q is not key=value", part)
+			// A header's value is often a key: quote a part only when it
+			// can be nothing but a name ("api-key", its "=value" missing).
+			if name := strings.TrimSpace(part); isToken(name) {
+				return nil, fmt.Errorf("%q is not key=value", name)
+			}
+			return nil, errors.New("a part is not key=value (not shown: it may hold a secret)")
 		}
 		dv, err := url.PathUnescape(strings.TrimSpace(v))
 		if err != nil {
-			return nil, fmt.Errorf("the value of %q is not percent-encoded: %w", k, err)
+			return nil, fmt.Errorf("the value of %q is not percent-encoded", k)
 		}
 		m[k] = dv
 	}
 	return m, nil
+}
+
+// isToken reports whether s is a name: letters, digits, '-', '_' and '.'.
+func isToken(s string) bool {
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
+			return false
+		}
+	}
+	return s != ""
 }
 
 // sampler builds the sampler OTEL_TRACES_SAMPLER names.

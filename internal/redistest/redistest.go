@@ -6,6 +6,7 @@ package redistest
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"os"
@@ -38,6 +39,7 @@ type Server struct {
 	dir  string
 	Port int
 	args []string
+	tls  *TLS
 	cmd  *exec.Cmd
 	// exited is closed when cmd has exited.
 	exited chan struct{}
@@ -50,6 +52,27 @@ type Server struct {
 // port + 10000): a server that exits at once is started again on another.
 func Start(t testing.TB, args ...string) *Server {
 	t.Helper()
+	return start(t, nil, args)
+}
+
+// TLS is how StartTLS serves: only TLS on Port (--port 0 --tls-port), its
+// certificate and key, and client certificates required, signed by CA
+// (--tls-auth-clients yes; Cluster nodes talk TLS among themselves too).
+type TLS struct {
+	Cert, Key, CA string // PEM files
+	// Client is the configuration of the test's own connections: it
+	// trusts CA and presents a client certificate.
+	Client *tls.Config
+}
+
+// StartTLS is Start serving TLS only; URL is rediss://.
+func StartTLS(t testing.TB, c TLS, args ...string) *Server {
+	t.Helper()
+	return start(t, &c, args)
+}
+
+func start(t testing.TB, c *TLS, args []string) *Server {
+	t.Helper()
 	bin := os.Getenv("THROTTLE_TEST_REDIS_SERVER")
 	if bin == "" {
 		var err error
@@ -57,7 +80,7 @@ func Start(t testing.TB, args ...string) *Server {
 			t.Fatal("redis-server not found: run the tests via scripts/with-test-services.sh (make test)")
 		}
 	}
-	s := &Server{t: t, bin: bin, dir: t.TempDir(), args: args}
+	s := &Server{t: t, bin: bin, dir: t.TempDir(), args: args, tls: c}
 	t.Cleanup(s.Stop)
 	const attempts = 5
 	for i := 1; ; i++ {
@@ -108,8 +131,23 @@ func (s *Server) PID() int {
 // Addr is host:port.
 func (s *Server) Addr() string { return "127.0.0.1:" + strconv.Itoa(s.Port) }
 
-// URL is redis://host:port/0.
-func (s *Server) URL() string { return "redis://" + s.Addr() + "/0" }
+// URL is redis://host:port/0 (rediss:// with TLS).
+func (s *Server) URL() string {
+	if s.tls != nil {
+		return "rediss://" + s.Addr() + "/0"
+	}
+	return "redis://" + s.Addr() + "/0"
+}
+
+// options are the go-redis options of the test's own connections to addr
+// (over TLS when the servers serve it).
+func (c *TLS) options(addr string) *redis.Options {
+	o := &redis.Options{Addr: addr}
+	if c != nil {
+		o.TLSConfig = c.Client
+	}
+	return o
+}
 
 // Stop kills the server (as a crash would) and waits for it to exit.
 func (s *Server) Stop() {
@@ -135,8 +173,16 @@ func (s *Server) Restart() {
 // output says why, e.g. a port in use) or does not answer within 10 s.
 func (s *Server) launch() error {
 	s.Stop()
-	cmd := exec.Command(s.bin, append([]string{"--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", s.dir}, s.args...)...)
+	port := []string{"--port", strconv.Itoa(s.Port)}
+	if c := s.tls; c != nil {
+		port = []string{"--port", "0", "--tls-port", strconv.Itoa(s.Port), "--tls-cert-file", c.Cert, "--tls-key-file", c.Key,
+			"--tls-ca-cert-file", c.CA, "--tls-auth-clients", "yes"}
+		if slices.Contains(s.args, "--cluster-enabled") {
+			port = append(port, "--tls-cluster", "yes", "--tls-replication", "yes")
+		}
+	}
+	cmd := exec.Command(s.bin, append(append(port, "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", s.dir), s.args...)...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	// A child the server forked (an RDB for a replica) may hold the output
@@ -153,7 +199,9 @@ func (s *Server) launch() error {
 	s.cmd, s.exited = cmd, exited
 	// Each PING ends at its context's deadline, even on a port whose holder
 	// accepts connections and says nothing.
-	rdb := redis.NewClient(&redis.Options{Addr: s.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
+	o := s.tls.options(s.Addr())
+	o.ContextTimeoutEnabled, o.MaxRetries = true, -1
+	rdb := redis.NewClient(o)
 	defer rdb.Close()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -227,16 +275,28 @@ func StartClusterServers(t testing.TB) []*Server {
 // serves every slot: a Cluster of one shard), or 3 and more.
 func StartClusterOf(t testing.TB, n int) []*Server {
 	t.Helper()
+	return startCluster(t, n, nil)
+}
+
+// StartTLSClusterOf is StartClusterOf with nodes serving TLS only (c), to
+// clients and to each other.
+func StartTLSClusterOf(t testing.TB, n int, c TLS) []*Server {
+	t.Helper()
+	return startCluster(t, n, &c)
+}
+
+func startCluster(t testing.TB, n int, c *TLS) []*Server {
+	t.Helper()
 	var servers []*Server
 	var addrs []string
 	for range n {
-		s := Start(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "1000",
-			"--cluster-require-full-coverage", "no")
+		s := start(t, c, []string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "1000",
+			"--cluster-require-full-coverage", "no"})
 		servers = append(servers, s)
 		addrs = append(addrs, s.Addr())
 	}
 	if n == 1 {
-		rdb := redis.NewClient(&redis.Options{Addr: addrs[0]})
+		rdb := redis.NewClient(c.options(addrs[0]))
 		err := rdb.Do(context.Background(), "CLUSTER", "ADDSLOTSRANGE", 0, 16383).Err()
 		rdb.Close()
 		if err != nil {
@@ -247,7 +307,11 @@ func StartClusterOf(t testing.TB, n int) []*Server {
 		if err != nil {
 			t.Fatal("redis-cli not found: run the tests via scripts/with-test-services.sh (make test)")
 		}
-		args := append([]string{"--cluster", "create"}, addrs...)
+		var args []string
+		if c != nil {
+			args = []string{"--tls", "--cacert", c.CA, "--cert", c.Cert, "--key", c.Key}
+		}
+		args = append(append(args, "--cluster", "create"), addrs...)
 		args = append(args, "--cluster-replicas", "0", "--cluster-yes")
 		if out, err := exec.Command(cli, args...).CombinedOutput(); err != nil {
 			t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
@@ -257,7 +321,7 @@ func StartClusterOf(t testing.TB, n int) []*Server {
 	// a request routed to a late one answers CLUSTERDOWN.
 	deadline := time.Now().Add(30 * time.Second)
 	for _, addr := range addrs {
-		rdb := redis.NewClient(&redis.Options{Addr: addr})
+		rdb := redis.NewClient(c.options(addr))
 		for {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			info, err := rdb.ClusterInfo(ctx).Result()
@@ -283,10 +347,28 @@ func StartClusterOf(t testing.TB, n int) []*Server {
 // sentinel knows the master's address.
 func StartSentinel(t testing.TB, master *Server, name string, conf ...string) string {
 	t.Helper()
+	return startSentinel(t, master, name, nil, conf)
+}
+
+// StartTLSSentinel is StartSentinel serving TLS only, with client
+// certificates required (c), and reaching the master (started with
+// StartTLS) over TLS.
+func StartTLSSentinel(t testing.TB, master *Server, name string, c TLS, conf ...string) string {
+	t.Helper()
+	return startSentinel(t, master, name, &c, conf)
+}
+
+func startSentinel(t testing.TB, master *Server, name string, c *TLS, conf []string) string {
+	t.Helper()
 	port := freePort(t, false)
 	// The sentinel rewrites its config file, so it must be its own.
 	path := filepath.Join(t.TempDir(), "sentinel.conf")
-	body := fmt.Sprintf("port %d\nbind 127.0.0.1\nsentinel monitor %s 127.0.0.1 %d 1\n%s\n", port, name, master.Port, strings.Join(conf, "\n"))
+	listen := fmt.Sprintf("port %d\n", port)
+	if c != nil {
+		listen = fmt.Sprintf("port 0\ntls-port %d\ntls-cert-file %s\ntls-key-file %s\ntls-ca-cert-file %s\ntls-auth-clients yes\ntls-replication yes\n",
+			port, c.Cert, c.Key, c.CA)
+	}
+	body := fmt.Sprintf("%sbind 127.0.0.1\nsentinel monitor %s 127.0.0.1 %d 1\n%s\n", listen, name, master.Port, strings.Join(conf, "\n"))
 	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -297,7 +379,7 @@ func StartSentinel(t testing.TB, master *Server, name string, conf ...string) st
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 
 	addr := "127.0.0.1:" + strconv.Itoa(port)
-	opt := &redis.Options{Addr: addr}
+	opt := c.options(addr)
 	for _, line := range conf {
 		if pass, ok := strings.CutPrefix(line, "requirepass "); ok {
 			opt.Password = pass

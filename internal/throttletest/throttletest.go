@@ -1,7 +1,7 @@
 // Package throttletest builds the throttle binary and runs it for tests as a
 // user would: `throttle serve` on free loopback ports, its own working
 // directory (so the default sqlite://throttle.db lands in a temp dir), and
-// none of the test's own Throttle settings leaking in.
+// an environment made from scratch: only the settings the test gives.
 package throttletest
 
 import (
@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,23 +33,10 @@ type Server struct {
 	Logs *logbuf.Buffer
 	// Exited receives the process's exit once it ends.
 	Exited <-chan error
+	// HTTP is the client of URL (http.DefaultClient unless StartTLS).
+	HTTP *http.Client
 
 	cmd *exec.Cmd
-}
-
-// settings are Throttle's environment variables (every one `throttle serve
-// --help` lists): the test's own environment must not leak into the server
-// (make test exports some for other tests). cleanEnv drops every OTEL_*
-// variable as well.
-var settings = []string{
-	"PORT", "GRPC_PORT", "BIND_ADDRESS", "REDIS_URL", "DATABASE_URL", "DESCRIPTORS_DIR",
-	"MERGE_DOMAIN_CONFIG", "DESCRIPTORS_RELOAD_INTERVAL", "FAILURE_MODE", "BACKEND_TIMEOUT", "REST_BACKEND_TIMEOUT", "LOCAL_CACHE_SIZE_IN_BYTES", "DEBUG_ADDRESS",
-	"TRUSTED_PROXIES", "LOG_LEVEL", "RATE_LIMIT_HEADERS", "RATE_LIMIT_RESPONSE_HEADERS", "CACHE_REFRESH_INTERVAL", "REGISTER_LIMIT_PER_HOUR",
-	"SHUTDOWN_TIMEOUT", "RLQS_INTERVAL", "SHADOW_MODE", "RESPONSE_DYNAMIC_METADATA", "FORCE_START_WITHOUT_INITIAL_CONFIG", "STATS_MAX_VALUE_KEYS",
-	"MAX_DESCRIPTORS_PER_REQUEST", "MAX_DESCRIPTOR_ENTRIES", "ADMIN_API_KEY", "CACHE_KEY_PREFIX", "COUNT_REJECTED_HITS",
-	// OpenTelemetry tracing (standard names).
-	"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
-	"OTEL_EXPORTER_OTLP_HEADERS", "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES", "OTEL_TRACES_SAMPLER", "OTEL_TRACES_SAMPLER_ARG",
 }
 
 var build struct {
@@ -87,11 +73,25 @@ func Binary(t testing.TB) string {
 // server is killed when the test ends; its logs are printed if the test failed.
 func Start(t testing.TB, env ...string) *Server {
 	t.Helper()
+	return start(t, "http", http.DefaultClient, env)
+}
+
+// StartTLS is Start for a server whose env serves HTTPS (HTTP_TLS_CERT…):
+// URL is https://127.0.0.1:PORT, and client (trusting the server's CA,
+// with a client certificate if the server asks for one) answers /health
+// and is the server's HTTP.
+func StartTLS(t testing.TB, client *http.Client, env ...string) *Server {
+	t.Helper()
+	return start(t, "https", client, env)
+}
+
+func start(t testing.TB, scheme string, client *http.Client, env []string) *Server {
+	t.Helper()
 	bin := Binary(t)
 	httpPort, grpcPort := FreePort(t), FreePort(t)
 	cmd := exec.Command(bin, "serve")
 	cmd.Dir = t.TempDir()
-	cmd.Env = append(cleanEnv(),
+	cmd.Env = append(baseEnv(),
 		"PORT="+strconv.Itoa(httpPort),
 		"GRPC_PORT="+strconv.Itoa(grpcPort),
 		"BIND_ADDRESS=127.0.0.1",
@@ -106,10 +106,11 @@ func Start(t testing.TB, env ...string) *Server {
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	s := &Server{
-		URL:      "http://127.0.0.1:" + strconv.Itoa(httpPort),
+		URL:      scheme + "://127.0.0.1:" + strconv.Itoa(httpPort),
 		GRPCAddr: "127.0.0.1:" + strconv.Itoa(grpcPort),
 		Logs:     logs,
 		Exited:   exited,
+		HTTP:     client,
 		cmd:      cmd,
 	}
 	t.Cleanup(func() {
@@ -126,7 +127,7 @@ func Start(t testing.TB, env ...string) *Server {
 			t.Fatalf("throttle exited before answering /health: %v\n%s", err, logs.String())
 		default:
 		}
-		resp, err := http.Get(s.URL + "/health")
+		resp, err := client.Get(s.URL + "/health")
 		if err == nil {
 			var body struct{ Status string }
 			err = json.NewDecoder(resp.Body).Decode(&body)
@@ -140,6 +141,17 @@ func Start(t testing.TB, env ...string) *Server {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// Command is the throttle binary run with args, in a temp working
+// directory, with the environment every server starts from (append the
+// test's settings to its Env).
+func Command(t testing.TB, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(Binary(t), args...)
+	cmd.Dir = t.TempDir()
+	cmd.Env = baseEnv()
+	return cmd
 }
 
 // PID is the server's process id (for /proc/PID readings).
@@ -174,7 +186,7 @@ func (s *Server) Register(t testing.TB, name string) string {
 	})
 	req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, s.URL+"/register", bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := s.HTTP.Do(req)
 	if err != nil {
 		t.Fatalf("POST /register: %v", err)
 	}
@@ -192,7 +204,7 @@ func (s *Server) Register(t testing.TB, name string) string {
 // server's /metrics (0 when absent).
 func (s *Server) Metric(t testing.TB, name string) float64 {
 	t.Helper()
-	resp, err := http.Get(s.URL + "/metrics")
+	resp, err := s.HTTP.Get(s.URL + "/metrics")
 	if err != nil {
 		t.Fatalf("GET /metrics: %v", err)
 	}
@@ -231,14 +243,15 @@ func FreePort(t testing.TB) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
-func cleanEnv() []string {
+// baseEnv is the environment every server starts from: none of the
+// test's own (make test exports settings for other tests, and the
+// OpenTelemetry libraries read OTEL_* variables by themselves), only what a
+// process needs to find programs and its home.
+func baseEnv() []string {
 	var env []string
-	for _, kv := range os.Environ() {
-		k, _, _ := strings.Cut(kv, "=")
-		// Every OTEL_* too: the OpenTelemetry libraries read some of the
-		// standard variables Throttle does not list by themselves.
-		if !slices.Contains(settings, k) && !strings.HasPrefix(k, "OTEL_") {
-			env = append(env, kv)
+	for _, k := range []string{"PATH", "HOME", "TMPDIR"} {
+		if v, ok := os.LookupEnv(k); ok {
+			env = append(env, k+"="+v)
 		}
 	}
 	return env

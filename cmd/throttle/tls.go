@@ -1,0 +1,144 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/throttle-rl/throttle/internal/tlsreload"
+)
+
+// tlsConfig is the transport security of config: TLS and mTLS on the gRPC
+// port (the reference service's settings), on the REST port, and to Redis.
+type tlsConfig struct {
+	GRPCUseTLS                      bool
+	GRPCCert, GRPCKey, GRPCClientCA string
+	GRPCClientSANs                  []string
+	HTTPCert, HTTPKey, HTTPClientCA string
+	RedisCA, RedisCert, RedisKey    string
+	RedisSkipHostname               bool
+}
+
+// validate checks that the TLS settings make a whole: a certificate with
+// its key, mTLS only where TLS is on, Redis's only with rediss://.
+func (t *tlsConfig) validate(redisURL string) []error {
+	var errs []error
+	pair := func(certName, cert, keyName, key string) {
+		switch {
+		case cert != "" && key == "":
+			errs = append(errs, fmt.Errorf("%s: empty, but %s is set (a certificate needs its key)", keyName, certName))
+		case cert == "" && key != "":
+			errs = append(errs, fmt.Errorf("%s: empty, but %s is set (a key needs its certificate)", certName, keyName))
+		}
+	}
+	pair("GRPC_SERVER_TLS_CERT", t.GRPCCert, "GRPC_SERVER_TLS_KEY", t.GRPCKey)
+	pair("HTTP_TLS_CERT", t.HTTPCert, "HTTP_TLS_KEY", t.HTTPKey)
+	pair("REDIS_TLS_CLIENT_CERT", t.RedisCert, "REDIS_TLS_CLIENT_KEY", t.RedisKey)
+	if t.GRPCUseTLS && (t.GRPCCert == "" || t.GRPCKey == "") {
+		errs = append(errs, errors.New("GRPC_SERVER_USE_TLS: true needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY"))
+	}
+	type set struct {
+		name string
+		on   bool
+	}
+	if !t.GRPCUseTLS {
+		for _, s := range []set{{"GRPC_SERVER_TLS_CERT", t.GRPCCert != ""}, {"GRPC_SERVER_TLS_KEY", t.GRPCKey != ""},
+			{"GRPC_CLIENT_TLS_CACERT", t.GRPCClientCA != ""}, {"GRPC_CLIENT_TLS_SAN", len(t.GRPCClientSANs) > 0}} {
+			if s.on {
+				errs = append(errs, fmt.Errorf("%s: set, but GRPC_SERVER_USE_TLS is not true (gRPC would be plaintext)", s.name))
+			}
+		}
+	}
+	if len(t.GRPCClientSANs) > 0 && t.GRPCClientCA == "" {
+		errs = append(errs, errors.New("GRPC_CLIENT_TLS_SAN: needs GRPC_CLIENT_TLS_CACERT (only a verified client certificate has SANs to check)"))
+	}
+	if t.HTTPClientCA != "" && t.HTTPCert == "" {
+		errs = append(errs, errors.New("HTTP_CLIENT_TLS_CACERT: needs HTTP_TLS_CERT and HTTP_TLS_KEY (client certificates are asked over TLS)"))
+	}
+	if !strings.HasPrefix(redisURL, "rediss://") {
+		for _, s := range []set{{"REDIS_TLS_CACERT", t.RedisCA != ""}, {"REDIS_TLS_CLIENT_CERT", t.RedisCert != ""},
+			{"REDIS_TLS_CLIENT_KEY", t.RedisKey != ""}, {"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", t.RedisSkipHostname}} {
+			if s.on {
+				errs = append(errs, fmt.Errorf("%s: needs a rediss:// REDIS_URL (TLS to Redis)", s.name))
+			}
+		}
+	}
+	return errs
+}
+
+// parseList reads a comma-separated list, spaces around items dropped.
+func parseList(v string) ([]string, error) {
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
+// openTLS loads the certificate, key and CA files of the gRPC and REST
+// listeners and of Redis, each named by its setting when it does not load,
+// and re-reads them on change until close.
+func (a *app) openTLS(context.Context) error {
+	t := a.cfg.TLS
+	if !t.GRPCUseTLS && t.HTTPCert == "" && t.RedisCA == "" && t.RedisCert == "" && !t.RedisSkipHostname {
+		return nil
+	}
+	m, err := tlsreload.NewMetrics(a.reg)
+	if err != nil {
+		return err
+	}
+	open := func(o tlsreload.Options, names map[tlsreload.Role]string) (*tlsreload.Reloader, error) {
+		o.Log, o.Metrics = a.log, m
+		r, err := tlsreload.New(o)
+		var fe *tlsreload.FileError
+		if errors.As(err, &fe) {
+			return nil, fmt.Errorf("%s: %w", names[fe.Role], err)
+		}
+		if err != nil {
+			return nil, err
+		}
+		a.goBG("tls reload "+o.Name, r.Run)
+		return r, nil
+	}
+	if t.GRPCUseTLS {
+		a.grpcTLS, err = open(tlsreload.Options{Name: "grpc", CertFile: t.GRPCCert, KeyFile: t.GRPCKey, CAFile: t.GRPCClientCA, AllowedSANs: t.GRPCClientSANs},
+			map[tlsreload.Role]string{tlsreload.Cert: "GRPC_SERVER_TLS_CERT", tlsreload.Key: "GRPC_SERVER_TLS_KEY", tlsreload.CA: "GRPC_CLIENT_TLS_CACERT"})
+		if err != nil {
+			return err
+		}
+	}
+	if t.HTTPCert != "" {
+		a.httpTLS, err = open(tlsreload.Options{Name: "http", CertFile: t.HTTPCert, KeyFile: t.HTTPKey, CAFile: t.HTTPClientCA, NextProtos: []string{"h2", "http/1.1"}},
+			map[tlsreload.Role]string{tlsreload.Cert: "HTTP_TLS_CERT", tlsreload.Key: "HTTP_TLS_KEY", tlsreload.CA: "HTTP_CLIENT_TLS_CACERT"})
+		if err != nil {
+			return err
+		}
+	}
+	if t.RedisCA != "" || t.RedisCert != "" || t.RedisSkipHostname {
+		// Without files (REDIS_TLS_SKIP_HOSTNAME_VERIFICATION alone): the
+		// system's roots, and no client certificate.
+		r, err := open(tlsreload.Options{Name: "redis", CertFile: t.RedisCert, KeyFile: t.RedisKey, CAFile: t.RedisCA},
+			map[tlsreload.Role]string{tlsreload.Cert: "REDIS_TLS_CLIENT_CERT", tlsreload.Key: "REDIS_TLS_CLIENT_KEY", tlsreload.CA: "REDIS_TLS_CACERT"})
+		if err != nil {
+			return err
+		}
+		a.redisTLS = func(serverName string) *tls.Config { return r.ClientConfig(serverName, t.RedisSkipHostname) }
+	}
+	return nil
+}
+
+// describeTLS says what a listener serves, for the start line: off, tls,
+// or mtls.
+func describeTLS(on bool, clientCA string) string {
+	switch {
+	case !on:
+		return "off"
+	case clientCA != "":
+		return "mtls"
+	}
+	return "tls"
+}
