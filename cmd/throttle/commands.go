@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 
 	"github.com/throttle-rl/throttle/descriptors"
 	"github.com/throttle-rl/throttle/store"
@@ -32,15 +33,20 @@ func migrate(ctx context.Context, args []string, getenv func(string) string, std
 	return nil
 }
 
-// configCmd runs `throttle config check FILE…`.
+// configCmd runs `throttle config check FILE|DIR…`: a directory is read as
+// DESCRIPTORS_DIR is (its *.yaml and *.yml files, by the same loader).
 func configCmd(args []string, getenv func(string) string, stdout io.Writer) error {
 	if len(args) < 2 || args[0] != "check" {
-		return errors.New("usage: throttle config check FILE…")
+		return errors.New("usage: throttle config check FILE|DIR… (a DIR is checked as DESCRIPTORS_DIR would load it)")
 	}
 	merge, _ := strconv.ParseBool(getenv("MERGE_DOMAIN_CONFIG"))
-	if err := descriptors.Check(descriptors.Options{MergeDomains: merge}, args[1:]...); err != nil {
+	n, err := descriptors.Check(descriptors.Options{MergeDomains: merge}, args[1:]...)
+	if err != nil {
 		return fmt.Errorf("invalid descriptor configuration:\n%w", err)
 	}
-	fmt.Fprintf(stdout, "%d file(s) OK\n", len(args)-1)
+	if n == 0 {
+		return fmt.Errorf("no descriptor files (*.yaml, *.yml) in %s", strings.Join(args[1:], " "))
+	}
+	fmt.Fprintf(stdout, "%d file(s) OK\n", n)
 	return nil
 }

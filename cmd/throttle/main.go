@@ -21,7 +21,7 @@ const usage = `Usage: throttle <command> [arguments]
 Commands:
   serve                     run the REST API and the Envoy rate-limit service (see throttle serve --help)
   migrate up|down|version   apply, roll back one, or show database migrations (DATABASE_URL)
-  config check FILE…        validate Envoy descriptor YAML files
+  config check FILE|DIR…    validate Envoy descriptor YAML files (a DIR as DESCRIPTORS_DIR loads it)
   version                   print the version
   help                      show this help
 `
