@@ -39,6 +39,7 @@ var curlDocs = []curlDoc{
 	{
 		file: "docs/api.md", minBlocks: 14, // one per endpoint at least
 		want: []string{
+			`{"service":"throttle","dashboard":"/ui/",`,
 			`{"status":"ok"}`,
 			`"api_key":"thr_`,
 			`"allowed":true`,
