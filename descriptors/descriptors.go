@@ -40,8 +40,9 @@ type ConfigError struct {
 	// Msg says what is wrong, in upstream's words where upstream has them.
 	Msg string
 	// Line is the line of Path in File: where the descriptor, the
-	// rate_limit key or the file's top-level mapping starts. 0 for a rule,
-	// and for a file that is not YAML (the YAML error names its line).
+	// rate_limit key or the file's top-level mapping starts; for YAML that
+	// does not parse, the line of the syntax error ('{', '[' or a quote
+	// left open: where it opened). 0 for a rule, and when unknown.
 	Line int
 }
 

@@ -24,7 +24,14 @@ import (
 // ending in ", name: <name>" when the limit has one. Unlike upstream, which
 // walks maps in random order, domains and the descriptors of each level come
 // sorted by name. A nil Config dumps as "".
-func (c *Config) Dump() string {
+func (c *Config) Dump() string { return c.dump(false) }
+
+// DumpInShadowMode is Dump as SHADOW_MODE makes it: every limit in shadow
+// mode (decided and counted, never enforced), so every line says
+// "shadow_mode: true".
+func (c *Config) DumpInShadowMode() string { return c.dump(true) }
+
+func (c *Config) dump(shadow bool) string {
 	if c == nil {
 		return ""
 	}
@@ -35,12 +42,12 @@ func (c *Config) Dump() string {
 	sort.Strings(names)
 	var b strings.Builder
 	for _, name := range names {
-		c.domains[name].root.dump(&b)
+		c.domains[name].root.dump(&b, shadow)
 	}
 	return b.String()
 }
 
-func (l *level) dump(b *strings.Builder) {
+func (l *level) dump(b *strings.Builder, shadow bool) {
 	nodes := make([]*node, 0, len(l.exact)+len(l.defaults))
 	for _, n := range l.exact {
 		nodes = append(nodes, n)
@@ -51,7 +58,7 @@ func (l *level) dump(b *strings.Builder) {
 	sort.Slice(nodes, func(i, j int) bool { return nodes[i].fullKey < nodes[j].fullKey })
 	for _, n := range nodes {
 		for _, lim := range n.limits {
-			fmt.Fprintf(b, "%s: unit=%s requests_per_unit=%d, shadow_mode: %t", n.fullKey, lim.Unit, lim.RequestsPerUnit, n.shadowMode)
+			fmt.Fprintf(b, "%s: unit=%s requests_per_unit=%d, shadow_mode: %t", n.fullKey, lim.Unit, lim.RequestsPerUnit, n.shadowMode || shadow)
 			if m := lim.Multiplier(); m > 1 {
 				fmt.Fprintf(b, ", unit_multiplier: %d", m)
 			}
@@ -72,6 +79,6 @@ func (l *level) dump(b *strings.Builder) {
 			}
 			b.WriteByte('\n')
 		}
-		n.children.dump(b)
+		n.children.dump(b, shadow)
 	}
 }

@@ -51,6 +51,19 @@ func TestDump(t *testing.T) {
 	}
 }
 
+// TestDumpInShadowMode: under SHADOW_MODE every limit is in shadow mode,
+// and every line says so; the rest of each line is Dump's.
+func TestDumpInShadowMode(t *testing.T) {
+	c := mustLoad(t, Options{}, runtime+"config/basic.yaml", upstream+"shadowmode_config.yaml")
+	want := strings.ReplaceAll(c.Dump(), "shadow_mode: false", "shadow_mode: true")
+	if got := c.DumpInShadowMode(); got != want || strings.Count(got, "shadow_mode: true") != 7 {
+		t.Errorf("DumpInShadowMode:\n%s\nwant\n%s", got, want)
+	}
+	if got := (*Config)(nil).DumpInShadowMode(); got != "" {
+		t.Errorf("nil Config dumps %q, want empty", got)
+	}
+}
+
 func TestDumpQuotaMode(t *testing.T) {
 	c := mustLoad(t, Options{}, examples+"example.yaml")
 	want := "rl.service_service_1: unit=MINUTE requests_per_unit=1, shadow_mode: false, quota_mode: true\n"

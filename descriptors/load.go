@@ -119,7 +119,8 @@ func (b fileBuilder) add(lvl *level, parentKey string, ds []Descriptor, at place
 }
 
 // LoadFiles loads the files at paths into one Config, as Load; errors name
-// each file by its path.
+// each file by its path. A directory among paths stands for the files
+// LoadDir reads in it.
 func LoadFiles(opts Options, paths ...string) (*Config, error) {
 	srcs, err := readFiles(paths)
 	if err != nil {
@@ -128,10 +129,19 @@ func LoadFiles(opts Options, paths ...string) (*Config, error) {
 	return Load(opts, srcs...)
 }
 
+// readFiles reads the files at paths, and those of each directory among
+// them (readDir), in order; it returns what it could read and an error for
+// each path it could not.
 func readFiles(paths []string) ([]Source, error) {
 	var errs []error
 	srcs := make([]Source, 0, len(paths))
 	for _, p := range paths {
+		if fi, err := os.Stat(p); err == nil && fi.IsDir() {
+			dir, err := readDir(p)
+			errs = append(errs, err)
+			srcs = append(srcs, dir...)
+			continue
+		}
 		data, err := os.ReadFile(p)
 		if err != nil {
 			errs = append(errs, err) // *PathError names the file
@@ -142,14 +152,16 @@ func readFiles(paths []string) ([]Source, error) {
 	return srcs, errors.Join(errs...)
 }
 
-// Check loads the files at paths as LoadFiles does and returns every
+// Check loads the files at paths as LoadFiles does (a directory as
+// DESCRIPTORS_DIR is read) and returns how many files it read and every
 // problem, or nil when the configuration is valid: what `throttle config
-// check FILE…` reports ("file:line: path: message" each). Unlike LoadFiles,
-// it also checks the files it can read when others cannot be read.
-func Check(opts Options, paths ...string) error {
+// check FILE|DIR…` reports ("file:line: path: message" each). Unlike
+// LoadFiles, it also checks the files it can read when others cannot be
+// read.
+func Check(opts Options, paths ...string) (files int, err error) {
 	srcs, err := readFiles(paths)
 	_, lerr := Load(opts, srcs...)
-	return errors.Join(err, lerr)
+	return len(srcs), errors.Join(err, lerr)
 }
 
 // LoadDir loads every *.yaml and *.yml file directly in dir (not in

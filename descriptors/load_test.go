@@ -51,7 +51,7 @@ func TestLoadRefuses(t *testing.T) {
 		{files: []string{upstream + "bad_limit_unit.yaml"},
 			want: `bad_limit_unit.yaml:5: domain "test-domain" › descriptors[0] › rate_limit: invalid rate limit unit 'foo'`},
 		{files: []string{upstream + "bad_yaml.yaml"},
-			want: `bad_yaml.yaml: error loading config file: yaml: line 2: found unexpected end of stream`},
+			want: `bad_yaml.yaml:1: error loading config file: yaml: the quoted string opened at line 1, column 1 is not closed: found unexpected end of stream at line 2, column 1`},
 		{files: []string{upstream + "duplicate_key.yaml"},
 			want: `duplicate_key.yaml:6: domain "test-domain" › descriptors[1]: duplicate descriptor composite key 'test-domain.key1_value1'`},
 		{files: []string{upstream + "empty_domain.yaml"},
@@ -116,6 +116,14 @@ non_map_list.yaml:5: domain "test-domain" › descriptors[2]: config error, yaml
 			want: `metadata_not_map.yaml:3: domain "test-domain" › descriptors[0]: metadata must be a map, not [a b]`},
 		{files: []string{ours + "bad_bool.yaml"},
 			want: `bad_bool.yaml:3: domain "test-domain" › descriptors[0]: shadow_mode must be true or false, not sometimes`},
+		// Issue 32: a YAML syntax error at the line of the actual problem,
+		// not the start of the block that holds it (yaml.v3's line, which
+		// also counted from 0): the '{' left open on line 4, found out on
+		// line 5; the key indented wrongly on line 6.
+		{files: []string{ours + "unclosed_brace.yaml"},
+			want: `unclosed_brace.yaml:4: error loading config file: yaml: the flow mapping '{' opened at line 4, column 17 is not closed: did not find expected ',' or '}' at line 5, column 8`},
+		{files: []string{ours + "bad_indentation.yaml"},
+			want: `bad_indentation.yaml:6: error loading config file: yaml: did not find expected key at line 6, column 6 (while parsing a block mapping that starts at line 3, column 5)`},
 		{files: []string{ours + "top_level_list.yaml"},
 			want: `top_level_list.yaml:1: error loading config file: the file must be a map with domain and descriptors, not [map[domain:test-domain]]`},
 		{files: []string{ours + "nested_problems.yaml"},
@@ -225,23 +233,27 @@ func TestLoadAccepts(t *testing.T) {
 
 func TestLoadFilesNamesPaths(t *testing.T) {
 	p := upstream + "bad_limit_unit.yaml"
-	err := Check(Options{}, p, "testdata/no_such_file.yaml")
-	if err == nil {
-		t.Fatal("Check: no error")
+	n, err := Check(Options{}, p, "testdata/no_such_file.yaml")
+	if err == nil || n != 1 {
+		t.Fatalf("Check: %d file(s) read, err %v; want 1 and an error", n, err)
 	}
 	for _, want := range []string{p + `:5: domain "test-domain" › descriptors[0] › rate_limit: invalid rate limit unit 'foo'`, "testdata/no_such_file.yaml"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("Check error %q does not contain %q", err, want)
 		}
 	}
-	if err := Check(Options{}, upstream+"basic_config.yaml", upstream+"wildcard.yaml"); err == nil {
+	if _, err := Check(Options{}, upstream+"basic_config.yaml", upstream+"wildcard.yaml"); err == nil {
 		t.Error("Check of two files of one domain: no error")
 	}
-	if err := Check(Options{MergeDomains: true}, upstream+"basic_config.yaml", upstream+"wildcard.yaml"); err != nil {
+	if _, err := Check(Options{MergeDomains: true}, upstream+"basic_config.yaml", upstream+"wildcard.yaml"); err != nil {
 		t.Errorf("Check merged: %v", err)
 	}
-	if err := Check(Options{}, upstream+"basic_config.yaml", runtime+"config/basic.yaml"); err != nil {
+	if _, err := Check(Options{}, upstream+"basic_config.yaml", runtime+"config/basic.yaml"); err != nil {
 		t.Errorf("Check of good files: %v", err)
+	}
+	// A folder stands for its files, as LoadDir reads them.
+	if n, err := Check(Options{}, examples); err != nil || n != 2 {
+		t.Errorf("Check of a folder: %d file(s), %v; want 2, nil", n, err)
 	}
 	c, err := LoadFiles(Options{}, upstream+"basic_config.yaml")
 	if err != nil || c.Domain("test-domain") == nil {
@@ -361,7 +373,7 @@ func TestCheckGivesLines(t *testing.T) {
 			if err := os.WriteFile(p, []byte(tc.yaml), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			err := Check(Options{}, p)
+			_, err := Check(Options{}, p)
 			if err == nil || err.Error() != p+tc.want {
 				t.Errorf("Check = %v\nwant %s%s", err, p, tc.want)
 			}

@@ -3,70 +3,12 @@ package descriptors
 import (
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"strconv"
 	"strings"
 
-	yaml "go.yaml.in/yaml/v3"
-
-	"github.com/throttle-rl/throttle/algorithms"
+	yaml "go.yaml.in/yaml/v4"
 )
-
-// File is one descriptor YAML file, as read and checked by Parse.
-type File struct {
-	// Name is where the file came from; errors name it.
-	Name string
-	// Domain is required.
-	Domain string
-	// Descriptors are the top-level descriptors, in file order.
-	Descriptors []Descriptor
-	// Line is where the file's top-level mapping starts: the line of
-	// problems of the whole file.
-	Line int
-}
-
-// Descriptor is one descriptor of a File, with upstream's fields.
-type Descriptor struct {
-	Key   string // required
-	Value string // optional; '*' makes it a wildcard
-	// RateLimit is the limit, or nil: no limit at this level.
-	RateLimit *RateLimit
-	// RateLimits are the limits of a descriptor with several (Throttle's
-	// rate_limits: burst and sustained on one key), all of which must admit
-	// a request; nil when it has none or RateLimit. A descriptor has one or
-	// the other, never both.
-	RateLimits     []RateLimit
-	Descriptors    []Descriptor
-	ShadowMode     bool
-	DetailedMetric bool
-	ShareThreshold bool
-	ValueToMetric  bool
-	QuotaMode      bool
-	// Metadata is free-form; values are JSON-compatible (map[string]any,
-	// []any, string, int, float64, bool, nil).
-	Metadata map[string]any
-	// Line is where the descriptor starts in the file.
-	Line int
-}
-
-func (d Descriptor) spec() nodeSpec {
-	limits := d.RateLimits
-	if d.RateLimit != nil {
-		limits = []RateLimit{*d.RateLimit}
-	}
-	return nodeSpec{
-		key:            d.Key,
-		value:          d.Value,
-		limits:         limits,
-		shadowMode:     d.ShadowMode,
-		detailedMetric: d.DetailedMetric,
-		shareThreshold: d.ShareThreshold,
-		valueToMetric:  d.ValueToMetric,
-		quotaMode:      d.QuotaMode,
-		metadata:       d.Metadata,
-	}
-}
 
 // place is where a problem is: a ConfigError's Path, step by step, and Line.
 type place struct {
@@ -131,7 +73,11 @@ func (p *parser) fail(at place, format string, args ...any) {
 func (p *parser) parse(f *File, data []byte) {
 	root, err := document(data)
 	if err != nil {
-		p.fail(place{}, "error loading config file: %s", err)
+		at := place{}
+		if ye := (*yamlError)(nil); errors.As(err, &ye) {
+			at.line = ye.line // the problem's, when known
+		}
+		p.fail(at, "error loading config file: %s", err)
 		return
 	}
 	if root != nil {
@@ -300,142 +246,4 @@ func (p *parser) descriptor(n *yaml.Node, at place) Descriptor {
 	}
 	d.Descriptors = p.descriptors(fs["descriptors"].value, at)
 	return d
-}
-
-// rateLimits reads rate_limits, a list of rate_limit maps, of the
-// descriptor at at (the key on line keyLine), and checks each limit and
-// then the limits together (checkLimits).
-func (p *parser) rateLimits(n *yaml.Node, at place, keyLine int) []RateLimit {
-	if deref(n).Kind != yaml.SequenceNode {
-		p.fail(at.in("rate_limits", keyLine), "rate_limits must be a list of rate_limit maps, not %v", display(n))
-		return nil
-	}
-	elems := p.list(n, at, "rate_limits")
-	if len(elems) == 0 {
-		p.fail(at.in("rate_limits", keyLine), "rate_limits must list at least one limit")
-		return nil
-	}
-	before := len(p.errs)
-	limits := make([]RateLimit, 0, len(elems))
-	for i, e := range elems {
-		if e == nil {
-			continue
-		}
-		if l := p.rateLimit(e, at.in(fmt.Sprintf("rate_limits[%d]", i), e.Line)); l != nil {
-			limits = append(limits, *l)
-		}
-	}
-	if len(p.errs) > before {
-		return limits // checked together only once each is well-formed
-	}
-	if i, err := checkLimits(limits); err != nil {
-		p.fail(at.in(fmt.Sprintf("rate_limits[%d]", i), elems[i].Line), "%s", err)
-	}
-	return limits
-}
-
-// rateLimit reads a rate_limit and checks it: its unit where it reads it,
-// the rest (checkSettings) once everything read is well-formed.
-func (p *parser) rateLimit(n *yaml.Node, at place) *RateLimit {
-	if deref(n).Kind != yaml.MappingNode {
-		p.fail(at, "rate_limit must be a map, not %v", display(n))
-		return nil
-	}
-	fs, ok := p.fields(n, at, "unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm", "refill_rate",
-		"unit_multiplier", "always_count")
-	l := &RateLimit{
-		Unlimited:   p.boolean(fs["unlimited"].value, at, "unlimited"),
-		Name:        p.str(fs["name"].value, at, "name"),
-		AlwaysCount: p.boolean(fs["always_count"].value, at, "always_count"),
-	}
-	if um := fs["unit_multiplier"].value; !isNull(um) {
-		var good bool
-		l.UnitMultiplier, good = p.uint32(um, at, "unit_multiplier", 1)
-		ok = ok && good
-	}
-	unit := p.str(fs["unit"].value, at, "unit")
-	var err error
-	if unit != "" {
-		l.Unit, err = ParseUnit(unit)
-	}
-	if err == nil {
-		err = l.checkUnit(unit)
-	}
-	if err != nil {
-		p.fail(at, "%s", err)
-		ok = false
-	}
-	if rpu := fs["requests_per_unit"].value; !isNull(rpu) {
-		var good bool
-		l.RequestsPerUnit, good = p.uint32(rpu, at, "requests_per_unit", 0)
-		ok = ok && good
-	}
-	for i, r := range p.list(fs["replaces"].value, at, "replaces") {
-		if r == nil {
-			ok = false
-			continue
-		}
-		rat := at.in(fmt.Sprintf("replaces[%d]", i), r.Line)
-		rf, good := p.fields(r, rat, "name")
-		ok = ok && good
-		l.Replaces = append(l.Replaces, p.str(rf["name"].value, rat, "name"))
-	}
-	if a := p.str(fs["algorithm"].value, at, "algorithm"); a != "" {
-		l.Algorithm = algorithms.Algorithm(a)
-	}
-	if rr := fs["refill_rate"].value; !isNull(rr) {
-		switch v := display(rr).(type) {
-		case int:
-			l.RefillRate = float64(v)
-		case int64:
-			l.RefillRate = float64(v)
-		case uint64:
-			l.RefillRate = float64(v)
-		case float64:
-			l.RefillRate = v
-		default:
-			p.fail(at, "refill_rate must be a number of tokens per second, not %v", v)
-			ok = false
-		}
-	}
-	if ok {
-		if err := l.checkSettings(); err != nil {
-			p.fail(at, "%s", err)
-		}
-	}
-	return l
-}
-
-// wholeNumber returns v as an integer when it is one (YAML ints, and floats
-// without a fraction, as upstream's decoder accepts them).
-func wholeNumber(v any) (int64, bool) {
-	switch v := v.(type) {
-	case int:
-		return int64(v), true
-	case int64:
-		return v, true
-	case uint64:
-		if v > math.MaxInt64 {
-			return 0, false
-		}
-		return int64(v), true
-	case float64:
-		if v != math.Trunc(v) || v < math.MinInt64 || v > math.MaxInt64 {
-			return 0, false
-		}
-		return int64(v), true
-	}
-	return 0, false
-}
-
-// uint32 reads field name of n, a whole number between lo and the largest
-// uint32 (Envoy's type for it); false, and the problem noted, when it is
-// not.
-func (p *parser) uint32(n *yaml.Node, at place, name string, lo int64) (uint32, bool) {
-	v, good := wholeNumber(display(n))
-	if !good || v < lo || v > math.MaxUint32 {
-		p.fail(at, "%s must be a whole number between %d and %d, not %v", name, lo, uint32(math.MaxUint32), display(n))
-		return 0, false
-	}
-	return uint32(v), true
 }

@@ -8,7 +8,7 @@ import (
 )
 
 // TestParseReadsYAMLAsUpstream: YAML that the reference service's parser
-// (yaml.v2) reads its own way reads the same here, from yaml.v3 nodes.
+// (yaml.v2) reads its own way reads the same here, from yaml.v4 nodes.
 func TestParseReadsYAMLAsUpstream(t *testing.T) {
 	tests := []struct {
 		name, yaml string
@@ -52,12 +52,12 @@ func TestParseRefusesYAMLAsUpstream(t *testing.T) {
 	}
 	tests := []struct{ name, yaml, want string }{
 		{"an alias inside its anchor", "domain: d\ndescriptors: &l [{key: k, descriptors: *l}]\n",
-			"f.yaml: error loading config file: yaml: anchor 'l' value contains itself"},
+			"f.yaml:2: error loading config file: yaml: anchor 'l' value contains itself"},
 		{"excessive aliasing", laughs, "f.yaml: error loading config file: yaml: document contains excessive aliasing"},
-		{"a sequence as a key", "domain: d\n? [a]\n: b\n", `f.yaml: error loading config file: yaml: invalid map key: []interface {}{"a"}`},
+		{"a sequence as a key", "domain: d\n? [a]\n: b\n", `f.yaml:2: error loading config file: yaml: invalid map key: []interface {}{"a"}`},
 		{"a merge of a scalar", "domain: d\ndescriptors:\n  - key: a\n    <<: 5\n",
-			"f.yaml: error loading config file: yaml: map merge requires map or sequence of maps as the value"},
-		{"a value unlike its tag", "domain: d\ndescriptors: [{key: !!int k}]\n", "f.yaml: error loading config file: yaml: cannot decode !!str `k` as a !!int"},
+			"f.yaml:4: error loading config file: yaml: map merge requires map or sequence of maps as the value"},
+		{"a value unlike its tag", "domain: d\ndescriptors: [{key: !!int k}]\n", "f.yaml:2: error loading config file: yaml: cannot construct !!str `k` as a !!int"},
 		{"the last of a repeated key is its value", "domain: d\ndescriptors:\n  - key: a\n    key:\n",
 			"f.yaml:3: domain \"d\" › descriptors[0]: config error, key 'key' appears twice\n" +
 				"f.yaml:3: domain \"d\" › descriptors[0]: descriptor has empty key"},

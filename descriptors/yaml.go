@@ -1,8 +1,10 @@
 package descriptors
 
 // Reading YAML as the reference service reads it. It decodes with yaml.v2;
-// Throttle parses once with yaml.v3, whose nodes carry lines, and takes
-// values the v2 way: YAML 1.1 booleans (yes, on, n, …), a string field gets
+// Throttle parses once with go.yaml.in/yaml/v4, whose nodes carry lines
+// and whose syntax errors carry the line of the problem (yaml.v3's named
+// the start of the enclosing block, counted from 0), and takes values the
+// v2 way: YAML 1.1 booleans (yes, on, n, …), a string field gets
 // the scalar as written (`value: 500` is "500"), and a value decoded into
 // `any` is map[any]any, []any, string, int, int64, uint64, float64, bool or
 // nil, timestamps kept as strings, merge keys (<<) merged.
@@ -10,9 +12,10 @@ package descriptors
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
-	yaml "go.yaml.in/yaml/v3"
+	yaml "go.yaml.in/yaml/v4"
 )
 
 // document parses data and returns the root node of its first document, or
@@ -20,10 +23,13 @@ import (
 // decodes (an alias inside its own anchor, excessive aliasing, a mapping or
 // sequence as a key, a merge of anything but mappings, a value that does not
 // fit its explicit tag), so every node below the root decodes without error.
+//
+// Its errors are *yamlError values, with the line of the problem when one
+// is known.
 func document(data []byte) (*yaml.Node, error) {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return nil, err
+		return nil, syntaxError(err)
 	}
 	if len(doc.Content) == 0 {
 		return nil, nil
@@ -70,7 +76,7 @@ func display(n *yaml.Node) any {
 	return v
 }
 
-// yaml11Bools are the YAML 1.1 booleans yaml.v2 knows and yaml.v3 reads as
+// yaml11Bools are the YAML 1.1 booleans yaml.v2 knows and yaml.v4 reads as
 // strings.
 var yaml11Bools = map[string]bool{
 	"y": true, "Y": true, "yes": true, "Yes": true, "YES": true, "on": true, "On": true, "ON": true,
@@ -87,7 +93,11 @@ func scalar(n *yaml.Node) (any, error) {
 	}
 	var v any
 	if err := n.Decode(&v); err != nil {
-		return nil, err
+		msg := err.Error()
+		if le := (*yaml.LoadError)(nil); errors.As(err, &le) {
+			msg = le.Message // without its position, which is unknown
+		}
+		return nil, yamlErrorf(n, "%s", msg)
 	}
 	if _, ok := v.(time.Time); ok {
 		return n.Value, nil // yaml.v2 keeps a timestamp as written
@@ -112,7 +122,7 @@ func (d *decoder) value(n *yaml.Node) (any, error) {
 		d.aliased++
 	}
 	if d.limit && d.aliased > 100 && d.nodes > 1000 && float64(d.aliased)/float64(d.nodes) > allowedAliasRatio(d.nodes) {
-		return nil, errors.New("yaml: document contains excessive aliasing")
+		return nil, &yamlError{msg: "document contains excessive aliasing"} // of the whole document
 	}
 	switch n.Kind {
 	case yaml.AliasNode:
@@ -141,7 +151,7 @@ func (d *decoder) value(n *yaml.Node) (any, error) {
 			}
 			switch key.(type) {
 			case map[any]any, []any:
-				return fmt.Errorf("yaml: invalid map key: %#v", key)
+				return yamlErrorf(k, "invalid map key: %#v", key)
 			}
 			val, err := d.value(v)
 			m[key] = val
@@ -156,7 +166,7 @@ func (d *decoder) value(n *yaml.Node) (any, error) {
 // inside its own anchor.
 func (d *decoder) follow(n *yaml.Node, f func(*yaml.Node) error) error {
 	if d.following[n] {
-		return fmt.Errorf("yaml: anchor '%s' value contains itself", n.Value)
+		return yamlErrorf(n, "anchor '%s' value contains itself", n.Value)
 	}
 	if d.following == nil {
 		d.following = map[*yaml.Node]bool{}
@@ -189,12 +199,10 @@ func (d *decoder) pairs(n *yaml.Node, f func(k, v *yaml.Node) error) error {
 	return nil
 }
 
-var errMerge = errors.New("yaml: map merge requires map or sequence of maps as the value")
-
 func (d *decoder) merge(v *yaml.Node, f func(k, v *yaml.Node) error) error {
 	one := func(m *yaml.Node) error {
 		if deref(m).Kind != yaml.MappingNode {
-			return errMerge
+			return yamlErrorf(m, "map merge requires map or sequence of maps as the value")
 		}
 		if m.Kind == yaml.AliasNode {
 			return d.follow(m, func(target *yaml.Node) error { return d.pairs(target, f) })
@@ -248,4 +256,47 @@ func jsonValue(v any) any {
 		return s
 	}
 	return v
+}
+
+// yamlError is a problem of a file's YAML itself, not of what it says.
+type yamlError struct {
+	line int // where the problem is; 0 when unknown
+	msg  string
+}
+
+func (e *yamlError) Error() string { return "yaml: " + e.msg }
+
+// yamlErrorf returns a yamlError at the line of n.
+func yamlErrorf(n *yaml.Node, format string, args ...any) error {
+	return &yamlError{line: n.Line, msg: fmt.Sprintf(format, args...)}
+}
+
+// openers are the parser's contexts that something opened and must close
+// on a later line: the name a message gives each.
+var openers = map[string]string{
+	"while parsing a flow mapping":   "the flow mapping '{'",
+	"while parsing a flow sequence":  "the flow sequence '['",
+	"while scanning a quoted scalar": "the quoted string",
+}
+
+// syntaxError turns an error of yaml.Unmarshal into a yamlError at the line
+// of the actual problem. The parser notes where it noticed the problem and
+// the construct it was in. That place is the problem, but for a '{', '['
+// or quote left open, which it notices on a later line, often the next
+// descriptor's: the line is then the opener's, and the message names both.
+func syntaxError(err error) error {
+	var le *yaml.LoadError
+	if !errors.As(err, &le) || le.Mark.Line == 0 {
+		return &yamlError{msg: strings.TrimPrefix(err.Error(), "yaml: ")}
+	}
+	at, ctx := le.Mark, le.ContextMark
+	if name, ok := openers[le.ContextMsg]; ok && ctx.Line > 0 && ctx.Line < at.Line {
+		return &yamlError{line: ctx.Line, msg: fmt.Sprintf("%s opened at line %d, column %d is not closed: %s at line %d, column %d",
+			name, ctx.Line, ctx.Column, le.Message, at.Line, at.Column)}
+	}
+	msg := fmt.Sprintf("%s at line %d, column %d", le.Message, at.Line, at.Column)
+	if le.ContextMsg != "" && ctx.Line > 0 {
+		msg += fmt.Sprintf(" (%s that starts at line %d, column %d)", le.ContextMsg, ctx.Line, ctx.Column)
+	}
+	return &yamlError{line: at.Line, msg: msg}
 }

@@ -18,13 +18,22 @@ echo
 
 key=${THROTTLE_API_KEY:-}
 if [ -z "$key" ]; then
+	# A name and email of this run's own: the server keeps its clients
+	# (./throttle.db), and both must be unique.
+	run="$(date +%s)-$$"
 	echo "# POST $url/register"
-	reply=$(curl -sS -X POST "$url/register" \
+	reply=$(curl -sS -X POST "$url/register" -w '\n%{http_code}' \
 		-H 'Content-Type: application/json' \
-		-d '{"name": "curl-example", "email": "curl@example.com", "default_algorithm": "fixed_window"}')
+		-d "{\"name\": \"curl-example-$run\", \"email\": \"curl-$run@example.com\", \"default_algorithm\": \"fixed_window\"}")
+	status=${reply##*$'\n'}
+	reply=${reply%$'\n'*}
 	echo "$reply"
+	if [ "$status" != 201 ]; then
+		echo "register: HTTP $status (the reply above says why; 429: too many registrations from this address, retry later or set THROTTLE_API_KEY)" >&2
+		exit 1
+	fi
 	key=$(printf '%s' "$reply" | sed -n 's/.*"api_key" *: *"\([^"]*\)".*/\1/p')
-	[ -n "$key" ] || { echo "no api_key in the reply" >&2; exit 1; }
+	[ -n "$key" ] || { echo "register: no api_key in the reply" >&2; exit 1; }
 	echo "# export THROTTLE_API_KEY=$key   (shown once: keep it)"
 fi
 

@@ -51,24 +51,60 @@ func TestScripts(t *testing.T) {
 			// With the key: the same client's counter, already over.
 			stdout, _ = run(t, env(srv.URL, m[1]), args("1")...)
 			assertChecks(t, checkLine, stdout, []string{"rejected"})
+
+			// Run again without a key, on the same server and database: a
+			// client of its own again, with a fresh counter.
+			stdout, stderr = run(t, env(srv.URL, ""), args("1")...)
+			assertChecks(t, checkLine, stdout, []string{"allowed remaining=2"})
+			if m2 := regexp.MustCompile(`export THROTTLE_API_KEY=(\S+)`).FindStringSubmatch(stderr); m2 == nil || m2[1] == m[1] {
+				t.Errorf("the second run did not register a client of its own:\n%s", stderr)
+			}
 		})
 	}
 
 	t.Run("curl", func(t *testing.T) {
-		e := append(env(srv.URL, ""), "COUNT=4", "LIMIT=3", "WINDOW=3600", "IDENTIFIER=curl-user")
-		stdout, _ := run(t, e, "bash", "curl.sh")
-		allowed := regexp.MustCompile(`"allowed":\s*true`).FindAllString(stdout, -1)
-		rejected := regexp.MustCompile(`"allowed":\s*false`).FindAllString(stdout, -1)
-		if len(allowed) != 3 || len(rejected) != 1 {
-			t.Errorf("want 3 allowed then 1 rejected, got %d and %d:\n%s", len(allowed), len(rejected), stdout)
-		}
-		if !regexp.MustCompile(`(?im)^retry-after: [1-9]\d*\r?$`).MatchString(stdout) {
-			t.Errorf("no Retry-After header in the output:\n%s", stdout)
-		}
-		if !strings.Contains(stdout, `"status"`) {
-			t.Errorf("no /health reply in the output:\n%s", stdout)
+		// Twice: the second run registers a client of its own too.
+		for range 2 {
+			e := append(env(srv.URL, ""), "COUNT=4", "LIMIT=3", "WINDOW=3600", "IDENTIFIER=curl-user")
+			stdout, _ := run(t, e, "bash", "curl.sh")
+			allowed := regexp.MustCompile(`"allowed":\s*true`).FindAllString(stdout, -1)
+			rejected := regexp.MustCompile(`"allowed":\s*false`).FindAllString(stdout, -1)
+			if len(allowed) != 3 || len(rejected) != 1 {
+				t.Errorf("want 3 allowed then 1 rejected, got %d and %d:\n%s", len(allowed), len(rejected), stdout)
+			}
+			if !regexp.MustCompile(`(?im)^retry-after: [1-9]\d*\r?$`).MatchString(stdout) {
+				t.Errorf("no Retry-After header in the output:\n%s", stdout)
+			}
+			if !strings.Contains(stdout, `"status"`) {
+				t.Errorf("no /health reply in the output:\n%s", stdout)
+			}
 		}
 	})
+}
+
+// TestScriptsFailOnRegister: when /register refuses (here its limit of one
+// registration an hour per address is spent), each script stops with an
+// error that gives the status, and checks nothing with an empty key.
+func TestScriptsFailOnRegister(t *testing.T) {
+	srv := throttletest.Start(t, "REGISTER_LIMIT_PER_HOUR=1")
+	srv.Register(t, "the one registration")
+	for _, argv := range [][]string{
+		{"python3", "python/check.py"},
+		{"node", "node/check.js"},
+		{"bash", "curl.sh"},
+	} {
+		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd.Env = env(srv.URL, "")
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err := cmd.Run()
+		if err == nil || !strings.Contains(errb.String(), "register: HTTP 429") {
+			t.Errorf("%s with /register refusing: %v, stderr %q; want an exit with register: HTTP 429", strings.Join(argv, " "), err, errb.String())
+		}
+		if strings.Contains(out.String(), "check 1") || strings.Contains(out.String(), "/check") {
+			t.Errorf("%s checked after register failed:\n%s", strings.Join(argv, " "), out.String())
+		}
+	}
 }
 
 // assertChecks compares the "check N: …" lines of stdout with want, in order.

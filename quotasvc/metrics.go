@@ -20,6 +20,7 @@ type metrics struct {
 	ignored     *prometheus.CounterVec // reason
 	refused     *prometheus.CounterVec // reason
 	degraded    *prometheus.CounterVec // mode
+	shadowed    prometheus.Counter
 	storeErrors *prometheus.CounterVec // op
 	assignTime  prometheus.Histogram
 }
@@ -48,7 +49,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"domain", "limit"}),
 		assigned: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "throttle_rlqs_assigned_rate",
-			Help: "Requests per second assigned to this replica's instances by token buckets, by domain (allow-all buckets not included).",
+			Help: "Requests per second assigned to this replica's instances by token buckets, by domain (allow-all buckets not included; under SHADOW_MODE, the shares decided, though allow-all is sent).",
 		}, []string{"domain"}),
 		actions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "throttle_rlqs_actions_total",
@@ -66,6 +67,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "throttle_rlqs_degraded_allocations_total",
 			Help: "Limits assigned without the usage store (Redis failed), by how: last_known (the last shares), open (allow all), closed (deny all), local (this replica's instances split the limit).",
 		}, []string{"mode"}),
+		shadowed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "throttle_rlqs_shadow_mode_total",
+			Help: "Assignments SHADOW_MODE sent as allow-all in place of a token bucket or deny-all.",
+		}),
 		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "throttle_rlqs_store_errors_total",
 			Help: "Failed calls to the usage store (Redis), by operation: write, load, save.",
@@ -80,7 +85,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return m, nil
 	}
 	var errs []error
-	for _, c := range []prometheus.Collector{m.streams, m.buckets, m.reports, m.reported, m.subscribed, m.assigned, m.actions, m.ignored, m.refused, m.degraded, m.storeErrors, m.assignTime} {
+	for _, c := range []prometheus.Collector{m.streams, m.buckets, m.reports, m.reported, m.subscribed, m.assigned, m.actions, m.ignored, m.refused, m.degraded, m.shadowed, m.storeErrors, m.assignTime} {
 		errs = append(errs, reg.Register(c))
 	}
 	return m, errors.Join(errs...)

@@ -62,6 +62,11 @@ type Options struct {
 	// IdleAbandon is how long a bucket may report no requests before the
 	// instance is told to abandon it. Default 10 minutes.
 	IdleAbandon time.Duration
+	// ShadowMode (SHADOW_MODE) assigns every bucket allow-all, while
+	// everything else goes on: buckets map to their limits, usage is
+	// reported, demands are shared and the split computed, and metrics
+	// count it all; only what is sent is allow-all. Optional; default off.
+	ShadowMode bool
 	// Log is required.
 	Log *slog.Logger
 	// Registerer receives the metrics; optional.

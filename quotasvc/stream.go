@@ -337,10 +337,18 @@ func (b *sub) estimate(r float64) bool {
 // it is the one in force and not due for renewal (its time to live half
 // gone). A bucket subscribed in the last two intervals gets it anyway: its
 // first report may have crossed an abandon on the way, and the instance,
-// having forgotten the bucket, ignored the answer. s.mu is held.
+// having forgotten the bucket, ignored the answer. Under ShadowMode the
+// assignment is allow-all whatever strategy says. s.mu is held.
 func (s *Server) queue(b *sub, strategy *typev3.RateLimitStrategy, now time.Time) {
+	shadowed := false
+	if s.opts.ShadowMode && strategyName(strategy) != "allow_all" {
+		strategy, shadowed = blanketFor("shadow"), true
+	}
 	if b.sent != nil && sameStrategy(b.sent, strategy) && now.Sub(b.sentAt) < s.ttl/2 && now.Sub(b.created) > 2*s.opts.Interval {
 		return
+	}
+	if shadowed {
+		s.metrics.shadowed.Inc()
 	}
 	b.sent, b.sentAt = strategy, now
 	s.push(b, assignment(b.id, strategy, s.ttl))

@@ -46,6 +46,18 @@ func TestRoutingErrors(t *testing.T) {
 		t.Errorf("GET /ui = %d Location %q, want a redirect to /ui/", w.Code, w.Header().Get("Location"))
 	}
 
+	// GET /: a browser goes to the dashboard, a program gets an index.
+	browser := newRequest(t, "GET", "/", "")
+	browser.Header.Set("Accept", "text/html,application/xhtml+xml")
+	if w := serve(e.handler, browser); w.Code != http.StatusFound || w.Header().Get("Location") != "/ui/" {
+		t.Errorf("GET / from a browser = %d Location %q, want 302 to /ui/", w.Code, w.Header().Get("Location"))
+	}
+	r = e.call(t, "GET", "/", "", "")
+	if want := `{"service":"throttle","dashboard":"/ui/","register":"POST /register","health":"/health","ready":"/ready","metrics":"/metrics","docs":"README.md and docs/api.md (every endpoint) in Throttle's source repository"}`; r.status != http.StatusOK || strings.TrimSpace(r.body) != want {
+		t.Errorf("GET / = %d %s, want 200 %s", r.status, r.body, want)
+	}
+	wantError(t, e.call(t, "POST", "/", "", "{}"), http.StatusMethodNotAllowed, "METHOD_NOT_ALLOWED")
+
 	big := `{"identifier":"` + strings.Repeat("x", maxBodyBytes) + `"}`
 	wantError(t, e.call(t, "POST", "/check", c.Key, big), http.StatusRequestEntityTooLarge, "BODY_TOO_LARGE")
 	wantError(t, e.call(t, "POST", "/register", "", big), http.StatusRequestEntityTooLarge, "BODY_TOO_LARGE")

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/netip"
@@ -42,10 +43,17 @@ type registerReply struct {
 	CreatedAt        time.Time `json:"created_at"`
 }
 
+// errRegisterDegraded is why a registration the failure policy refused is
+// the backend's failure: the counter backend could not count it.
+var errRegisterDegraded = errors.New("the registration limit could not be counted: the failure policy (FAILURE_MODE) refused it")
+
 // handleRegister creates a client and returns its API key, the only time the
 // key is ever shown: only its SHA-256 is stored. Registrations are limited per
 // client IP by limit; both the 201 and the 429 carry that limit's rate-limit
-// headers (the sets that sets chooses; the 429 always has Retry-After).
+// headers (the sets that sets chooses; the 429 always has Retry-After). When
+// the counter backend is down and the failure policy refuses (FAILURE_MODE
+// closed, or local over this replica's count), it is a 503
+// BACKEND_UNAVAILABLE: the caller is not to blame.
 func handleRegister(db *store.DB, cache *store.Cache, limiter algorithms.Store, limit algorithms.Limit, trusted []netip.Prefix, sets ratelimitheader.Sets) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx := r.Context()
@@ -72,6 +80,12 @@ func handleRegister(db *store.DB, cache *store.Cache, limiter algorithms.Store, 
 		dec, err := checkOne(ctx, limiter, algorithms.Request{Key: algorithms.Key{Scope: "_register", Identifier: ip}, Limit: limit, Hits: 1})
 		if err != nil {
 			writeError(w, r, err)
+			return
+		}
+		if !dec.Allowed && dec.Degraded {
+			// FAILURE_MODE refused it, not the caller's count: the backend
+			// is down (503 BACKEND_UNAVAILABLE, never 429).
+			writeError(w, r, &backendError{errRegisterDegraded})
 			return
 		}
 		lh := limitHeaders{policy: registerPolicy, limit: limit, remaining: dec.Remaining,

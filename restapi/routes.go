@@ -16,6 +16,7 @@ func addRoutes(mux *http.ServeMux, d Deps, m *metrics, tr *tracing) {
 		Limiter: tr.decisions(d.Limiter), // /check and /check/ip decide in a span of their own when traced
 	}
 
+	mux.Handle("GET /{$}", handleRoot())
 	mux.Handle("GET /health", handleHealth())
 	mux.Handle("GET /ready", handleReady(d.DB, d.Limiter))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(d.Gatherer, promhttp.HandlerOpts{}))

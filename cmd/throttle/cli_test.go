@@ -5,10 +5,12 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"os/exec"
 	"strings"
 	"testing"
 
 	"github.com/throttle-rl/throttle/internal/ratelimitheader"
+	"github.com/throttle-rl/throttle/internal/throttletest"
 )
 
 func env(m map[string]string) func(string) string {
@@ -156,5 +158,62 @@ func TestMigrateCommand(t *testing.T) {
 	}
 	if err := run(context.Background(), []string{"frobnicate"}, env(nil), &out, &out); err == nil {
 		t.Error("unknown command accepted")
+	}
+}
+
+// TestHelpCommand: `throttle help serve` prints serve's help, as `throttle
+// serve --help` does; help for the other commands gives their usage.
+func TestHelpCommand(t *testing.T) {
+	var want, got, errOut bytes.Buffer
+	if _, err := parseServe([]string{"--help"}, env(nil), &want); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("serve --help: %v", err)
+	}
+	if err := run(context.Background(), []string{"help", "serve"}, env(nil), &got, &errOut); err != nil {
+		t.Fatalf("help serve: %v", err)
+	}
+	if got.String() != want.String() || errOut.Len() != 0 || !strings.Contains(got.String(), "env REDIS_URL,") {
+		t.Errorf("help serve printed %q (stderr %q), want serve's help %q", got.String(), errOut.String(), want.String())
+	}
+	for _, tc := range []struct{ args, want []string }{
+		{[]string{"help", "migrate"}, []string{migrateUsage}},
+		{[]string{"migrate", "--help"}, []string{migrateUsage}},
+		{[]string{"help", "config"}, []string{configUsage}},
+		{[]string{"config", "check", "-h"}, []string{configUsage}},
+		{[]string{"help"}, []string{"Usage: throttle <command>", "help [COMMAND]"}},
+	} {
+		var out bytes.Buffer
+		if err := run(context.Background(), tc.args, env(nil), &out, &out); err != nil {
+			t.Errorf("%v: %v", tc.args, err)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(out.String(), w) {
+				t.Errorf("%v printed %q, want it to contain %q", tc.args, out.String(), w)
+			}
+		}
+	}
+	if err := run(context.Background(), []string{"help", "nope"}, env(nil), &got, &got); err == nil {
+		t.Error("help nope: no error")
+	}
+}
+
+// TestUnknownFlag: the built binary, given a flag serve does not have or an
+// argument, prints the error and how to get the help, not the whole help.
+func TestUnknownFlag(t *testing.T) {
+	bin := throttletest.Binary(t)
+	for _, tc := range []struct{ arg, want string }{
+		{"--bogus", "throttle: serve: flag provided but not defined: -bogus\nrun 'throttle help serve' to list every setting\n"},
+		{"extra", "throttle: serve: unexpected argument \"extra\"\nrun 'throttle help serve' to list every setting\n"},
+	} {
+		cmd := exec.Command(bin, "serve", tc.arg)
+		cmd.Dir = t.TempDir()
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		if exit, ok := err.(*exec.ExitError); !ok || exit.ExitCode() != 1 {
+			t.Errorf("serve %s: %v, want exit status 1", tc.arg, err)
+		}
+		if stderr.String() != tc.want || stdout.Len() != 0 {
+			t.Errorf("serve %s printed %q (stdout %q), want %q", tc.arg, stderr.String(), stdout.String(), tc.want)
+		}
 	}
 }

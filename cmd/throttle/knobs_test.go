@@ -12,7 +12,9 @@ import (
 	"time"
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -20,6 +22,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/testing/protocmp"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/throttle-rl/throttle/internal/throttletest"
@@ -35,8 +38,9 @@ descriptors:
     metadata: {backend: blue}
 `
 
-const knobsDump = "edge.banned: unit=MINUTE requests_per_unit=0, shadow_mode: false\n" +
-	"edge.service_blue: unit=HOUR requests_per_unit=10, shadow_mode: false\n"
+// knobsDump is GET /rlconfig under SHADOW_MODE: every limit in shadow mode.
+const knobsDump = "edge.banned: unit=MINUTE requests_per_unit=0, shadow_mode: true\n" +
+	"edge.service_blue: unit=HOUR requests_per_unit=10, shadow_mode: true\n"
 
 func getText(t *testing.T, url string) (int, string, string) {
 	t.Helper()
@@ -122,6 +126,28 @@ func TestReferenceKnobs(t *testing.T) {
 	}
 	if got := s.Metric(t, "throttle_ratelimit_global_shadow_mode_total"); got != 1 {
 		t.Errorf("throttle_ratelimit_global_shadow_mode_total = %v, want 1", got)
+	}
+
+	// SHADOW_MODE reaches the rate-limit quota service too: the banned
+	// bucket (requests_per_unit 0, DENY_ALL otherwise) is allowed all.
+	q, err := rlqsv3.NewRateLimitQuotaServiceClient(conn).StreamRateLimitQuotas(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Send(&rlqsv3.RateLimitQuotaUsageReports{Domain: "edge", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{{
+		BucketId: &rlqsv3.BucketId{Bucket: map[string]string{"banned": "x"}}, TimeElapsed: &durationpb.Duration{}, NumRequestsAllowed: 1,
+	}}}); err != nil {
+		t.Fatal(err)
+	}
+	qr, err := q.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if as := qr.GetBucketAction(); len(as) != 1 || as[0].GetQuotaAssignmentAction().GetRateLimitStrategy().GetBlanketRule() != typev3.RateLimitStrategy_ALLOW_ALL {
+		t.Errorf("RLQS under SHADOW_MODE: %v, want the banned bucket's ALLOW_ALL", qr)
+	}
+	if got := s.Metric(t, "throttle_rlqs_shadow_mode_total"); got != 1 {
+		t.Errorf("throttle_rlqs_shadow_mode_total = %v, want 1", got)
 	}
 }
 

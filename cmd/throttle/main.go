@@ -21,9 +21,9 @@ const usage = `Usage: throttle <command> [arguments]
 Commands:
   serve                     run the REST API and the Envoy rate-limit service (see throttle serve --help)
   migrate up|down|version   apply, roll back one, or show database migrations (DATABASE_URL)
-  config check FILE…        validate Envoy descriptor YAML files
+  config check FILE|DIR…    validate Envoy descriptor YAML files (a DIR as DESCRIPTORS_DIR loads it)
   version                   print the version
-  help                      show this help
+  help [COMMAND]            show this help, or a command's (throttle help serve lists every setting)
 `
 
 func main() {
@@ -49,7 +49,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	switch cmd, rest := args[0], args[1:]; cmd {
 	case "serve":
-		cfg, err := parseServe(rest, getenv, stderr)
+		cfg, err := serveConfig(rest, getenv, stderr)
 		if err != nil {
 			return err
 		}
@@ -62,8 +62,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintln(stdout, "throttle", version)
 		return nil
 	case "help", "--help", "-h":
-		fmt.Fprint(stdout, usage)
-		return nil
+		return help(rest, getenv, stdout)
 	default:
 		fmt.Fprint(stderr, usage)
 		return fmt.Errorf("unknown command %q", cmd)

@@ -19,7 +19,7 @@ import (
 func newQuota(cfg *config, redisTLS func(string) *tls.Config, current func() *descriptors.Config, rules *store.Cache, log *slog.Logger, reg prometheus.Registerer, goBG func(string, func(context.Context) error)) (*quotasvc.Server, error) {
 	opts := quotasvc.Options{
 		Descriptors: current, Rules: rules, Interval: cfg.RLQSInterval, FailureMode: cfg.FailureMode,
-		KeyPrefix: cfg.CacheKeyPrefix, Log: log, Registerer: reg,
+		KeyPrefix: cfg.CacheKeyPrefix, ShadowMode: cfg.ShadowMode, Log: log, Registerer: reg,
 	}
 	if cfg.RedisURL != "" {
 		rdb, err := newRedis(cfg.RedisURL, redisTLS)

@@ -240,10 +240,14 @@ func (a *app) openAPIs(context.Context) error {
 
 // configDump is GET /rlconfig: the YAML configuration in use, as the
 // reference service's debug endpoint (REST client rules are private to
-// their clients and not part of it).
+// their clients and not part of it); under SHADOW_MODE every limit shows
+// shadow_mode: true.
 func (a *app) configDump() string {
-	if a.current == nil {
+	switch {
+	case a.current == nil:
 		return ""
+	case a.cfg.ShadowMode:
+		return a.current().DumpInShadowMode()
 	}
 	return a.current().Dump()
 }

@@ -8,6 +8,8 @@
 //	byUser := func(r *http.Request) string { return r.Header.Get("X-User-Id") }
 //	http.ListenAndServe(":8000", throttleclient.Middleware(c, byUser, limit)(app))
 //
+// Register makes a client and returns its API key (shown only once).
+//
 // It is an example to copy as much as a library: standard library only.
 package throttleclient
 
@@ -130,11 +132,7 @@ func (c *Client) Check(ctx context.Context, identifier string, l Limit) (Decisio
 	// Throttle answers 200 for both outcomes; 429 is accepted too, for servers
 	// that signal a rejection in the status.
 	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusTooManyRequests {
-		e := &Error{StatusCode: resp.StatusCode}
-		if json.Unmarshal(data, e) != nil || e.Message == "" {
-			e.Message = strings.TrimSpace(string(data))
-		}
-		return Decision{}, e
+		return Decision{}, replyError(resp.StatusCode, data)
 	}
 	var d Decision
 	if err := json.Unmarshal(data, &d); err != nil {
@@ -151,4 +149,13 @@ func (c *Client) Check(ctx context.Context, identifier string, l Limit) (Decisio
 		d.RetryAfter = max(d.RetryAfter, 1)
 	}
 	return d, nil
+}
+
+// replyError is the *Error of an error reply with status and body data.
+func replyError(status int, data []byte) *Error {
+	e := &Error{StatusCode: status}
+	if json.Unmarshal(data, e) != nil || e.Message == "" {
+		e.Message = strings.TrimSpace(string(data))
+	}
+	return e
 }

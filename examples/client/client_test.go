@@ -119,6 +119,26 @@ func TestAgainstThrottle(t *testing.T) {
 	})
 }
 
+// Register makes a client whose key works, and fails clearly, with the
+// server's reason, when the name and email are taken.
+func TestRegister(t *testing.T) {
+	srv := throttletest.Start(t)
+	ctx := context.Background()
+	r, err := throttleclient.Register(ctx, srv.URL, "register-test", "register-test@example.com")
+	if err != nil || r.ClientID == "" || r.Domain != "register-test" {
+		t.Fatalf("Register: %+v, %v", r, err)
+	}
+	d, err := throttleclient.New(srv.URL, r.APIKey).Check(ctx, "u", throttleclient.Limit{Limit: 1, Window: 60, Algorithm: "fixed_window"})
+	if err != nil || !d.Allowed {
+		t.Fatalf("Check with the new key: %+v, %v", d, err)
+	}
+	_, err = throttleclient.Register(ctx, srv.URL, "register-test", "register-test@example.com")
+	var e *throttleclient.Error
+	if !errors.As(err, &e) || e.StatusCode != http.StatusConflict || e.Code != "CONFLICT" {
+		t.Errorf("Register again: %v, want a 409 CONFLICT *Error", err)
+	}
+}
+
 // With Throttle unreachable the middleware fails open by default, closed when asked.
 func TestUnreachable(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

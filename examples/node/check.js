@@ -3,8 +3,9 @@
 //
 //   THROTTLE_URL=http://localhost:8080 node examples/node/check.js --count 5 --limit 3
 //
-// Uses THROTTLE_API_KEY when set; otherwise registers a client first and prints
-// its key (shown once: keep it). Prints one line per check:
+// Uses THROTTLE_API_KEY when set; otherwise registers a client of its own (a
+// name and email unique to the run, so it runs again on the same server) and
+// prints its key (shown once: keep it). Prints one line per check:
 //
 //   check 1: allowed remaining=2 limit=3 reset_at=1767225600
 //   check 4: rejected retry_after=42 limit=3 reset_at=1767225600
@@ -50,12 +51,13 @@ function fail(msg) {
 async function main() {
   let apiKey = process.env.THROTTLE_API_KEY;
   if (!apiKey) {
+    const run = `${Math.floor(Date.now() / 1000)}-${process.pid}`;
     const [status, reply] = await call('/register', {
-      name: 'node-example',
-      email: 'node@example.com',
+      name: `node-example-${run}`,
+      email: `node-${run}@example.com`,
       default_algorithm: args.algorithm,
     });
-    if (Math.floor(status / 100) !== 2) fail(`register: HTTP ${status}: ${reply.error || JSON.stringify(reply)}`);
+    if (status !== 201 || !reply.api_key) fail(`register: HTTP ${status} ${reply.code || ''}: ${reply.error || JSON.stringify(reply)}`);
     apiKey = reply.api_key;
     console.error(`registered client ${reply.client_id}; export THROTTLE_API_KEY=${apiKey}`);
   }

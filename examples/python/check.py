@@ -3,8 +3,9 @@
 
     THROTTLE_URL=http://localhost:8080 python3 examples/python/check.py --count 5 --limit 3
 
-Uses THROTTLE_API_KEY when set; otherwise registers a client first and prints
-its key (shown once: keep it). Prints one line per check:
+Uses THROTTLE_API_KEY when set; otherwise registers a client of its own (a
+name and email unique to the run, so it runs again on the same server) and
+prints its key (shown once: keep it). Prints one line per check:
 
     check 1: allowed remaining=2 limit=3 reset_at=1767225600
     check 4: rejected retry_after=42 limit=3 reset_at=1767225600
@@ -13,6 +14,7 @@ import argparse
 import json
 import os
 import sys
+import time
 import urllib.error
 import urllib.request
 
@@ -52,12 +54,13 @@ def main():
 
     api_key = os.environ.get("THROTTLE_API_KEY")
     if not api_key:
+        run = f"{int(time.time())}-{os.getpid()}"
         status, reply = call(args.url, "/register", {
-            "name": "python-example", "email": "python@example.com",
+            "name": f"python-example-{run}", "email": f"python-{run}@example.com",
             "default_algorithm": args.algorithm,
         })
-        if status // 100 != 2:
-            sys.exit(f"register: HTTP {status}: {reply.get('error', reply)}")
+        if status != 201 or "api_key" not in reply:
+            sys.exit(f"register: HTTP {status} {reply.get('code', '')}: {reply.get('error', reply)}")
         api_key = reply["api_key"]
         print(f"registered client {reply['client_id']}; export THROTTLE_API_KEY={api_key}", file=sys.stderr)
 
