@@ -126,6 +126,45 @@ type Limit struct {
 	// 0 means Limit/Window (Limit/60 without a window). Ignored by the window
 	// algorithms and GCRA (whose rate is Limit/Window).
 	RefillRate float64
+	// Accuracy is Exact (the default, "") or Approximate: see Accuracy.
+	Accuracy Accuracy
+}
+
+// Accuracy says how closely a limit is kept across replicas.
+type Accuracy string
+
+const (
+	// Exact decides every request on the shared count: no replica admits
+	// past the limit. With Redis, every decision waits on it.
+	Exact Accuracy = ""
+	// Approximate decides from memory and never waits on Redis: each
+	// replica decides on the shared count it last read plus its own hits
+	// since, spends at most its share of what is left until its next sync,
+	// and syncs its hits in the background (the Redis store; the memory
+	// store, one process, decides it exactly). The error is bounded:
+	// docs/algorithms.md. Fixed and sliding windows only.
+	Approximate Accuracy = "approximate"
+)
+
+// ParseAccuracy returns the accuracy named s: "exact" (or "") or
+// "approximate", or an error wrapping ErrInvalid.
+func ParseAccuracy(s string) (Accuracy, error) {
+	switch s {
+	case "", "exact":
+		return Exact, nil
+	case string(Approximate):
+		return Approximate, nil
+	}
+	return "", invalidf("accuracy %q is not one of exact or approximate", s)
+}
+
+// String names the accuracy as the YAML and the REST API do: "exact" or
+// "approximate".
+func (a Accuracy) String() string {
+	if a == Exact {
+		return "exact"
+	}
+	return string(a)
 }
 
 // fmtWindow writes a window as people give it: days, seconds, or finer.
@@ -146,6 +185,12 @@ func (l Limit) Validate() error {
 	}
 	if l.Limit <= 0 || l.Limit > MaxLimit {
 		return invalidf("limit %d must be between 1 and %d", l.Limit, int64(MaxLimit))
+	}
+	if _, err := ParseAccuracy(string(l.Accuracy)); err != nil {
+		return err
+	}
+	if l.Accuracy == Approximate && l.Algorithm != FixedWindow && l.Algorithm != SlidingWindow {
+		return invalidf("accuracy approximate applies to fixed_window and sliding_window, not %s (whose every decision must read and write the shared state)", l.Algorithm)
 	}
 	needWindow := l.Algorithm != TokenBucket
 	if l.Window != 0 || needWindow {

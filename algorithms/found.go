@@ -80,6 +80,13 @@ func DecideFound(reqs []Request, sizes []int, fs []Found, nowUS int64) ([]Decisi
 	return out, err
 }
 
+// Decide writes to d the decision of r alone (no all-or-nothing group) on
+// the state f a backend found at nowUS, and reports whether the hits were
+// within the limit. Counted says whether they were counted.
+func Decide(r *Request, f *Found, nowUS int64, d *Decision) bool {
+	return decideFound(r, f, nowUS, false, d)
+}
+
 // decideFound writes to d the decision of r on the state f: counted unless
 // its all-or-nothing group was voided (by a request over its limit). It
 // returns whether the hits were within the limit.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/throttle-rl/throttle/algorithms"
 	"github.com/throttle-rl/throttle/algorithms/storetest"
 )
 
@@ -49,4 +50,19 @@ func BenchmarkRedisFloor(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkApproximate decides approximate limits (from memory, synced in
+// the background) on the Redis store, beside BenchmarkCheck's memory store.
+func BenchmarkApproximate(b *testing.B) {
+	s := New(newRedisClient(b, 8), Options{})
+	b.Cleanup(s.Close)
+	var approx []algorithms.Limit
+	for _, l := range storetest.BenchLimits {
+		if l.Algorithm == algorithms.FixedWindow || l.Algorithm == algorithms.SlidingWindow {
+			l.Accuracy = algorithms.Approximate
+			approx = append(approx, l)
+		}
+	}
+	storetest.CheckLimits(b, []storetest.BenchStore{{Name: "redis-approximate", Single: s, Parallel: s}}, approx)
 }

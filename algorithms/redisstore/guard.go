@@ -189,6 +189,12 @@ func (g *Guard) Check(ctx context.Context, reqs []algorithms.Request) ([]algorit
 	if len(reqs) == 0 {
 		return []algorithms.Decision{}, nil
 	}
+	return g.store.checkAccuracy(ctx, reqs, g.checkExact, g.byPolicy, g.opts.HungAfter)
+}
+
+// checkExact decides a validated batch on Redis, each master's part behind
+// its breaker.
+func (g *Guard) checkExact(ctx context.Context, reqs []algorithms.Request) ([]algorithms.Decision, error) {
 	budget, ok := g.budget(ctx)
 	if !ok {
 		g.metrics.shed.Inc()
@@ -197,6 +203,12 @@ func (g *Guard) Check(ctx context.Context, reqs []algorithms.Request) ([]algorit
 	return g.store.dispatch(ctx, reqs, func(ctx context.Context, sh *shard, reqs []algorithms.Request, last bool) ([]algorithms.Decision, error) {
 		return g.checkShard(ctx, budget, g.breakerOf(sh), reqs, last)
 	})
+}
+
+// byPolicy answers by the failure policy the approximate requests of a
+// master whose syncs have failed for HungAfter.
+func (g *Guard) byPolicy(ctx context.Context, sh *shard, reqs []algorithms.Request) ([]algorithms.Decision, error) {
+	return g.degrade(ctx, g.breakerOf(sh), reqs)
 }
 
 // checkShard decides the requests that one master holds.

@@ -35,6 +35,29 @@ type shard struct {
 	clock redisClock
 	known knownCounters
 	close func() error
+	// syncOK is when this master last answered an approximate sync (Unix
+	// ns); syncFailing, since when its syncs fail (0: they do not).
+	syncOK, syncFailing atomic.Int64
+}
+
+// approxAnswered notes an approximate sync this master answered at t.
+func (sh *shard) approxAnswered(t time.Time) {
+	sh.syncOK.Store(t.UnixNano())
+	sh.syncFailing.Store(0)
+	sh.answered.Store(t.UnixNano())
+}
+
+// approxFailed notes an approximate sync that failed at t.
+func (sh *shard) approxFailed(t time.Time) {
+	sh.syncFailing.CompareAndSwap(0, t.UnixNano())
+}
+
+// approxDown reports whether this master's approximate syncs have failed
+// for longer than after, at now: its approximate limits are then decided
+// by the failure policy (Guard).
+func (sh *shard) approxDown(now time.Time, after time.Duration) bool {
+	since := sh.syncFailing.Load()
+	return since != 0 && now.UnixNano()-since > after.Nanoseconds()
 }
 
 // lastAnswer returns when the shard last answered; zero if never.

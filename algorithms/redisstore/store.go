@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/trace"
 
@@ -33,6 +34,12 @@ type Options struct {
 	// service's CACHE_KEY_PREFIX), so that several deployments can share
 	// one Redis or Cluster. Default "".
 	KeyPrefix string
+	// ApproximateInterval is how often approximate limits sync with Redis
+	// (APPROXIMATE_SYNC_INTERVAL). Default DefaultApproximateInterval.
+	ApproximateInterval time.Duration
+	// ApproximateMaxKeys bounds the approximate limits held at once; past
+	// it a new one is decided exactly. Default DefaultApproximateMaxKeys.
+	ApproximateMaxKeys int
 	// Tracer makes the spans of Redis calls ("redis.check",
 	// "redis.batch"; see trace.go), children of the caller's span. Default
 	// nil: no spans, nothing spent on tracing.
@@ -56,6 +63,11 @@ type Store struct {
 	opts              Options
 	// tracer makes the spans of trace.go; nil: none.
 	tracer trace.Tracer
+	// approx holds the approximate limits, syncer syncs them
+	// (approx.go, approxsync.go).
+	approx        *approxTable
+	syncer        *approxSyncer
+	approxMetrics *approxMetrics
 }
 
 // New returns a store over rdb. The client should honour context
@@ -64,9 +76,7 @@ type Store struct {
 // workers and, on a Cluster, the slot table's refreshes and the masters'
 // clients the store made (not rdb itself).
 func New(rdb redis.UniversalClient, opts Options) *Store {
-	if opts.Coalesce > 0 && opts.MaxBatch <= 0 {
-		opts.MaxBatch = 64
-	}
+	opts.setDefaults()
 	s := &Store{
 		rdb:    rdb,
 		now:    opts.Now,
@@ -89,12 +99,45 @@ func New(rdb redis.UniversalClient, opts Options) *Store {
 	} else {
 		s.single = s.newShard("", rdb, func(ctx context.Context) error { return rdb.Ping(ctx).Err() }, func() error { return nil })
 	}
+	s.approx = newApproxTable(opts.ApproximateInterval, opts.ApproximateMaxKeys, opts.Now)
+	s.approxMetrics = newApproxMetrics(s.approx)
+	s.syncer = newApproxSyncer(s, s.approx, s.approxMetrics)
 	return s
 }
 
-// Close stops the coalescing workers, if any, and on a Cluster the slot
+// setDefaults fills in the options left out (Options says each default).
+func (o *Options) setDefaults() {
+	if o.Coalesce > 0 && o.MaxBatch <= 0 {
+		o.MaxBatch = 64
+	}
+	if o.ApproximateInterval <= 0 {
+		o.ApproximateInterval = DefaultApproximateInterval
+	}
+	if o.ApproximateMaxKeys <= 0 {
+		o.ApproximateMaxKeys = DefaultApproximateMaxKeys
+	}
+}
+
+// RegisterMetrics registers the store's metrics (approximate limits,
+// decisions by accuracy) on reg.
+func (s *Store) RegisterMetrics(reg prometheus.Registerer) error {
+	return s.approxMetrics.register(reg)
+}
+
+// Drain sends the pending hits of approximate limits to Redis within ctx,
+// stops their syncs and takes this replica out of their registry: the
+// first step of a shutdown. Decisions made after it are not synced.
+func (s *Store) Drain(ctx context.Context) error {
+	return s.syncer.drain(ctx)
+}
+
+// Close drains the approximate limits (Drain, within a second, unless
+// done), stops the coalescing workers, if any, and on a Cluster the slot
 // table's refreshes and the masters' clients. It does not close rdb.
 func (s *Store) Close() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	s.Drain(ctx) // unless done already; what it cannot send is lost
+	cancel()
 	if s.cluster != nil {
 		s.cluster.close()
 		return
@@ -113,6 +156,11 @@ func (s *Store) Check(ctx context.Context, reqs []algorithms.Request) ([]algorit
 	if len(reqs) == 0 {
 		return []algorithms.Decision{}, nil
 	}
+	return s.checkAccuracy(ctx, reqs, s.checkExact, nil, 0)
+}
+
+// checkExact decides a validated batch on Redis.
+func (s *Store) checkExact(ctx context.Context, reqs []algorithms.Request) ([]algorithms.Decision, error) {
 	return s.dispatch(ctx, reqs, func(ctx context.Context, sh *shard, reqs []algorithms.Request, _ bool) ([]algorithms.Decision, error) {
 		return s.onShard(ctx, time.Time{}, sh, reqs)
 	})

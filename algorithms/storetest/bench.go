@@ -33,10 +33,13 @@ var BenchLimits = []algorithms.Limit{
 // Check benchmarks each algorithm on each store: one caller at a time
 // (single), 16 goroutines per core at once (parallel), and a batch of 4
 // requests (one Envoy call with 4 descriptors).
-func Check(b *testing.B, stores []BenchStore) {
+func Check(b *testing.B, stores []BenchStore) { CheckLimits(b, stores, BenchLimits) }
+
+// CheckLimits is Check with limits of one's own.
+func CheckLimits(b *testing.B, stores []BenchStore, limits []algorithms.Limit) {
 	ctx := context.Background()
 	for _, st := range stores {
-		for _, l := range BenchLimits {
+		for _, l := range limits {
 			scope := UniqueScope(b)
 			b.Run(st.Name+"/"+string(l.Algorithm)+"/single", func(b *testing.B) {
 				reqs := []algorithms.Request{{Key: algorithms.Key{Scope: scope, Identifier: "user_1"}, Limit: l, Hits: 1}}
@@ -65,10 +68,10 @@ func Check(b *testing.B, stores []BenchStore) {
 		b.Run(st.Name+"/batch4/single", func(b *testing.B) {
 			scope := UniqueScope(b)
 			reqs := []algorithms.Request{
-				{Key: algorithms.Key{Scope: scope, Identifier: "10.0.0.1", Name: "remote_address"}, Limit: BenchLimits[0], Hits: 1},
-				{Key: algorithms.Key{Scope: scope, Identifier: "user_1", Name: "user_id"}, Limit: BenchLimits[0], Hits: 1},
-				{Key: algorithms.Key{Scope: scope, Identifier: "api", Name: "generic_key"}, Limit: BenchLimits[1], Hits: 1},
-				{Key: algorithms.Key{Scope: scope, Identifier: "GET", Name: "method"}, Limit: BenchLimits[2], Hits: 1},
+				{Key: algorithms.Key{Scope: scope, Identifier: "10.0.0.1", Name: "remote_address"}, Limit: limits[0], Hits: 1},
+				{Key: algorithms.Key{Scope: scope, Identifier: "user_1", Name: "user_id"}, Limit: limits[0], Hits: 1},
+				{Key: algorithms.Key{Scope: scope, Identifier: "api", Name: "generic_key"}, Limit: limits[1%len(limits)], Hits: 1},
+				{Key: algorithms.Key{Scope: scope, Identifier: "GET", Name: "method"}, Limit: limits[2%len(limits)], Hits: 1},
 			}
 			b.ReportAllocs()
 			for b.Loop() {

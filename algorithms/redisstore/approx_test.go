@@ -1,0 +1,140 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/throttle-rl/throttle/algorithms"
+	"github.com/throttle-rl/throttle/internal/redistest"
+)
+
+// offerUneven sends rate requests a second at key through the stores,
+// split by weights, from start until end (local time), and returns how
+// many each window (by its start, Unix µs) admitted.
+func offerUneven(t *testing.T, stores []algorithms.Store, weights []int, req algorithms.Request, rate int, start, end time.Time) map[int64]int64 {
+	t.Helper()
+	total := 0
+	for _, w := range weights {
+		total += w
+	}
+	var mu sync.Mutex
+	admitted := map[int64]int64{}
+	var wg sync.WaitGroup
+	var failed atomic.Value
+	time.Sleep(time.Until(start))
+	for i, s := range stores {
+		wg.Add(1)
+		go func(s algorithms.Store, perSecond float64) {
+			defer wg.Done()
+			const tick = 5 * time.Millisecond
+			owed := 0.0
+			for next := time.Now(); next.Before(end); next = next.Add(tick) {
+				time.Sleep(time.Until(next))
+				owed += perSecond * tick.Seconds()
+				for ; owed >= 1; owed-- {
+					ds, err := s.Check(context.Background(), []algorithms.Request{req})
+					if err != nil {
+						failed.Store(err)
+						return
+					}
+					if ds[0].Allowed {
+						w := ds[0].ResetAt().Add(-req.Limit.Window).UnixMicro()
+						mu.Lock()
+						admitted[w]++
+						mu.Unlock()
+					}
+				}
+			}
+		}(s, float64(rate)*float64(weights[i])/float64(total))
+	}
+	wg.Wait()
+	if err, ok := failed.Load().(error); ok {
+		t.Fatal(err)
+	}
+	return admitted
+}
+
+// TestApproximateKeepsTheLimit: replicas of uneven traffic (1 : 3 : 5) on
+// one approximate limit admit within 2 % of it in a window, offered six
+// times the limit; one replica alone too; on a single Redis and a Cluster.
+// Every admitted hit reaches Redis.
+func TestApproximateKeepsTheLimit(t *testing.T) {
+	const limit, window = 2000, 6 * time.Second
+	single := func(t *testing.T) redis.UniversalClient { return newRedisClient(t, 0) }
+	cluster := func(t *testing.T) redis.UniversalClient {
+		cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: redistest.StartCluster(t), ContextTimeoutEnabled: true})
+		t.Cleanup(func() { cc.Close() })
+		return cc
+	}
+	cases := []struct {
+		name    string
+		weights []int
+		alg     algorithms.Algorithm
+		client  func(t *testing.T) redis.UniversalClient
+	}{
+		{"3 replicas 1:3:5", []int{1, 3, 5}, algorithms.FixedWindow, single},
+		{"1 replica", []int{1}, algorithms.FixedWindow, single},
+		{"3 replicas on a cluster", []int{1, 3, 5}, algorithms.FixedWindow, cluster},
+		{"3 replicas sliding", []int{1, 3, 5}, algorithms.SlidingWindow, single},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			rdb := tc.client(t)
+			var stores []algorithms.Store
+			var rs []*Store
+			for range tc.weights {
+				s := New(rdb, Options{ApproximateInterval: 10 * time.Millisecond})
+				t.Cleanup(s.Close)
+				stores, rs = append(stores, s), append(rs, s)
+			}
+			req := algorithms.Request{Key: algorithms.Key{Scope: uniqueScope(t), Identifier: "hot"}, Hits: 1, Unindexed: true,
+				Limit: algorithms.Limit{Algorithm: tc.alg, Limit: limit, Window: window, Accuracy: algorithms.Approximate}}
+			// One window to warm up (a sliding window's previous one),
+			// then the window measured.
+			start := time.Now().Truncate(window).Add(window)
+			// The offer ends half a second before the window, so that its
+			// counter is still in Redis to be read.
+			got := offerUneven(t, stores, tc.weights, req, 6*limit/int(window/time.Second), start, start.Add(2*window-500*time.Millisecond))
+			for _, s := range rs {
+				if err := s.Drain(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			measured := got[start.Add(window).UnixMicro()]
+			used := float64(measured)
+			if tc.alg == algorithms.SlidingWindow {
+				// The sliding count where the offer ended: the previous
+				// window weighs its 0.5 s still to slide out.
+				used += float64(got[start.UnixMicro()]) * 0.5 / window.Seconds()
+			}
+			t.Logf("admitted per window: %v; measured %.0f of %d (%+.2f %%)", got, used, limit, (used-limit)*100/limit)
+			if used < limit*0.98 || used > limit*1.02 {
+				t.Errorf("%.0f in the window, want within 2 %% of %d", used, limit)
+			}
+			c, err := redisCount(rdb, rs[0], &req, start.Add(window).UnixMicro())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c != measured {
+				t.Errorf("Redis counts %d in the window, the replicas admitted %d", c, measured)
+			}
+		})
+	}
+}
+
+// redisCount reads the counter of req's window that starts at startUS.
+func redisCount(rdb redis.UniversalClient, s *Store, req *algorithms.Request, startUS int64) (int64, error) {
+	v, err := rdb.Get(context.Background(), s.windowKey(req, startUS)).Result()
+	if err != nil {
+		return 0, fmt.Errorf("window %d: %w", startUS, err)
+	}
+	return strconv.ParseInt(v, 10, 64)
+}

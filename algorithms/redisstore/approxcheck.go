@@ -1,0 +1,194 @@
+package redisstore
+
+import (
+	"context"
+	"time"
+
+	"github.com/throttle-rl/throttle/algorithms"
+)
+
+// exactCheck decides a validated batch on Redis.
+type exactCheck func(ctx context.Context, reqs []algorithms.Request) ([]algorithms.Decision, error)
+
+// byPolicy answers the requests of a master that cannot be reached by the
+// failure policy (Guard); nil decides them from the table regardless.
+type byPolicy func(ctx context.Context, sh *shard, reqs []algorithms.Request) ([]algorithms.Decision, error)
+
+// checkAccuracy decides a validated, non-empty batch: its approximate
+// requests from the table (by policy, where their master's syncs have
+// failed for a while), the others by exact, in one call. An all-or-nothing
+// group may hold both: when an approximate request of it is over, the exact
+// ones are only read (hits 0); when an exact one is over, what the table
+// counted for the group is taken back.
+func (s *Store) checkAccuracy(ctx context.Context, reqs []algorithms.Request, exact exactCheck, policy byPolicy, downAfter time.Duration) ([]algorithms.Decision, error) {
+	n := 0
+	for i := range reqs {
+		if reqs[i].Limit.Accuracy == algorithms.Approximate {
+			n++
+		}
+	}
+	if n < len(reqs) {
+		s.approxMetrics.exact.Add(float64(len(reqs) - n))
+	}
+	if n == 0 {
+		return exact(ctx, reqs)
+	}
+	s.approxMetrics.approximate.Add(float64(n))
+	s.syncer.ensure()
+	if n == len(reqs) && policy == nil && !algorithms.Tied(reqs) {
+		return s.decideApprox(ctx, reqs, exact)
+	}
+	var m mixed
+	m.out = make([]algorithms.Decision, len(reqs))
+	m.tied = algorithms.Tied(reqs)
+	now := time.Now()
+	byShard := map[*shard][]int{}
+	for i := range reqs {
+		r := &reqs[i]
+		if r.Limit.Accuracy != algorithms.Approximate {
+			m.exactAt = append(m.exactAt, i)
+			continue
+		}
+		if policy != nil {
+			if sh := s.shardOfRequest(r); sh != nil && sh.approxDown(now, downAfter) {
+				byShard[sh] = append(byShard[sh], i)
+				continue
+			}
+		}
+		if !s.approx.decide(r, &m.out[i]) {
+			s.approxMetrics.overflow.Inc()
+			m.exactAt = append(m.exactAt, i)
+			continue
+		}
+		m.note(r, i, true)
+	}
+	for sh, at := range byShard {
+		ds, err := policy(ctx, sh, subset(reqs, at))
+		if err != nil {
+			m.undo(s.approx, reqs)
+			return nil, err
+		}
+		putBack(m.out, at, ds)
+		for _, i := range at {
+			m.note(&reqs[i], i, false)
+		}
+	}
+	if err := m.decideExact(ctx, reqs, exact); err != nil {
+		m.undo(s.approx, reqs)
+		return nil, err
+	}
+	if m.voided {
+		m.undo(s.approx, reqs)
+	}
+	return m.out, nil
+}
+
+// decideApprox decides a batch of approximate requests alone, none tied,
+// from the table (by exact where the table is full, one at a time).
+func (s *Store) decideApprox(ctx context.Context, reqs []algorithms.Request, exact exactCheck) ([]algorithms.Decision, error) {
+	out := make([]algorithms.Decision, len(reqs))
+	for i := range reqs {
+		if !s.approx.decide(&reqs[i], &out[i]) {
+			s.approxMetrics.overflow.Inc()
+			ds, err := exact(ctx, withExact(reqs[i:i+1]))
+			if err != nil {
+				return nil, err
+			}
+			out[i] = ds[0]
+		}
+	}
+	return out, nil
+}
+
+// mixed is a batch of approximate and exact requests being decided.
+type mixed struct {
+	out     []algorithms.Decision
+	tied    bool  // the batch has an all-or-nothing group
+	voided  bool  // a request of the group is over
+	exactAt []int // the requests Redis decides
+	counted []int // the group's approximate requests the table counted
+}
+
+// note notes the decision of approximate request i for its group:
+// decided by the table (inTable) or by the failure policy.
+func (m *mixed) note(r *algorithms.Request, i int, inTable bool) {
+	if !m.tied || !r.AllOrNothing {
+		return
+	}
+	if !m.out[i].Allowed {
+		m.voided = true
+	}
+	if inTable && m.out[i].Counted && !r.AlwaysCount {
+		m.counted = append(m.counted, i)
+	}
+}
+
+// decideExact decides the exact requests on Redis: only read when the
+// group is void already; the group void when one of them is over.
+func (m *mixed) decideExact(ctx context.Context, reqs []algorithms.Request, exact exactCheck) error {
+	if len(m.exactAt) == 0 {
+		return nil
+	}
+	sub := subset(reqs, m.exactAt)
+	peeked := make([]bool, len(sub))
+	for j := range sub {
+		r := &sub[j]
+		r.Limit.Accuracy = algorithms.Exact // the table's overflow
+		if m.voided && m.tied && r.AllOrNothing && !r.AlwaysCount {
+			peeked[j], r.Hits = true, 0
+		}
+	}
+	ds, err := exact(ctx, sub)
+	if err != nil {
+		return err
+	}
+	for j, i := range m.exactAt {
+		r := &reqs[i]
+		if peeked[j] {
+			// Within its limit or not, as a read says; counted: no.
+			ds[j].Allowed = ds[j].Remaining >= r.Hits
+			ds[j].Counted = false
+		}
+		if m.tied && r.AllOrNothing && !ds[j].Allowed {
+			m.voided = true
+		}
+	}
+	putBack(m.out, m.exactAt, ds)
+	return nil
+}
+
+// undo takes back what the table counted for the group, which is void.
+func (m *mixed) undo(t *approxTable, reqs []algorithms.Request) {
+	for _, i := range m.counted {
+		t.undo(&reqs[i], m.out[i].Now)
+		m.out[i].Counted = false
+	}
+	m.counted = nil
+}
+
+// subset is the requests of reqs at positions at.
+func subset(reqs []algorithms.Request, at []int) []algorithms.Request {
+	sub := make([]algorithms.Request, len(at))
+	for j, i := range at {
+		sub[j] = reqs[i]
+	}
+	return sub
+}
+
+// withExact is a copy of reqs decided exactly.
+func withExact(reqs []algorithms.Request) []algorithms.Request {
+	out := append([]algorithms.Request(nil), reqs...)
+	for i := range out {
+		out[i].Limit.Accuracy = algorithms.Exact
+	}
+	return out
+}
+
+// shardOfRequest is the master of r's keys; nil on a Cluster whose slot
+// table was never read.
+func (s *Store) shardOfRequest(r *algorithms.Request) *shard {
+	if s.cluster == nil {
+		return s.single
+	}
+	return s.cluster.shardOf(s.indexKey(r.Key.Scope, r.Key.Identifier))
+}
