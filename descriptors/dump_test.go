@@ -37,6 +37,10 @@ func TestDump(t *testing.T) {
 			"tb.fixed_500: unit=WEEK requests_per_unit=7, shadow_mode: false\n" +
 			"tb.onoff_on: unit=YEAR requests_per_unit=365, shadow_mode: false\n" +
 			"tb.sliding: unit=HOUR requests_per_unit=100, shadow_mode: false, algorithm: sliding_window\n"},
+		{"accuracy approximate", []string{ours + "approximate.yaml"}, "" +
+			"test-domain.key1: unit=MINUTE requests_per_unit=2000, shadow_mode: false, accuracy: approximate\n" +
+			"test-domain.key2: unit=SECOND requests_per_unit=100, shadow_mode: false, algorithm: sliding_window, accuracy: approximate\n" +
+			"test-domain.key2: unit=HOUR requests_per_unit=10000, shadow_mode: false\n"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

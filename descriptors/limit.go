@@ -50,6 +50,11 @@ type RateLimit struct {
 	// (algorithms.Request.AlwaysCount says what that means for each
 	// algorithm). Throttle's extension (always_count); not with Unlimited.
 	AlwaysCount bool
+	// Accuracy is Throttle's extension (accuracy: exact or approximate);
+	// empty means exact. Approximate limits are decided from memory and
+	// synced to Redis in the background (algorithms.Approximate); fixed
+	// and sliding windows only.
+	Accuracy algorithms.Accuracy
 }
 
 // AlwaysOverLimit reports whether every request is over the limit: a limited
@@ -95,6 +100,7 @@ func (l RateLimit) EngineLimit() (algorithms.Limit, error) {
 		Limit:      int64(l.RequestsPerUnit),
 		Window:     l.WindowLength(),
 		RefillRate: l.RefillRate,
+		Accuracy:   l.Accuracy,
 	}
 	return el, el.Validate()
 }
@@ -122,7 +128,7 @@ func (l RateLimit) checkUnit(written string) error {
 }
 
 // checkSettings checks everything of l but its unit: replaces, algorithm,
-// refill_rate, always_count, and that the engine takes the limit (whose
+// accuracy, refill_rate, always_count, and that the engine takes the limit (whose
 // window, unit times unit_multiplier, must be at most 366 days).
 func (l RateLimit) checkSettings() error {
 	for _, r := range l.Replaces {
@@ -136,6 +142,14 @@ func (l RateLimit) checkSettings() error {
 	if l.Algorithm != "" {
 		if _, err := algorithms.ParseAlgorithm(string(l.Algorithm)); err != nil {
 			return fmt.Errorf("unknown algorithm '%s' (want %s)", l.Algorithm, algorithms.Names())
+		}
+	}
+	if _, err := algorithms.ParseAccuracy(string(l.Accuracy)); err != nil {
+		return fmt.Errorf("unknown accuracy '%s' (want exact or approximate)", l.Accuracy)
+	}
+	if l.Accuracy == algorithms.Approximate && !l.Unlimited {
+		if a := l.EngineAlgorithm(); a != algorithms.FixedWindow && a != algorithms.SlidingWindow {
+			return fmt.Errorf("accuracy approximate is only for fixed_window and sliding_window, not %s: a %s decides on the state it reads and writes in one step", a, a)
 		}
 	}
 	if l.RefillRate != 0 && l.Algorithm != algorithms.TokenBucket {

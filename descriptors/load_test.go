@@ -94,6 +94,10 @@ non_map_list.yaml:5: domain "test-domain" › descriptors[2]: config error, yaml
 			want: `unknown_top_key.yaml:1: config error, unknown key 'descriptor'`},
 		{files: []string{ours + "bad_algorithm.yaml"},
 			want: `bad_algorithm.yaml:4: domain "test-domain" › descriptors[0] › rate_limit: unknown algorithm 'leaky_bucket' (want fixed_window, sliding_window, token_bucket or gcra)`},
+		{files: []string{ours + "approximate_token_bucket.yaml"},
+			want: `approximate_token_bucket.yaml:4: domain "test-domain" › descriptors[0] › rate_limit: accuracy approximate is only for fixed_window and sliding_window, not token_bucket: a token_bucket decides on the state it reads and writes in one step`},
+		{files: []string{ours + "bad_accuracy.yaml"},
+			want: `bad_accuracy.yaml:7: domain "test-domain" › descriptors[0] › rate_limits[1]: unknown accuracy 'roughly' (want exact or approximate)`},
 		{files: []string{ours + "refill_nan.yaml"},
 			want: `refill_nan.yaml:4: domain "test-domain" › descriptors[0] › rate_limit: refill_rate NaN must be a number between 0 and 1000000000 tokens per second`},
 		{files: []string{ours + "refill_negative.yaml"},
@@ -223,6 +227,7 @@ func TestLoadAccepts(t *testing.T) {
 		ours + "token_bucket.yaml",
 		ours + "gcra.yaml",
 		ours + "rate_limits.yaml",
+		ours + "approximate.yaml",
 	}
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {

@@ -49,7 +49,7 @@ func (p *parser) rateLimit(n *yaml.Node, at place) *RateLimit {
 		return nil
 	}
 	fs, ok := p.fields(n, at, "unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm", "refill_rate",
-		"unit_multiplier", "always_count")
+		"unit_multiplier", "always_count", "accuracy")
 	l := &RateLimit{
 		Unlimited:   p.boolean(fs["unlimited"].value, at, "unlimited"),
 		Name:        p.str(fs["name"].value, at, "name"),
@@ -89,6 +89,9 @@ func (p *parser) rateLimit(n *yaml.Node, at place) *RateLimit {
 	}
 	if a := p.str(fs["algorithm"].value, at, "algorithm"); a != "" {
 		l.Algorithm = algorithms.Algorithm(a)
+	}
+	if a := p.str(fs["accuracy"].value, at, "accuracy"); a != "exact" {
+		l.Accuracy = algorithms.Accuracy(a)
 	}
 	if rr := fs["refill_rate"].value; !isNull(rr) {
 		switch v := display(rr).(type) {

@@ -53,8 +53,10 @@ type config struct {
 	// Envoy path (COUNT_REJECTED_HITS).
 	CountRejectedHits bool
 	RLQSInterval      time.Duration
-	Tracing           tracingConfig
-	TLS               tlsConfig
+	// ApproximateInterval is APPROXIMATE_SYNC_INTERVAL.
+	ApproximateInterval time.Duration
+	Tracing             tracingConfig
+	TLS                 tlsConfig
 
 	// MaxDescriptors and MaxDescriptorEntries cap one gRPC rate-limit
 	// request's descriptors and each descriptor's entries.
@@ -160,6 +162,9 @@ func (c *config) Validate() error {
 	}
 	if c.RLQSInterval < 100*time.Millisecond || c.RLQSInterval > time.Hour {
 		errs = append(errs, fmt.Errorf("RLQS_INTERVAL: %s is not within 100ms-1h (Envoy reports at most every 100ms)", c.RLQSInterval))
+	}
+	if c.ApproximateInterval < 10*time.Millisecond || c.ApproximateInterval > 10*time.Second {
+		errs = append(errs, fmt.Errorf("APPROXIMATE_SYNC_INTERVAL: %s is not within 10ms-10s", c.ApproximateInterval))
 	}
 	errs = append(errs, c.TLS.validate(c.RedisURL)...)
 	return errors.Join(errs...)
