@@ -285,7 +285,9 @@ func (e *approxEntry) roll(num int64) (dropped int64) {
 	if e.cur.num > num {
 		return 0 // a clock step back: stay in the window we have
 	}
-	dropped = e.prev.pending // hits in flight are given up if their sync fails
+	if e.prev.syncedAt != 0 {
+		dropped = e.prev.pending // (never synced: never due to be sent)
+	}
 	e.prev = e.cur
 	e.cur = approxWindow{num: num, prevCount: -1}
 	if e.prev.num != num-1 {

@@ -194,9 +194,9 @@ func (y *approxSyncer) collect(final bool) []approxOp {
 		sh.each(func(e *approxEntry) {
 			l := &e.req.Limit
 			wUS := l.Window.Microseconds()
-			e.dropExpired(y.t, nowUS, wUS)
+			e.dropExpired(y.t, nowUS)
 			for _, w := range []*approxWindow{&e.prev, &e.cur} {
-				if !y.due(w, e, l.Limit, final) {
+				if !y.t.due(w, e, final) {
 					continue
 				}
 				op := approxOp{e: e, num: w.num, hits: w.pending}
@@ -218,25 +218,33 @@ func (y *approxSyncer) collect(final bool) []approxOp {
 	return ops
 }
 
-// due reports whether w is sent in this round.
-func (y *approxSyncer) due(w *approxWindow, e *approxEntry, limit int64, final bool) bool {
+// due reports whether w is sent in this round: it has pending hits, and it
+// has synced before, or half its blind budget is pending, or it is the
+// previous window, or this is the last flush.
+func (t *approxTable) due(w *approxWindow, e *approxEntry, final bool) bool {
 	if w.num == 0 || w.pending == 0 {
 		return false
 	}
-	return final || w == &e.prev || w.syncedAt != 0 || 2*w.pending >= y.t.blind(limit)
+	return final || w == &e.prev || w.syncedAt != 0 || 2*w.pending >= t.blind(e.req.Limit.Limit)
 }
 
-// dropExpired gives up the unsent hits of a previous window whose counter
-// would have expired (at nowUS): its window is over (a sliding window's,
-// the next one too). sh.mu is held.
-func (e *approxEntry) dropExpired(t *approxTable, nowUS, wUS int64) {
-	end := (e.prev.num + 1) * wUS
-	if e.req.Limit.Algorithm == algorithms.SlidingWindow {
-		end += wUS
-	}
-	if e.prev.num != 0 && e.prev.pending > 0 && end <= nowUS {
-		t.dropped.Add(e.prev.pending)
-		e.prev.pending = 0
+// dropExpired forgets the unsent hits of e's windows whose counters would
+// have expired by nowUS (the window is over; a sliding window's, the next
+// one too), and counts them as given up when they were due: a window below
+// half its blind budget is never sent. sh.mu is held.
+func (e *approxEntry) dropExpired(t *approxTable, nowUS int64) {
+	wUS := e.req.Limit.Window.Microseconds()
+	for _, w := range []*approxWindow{&e.prev, &e.cur} {
+		end := (w.num + 1) * wUS
+		if e.req.Limit.Algorithm == algorithms.SlidingWindow {
+			end += wUS
+		}
+		if w.num != 0 && w.pending > 0 && end <= nowUS {
+			if w.syncedAt != 0 || 2*w.pending >= t.blind(e.req.Limit.Limit) {
+				t.dropped.Add(w.pending)
+			}
+			w.pending = 0
+		}
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -32,11 +33,17 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 2000, accuracy: approximate}
   - key: sliding
     rate_limit: {unit: minute, requests_per_unit: 2000, algorithm: sliding_window, accuracy: approximate}
-  - key: wide
-    rate_limit: {unit: hour, requests_per_unit: 1000000, accuracy: approximate}
+  - key: down
+    rate_limit: {unit: hour, requests_per_unit: 6400, accuracy: approximate}
   - key: short
-    rate_limit: {unit: second, unit_multiplier: 2, requests_per_unit: 1000000, accuracy: approximate}
+    rate_limit: {unit: second, unit_multiplier: 2, requests_per_unit: 2560, accuracy: approximate}
+  - key: mid
+    rate_limit: {unit: hour, requests_per_unit: 100000, accuracy: approximate}
 `
+
+// A key is sent to Redis once half of its blind budget (limit / (64 ×
+// replicas)) is pending, then every interval: down's 100 hits (of 6,400)
+// and short's 30 (of 2,560) are sent, as are mid's after its first 781.
 
 // approxReplicas starts n replicas of the binary on redisURL with the
 // approx domain, and a gRPC client of each.
@@ -213,5 +220,118 @@ func TestApproximateWithinTwoPercent(t *testing.T) {
 		if inRedis != admitted {
 			t.Errorf("%s: Redis counts %d, the replicas admitted %d: hits lost or counted twice", s.name, inRedis, admitted)
 		}
+	}
+}
+
+// callN asks n times for key=value and returns how many were admitted.
+func callN(t *testing.T, c rlsv3.RateLimitServiceClient, key, value string, n int) int {
+	t.Helper()
+	ok := 0
+	for range n {
+		admitted, err := approxCall(c, key, value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if admitted {
+			ok++
+		}
+	}
+	return ok
+}
+
+// waitCount waits up to 5 s for Redis to count want in window num.
+func waitCount(t *testing.T, rdb redis.UniversalClient, num, want int64) int64 {
+	t.Helper()
+	var got int64
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if got = windowCount(t, []redis.UniversalClient{rdb}, num); got == want {
+			break
+		}
+	}
+	return got
+}
+
+// TestApproximateRedisDownAndBack: with Redis stopped, approximate limits
+// go on deciding from memory (within their budgets) until the syncs have
+// failed for a second, then FAILURE_MODE decides; once Redis is back the
+// hits admitted meanwhile are in Redis, and those of a window that ended
+// while it was gone are given up and counted.
+func TestApproximateRedisDownAndBack(t *testing.T) {
+	srv := redistest.Start(t)
+	servers, clients := approxReplicas(t, srv.URL(), 1, "FAILURE_MODE=closed")
+	c, rdb := clients[0], redistest.NewClient(t, srv.URL())
+	hour := time.Now().Unix() / 3600
+	if got := callN(t, c, "down", "w", 100); got != 100 {
+		t.Fatalf("before the outage: %d of 100 admitted", got)
+	}
+	if got := waitCount(t, rdb, hour, 100); got != 100 {
+		t.Fatalf("before the outage Redis counts %d, want 100", got)
+	}
+	srv.Stop()
+	stopped := time.Now()
+	wide, short := callN(t, c, "down", "w", 50), callN(t, c, "short", "s", 30)
+	if took := time.Since(stopped); took > 900*time.Millisecond {
+		t.Fatalf("the calls of the outage's first moment took %s: the test needs them within the second", took)
+	}
+	if wide != 50 || short != 30 {
+		t.Errorf("Redis just stopped: admitted %d of 50 and %d of 30, want all: decided from memory", wide, short)
+	}
+	time.Sleep(2500 * time.Millisecond) // the syncs fail for over a second; the 2 s window ends
+	if got := callN(t, c, "down", "w", 20); got != 0 {
+		t.Errorf("Redis gone for 2.5 s, FAILURE_MODE=closed: %d of 20 admitted, want 0", got)
+	}
+	srv.Restart() // without persistence: the 100 counted before are gone with it
+	if got := waitCount(t, rdb, hour, 50); got != 50 {
+		t.Errorf("Redis back: it counts %d hits of the hour, want the 50 admitted while it was gone", got)
+	}
+	if got := servers[0].Metric(t, "throttle_approximate_dropped_hits_total"); got != 30 {
+		t.Errorf("dropped hits = %v, want 30 (their 2 s window ended while Redis was gone)", got)
+	}
+	if got := callN(t, c, "down", "w", 10); got != 10 {
+		t.Errorf("Redis back: %d of 10 admitted, want 10", got)
+	}
+}
+
+// TestApproximateKillLosesOneInterval: a replica killed with kill -9 in
+// the middle of traffic loses the hits it admitted since its last sync:
+// about one interval's worth (100 ms at 1,000 calls a second: ~100), once
+// the key syncs every interval (mid does after its first 781 hits).
+func TestApproximateKillLosesOneInterval(t *testing.T) {
+	srv := redistest.Start(t)
+	servers, clients := approxReplicas(t, srv.URL(), 1)
+	rdb := redistest.NewClient(t, srv.URL())
+	hour := time.Now().Unix() / 3600
+	var admitted atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 4 { // 4 × 250 calls a second
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for next := time.Now(); ; next = next.Add(4 * time.Millisecond) {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				time.Sleep(time.Until(next))
+				if ok, err := approxCall(clients[0], "mid", "k9"); err == nil && ok {
+					admitted.Add(1)
+				}
+			}
+		}()
+	}
+	time.Sleep(2 * time.Second)
+	if err := servers[0].Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-servers[0].Exited
+	close(stop)
+	wg.Wait()
+	inRedis := windowCount(t, []redis.UniversalClient{rdb}, hour)
+	lost := admitted.Load() - inRedis
+	t.Logf("kill -9 at about 1,000 calls a second: %d admitted, %d in Redis, %d lost", admitted.Load(), inRedis, lost)
+	if inRedis == 0 || lost < 0 || lost > 300 {
+		t.Errorf("%d admitted, %d in Redis: lost %d, want 0..300 (one 100 ms interval is ~100)", admitted.Load(), inRedis, lost)
 	}
 }
