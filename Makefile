@@ -4,13 +4,17 @@ BIN ?= bin/throttle
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: run build test test-short bench bench-overload bench-rls bench-cluster lint fmt
+.PHONY: run build release test test-short bench bench-overload bench-rls bench-cluster lint fmt
 
 run: ## run Throttle with the embedded default (memory counters, SQLite)
 	$(GO) run ./cmd/throttle serve
 
 build: ## build a static binary into bin/throttle
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/throttle
+
+release: ## what the release workflow builds for a tag, into dist/: binaries for linux and darwin, amd64 and arm64, and the Helm chart (VERSION=v1.2.3; IMAGE, default ghcr.io/throttle-rl/throttle)
+	scripts/release-binaries.sh $(VERSION) dist
+	$(GO) run ./cmd/releasechart -version $(VERSION) -image $(or $(IMAGE),ghcr.io/throttle-rl/throttle) -out dist
 
 test: ## every test, with -race, against a throw-away Redis and PostgreSQL
 	scripts/with-test-services.sh $(GO) test -race -count=1 -timeout 20m ./...

@@ -401,8 +401,8 @@ func checkCommon(t *testing.T, rel release, theirs []owned, r rendered) {
 	if c.SecurityContext == nil || c.SecurityContext.ReadOnlyRootFilesystem == nil || !*c.SecurityContext.ReadOnlyRootFilesystem {
 		t.Error("readOnlyRootFilesystem must be true")
 	}
-	if want := "throttle:dev"; c.Image != want {
-		t.Errorf("image %q, want %q (repository throttle, the chart's appVersion)", c.Image, want)
+	if want := "ghcr.io/throttle-rl/throttle:latest"; c.Image != want {
+		t.Errorf("image %q, want %q (the released image's repository, the chart's appVersion)", c.Image, want)
 	}
 
 	ports := map[string]int32{}

@@ -56,7 +56,9 @@ func Binary(t testing.TB) string {
 			return
 		}
 		build.bin = filepath.Join(build.dir, "throttle")
-		cmd := exec.Command("go", "build", "-o", build.bin, "./cmd/throttle")
+		// -trimpath as the release build (scripts/release-binaries.sh) and
+		// make build: one compilation of each package serves all three.
+		cmd := exec.Command("go", "build", "-trimpath", "-o", build.bin, "./cmd/throttle")
 		cmd.Dir = moduleRoot()
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		build.out, build.err = cmd.CombinedOutput()
