@@ -246,19 +246,21 @@ func (t *approxTable) decide(r *algorithms.Request, d *algorithms.Decision) bool
 	w := &e.cur
 	f := algorithms.Found{Count: w.global + w.pending + w.inflight, Prev: e.prevView()}
 	algorithms.Decide(r, &f, nowUS, d)
-	if d.Counted {
-		unsent := w.pending + w.inflight
-		allow := t.allowance(w, r.Limit.Limit, local.UnixNano())
-		if unsent+r.Hits > allow && !r.AlwaysCount {
-			// Within the limit as far as this replica knows, but over its
-			// share: refused until the next sync brings a new one.
-			d.Allowed, d.Counted = false, false
-			d.Remaining = max(0, allow-unsent)
-			d.RetryAfter = min(t.interval, d.ResetAfter)
-		} else {
-			w.pending += r.Hits
-			d.Remaining = max(0, min(d.Remaining, allow-unsent-r.Hits))
-		}
+	unsent := w.pending + w.inflight
+	allow := t.allowance(w, r.Limit.Limit, local.UnixNano())
+	switch {
+	case !d.Counted:
+		// A read, or over the limit: what this replica would admit now.
+		d.Remaining = max(0, min(d.Remaining, allow-unsent))
+	case unsent+r.Hits > allow && !r.AlwaysCount:
+		// Within the limit as far as this replica knows, but over its
+		// share: refused until the next sync brings a new one.
+		d.Allowed, d.Counted = false, false
+		d.Remaining = max(0, allow-unsent)
+		d.RetryAfter = min(t.interval, d.ResetAfter)
+	default:
+		w.pending += r.Hits
+		d.Remaining = max(0, min(d.Remaining, allow-unsent-r.Hits))
 	}
 	return true
 }
@@ -311,24 +313,34 @@ func (e *approxEntry) prevView() int64 {
 // (at nowUS, µs), and reports whether it made room. sh.mu is held.
 func (sh *approxShard) evict(nowUS int64) bool {
 	n := sh.n
-	for h, head := range sh.m {
-		var keep *approxEntry
-		for e := head; e != nil; {
-			next := e.next
-			if e.over(nowUS) {
-				sh.n--
-			} else {
-				e.next, keep = keep, e
-			}
-			e = next
-		}
-		if keep == nil {
-			delete(sh.m, h)
-		} else {
-			sh.m[h] = keep
-		}
-	}
+	sh.dropAll(func(e *approxEntry) bool { return e.over(nowUS) })
 	return sh.n < n
+}
+
+// dropAll drops the entries gone says. sh.mu is held.
+func (sh *approxShard) dropAll(gone func(*approxEntry) bool) {
+	for h := range sh.m {
+		sh.drop(h, gone)
+	}
+}
+
+// drop drops the entries of hash h gone says. sh.mu is held.
+func (sh *approxShard) drop(h uint64, gone func(*approxEntry) bool) {
+	var keep *approxEntry
+	for e := sh.m[h]; e != nil; {
+		next := e.next
+		if gone(e) {
+			sh.n--
+		} else {
+			e.next, keep = keep, e
+		}
+		e = next
+	}
+	if keep == nil {
+		delete(sh.m, h)
+	} else {
+		sh.m[h] = keep
+	}
 }
 
 // over reports whether e's windows are over at nowUS (a sliding window
@@ -340,4 +352,27 @@ func (e *approxEntry) over(nowUS int64) bool {
 		end += wUS
 	}
 	return end <= nowUS && e.cur.pending+e.cur.inflight+e.prev.pending+e.prev.inflight == 0
+}
+
+// forget drops what the table holds of (scope, identifier): of every
+// limit, or of those of algorithm alg. Reset and Clear forget locally
+// what they delete in Redis (other replicas see it at their next sync).
+func (t *approxTable) forget(scope, identifier string, alg algorithms.Algorithm) {
+	for i := range t.shards {
+		sh := &t.shards[i]
+		sh.mu.Lock()
+		sh.dropAll(func(e *approxEntry) bool {
+			k := &e.req.Key
+			return k.Scope == scope && k.Identifier == identifier && (alg == "" || e.req.Limit.Algorithm == alg)
+		})
+		sh.mu.Unlock()
+	}
+}
+
+// forgetRequest drops the table's entry of r's Key and Limit (Clear).
+func (t *approxTable) forgetRequest(r *algorithms.Request) {
+	h, sh := t.hash(r)
+	sh.mu.Lock()
+	sh.drop(h, func(e *approxEntry) bool { return e.is(r) })
+	sh.mu.Unlock()
 }

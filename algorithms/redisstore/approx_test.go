@@ -138,3 +138,48 @@ func redisCount(rdb redis.UniversalClient, s *Store, req *algorithms.Request, st
 	}
 	return strconv.ParseInt(v, 10, 64)
 }
+
+// TestApproximateReset: an approximate limit of a REST rule (indexed) is in
+// its identifier's index once synced, so Reset deletes it in Redis and in
+// the table; Clear too.
+func TestApproximateReset(t *testing.T) {
+	ctx := context.Background()
+	s := New(newRedisClient(t, 0), Options{ApproximateInterval: 10 * time.Millisecond})
+	defer s.Close()
+	req := algorithms.Request{Key: algorithms.Key{Scope: uniqueScope(t), Identifier: "u", Name: "rule"}, Hits: 1,
+		Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 640, Window: time.Hour, Accuracy: algorithms.Approximate}}
+	check := func(hits int64) algorithms.Decision {
+		t.Helper()
+		r := req
+		r.Hits = hits
+		ds, err := s.Check(ctx, []algorithms.Request{r})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ds[0]
+	}
+	for range 8 { // past half the blind budget (640 / 64 / 2 = 5): sent
+		check(1)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if d := check(0); d.Remaining == 640 {
+		t.Fatalf("after 8 hits: %+v", d)
+	}
+	n, err := s.Reset(ctx, req.Key.Scope, req.Key.Identifier, "")
+	if err != nil || n != 1 {
+		t.Fatalf("Reset = %d, %v; want 1 limit reset", n, err)
+	}
+	if d := check(0); d.Remaining != 10 { // a fresh window's blind budget: 640 / 64
+		t.Errorf("after Reset: remaining %d, want 10 (nothing counted; the blind budget of a new window)", d.Remaining)
+	}
+	for range 8 {
+		check(1)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if n, err := s.Clear(ctx, []algorithms.Request{req}); err != nil || n != 1 {
+		t.Fatalf("Clear = %d, %v; want 1", n, err)
+	}
+	if d := check(0); d.Remaining != 10 {
+		t.Errorf("after Clear: remaining %d, want 10", d.Remaining)
+	}
+}

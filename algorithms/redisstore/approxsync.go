@@ -126,6 +126,8 @@ type approxOp struct {
 	key      string // its counter
 	ttlMS    int64
 	prevKey  string // a sliding window's previous counter, when its count is asked for
+	index    string // the identifier's index, for an indexed request; member, its member there
+	member   string
 	sh       *shard
 	total    int64
 	prev     int64
@@ -207,6 +209,10 @@ func (y *approxSyncer) collect(final bool) []approxOp {
 					if w == &e.cur && w.prevCount < 0 {
 						op.prevKey = y.s.windowKey(&e.req, (w.num-1)*wUS)
 					}
+				}
+				if !e.req.Unindexed {
+					op.index = y.s.indexKey(e.req.Key.Scope, e.req.Key.Identifier)
+					op.member = algorithms.StateName(&e.req)
 				}
 				w.inflight += w.pending
 				w.pending = 0
@@ -299,7 +305,7 @@ func (y *approxSyncer) send(ctx context.Context, sh *shard, ops []approxOp, at [
 // call is one script call for the ops at positions part.
 func (y *approxSyncer) call(ctx context.Context, sh *shard, ops []approxOp, part []int) ([]int64, error) {
 	keys := make([]string, 0, len(part))
-	args := make([]any, 0, 1+3*len(part))
+	args := make([]any, 0, 1+4*len(part))
 	args = append(args, "")
 	for _, i := range part {
 		op := &ops[i]
@@ -309,7 +315,10 @@ func (y *approxSyncer) call(ctx context.Context, sh *shard, ops []approxOp, part
 			keys = append(keys, op.prevKey)
 			prev = "1"
 		}
-		args = append(args, strconv.FormatInt(op.hits, 10), strconv.FormatInt(max(op.ttlMS, 1), 10), prev)
+		if op.index != "" {
+			keys = append(keys, op.index)
+		}
+		args = append(args, strconv.FormatInt(op.hits, 10), strconv.FormatInt(max(op.ttlMS, 1), 10), prev, op.member)
 	}
 	if y.s.cluster != nil {
 		// Only the first key routes the call; the others ride in ARGV.

@@ -24,6 +24,9 @@ func (s *Store) Clear(ctx context.Context, reqs []algorithms.Request) (int, erro
 	if len(reqs) == 0 {
 		return 0, nil
 	}
+	for i := range reqs {
+		s.approx.forgetRequest(&reqs[i])
+	}
 	if s.cluster == nil {
 		return s.clearOn(ctx, s.single.client, reqs)
 	}

@@ -230,6 +230,7 @@ func (s *Store) Reset(ctx context.Context, scope, identifier string, alg algorit
 			return 0, err
 		}
 	}
+	s.approx.forget(scope, identifier, alg)
 	index := s.indexKey(scope, identifier)
 	reset := func(c redis.Cmdable) (int, error) {
 		n, err := s.reset.Run(ctx, c, []string{index}, s.identityPrefix(scope, identifier), alg.Tag(), s.nowArg()).Int()
