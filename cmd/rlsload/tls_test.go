@@ -86,8 +86,9 @@ func TestOverMutualTLS(t *testing.T) {
 // the built binary each on a throw-away Redis, driven by this load
 // generator at 64 calls in flight over long-lived connections (2, as
 // Envoy's workers, and 64), distinct descriptors. The runs alternate off,
-// on, off, on… (-benchtime Nx: N rounds); it reports the median of each
-// and on/off. Run: make bench-tls.
+// on, off, on… (-benchtime Nx: N rounds, after the one round Go's first
+// probe of a benchmark makes); each run is printed, and the medians of the
+// N rounds and on/off reported. Run: make bench-tls.
 func BenchmarkTLSCost(b *testing.B) {
 	rds := redistest.Start(b)
 	dir := benchDir(b)
@@ -96,9 +97,13 @@ func BenchmarkTLSCost(b *testing.B) {
 		"off": throttletest.Start(b, "REDIS_URL="+rds.URL(), "DESCRIPTORS_DIR="+dir),
 		"on":  throttletest.Start(b, append(tb.env(), "REDIS_URL="+rds.URL(), "DESCRIPTORS_DIR="+dir)...),
 	}
-	requests := 20000
+	requests := 30000
 	if v := os.Getenv("BENCH_REQUESTS"); v != "" {
-		requests, _ = strconv.Atoi(v)
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			b.Fatalf("BENCH_REQUESTS=%q: not a positive number", v)
+		}
+		requests = n
 	}
 	for _, conns := range []int{2, 64} {
 		b.Run(fmt.Sprintf("conns=%d", conns), func(b *testing.B) {
@@ -124,7 +129,8 @@ func BenchmarkTLSCost(b *testing.B) {
 						b.Fatalf("cpu_us_per_req = %q", got["cpu_us_per_req"])
 					}
 					cpu[mode] = append(cpu[mode], f)
-					b.Logf("round %d tls=%s: %s µs/call, %s calls/s, p99 %s µs", round+1, mode, got["cpu_us_per_req"], got["rps"], got["p99_us"])
+					// Every run, whole (b.Log would cut the lines after ten).
+					fmt.Printf("conns=%d round %d/%d tls=%s: %s µs/call, %s calls/s, p99 %s µs\n", conns, round+1, b.N, mode, got["cpu_us_per_req"], got["rps"], got["p99_us"])
 				}
 			}
 			off, on := median(cpu["off"]), median(cpu["on"])
