@@ -4,7 +4,7 @@ BIN ?= bin/throttle
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: run build release test test-short bench bench-overload bench-rls bench-cluster lint fmt
+.PHONY: run build release test test-short bench bench-overload bench-rls bench-cluster bench-tls lint fmt
 
 run: ## run Throttle with the embedded default (memory counters, SQLite)
 	$(GO) run ./cmd/throttle serve
@@ -41,3 +41,6 @@ kind-demo: ## Throttle + Envoy + sample app on a local kind cluster, then 200s a
 
 bench-cluster: ## decisions/s, Redis CPU per decision (all masters) and Throttle CPU per decision of the built binary on a Redis Cluster of 1 and of 3 masters (gRPC, distinct keys, 64 in flight)
 	scripts/with-test-services.sh $(GO) test -run '^$$' -bench ClusterScale -benchtime 40000x -timeout 20m ./cmd/throttle/
+
+bench-tls: ## Throttle's CPU per call with mTLS on the gRPC port vs plaintext: the built binary on a throw-away Redis, cmd/rlsload at 64 in flight over 2 and 64 connections, 8 alternating rounds of BENCH_REQUESTS calls (default 30000)
+	scripts/with-test-services.sh $(GO) test -run '^$$' -bench TLSCost -benchtime 8x -timeout 30m ./cmd/rlsload/

@@ -2,7 +2,9 @@ package charts
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -35,18 +37,21 @@ func TestPodRuns(t *testing.T) {
 	tests := []struct {
 		name string
 		in   func(t *testing.T) input
+		// tls, when set, makes the values of a pod serving TLS (put in
+		// in's), the Secrets they name and the clients that go with them.
+		tls func(t *testing.T) podTLS
 	}{
 		{"single Redis by URL, PostgreSQL", func(t *testing.T) input {
 			return input{set: []string{
 				"redis.url=" + redistest.SharedURL(t),
 				"database.url=" + testDatabaseURL(t),
 			}, setFile: []string{edge}}
-		}},
+		}, nil},
 		{"single Redis by parts, with a password to escape", func(t *testing.T) input {
 			const pass = "p@ss w:rd/+%"
 			r := redistest.Start(t, "--requirepass", pass)
 			return input{values: fmt.Sprintf("redis: {addresses: [%q], password: %q, db: 3}", r.Addr(), pass), setFile: []string{edge}}
-		}},
+		}, nil},
 		{"Redis Sentinel by parts, with passwords", func(t *testing.T) input {
 			const masterPass, sentinelPass = "m@ster:pw", "s/pw+"
 			master := redistest.Start(t, "--requirepass", masterPass)
@@ -59,11 +64,14 @@ redis:
   password: %q
   sentinel: {masterName: throttle-master, password: %q}
 `, s, masterPass, sentinelPass), setFile: []string{edge}}
-		}},
+		}, nil},
 		{"Redis Cluster by parts", func(t *testing.T) input {
 			addrs := redistest.StartCluster(t)
 			return input{values: fmt.Sprintf("redis: {mode: cluster, addresses: [%q, %q, %q]}", addrs[0], addrs[1], addrs[2]), setFile: []string{edge}}
-		}},
+		}, nil},
+		{"TLS and mTLS on both ports, Redis over TLS with a client certificate", func(t *testing.T) input {
+			return input{setFile: []string{edge}}
+		}, newPodTLS},
 		{"every setting, memory counters, SQLite", func(t *testing.T) input {
 			// The Secret and ConfigMap everySetting names are the user's:
 			// plain values here. No collector: tracing goes to a closed
@@ -75,19 +83,33 @@ redis:
 			return input{values: values, set: []string{
 				"config.otelExporterOtlpEndpoint=http://127.0.0.1:9",
 			}, setFile: []string{edge}}
-		}},
+		}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := render(t, defaultRelease, tt.in(t))
+			in := tt.in(t)
+			pt := podTLS{http: http.DefaultClient, grpc: insecure.NewCredentials()}
+			if tt.tls != nil {
+				pt = tt.tls(t)
+				in.values = pt.values
+			}
+			r := render(t, defaultRelease, in)
+			for name, sec := range pt.secrets {
+				r.set.Secrets[name] = sec
+			}
 			env := podEnv(t, r)
-			s := throttletest.Start(t, env...)
+			var s *throttletest.Server
+			if pt.https {
+				s = throttletest.StartTLS(t, pt.http, env...)
+			} else {
+				s = throttletest.Start(t, env...)
+			}
 
 			c := deployment(t, r).Spec.Template.Spec.Containers[0]
 			for name, p := range map[string]*corev1.Probe{"startup": c.StartupProbe, "readiness": c.ReadinessProbe, "liveness": c.LivenessProbe} {
-				checkProbe(t, name, p, s)
+				checkProbe(t, name, p, s, pt)
 			}
-			checkLimited(t, s)
+			checkLimited(t, s, pt)
 		})
 	}
 }
@@ -101,20 +123,34 @@ func podEnv(t *testing.T, r rendered) []string {
 	spec := d.Spec.Template.Spec
 	c := spec.Containers[0]
 
-	// Each mount becomes a temp folder: ConfigMaps written out, emptyDirs empty.
+	// Each mount becomes a temp folder: ConfigMaps and Secrets written
+	// out, emptyDirs empty.
 	mounts := map[string]string{}
 	for _, vm := range c.VolumeMounts {
 		dir := t.TempDir()
 		for _, v := range spec.Volumes {
-			if v.Name != vm.Name || v.ConfigMap == nil {
+			if v.Name != vm.Name {
 				continue
 			}
-			cm := r.set.ConfigMaps[v.ConfigMap.Name]
-			if cm == nil {
-				t.Fatalf("volume %s: ConfigMap %s is not rendered", v.Name, v.ConfigMap.Name)
+			files := map[string][]byte{}
+			switch {
+			case v.ConfigMap != nil:
+				cm := r.set.ConfigMaps[v.ConfigMap.Name]
+				if cm == nil {
+					t.Fatalf("volume %s: ConfigMap %s is not rendered", v.Name, v.ConfigMap.Name)
+				}
+				for name, data := range cm.Data {
+					files[name] = []byte(data)
+				}
+			case v.Secret != nil:
+				sec := r.set.Secrets[v.Secret.SecretName]
+				if sec == nil {
+					t.Fatalf("volume %s: Secret %s is neither rendered nor made by the test", v.Name, v.Secret.SecretName)
+				}
+				files = sec.Data
 			}
-			for name, data := range cm.Data {
-				if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
+			for name, data := range files {
+				if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -156,21 +192,36 @@ func podEnv(t *testing.T, r rendered) []string {
 }
 
 // checkProbe runs a probe of the Deployment against the running server, as
-// the kubelet would: GET the path on the named port, or gRPC health.
-func checkProbe(t *testing.T, name string, p *corev1.Probe, s *throttletest.Server) {
+// the kubelet would: GET the path on the named port (HTTPS without
+// verifying the certificate, as the kubelet does), a TCP connection, or
+// gRPC health.
+func checkProbe(t *testing.T, name string, p *corev1.Probe, s *throttletest.Server, pt podTLS) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	switch {
+	case p.TCPSocket != nil:
+		if p.TCPSocket.Port.StrVal != "http" {
+			t.Fatalf("%s probe on port %s; this test maps only http", name, p.TCPSocket.Port.String())
+		}
+		c, err := net.Dial("tcp", strings.TrimPrefix(strings.TrimPrefix(s.URL, "https://"), "http://"))
+		if err != nil {
+			t.Fatalf("%s probe: %v", name, err)
+		}
+		c.Close()
 	case p.HTTPGet != nil:
 		if p.HTTPGet.Port.StrVal != "http" {
 			t.Fatalf("%s probe on port %s; this test maps only http", name, p.HTTPGet.Port.String())
 		}
+		if scheme := strings.ToLower(string(p.HTTPGet.Scheme)); !strings.HasPrefix(s.URL, scheme+"://") {
+			t.Fatalf("%s probe GETs over %s, but the server serves %s", name, p.HTTPGet.Scheme, s.URL)
+		}
+		kubelet := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
 		// /ready may need a moment after /health (migrations, first Redis call).
 		var status int
 		for {
 			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.URL+p.HTTPGet.Path, nil)
-			resp, err := http.DefaultClient.Do(req)
+			resp, err := kubelet.Do(req)
 			if err == nil {
 				status = resp.StatusCode
 				resp.Body.Close()
@@ -184,7 +235,7 @@ func checkProbe(t *testing.T, name string, p *corev1.Probe, s *throttletest.Serv
 			time.Sleep(50 * time.Millisecond)
 		}
 	case p.GRPC != nil:
-		conn := dial(t, s)
+		conn := dial(t, s, pt)
 		resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
 		if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 			t.Fatalf("%s probe: gRPC health %v, %v; want SERVING", name, resp.GetStatus(), err)
@@ -197,9 +248,9 @@ func checkProbe(t *testing.T, name string, p *corev1.Probe, s *throttletest.Serv
 // checkLimited sends Envoy's call for domain edge as one new user: 10 a
 // minute pass (envoy/descriptors/edge.yaml, from the chart's ConfigMap),
 // the 11th is over the limit.
-func checkLimited(t *testing.T, s *throttletest.Server) {
+func checkLimited(t *testing.T, s *throttletest.Server, pt podTLS) {
 	t.Helper()
-	client := rlsv3.NewRateLimitServiceClient(dial(t, s))
+	client := rlsv3.NewRateLimitServiceClient(dial(t, s, pt))
 	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommon.RateLimitDescriptor{{
 		Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "generic_key", Value: "api"}, {Key: "user_id", Value: "chart-" + uuid.NewString()}},
 	}}}
@@ -220,9 +271,9 @@ func checkLimited(t *testing.T, s *throttletest.Server) {
 	}
 }
 
-func dial(t *testing.T, s *throttletest.Server) *grpc.ClientConn {
+func dial(t *testing.T, s *throttletest.Server, pt podTLS) *grpc.ClientConn {
 	t.Helper()
-	conn, err := grpc.NewClient(s.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(s.GRPCAddr, grpc.WithTransportCredentials(pt.grpc))
 	if err != nil {
 		t.Fatal(err)
 	}

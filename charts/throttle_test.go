@@ -239,6 +239,21 @@ podDisruptionBudget: {enabled: false}
 		},
 	},
 	{
+		name: "TLS on both listeners and to Redis, from cert-manager's Secrets",
+		rel:  defaultRelease,
+		in:   input{values: tlsEverywhere},
+		theirs: []owned{{"Secret", "throttle-tls", "tls.crt"}, {"Secret", "envoy-ca", "ca.crt"}, {"Secret", "redis-ca", "ca.crt"},
+			{"Secret", "throttle-redis-client", "tls.crt"}},
+		check: checkTLSEverywhere,
+	},
+	{
+		name:   "client certificates on the REST port",
+		rel:    defaultRelease,
+		in:     input{values: "tls: {http: {secretName: throttle-tls, clientCA: {secretName: throttle-tls}}}"},
+		theirs: []owned{{"Secret", "throttle-tls", "ca.crt"}},
+		check:  checkRESTClientCertificates,
+	},
+	{
 		name:   "every config value, extraEnv and other ports",
 		rel:    defaultRelease,
 		in:     input{values: everySetting},
@@ -457,16 +472,10 @@ func checkCommon(t *testing.T, rel release, theirs []owned, r rendered) {
 	}
 
 	// Probes: readiness GET /ready, liveness GET /health, startup over gRPC
-	// health on the gRPC port.
-	if p := c.ReadinessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/ready" || p.HTTPGet.Port.StrVal != "http" {
-		t.Error("readinessProbe must be httpGet /ready on port http")
-	}
-	if p := c.LivenessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/health" || p.HTTPGet.Port.StrVal != "http" {
-		t.Error("livenessProbe must be httpGet /health on port http")
-	}
-	if p := c.StartupProbe; p == nil || p.GRPC == nil || p.GRPC.Port != ports["grpc"] {
-		t.Errorf("startupProbe must be gRPC health on the gRPC port %d", ports["grpc"])
-	}
+	// health on the gRPC port; HTTPS with REST TLS, startup GET /health
+	// with gRPC TLS (the kubelet's gRPC probe has none), and TCP only with
+	// REST client certificates (the kubelet presents none).
+	checkProbes(t, c, env, ports["grpc"])
 
 	// The Service: REST and gRPC, by port name, with their app protocols.
 	svc := r.set.Services[d.Name]

@@ -60,6 +60,14 @@ func TestBadValues(t *testing.T) {
 		{"operator key of a client", input{set: []string{"adminKey.value=thr_0123456789abcdef"}}, []string{"/adminKey/value"}},
 		{"operator key too short", input{set: []string{"adminKey.value=short"}}, []string{"/adminKey/value"}},
 		{"key prefix with a hash tag", input{set: []string{"config.cacheKeyPrefix=a{b}"}}, []string{"/config/cacheKeyPrefix"}},
+		{"client SANs without a client CA", input{values: "tls: {grpc: {secretName: t, clientSANs: [a.example.com]}}"}, []string{"tls.grpc.clientSANs needs tls.grpc.clientCA.secretName"}},
+		{"client CA without TLS", input{values: "tls: {http: {clientCA: {secretName: ca}}}"}, []string{"tls.http.clientCA is set but tls.http.secretName is empty"}},
+		{"gRPC client CA without TLS", input{values: "tls: {grpc: {clientCA: {secretName: ca}}}"}, []string{"tls.grpc.clientCA or tls.grpc.clientSANs is set but tls.grpc.secretName is empty"}},
+		{"Redis TLS files without rediss", input{values: "redis: {addresses: [r:6379]}\ntls: {redis: {ca: {secretName: redis-ca}}}"}, []string{"tls.redis is set but REDIS_URL is not rediss://"}},
+		{"Istio gateway to a TLS gRPC port", input{values: "istio: {envoyFilter: {enabled: true}}\ntls: {grpc: {secretName: t}}"}, []string{"istio.envoyFilter and tls.grpc are both set"}},
+		{"Secret name not a name", input{set: []string{"tls.http.secretName=My Secret"}}, []string{"/tls/http/secretName"}},
+		{"misspelled TLS value", input{set: []string{"tls.grpc.clientSAN=x"}}, []string{"/tls/grpc", "clientSAN"}},
+		{"extraEnv sets a TLS file", input{values: "extraEnv: [{name: HTTP_TLS_CERT, value: /x}]"}, []string{"extraEnv[0] sets HTTP_TLS_CERT", "tls.http"}},
 		{"extraEnv repeats the operator key", input{values: "extraEnv: [{name: ADMIN_API_KEY, value: operator-key-0123456789}]"}, []string{"extraEnv[0] sets ADMIN_API_KEY", "adminKey"}},
 	}
 	for _, tt := range tests {

@@ -9,6 +9,7 @@
 //	rlsload -addr 127.0.0.1:8081 -case hot -algorithm token_bucket \
 //	  -requests 20000 -duration 15s -pid $(pidof throttle) -redis redis://127.0.0.1:6379/0
 //	rlsload -floor -redis redis://127.0.0.1:6379/0   # plain INCRBY+EXPIRE, the comparison point
+//	rlsload -addr 127.0.0.1:8081 -tls-ca ca.crt -tls-cert client.crt -tls-key client.key   # over (m)TLS
 //
 // Each run prints one line for people and one RESULT line of key=value
 // pairs for scripts (scripts/bench-rls.sh builds its table from them).
@@ -55,6 +56,9 @@ type options struct {
 	redisURL    string
 	floor       bool
 	runID       string
+	// TLS to Throttle's gRPC port: the CA its certificate chains to, the
+	// name it must carry, and a client certificate for mTLS; no CA: plaintext.
+	tlsCA, tlsCert, tlsKey, tlsServerName string
 }
 
 var (
@@ -81,6 +85,10 @@ func parseFlags(args []string, stderr io.Writer) (*options, bool, error) {
 	fs.StringVar(&o.redisURL, "redis", "", "redis:// URL of Throttle's Redis: its CPU per decision from INFO cpu and commandstats (empty = not measured)")
 	fs.BoolVar(&o.floor, "floor", false, "measure the comparison point instead: pipelined INCRBY+EXPIRE on distinct keys, straight to -redis")
 	fs.StringVar(&o.runID, "run", "", "run id, part of every descriptor value so that runs never share counters (default: from the clock)")
+	fs.StringVar(&o.tlsCA, "tls-ca", "", "PEM CA bundle Throttle's gRPC certificate chains to: the calls go over TLS (empty = plaintext)")
+	fs.StringVar(&o.tlsCert, "tls-cert", "", "PEM client certificate for mTLS (with -tls-key and -tls-ca)")
+	fs.StringVar(&o.tlsKey, "tls-key", "", "PEM private key of -tls-cert")
+	fs.StringVar(&o.tlsServerName, "tls-server-name", "localhost", "the name Throttle's certificate must carry")
 	printConfig := fs.Bool("print-config", false, "print the descriptor YAML the cases expect (domain "+benchDomain+") and exit")
 	if err := fs.Parse(args); err != nil {
 		return nil, false, err
@@ -131,6 +139,12 @@ func (o *options) validate() error {
 	}
 	if o.timeout <= 0 {
 		errs = append(errs, fmt.Errorf("-timeout %s: must be positive", o.timeout))
+	}
+	if (o.tlsCert == "") != (o.tlsKey == "") {
+		errs = append(errs, errors.New("-tls-cert and -tls-key go together"))
+	}
+	if o.tlsCert != "" && o.tlsCA == "" {
+		errs = append(errs, errors.New("-tls-cert needs -tls-ca (the calls go over TLS only with it)"))
 	}
 	if o.pid < 0 {
 		errs = append(errs, fmt.Errorf("-pid %d: not a process id", o.pid))

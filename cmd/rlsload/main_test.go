@@ -178,7 +178,7 @@ func load(t *testing.T, args ...string) map[string]string {
 	return resultFields(t, out.String())
 }
 
-func resultFields(t *testing.T, out string) map[string]string {
+func resultFields(t testing.TB, out string) map[string]string {
 	t.Helper()
 	for _, line := range strings.Split(out, "\n") {
 		if rest, ok := strings.CutPrefix(line, "RESULT "); ok {

@@ -15,6 +15,8 @@ type result struct {
 	caseName, alg, cache string
 	perCall              int // decisions (descriptors) per call
 	concurrency          int
+	conns                int    // gRPC connections (0: none, the floor)
+	tls                  string // off, tls or mtls ("": the floor)
 	t                    *tally
 	serviceCPU           time.Duration
 	hasServiceCPU        bool
@@ -84,6 +86,7 @@ func (r *result) fields() [][2]string {
 		{"engine_usec_per_call", perCall}, {"engine_us_per_decision", perDecision},
 		{"ok", strconv.Itoa(t.ok)}, {"over", strconv.Itoa(t.over)},
 		{"errors", strconv.Itoa(t.errorCount())}, {"error_codes", codes},
+		{"conns", strconv.Itoa(r.conns)}, {"tls", orDash(r.tls)},
 	}
 }
 
@@ -114,4 +117,11 @@ func (r *result) print(w io.Writer) {
 		fmt.Fprintf(w, "  error %s ×%d, first: %s\n", c, t.errors[c], t.firstErr[c])
 	}
 	fmt.Fprintln(w, "RESULT "+strings.Join(kv, " "))
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }

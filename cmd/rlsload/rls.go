@@ -2,10 +2,14 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
+	"os"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
@@ -16,9 +20,13 @@ import (
 // descriptor values, then the measured run between two readings of the
 // service's and Redis's counters.
 func runRLS(ctx context.Context, o *options) (*result, error) {
+	creds, err := o.credentials()
+	if err != nil {
+		return nil, err
+	}
 	clients := make([]rlsv3.RateLimitServiceClient, o.conns)
 	for i := range clients {
-		conn, err := grpc.NewClient(o.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		conn, err := grpc.NewClient(o.addr, grpc.WithTransportCredentials(creds))
 		if err != nil {
 			return nil, fmt.Errorf("-addr %s: %w", o.addr, err)
 		}
@@ -48,11 +56,11 @@ func runRLS(ctx context.Context, o *options) (*result, error) {
 		}
 	}
 
-	res := &result{caseName: o.caseName, alg: o.algorithm, cache: o.cache, perCall: descriptorsPerCall(o.caseName), concurrency: o.concurrency}
+	res := &result{caseName: o.caseName, alg: o.algorithm, cache: o.cache, perCall: descriptorsPerCall(o.caseName), concurrency: o.concurrency,
+		conns: o.conns, tls: o.tlsMode()}
 	ticks := procstat.ClockTicks()
 	var cpuBefore procstat.Sample
 	if o.pid > 0 {
-		var err error
 		if cpuBefore, err = procstat.Read(o.pid, ticks); err != nil {
 			return nil, err
 		}
@@ -94,4 +102,40 @@ func runRLS(ctx context.Context, o *options) (*result, error) {
 		return nil, fmt.Errorf("interrupted after %d calls", res.t.calls)
 	}
 	return res, nil
+}
+
+// credentials are the calls' transport: plaintext, TLS trusting -tls-ca,
+// or mTLS with -tls-cert too.
+func (o *options) credentials() (credentials.TransportCredentials, error) {
+	if o.tlsCA == "" {
+		return insecure.NewCredentials(), nil
+	}
+	pem, err := os.ReadFile(o.tlsCA)
+	if err != nil {
+		return nil, fmt.Errorf("-tls-ca: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("-tls-ca %s: no PEM certificate in it", o.tlsCA)
+	}
+	cfg := &tls.Config{RootCAs: pool, ServerName: o.tlsServerName, MinVersion: tls.VersionTLS12}
+	if o.tlsCert != "" {
+		pair, err := tls.LoadX509KeyPair(o.tlsCert, o.tlsKey)
+		if err != nil {
+			return nil, fmt.Errorf("-tls-cert, -tls-key: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{pair}
+	}
+	return credentials.NewTLS(cfg), nil
+}
+
+// tlsMode labels the run: off, tls or mtls.
+func (o *options) tlsMode() string {
+	switch {
+	case o.tlsCert != "":
+		return "mtls"
+	case o.tlsCA != "":
+		return "tls"
+	}
+	return "off"
 }

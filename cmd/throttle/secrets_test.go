@@ -86,8 +86,8 @@ func TestNoSecretsInOutput(t *testing.T) {
 		want string // in the output
 	}{
 		{"REDIS_URL does not parse", []string{"serve"}, []string{"REDIS_URL=redis://user:" + urlPassword + "@127.0.0.1:notaport/0"}, "redis://user:xxxxx@127.0.0.1:notaport/0"},
-		{"DATABASE_URL does not parse", []string{"serve"}, []string{"DATABASE_URL=postgres://app:" + urlPassword + "@127.0.0.1:notaport/throttle"}, "cannot parse PostgreSQL connection string"},
-		{"DATABASE_URL does not connect", []string{"serve"}, []string{"DATABASE_URL=postgres://app:" + urlPassword + "@127.0.0.1:" + closed + "/throttle?sslmode=disable"}, "open database"},
+		{"DATABASE_URL does not parse", []string{"serve"}, []string{"DATABASE_URL=postgres://app:" + urlPassword + "@127.0.0.1:notaport/throttle"}, "open database postgres://app:xxxxx@127.0.0.1:notaport/throttle: database URL: cannot parse PostgreSQL connection string"},
+		{"DATABASE_URL does not connect", []string{"serve"}, []string{"DATABASE_URL=postgres://app:" + urlPassword + "@127.0.0.1:" + closed + "/throttle?sslmode=disable"}, "open database postgres://app:xxxxx@127.0.0.1:" + closed + "/throttle?sslmode=disable: "},
 		{"migrate, DATABASE_URL does not connect", []string{"migrate", "up"}, []string{"DATABASE_URL=postgres://app:" + urlPassword + "@127.0.0.1:" + closed + "/throttle?sslmode=disable"}, "connect"},
 		{"OTLP headers not key=value", []string{"serve"}, []string{"OTEL_EXPORTER_OTLP_HEADERS=Authorization: Bearer " + otelToken}, "OTEL_EXPORTER_OTLP_HEADERS: a part is not key=value (not shown: it may hold a secret)"},
 		{"config check", []string{"config", "check", edgeFile}, []string{"REDIS_URL=redis://:" + urlPassword + "@127.0.0.1:" + closed + "/0", "ADMIN_API_KEY=" + adminKey}, "1 file(s) OK"},

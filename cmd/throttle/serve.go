@@ -146,7 +146,7 @@ func (a *app) openStore(ctx context.Context) error {
 	db, err := store.Open(openCtx, a.cfg.DatabaseURL, a.log)
 	cancel()
 	if err != nil {
-		return fmt.Errorf("open database: %w", scrub(err, urlSecrets(a.cfg.DatabaseURL)))
+		return fmt.Errorf("open database %s: %w", redactURL(a.cfg.DatabaseURL), scrub(err, urlSecrets(a.cfg.DatabaseURL)))
 	}
 	a.db = db
 	a.onClose(func() { db.Close() })

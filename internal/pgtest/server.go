@@ -25,12 +25,15 @@ import (
 type Server struct {
 	// URL is the server's "postgres" database, as the superuser.
 	URL string
+	// Port is the server's loopback port.
+	Port int
 
 	bin  string // the folder of initdb and postgres
 	dir  string // data, sockets, and nothing else
 	port int
 	cred *syscall.Credential // the postgres user's, when the test runs as root
 	logs *logbuf.Buffer
+	args []string  // more postgres arguments (StartTLSServer's)
 	cmd  *exec.Cmd // nil while stopped
 	done chan error
 }
@@ -40,6 +43,56 @@ type Server struct {
 // user when the test runs as root (PostgreSQL refuses to run as root). It
 // fails the test when PostgreSQL is not installed.
 func StartServer(t testing.TB) *Server {
+	t.Helper()
+	s := initServer(t)
+	s.Start(t)
+	return s
+}
+
+// TLS are the PEM files of StartTLSServer.
+type TLS struct {
+	Cert, Key, CA string
+}
+
+// StartTLSServer is StartServer with ssl=on, serving c's certificate, and
+// TCP connections admitted only over TLS with a client certificate that
+// c's CA signed and whose common name is the database user
+// (pg_hba "hostssl … cert"); URL is unusable, build one with Port.
+func StartTLSServer(t testing.TB, c TLS) *Server {
+	t.Helper()
+	s := initServer(t)
+	data := filepath.Join(s.dir, "data")
+	for src, dst := range map[string]string{c.Cert: "server.crt", c.Key: "server.key", c.CA: "root.crt"} {
+		b, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.writeData(t, filepath.Join(data, dst), b)
+	}
+	s.writeData(t, filepath.Join(data, "pg_hba.conf"), []byte("local all all trust\nhostssl all all 127.0.0.1/32 cert\n"))
+	s.args = []string{"-c", "ssl=on", "-c", "ssl_cert_file=server.crt", "-c", "ssl_key_file=server.key", "-c", "ssl_ca_file=root.crt"}
+	// Ready when it answers on its socket (TCP takes certificates only).
+	s.URL = fmt.Sprintf("postgres://postgres@/postgres?host=%s&port=%d&sslmode=disable", filepath.Join(s.dir, "sock"), s.port)
+	s.Start(t)
+	return s
+}
+
+// writeData writes a file of the data folder, readable by its owner
+// alone (PostgreSQL insists, for the key), owned by the postgres user.
+func (s *Server) writeData(t testing.TB, path string, b []byte) {
+	t.Helper()
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if s.cred != nil {
+		if err := os.Chown(path, int(s.cred.Uid), int(s.cred.Gid)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// initServer makes a server's folders and data, not started.
+func initServer(t testing.TB) *Server {
 	t.Helper()
 	bin, err := postgresBin()
 	if err != nil {
@@ -51,6 +104,7 @@ func StartServer(t testing.TB) *Server {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	s := &Server{bin: bin, dir: dir, port: freePort(t), logs: &logbuf.Buffer{}}
+	s.Port = s.port
 	if os.Geteuid() == 0 {
 		s.cred, err = postgresUser()
 		if err != nil {
@@ -87,7 +141,6 @@ func StartServer(t testing.TB) *Server {
 			t.Logf("postgres log:\n%s", s.logs.String())
 		}
 	})
-	s.Start(t)
 	return s
 }
 
@@ -98,9 +151,10 @@ func (s *Server) Start(t testing.TB) {
 	if s.cmd != nil {
 		t.Fatal("pgtest: Start of a running server")
 	}
-	cmd := s.command(filepath.Join(s.bin, "postgres"), "-D", filepath.Join(s.dir, "data"), "-p", strconv.Itoa(s.port),
+	args := append([]string{"-D", filepath.Join(s.dir, "data"), "-p", strconv.Itoa(s.port),
 		"-c", "listen_addresses=127.0.0.1", "-k", filepath.Join(s.dir, "sock"),
-		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
+		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off"}, s.args...)
+	cmd := s.command(filepath.Join(s.bin, "postgres"), args...)
 	cmd.Stdout, cmd.Stderr = s.logs, s.logs
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start postgres: %v", err)

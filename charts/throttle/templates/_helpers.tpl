@@ -143,3 +143,64 @@ when counters stay in memory. Forms (README, "Production: Redis and PostgreSQL")
 {{- define "throttle.configEnv" -}}
 {{- . | snakecase | upper }}
 {{- end }}
+
+{{/*
+throttle.tls is the TLS of tls.* (values.yaml) as YAML: volumes (name,
+secretName, mountPath), one per Secret a part reads, and env, the settings
+naming the mounted files.
+*/}}
+{{- define "throttle.tls" -}}
+{{- $t := .Values.tls }}
+{{- $dir := "/etc/throttle/tls" }}
+{{- $volumes := list }}
+{{- $env := list }}
+{{- if $t.grpc.secretName }}
+{{- $volumes = append $volumes (dict "name" "tls-grpc" "secretName" $t.grpc.secretName "mountPath" (printf "%s/grpc" $dir)) }}
+{{- $env = append $env (dict "name" "GRPC_SERVER_USE_TLS" "value" "true") }}
+{{- $env = append $env (dict "name" "GRPC_SERVER_TLS_CERT" "value" (printf "%s/grpc/tls.crt" $dir)) }}
+{{- $env = append $env (dict "name" "GRPC_SERVER_TLS_KEY" "value" (printf "%s/grpc/tls.key" $dir)) }}
+{{- if $t.grpc.clientCA.secretName }}
+{{- $volumes = append $volumes (dict "name" "tls-grpc-client-ca" "secretName" $t.grpc.clientCA.secretName "mountPath" (printf "%s/grpc-client-ca" $dir)) }}
+{{- $env = append $env (dict "name" "GRPC_CLIENT_TLS_CACERT" "value" (printf "%s/grpc-client-ca/%s" $dir $t.grpc.clientCA.key)) }}
+{{- end }}
+{{- if $t.grpc.clientSANs }}
+{{- if not $t.grpc.clientCA.secretName }}
+{{- fail "tls.grpc.clientSANs needs tls.grpc.clientCA.secretName: only a verified client certificate has SANs to check" }}
+{{- end }}
+{{- $env = append $env (dict "name" "GRPC_CLIENT_TLS_SAN" "value" (join "," $t.grpc.clientSANs)) }}
+{{- end }}
+{{- else if or $t.grpc.clientCA.secretName $t.grpc.clientSANs }}
+{{- fail "tls.grpc.clientCA or tls.grpc.clientSANs is set but tls.grpc.secretName is empty: client certificates are asked over TLS" }}
+{{- end }}
+{{- if $t.http.secretName }}
+{{- $volumes = append $volumes (dict "name" "tls-http" "secretName" $t.http.secretName "mountPath" (printf "%s/http" $dir)) }}
+{{- $env = append $env (dict "name" "HTTP_TLS_CERT" "value" (printf "%s/http/tls.crt" $dir)) }}
+{{- $env = append $env (dict "name" "HTTP_TLS_KEY" "value" (printf "%s/http/tls.key" $dir)) }}
+{{- if $t.http.clientCA.secretName }}
+{{- $volumes = append $volumes (dict "name" "tls-http-client-ca" "secretName" $t.http.clientCA.secretName "mountPath" (printf "%s/http-client-ca" $dir)) }}
+{{- $env = append $env (dict "name" "HTTP_CLIENT_TLS_CACERT" "value" (printf "%s/http-client-ca/%s" $dir $t.http.clientCA.key)) }}
+{{- end }}
+{{- else if $t.http.clientCA.secretName }}
+{{- fail "tls.http.clientCA is set but tls.http.secretName is empty: client certificates are asked over TLS" }}
+{{- end }}
+{{- $r := $t.redis }}
+{{- if or $r.ca.secretName $r.clientSecretName $r.skipHostnameVerification }}
+{{- $url := include "throttle.redisURL" . }}
+{{- if and (not .Values.redis.existingSecret.name) (not (hasPrefix "rediss://" $url)) }}
+{{- fail "tls.redis is set but REDIS_URL is not rediss://: set redis.tls true (or a rediss:// redis.url)" }}
+{{- end }}
+{{- if $r.ca.secretName }}
+{{- $volumes = append $volumes (dict "name" "tls-redis-ca" "secretName" $r.ca.secretName "mountPath" (printf "%s/redis-ca" $dir)) }}
+{{- $env = append $env (dict "name" "REDIS_TLS_CACERT" "value" (printf "%s/redis-ca/%s" $dir $r.ca.key)) }}
+{{- end }}
+{{- if $r.clientSecretName }}
+{{- $volumes = append $volumes (dict "name" "tls-redis-client" "secretName" $r.clientSecretName "mountPath" (printf "%s/redis-client" $dir)) }}
+{{- $env = append $env (dict "name" "REDIS_TLS_CLIENT_CERT" "value" (printf "%s/redis-client/tls.crt" $dir)) }}
+{{- $env = append $env (dict "name" "REDIS_TLS_CLIENT_KEY" "value" (printf "%s/redis-client/tls.key" $dir)) }}
+{{- end }}
+{{- if $r.skipHostnameVerification }}
+{{- $env = append $env (dict "name" "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION" "value" "true") }}
+{{- end }}
+{{- end }}
+{{- toYaml (dict "volumes" $volumes "env" $env) }}
+{{- end }}

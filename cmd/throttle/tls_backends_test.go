@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/throttle-rl/throttle/internal/certtest"
+	"github.com/throttle-rl/throttle/internal/pgtest"
 	"github.com/throttle-rl/throttle/internal/redistest"
 	"github.com/throttle-rl/throttle/internal/throttletest"
 )
@@ -135,5 +137,30 @@ func TestRedisSentinelTLS(t *testing.T) {
 	user := assertEdgeDecisions(t, plainGRPC(t, s.GRPCAddr))
 	if n := r.keysOf(t, user, master.Addr()); n == 0 {
 		t.Errorf("no key of %s on the master: the decisions were not made there", user)
+	}
+}
+
+// TestPostgresTLS: DATABASE_URL with pgx's sslmode=verify-full,
+// sslrootcert, sslcert and sslkey reaches a PostgreSQL that takes only
+// TLS connections with a client certificate (docs/production.md's
+// example); without the client certificate it refuses, and Throttle does
+// not start.
+func TestPostgresTLS(t *testing.T) {
+	ca := certtest.NewCA(t, "postgres CA")
+	server := ca.Localhost(t).Write(t, t.TempDir(), ca)
+	client := ca.Issue(t, certtest.Leaf{CommonName: "postgres"}).Write(t, t.TempDir(), ca)
+	pg := pgtest.StartTLSServer(t, pgtest.TLS{Cert: server.Cert, Key: server.Key, CA: server.CA})
+	base := "postgres://postgres@127.0.0.1:" + strconv.Itoa(pg.Port) + "/postgres?sslmode=verify-full&sslrootcert=" + server.CA
+	s := throttletest.Start(t, "DATABASE_URL="+base+"&sslcert="+client.Cert+"&sslkey="+client.Key)
+	s.Register(t, "tls app")
+	if got := s.Metric(t, `throttle_db_open_connections`); got < 1 {
+		t.Errorf("open database connections = %v", got)
+	}
+
+	cmd := throttletest.Command(t, "serve")
+	cmd.Env = append(cmd.Env, "DATABASE_URL="+base)
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "open database") {
+		t.Errorf("without a client certificate: %v\n%s", err, out)
 	}
 }
