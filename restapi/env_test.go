@@ -12,10 +12,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/throttle-rl/throttle/internal/logbuf"
+	"github.com/throttle-rl/throttle/internal/openapitest"
 
 	"github.com/throttle-rl/throttle/internal/pgtest"
 
@@ -134,9 +136,22 @@ func newEnvAt(t *testing.T, dbURL string, b backend, opts ...func(*Deps)) *testE
 		o(&d)
 	}
 	h := NewHandler(d)
-	srv := httptest.NewServer(h)
+	// Every exchange of the suite must be one the OpenAPI document describes.
+	srv := httptest.NewServer(contract(t).Handler(t, h))
 	t.Cleanup(srv.Close)
 	return &testEnv{srv: srv, handler: h, db: d.DB, cache: d.Cache, usage: d.Usage, limiter: d.Limiter, reg: reg, logs: logs}
+}
+
+// contract is the validator of the embedded OpenAPI document, loaded once.
+var contractOnce = sync.OnceValues(func() (*openapitest.Validator, error) { return openapitest.Load(openAPIYAML) })
+
+func contract(t *testing.T) *openapitest.Validator {
+	t.Helper()
+	v, err := contractOnce()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
 }
 
 func redisClient(t *testing.T) *redis.Client {

@@ -2,7 +2,9 @@
 // rules, exemptions, resets, usage stats, the Envoy counters, health and
 // metrics, on net/http with Go 1.22 method and path patterns.
 //
-// Every route but /health, /ready, /metrics, /rlconfig and /register needs an API key
+// The API's contract is openapi.yaml (OpenAPI 3.1), served at GET
+// /openapi.json. Every route but /health, /ready, /metrics, /rlconfig,
+// /openapi.json and /register needs an API key
 // (header X-API-Key, or Authorization: Bearer). A key only ever sees its own
 // client's rules, exemptions, counters and stats; the Envoy counters routes
 // also take the operator key (Deps.AdminKey), and no other route does. Errors

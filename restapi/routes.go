@@ -20,6 +20,7 @@ func addRoutes(mux *http.ServeMux, d Deps, m *metrics, tr *tracing) {
 	mux.Handle("GET /ready", handleReady(d.DB, d.Limiter))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(d.Gatherer, promhttp.HandlerOpts{}))
 	mux.Handle("GET /rlconfig", handleConfigDump(d.ConfigDump))
+	mux.Handle("GET /openapi.json", handleOpenAPI())
 
 	mux.Handle("POST /register", handleRegister(d.DB, d.Cache, d.Limiter, d.RegisterLimit, d.TrustedProxies, d.HeaderSets))
 	mux.Handle("GET /me", auth(handleMe()))
