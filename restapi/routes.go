@@ -27,6 +27,7 @@ func addRoutes(mux *http.ServeMux, d Deps, m *metrics, tr *tracing) {
 
 	mux.Handle("POST /check", auth(handleCheck(check, m, false)))
 	mux.Handle("POST /check/ip", auth(handleCheck(check, m, true)))
+	mux.Handle("POST /check/batch", auth(handleCheckBatch(check, m)))
 	mux.Handle("POST /reset", auth(handleReset(d.Limiter)))
 
 	mux.Handle("POST /rules", auth(handleRuleCreate(d.DB, d.Cache)))

@@ -1,9 +1,16 @@
 package main
 
 import (
+	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
+	"github.com/throttle-rl/throttle/internal/openapitest"
 	"github.com/throttle-rl/throttle/internal/redistest"
 	"github.com/throttle-rl/throttle/internal/throttletest"
 )
@@ -47,6 +54,128 @@ func TestReasonRedisStopped(t *testing.T) {
 			if status != http.StatusOK || got["reason"] != "failure_policy" || got["allowed"] != tt.allowed || h.Get("RateLimit-Degraded") != "true" {
 				t.Errorf("Redis stopped: %d %v, RateLimit-Degraded %q; want 200 allowed %v reason failure_policy, header true",
 					status, got, h.Get("RateLimit-Degraded"), tt.allowed)
+			}
+		})
+	}
+}
+
+// restClient calls one server's REST API with one API key, and checks every
+// exchange against the document the server serves at /openapi.json.
+type restClient struct {
+	url, key string
+	http     *http.Client
+}
+
+func newRESTClient(t *testing.T, s *throttletest.Server, key string) *restClient {
+	t.Helper()
+	res, err := http.Get(s.URL + "/openapi.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := io.ReadAll(res.Body)
+	res.Body.Close()
+	if err != nil || res.StatusCode != http.StatusOK {
+		t.Fatalf("GET /openapi.json: %d, %v", res.StatusCode, err)
+	}
+	v := openapitest.New(t, doc)
+	return &restClient{url: s.URL, key: key, http: &http.Client{Transport: v.Transport(t, nil), Timeout: 30 * time.Second}}
+}
+
+// do sends method path with a JSON body (when not empty) and header pairs,
+// and decodes a JSON reply into out (when not nil).
+func (c *restClient) do(t *testing.T, method, path, body string, out any, hdr ...string) (int, http.Header) {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, c.url+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.key != "" {
+		req.Header.Set("X-API-Key", c.key)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	res, err := c.http.Do(req)
+	if err != nil {
+		t.Errorf("%s %s: %v", method, path, err)
+		return 0, nil
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Errorf("%s %s: read: %v", method, path, err)
+	}
+	if out != nil {
+		if err := json.Unmarshal(b, out); err != nil {
+			t.Errorf("%s %s: decode %q: %v", method, path, b, err)
+		}
+	}
+	return res.StatusCode, res.Header
+}
+
+// remaining peeks (hits 0) at what remains of an identifier's inline limit.
+func (c *restClient) remaining(t *testing.T, identifier, limit string) int64 {
+	t.Helper()
+	var got struct{ Remaining int64 }
+	if status, _ := c.do(t, "POST", "/check", `{"identifier":"`+identifier+`",`+limit+`,"hits":0}`, &got); status != http.StatusOK {
+		t.Fatalf("peek %s: %d", identifier, status)
+	}
+	return got.Remaining
+}
+
+// TestBatchAllOrNothingConcurrent: 32 clients at once send batches of two
+// checks, their own user's budget (1000) and one shared organisation's
+// (40). Exactly 40 batches pass, and a refused batch counts nothing: the
+// users' budgets together spent exactly 40, each exactly its own passes.
+// Token buckets refilling 1 token a day, so nothing refills during the test.
+func TestBatchAllOrNothingConcurrent(t *testing.T) {
+	const workers, batches, orgLimit = 32, 6, 40
+	for name, env := range restSetups(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			s := throttletest.Start(t, env...)
+			c := newRESTClient(t, s, s.Register(t, "batch-"+name))
+			const slow = `"algorithm":"token_bucket","refill_rate":0.0000116`
+			user := `"limit":1000,` + slow
+			org := `"limit":40,` + slow
+			passed := make([]int, workers)
+			var wg sync.WaitGroup
+			for w := range workers {
+				wg.Go(func() {
+					body := fmt.Sprintf(`{"checks":[{"identifier":"user-%d",%s},{"identifier":"org",%s}]}`, w, user, org)
+					for range batches {
+						var got struct{ Allowed bool }
+						if status, _ := c.do(t, "POST", "/check/batch", body, &got); status != http.StatusOK {
+							t.Errorf("batch: status %d", status)
+						}
+						if got.Allowed {
+							passed[w]++
+						}
+					}
+				})
+			}
+			wg.Wait()
+			total, spent := 0, int64(0)
+			for w := range workers {
+				total += passed[w]
+				used := 1000 - c.remaining(t, fmt.Sprintf("user-%d", w), user)
+				if used != int64(passed[w]) {
+					t.Errorf("user-%d spent %d, want %d (its batches that passed)", w, used, passed[w])
+				}
+				spent += used
+			}
+			if total != orgLimit || spent != orgLimit {
+				t.Errorf("%d batches passed, the users spent %d; want exactly %d each", total, spent, orgLimit)
+			}
+			if left := c.remaining(t, "org", org); left != 0 {
+				t.Errorf("org has %d left, want 0", left)
 			}
 		})
 	}
