@@ -86,6 +86,14 @@ type Deps struct {
 	// Propagator reads the caller's trace context from the request headers.
 	// Default: W3C Trace Context (traceparent, tracestate).
 	Propagator propagation.TextMapPropagator
+	// CORSAllowedOrigins are the origins ("https://app.example.com", or
+	// "*" for any) whose pages may call the API from a browser (setting
+	// CORS_ALLOWED_ORIGIN; cors.go). Default none: no CORS headers.
+	CORSAllowedOrigins []string
+	// ListObjects makes GET /rules/list and /exemptions/list answer
+	// {"rules": […]} and {"exemptions": […]}, as the original service did
+	// (LIST_RESPONSE_FORMAT=object). Default false: bare arrays.
+	ListObjects bool
 }
 
 // maxBodyBytes is the largest request body accepted (413 above it).
@@ -116,7 +124,7 @@ func NewHandler(d Deps) http.Handler {
 	mux := http.NewServeMux()
 	addRoutes(mux, d, m, tr)
 
-	var h http.Handler = jsonMuxErrors(mux)
+	var h http.Handler = withCORS(d.CORSAllowedOrigins, mux)(jsonMuxErrors(mux))
 	h = recoverPanics(h)
 	h = observe(m)(h)
 	if tr != nil {

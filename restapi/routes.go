@@ -31,12 +31,12 @@ func addRoutes(mux *http.ServeMux, d Deps, m *metrics, tr *tracing) {
 	mux.Handle("POST /reset", auth(handleReset(d.Limiter)))
 
 	mux.Handle("POST /rules", auth(handleRuleCreate(d.DB, d.Cache)))
-	mux.Handle("GET /rules/list", auth(handleRuleList(d.DB)))
+	mux.Handle("GET /rules/list", auth(handleRuleList(d.DB, d.ListObjects)))
 	mux.Handle("PUT /rules/{name}", auth(handleRuleUpdate(d.DB, d.Cache)))
 	mux.Handle("DELETE /rules/{name}", auth(handleRuleDelete(d.DB, d.Cache)))
 
 	mux.Handle("POST /exemptions", auth(handleExemptionCreate(d.DB, d.Cache)))
-	mux.Handle("GET /exemptions/list", auth(handleExemptionList(d.DB)))
+	mux.Handle("GET /exemptions/list", auth(handleExemptionList(d.DB, d.ListObjects)))
 	mux.Handle("DELETE /exemptions/{identifier...}", auth(handleExemptionDelete(d.DB, d.Cache)))
 
 	mux.Handle("GET /stats/{client_id}", auth(handleStats(d.Usage)))
