@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/throttle-rl/throttle/internal/idempotency"
 	"github.com/throttle-rl/throttle/internal/logbuf"
 	"github.com/throttle-rl/throttle/internal/openapitest"
 
@@ -111,11 +112,13 @@ func newEnvAt(t *testing.T, dbURL string, b backend, opts ...func(*Deps)) *testE
 	usage := store.NewUsageRecorder(db, time.Hour, log)
 
 	var limiter algorithms.Store
+	var idem IdempotencyStore // nil: memory
 	switch b.limiter {
 	case "memory":
 		limiter = algorithms.NewMemoryStore(algorithms.MemoryOptions{Now: testClock})
 	case "redis":
 		limiter = algorithms.NewRedisStore(redisClient(t), algorithms.RedisOptions{Now: testClock})
+		idem = idempotency.NewRedis(redisClient(t), "test-"+randomHex(8)+":")
 	default:
 		t.Fatalf("unknown limiter %q", b.limiter)
 	}
@@ -131,6 +134,7 @@ func newEnvAt(t *testing.T, dbURL string, b backend, opts ...func(*Deps)) *testE
 		Gatherer:      reg,
 		RegisterLimit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 100_000, Window: time.Hour},
 		Now:           testClock,
+		Idempotency:   idem,
 	}
 	for _, o := range opts {
 		o(&d)

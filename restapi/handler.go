@@ -94,6 +94,12 @@ type Deps struct {
 	// {"rules": […]} and {"exemptions": […]}, as the original service did
 	// (LIST_RESPONSE_FORMAT=object). Default false: bare arrays.
 	ListObjects bool
+	// Idempotency keeps the first replies of checks sent with an
+	// Idempotency-Key (idempotency.go). Default: in this replica's memory.
+	Idempotency IdempotencyStore
+	// IdempotencyTTL is how long a first reply is kept (setting
+	// IDEMPOTENCY_TTL). Default DefaultIdempotencyTTL, 24 hours.
+	IdempotencyTTL time.Duration
 }
 
 // maxBodyBytes is the largest request body accepted (413 above it).
@@ -114,6 +120,12 @@ func NewHandler(d Deps) http.Handler {
 	}
 	if d.ConfigDump == nil {
 		d.ConfigDump = func() string { return "" }
+	}
+	if d.Idempotency == nil {
+		d.Idempotency = newMemoryIdempotency(time.Now)
+	}
+	if d.IdempotencyTTL <= 0 {
+		d.IdempotencyTTL = DefaultIdempotencyTTL
 	}
 	if d.RegisterLimit == (algorithms.Limit{}) {
 		d.RegisterLimit = algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 10, Window: time.Hour}

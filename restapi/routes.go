@@ -25,9 +25,10 @@ func addRoutes(mux *http.ServeMux, d Deps, m *metrics, tr *tracing) {
 	mux.Handle("POST /register", handleRegister(d.DB, d.Cache, d.Limiter, d.RegisterLimit, d.TrustedProxies, d.HeaderSets))
 	mux.Handle("GET /me", auth(handleMe()))
 
-	mux.Handle("POST /check", auth(handleCheck(check, m, false)))
-	mux.Handle("POST /check/ip", auth(handleCheck(check, m, true)))
-	mux.Handle("POST /check/batch", auth(handleCheckBatch(check, m)))
+	once := idempotent(d.Idempotency, d.IdempotencyTTL) // with an Idempotency-Key
+	mux.Handle("POST /check", auth(once(handleCheck(check, m, false))))
+	mux.Handle("POST /check/ip", auth(once(handleCheck(check, m, true))))
+	mux.Handle("POST /check/batch", auth(once(handleCheckBatch(check, m))))
 	mux.Handle("POST /reset", auth(handleReset(d.Limiter)))
 
 	mux.Handle("POST /rules", auth(handleRuleCreate(d.DB, d.Cache)))
