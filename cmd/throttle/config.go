@@ -56,6 +56,7 @@ type config struct {
 	CountRejectedHits bool
 	RLQSInterval      time.Duration
 	Tracing           tracingConfig
+	REST              restAppsConfig // CORS, list format, idempotency (restapps.go)
 	failureModeRaw    string
 	trustedProxiesRaw string
 	logLevelRaw       string
@@ -108,6 +109,9 @@ var serveSettings = []setting{
 	{"ADMIN_API_KEY", "admin-api-key", "", "operator key (at least 16 characters, not a client's thr_ key) for POST /descriptors/{domain}/counters and …/reset: reads and resets the Envoy counters of any domain, the YAML's included; no other route takes it; empty = no operator access"},
 	{"CACHE_KEY_PREFIX", "cache-key-prefix", "", "with REDIS_URL: put before every Redis key, so several deployments share one Redis or Redis Cluster (the reference service's setting); no '{', '}', spaces or control characters, at most 64 bytes"},
 	{"COUNT_REJECTED_HITS", "count-rejected-hits", "false", "count every hit of every descriptor of a gRPC rate-limit request, admitted or not, as the reference service does; by default a rejected request consumes nothing, from any of its descriptors"},
+	{"CORS_ALLOWED_ORIGIN", "cors-allowed-origin", "", "comma-separated origins (https://app.example.com, or *) whose browser pages may call the REST API: preflights answered, rate-limit headers exposed; empty = no cross-origin access"},
+	{"LIST_RESPONSE_FORMAT", "list-response-format", "array", "GET /rules/list and /exemptions/list answer bare arrays (array), or {\"rules\": [...]} and {\"exemptions\": [...]} as the original service did (object)"},
+	{"IDEMPOTENCY_TTL", "idempotency-ttl", "24h", "how long a REST check's first reply is kept for its Idempotency-Key (in Redis with REDIS_URL, else in memory)"},
 	{"RLQS_INTERVAL", "rlqs-interval", "1s", "how often the rate-limit quota service (RLQS, on GRPC_PORT) reassigns every Envoy's share of each limit (100ms-1h); set the Envoy filter's reporting_interval to a third of it"},
 	// OpenTelemetry tracing: the standard variables, named by its specification.
 	{"OTEL_EXPORTER_OTLP_ENDPOINT", "otel-exporter-otlp-endpoint", "", "OpenTelemetry tracing: base URL of the OTLP receiver, such as http://collector:4318 (http/protobuf; /v1/traces is appended) or http://collector:4317 (grpc); https:// uses TLS with the system's roots; empty = tracing off (no spans, no cost)"},
@@ -222,6 +226,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*c
 	durVar("CACHE_REFRESH_INTERVAL", &c.CacheRefresh)
 	durVar("SHUTDOWN_TIMEOUT", &c.ShutdownTimeout)
 	durVar("RLQS_INTERVAL", &c.RLQSInterval)
+	errs = append(errs, c.REST.parse(get)...)
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
