@@ -180,3 +180,135 @@ func TestBatchAllOrNothingConcurrent(t *testing.T) {
 		})
 	}
 }
+
+// TestIdempotentRetryConcurrent: 24 requests with one Idempotency-Key at
+// once count once and get one reply; on Redis + PostgreSQL they are spread
+// over two replicas, which share the key through Redis.
+func TestIdempotentRetryConcurrent(t *testing.T) {
+	for name, env := range restSetups(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			env = append(env, "CACHE_REFRESH_INTERVAL=100ms")
+			servers := []*throttletest.Server{throttletest.Start(t, env...)}
+			if name != "embedded" {
+				servers = append(servers, throttletest.Start(t, env...))
+			}
+			key := servers[0].Register(t, "idem-"+name)
+			clients := make([]*restClient, len(servers))
+			for i, s := range servers {
+				clients[i] = newRESTClient(t, s, key)
+			}
+			waitForKey(t, clients)
+			body := `{"identifier":"order-user","limit":50,"window":3600,"algorithm":"fixed_window"}`
+			const n = 24
+			bodies := make([]string, n)
+			replayed := make([]bool, n)
+			var wg sync.WaitGroup
+			for i := range n {
+				wg.Go(func() {
+					var got map[string]any
+					status, h := clients[i%len(clients)].do(t, "POST", "/check", body, &got, "Idempotency-Key", "order-77")
+					b, _ := json.Marshal(got)
+					bodies[i], replayed[i] = fmt.Sprint(status, string(b)), h.Get("Idempotent-Replayed") == "true"
+				})
+			}
+			wg.Wait()
+			count := 0
+			for i := range n {
+				if bodies[i] != bodies[0] || !strings.Contains(bodies[i], `"remaining":49`) {
+					t.Errorf("reply %d = %s, want %s with remaining 49", i, bodies[i], bodies[0])
+				}
+				if !replayed[i] {
+					count++
+				}
+			}
+			if count != 1 {
+				t.Errorf("%d replies not replayed, want 1", count)
+			}
+			if left := clients[0].remaining(t, "order-user", `"limit":50,"window":3600,"algorithm":"fixed_window"`); left != 49 {
+				t.Errorf("remaining %d, want 49: the key counted once", left)
+			}
+			var e struct{ Code string }
+			if status, _ := clients[len(clients)-1].do(t, "POST", "/check", strings.Replace(body, "50", "51", 1), &e, "Idempotency-Key", "order-77"); status != http.StatusUnprocessableEntity || e.Code != "IDEMPOTENCY_KEY_REUSED" {
+				t.Errorf("another body with the key: %d %s, want 422 IDEMPOTENCY_KEY_REUSED", status, e.Code)
+			}
+		})
+	}
+}
+
+// waitForKey waits until every replica knows the API key (cache refresh).
+func waitForKey(t *testing.T, clients []*restClient) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for _, c := range clients {
+		for {
+			status, _ := c.do(t, "GET", "/me", "", nil)
+			if status == http.StatusOK {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the key is unknown to a replica after 10s: %d", status)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}
+
+// TestCORSAndListFormat: preflights from an allowed and from a refused
+// origin, the exposed rate-limit headers, and both list formats.
+func TestCORSAndListFormat(t *testing.T) {
+	const app = "https://app.example.com"
+	for name, env := range restSetups(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			arrays := throttletest.Start(t, append(env, "CORS_ALLOWED_ORIGIN="+app)...)
+			key := arrays.Register(t, "cors-"+name)
+			c := newRESTClient(t, arrays, key)
+			preflight := func(origin string) *http.Response {
+				req, _ := http.NewRequest("OPTIONS", arrays.URL+"/check", nil)
+				req.Header.Set("Origin", origin)
+				req.Header.Set("Access-Control-Request-Method", "POST")
+				req.Header.Set("Access-Control-Request-Headers", "x-api-key, content-type, idempotency-key")
+				res, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				res.Body.Close()
+				return res
+			}
+			res := preflight(app)
+			allowHeaders := strings.ToLower(res.Header.Get("Access-Control-Allow-Headers"))
+			if res.StatusCode != http.StatusNoContent || res.Header.Get("Access-Control-Allow-Origin") != app ||
+				res.Header.Get("Access-Control-Allow-Methods") != "POST" || !strings.Contains(allowHeaders, "idempotency-key") || !strings.Contains(allowHeaders, "x-api-key") {
+				t.Errorf("preflight from %s: %d %v", app, res.StatusCode, res.Header)
+			}
+			res = preflight("https://elsewhere.example.com")
+			for k := range res.Header {
+				if strings.HasPrefix(k, "Access-Control-") {
+					t.Errorf("preflight from an origin not listed has %s", k)
+				}
+			}
+			_, h := c.do(t, "POST", "/check", `{"identifier":"u","limit":5,"window":60}`, nil, "Origin", app)
+			if h.Get("Access-Control-Allow-Origin") != app || !strings.Contains(h.Get("Access-Control-Expose-Headers"), "RateLimit-Policy") {
+				t.Errorf("POST /check from %s: CORS headers %v", app, h)
+			}
+			c.do(t, "POST", "/rules", `{"name":"api","limit":5,"window":60}`, nil)
+			var rules []map[string]any
+			if status, _ := c.do(t, "GET", "/rules/list", "", &rules); status != http.StatusOK || len(rules) != 1 {
+				t.Errorf("default /rules/list: %d %v, want one rule in an array", status, rules)
+			}
+
+			objects := throttletest.Start(t, append(env, "LIST_RESPONSE_FORMAT=object")...)
+			oc := newRESTClient(t, objects, objects.Register(t, "lists-"+name))
+			oc.do(t, "POST", "/rules", `{"name":"api","limit":5,"window":60}`, nil)
+			oc.do(t, "POST", "/exemptions", `{"identifier":"ops"}`, nil)
+			var ro struct{ Rules []map[string]any }
+			var eo struct{ Exemptions []map[string]any }
+			oc.do(t, "GET", "/rules/list", "", &ro)
+			oc.do(t, "GET", "/exemptions/list", "", &eo)
+			if len(ro.Rules) != 1 || len(eo.Exemptions) != 1 {
+				t.Errorf("LIST_RESPONSE_FORMAT=object: rules %v, exemptions %v; want one of each under its field", ro, eo)
+			}
+		})
+	}
+}
