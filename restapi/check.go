@@ -44,6 +44,7 @@ type checkReply struct {
 	RetryAfter int64  `json:"retry_after"`
 	Algorithm  string `json:"algorithm"`
 	Rule       string `json:"rule,omitempty"`
+	Override   string `json:"override,omitempty"`
 	Warning    bool   `json:"warning"`
 	Reason     string `json:"reason"`
 }
@@ -99,6 +100,7 @@ type check struct {
 	limit      algorithms.Limit
 	counter    string // the counter's name: "rule:<rule>", or "" for an inline limit
 	rule       string // the rule the request named, or ""
+	override   string // the rule's override that applies: an identifier or pattern, or ""
 	hits       int64
 	threshold  float64 // warn when remaining/limit is below it
 	// alwaysCount: the rule always counts its hits, even past the limit (a
@@ -125,6 +127,11 @@ func newCheck(r *http.Request, d checkDeps, c store.Client, req checkRequest, by
 	var err error
 	if ch.limit, ch.counter, ch.alwaysCount, err = resolveLimit(d.Cache, c, req); err != nil {
 		return check{}, err
+	}
+	if ch.rule != "" {
+		if o, ok := d.Cache.Override(c.ID, ch.rule, ch.identifier); ok {
+			ch.limit, ch.override = o.Apply(ch.limit), o.Identifier
+		}
 	}
 	if t := req.WarnThreshold; t != nil {
 		if !(*t > 0 && *t < 1) {
@@ -206,6 +213,7 @@ func (ch check) reply(dec algorithms.Decision) checkReply {
 		ResetAt:    ceilUnix(dec.ResetAt()),
 		Algorithm:  string(ch.limit.Algorithm),
 		Rule:       ch.rule,
+		Override:   ch.override,
 		Warning:    float64(dec.Remaining) < ch.threshold*float64(dec.Limit),
 		Reason:     reasonWithinLimit,
 	}
@@ -225,7 +233,7 @@ func (ch check) exemptReply(now time.Time) checkReply {
 	return checkReply{
 		Allowed: true, Exempted: true, Identifier: ch.identifier,
 		Limit: ch.limit.Limit, Remaining: ch.limit.Limit, ResetAt: ceilUnix(now),
-		Algorithm: string(ch.limit.Algorithm), Rule: ch.rule, Reason: reasonExempt,
+		Algorithm: string(ch.limit.Algorithm), Rule: ch.rule, Override: ch.override, Reason: reasonExempt,
 	}
 }
 

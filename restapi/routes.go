@@ -35,6 +35,9 @@ func addRoutes(mux *http.ServeMux, d Deps, m *metrics, tr *tracing) {
 	mux.Handle("GET /rules/list", auth(handleRuleList(d.DB, d.ListObjects)))
 	mux.Handle("PUT /rules/{name}", auth(handleRuleUpdate(d.DB, d.Cache)))
 	mux.Handle("DELETE /rules/{name}", auth(handleRuleDelete(d.DB, d.Cache)))
+	mux.Handle("POST /rules/{name}/overrides", auth(handleOverridePut(d.DB, d.Cache)))
+	mux.Handle("GET /rules/{name}/overrides", auth(handleOverrideList(d.DB)))
+	mux.Handle("DELETE /rules/{name}/overrides/{identifier...}", auth(handleOverrideDelete(d.DB, d.Cache)))
 
 	mux.Handle("POST /exemptions", auth(handleExemptionCreate(d.DB, d.Cache)))
 	mux.Handle("GET /exemptions/list", auth(handleExemptionList(d.DB, d.ListObjects)))
