@@ -50,6 +50,9 @@ type RateLimit struct {
 	// (algorithms.Request.AlwaysCount says what that means for each
 	// algorithm). Throttle's extension (always_count); not with Unlimited.
 	AlwaysCount bool
+	// Rule names the REST rule (of one limit) this limit was built from,
+	// whose per-identifier overrides apply to it; empty for the YAML.
+	Rule string
 }
 
 // AlwaysOverLimit reports whether every request is over the limit: a limited

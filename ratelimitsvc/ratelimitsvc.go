@@ -381,6 +381,7 @@ func (s *Server) prepare(domain string, known bool, d *rlcommon.RateLimitDescrip
 		l.limits = make([]limitState, len(m.Limits))
 	}
 	for i, rl := range m.Limits {
+		rl = s.withOverride(domain, rl, d) // a REST rule's override of the identifier (rules.go)
 		ls := limitState{limit: rl, unit: rlsv3.RateLimitResponse_RateLimit_Unit(rl.Unit)}
 		if !rl.Unlimited && !rl.AlwaysOverLimit() {
 			el, err := rl.EngineLimit()

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
 	"github.com/throttle-rl/throttle/internal/openapitest"
 	"github.com/throttle-rl/throttle/internal/redistest"
 	"github.com/throttle-rl/throttle/internal/throttletest"
@@ -308,6 +310,74 @@ func TestCORSAndListFormat(t *testing.T) {
 			oc.do(t, "GET", "/exemptions/list", "", &eo)
 			if len(ro.Rules) != 1 || len(eo.Exemptions) != 1 {
 				t.Errorf("LIST_RESPONSE_FORMAT=object: rules %v, exemptions %v; want one of each under its field", ro, eo)
+			}
+		})
+	}
+}
+
+// TestOverridePrecedence: a rule's overrides through the built binary, on
+// /check and on the Envoy requests the rule matches: exact beats a
+// pattern, the longest prefix beats a shorter one, the rule's limit for
+// the rest; the reply names the override.
+func TestOverridePrecedence(t *testing.T) {
+	for name, env := range restSetups(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			s := throttletest.Start(t, env...)
+			c := newRESTClient(t, s, s.Register(t, "overrides-"+name))
+			var me struct{ Domain string }
+			c.do(t, "GET", "/me", "", &me)
+			for _, body := range []string{
+				`{"name":"api","algorithm":"fixed_window","limit":2,"window":3600}`,
+				`{"name":"tenants","algorithm":"fixed_window","limit":2,"window":3600,"descriptors":[{"key":"tenant"}]}`,
+			} {
+				if status, _ := c.do(t, "POST", "/rules", body, nil); status != http.StatusCreated {
+					t.Fatalf("POST /rules %s: %d", body, status)
+				}
+			}
+			for _, rule := range []string{"api", "tenants"} {
+				for _, o := range []string{`{"identifier":"acme","limit":5}`, `{"identifier":"ac*","limit":4}`, `{"identifier":"acme-eu*","limit":3}`} {
+					if status, _ := c.do(t, "POST", "/rules/"+rule+"/overrides", o, nil); status != http.StatusCreated {
+						t.Fatalf("POST /rules/%s/overrides %s: %d", rule, o, status)
+					}
+				}
+			}
+			rls := rlsClient(t, s)
+			for _, tt := range []struct {
+				identifier, override string
+				limit                int
+			}{{"acme", "acme", 5}, {"acme-eu-1", "acme-eu*", 3}, {"acme-us", "ac*", 4}, {"zeta", "", 2}} {
+				allowed := 0
+				for range tt.limit + 2 {
+					var got struct {
+						Allowed  bool
+						Limit    int
+						Override string
+					}
+					c.do(t, "POST", "/check", `{"identifier":"`+tt.identifier+`","rule":"api"}`, &got)
+					if got.Limit != tt.limit || got.Override != tt.override {
+						t.Errorf("/check %s: limit %d override %q, want %d %q", tt.identifier, got.Limit, got.Override, tt.limit, tt.override)
+					}
+					if got.Allowed {
+						allowed++
+					}
+				}
+				if allowed != tt.limit {
+					t.Errorf("/check %s: %d allowed, want %d", tt.identifier, allowed, tt.limit)
+				}
+				ok := 0
+				for range tt.limit + 2 {
+					resp := askRLS(t, rls, me.Domain, rlsDesc("tenant", tt.identifier))
+					if got := resp.GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit(); got != uint32(tt.limit) {
+						t.Errorf("Envoy %s: current limit %d, want %d", tt.identifier, got, tt.limit)
+					}
+					if resp.GetOverallCode() == rlsv3.RateLimitResponse_OK {
+						ok++
+					}
+				}
+				if ok != tt.limit {
+					t.Errorf("Envoy %s: %d OK, want %d", tt.identifier, ok, tt.limit)
+				}
 			}
 		})
 	}
