@@ -83,7 +83,8 @@ local function batch(KEYS, ARGV)
         nundo = nundo + 1
         ukey[nundo] = wk
         if alg <= 2 then
-          ua[nundo], ub[nundo], uhash[nundo] = a, hits, false
+          -- b: what a refund took back (negative), else nil: the hits.
+          ua[nundo], ub[nundo], uhash[nundo] = a, b or hits, false
         else
           ua[nundo], ub[nundo] = a, b
           uhash[nundo] = alg == 3 and tb_fields or gcra_fields

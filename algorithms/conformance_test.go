@@ -476,7 +476,7 @@ func conformanceInvalid(t *testing.T, factories []storeFactory) {
 		{"gcra too fine to count exactly", Request{Key: key, Limit: Limit{Algorithm: GCRA, Limit: 999_999_937, Window: MaxWindow}, Hits: 1}},
 		{"unknown algorithm", Request{Key: key, Limit: Limit{Algorithm: "leaky_bucket", Limit: 1, Window: time.Minute}, Hits: 1}},
 		{"empty algorithm", Request{Key: key, Limit: Limit{Limit: 1, Window: time.Minute}, Hits: 1}},
-		{"negative hits", Request{Key: key, Limit: Limit{Algorithm: FixedWindow, Limit: 1, Window: time.Minute}, Hits: -1}},
+		{"hits below -MaxLimit", Request{Key: key, Limit: Limit{Algorithm: FixedWindow, Limit: 1, Window: time.Minute}, Hits: -MaxLimit - 1}},
 		{"empty identifier", Request{Key: Key{Scope: "s"}, Limit: Limit{Algorithm: FixedWindow, Limit: 1, Window: time.Minute}, Hits: 1}},
 		{"empty scope", Request{Key: Key{Identifier: "i"}, Limit: Limit{Algorithm: FixedWindow, Limit: 1, Window: time.Minute}, Hits: 1}},
 	}

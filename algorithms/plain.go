@@ -50,7 +50,7 @@ const expiryMargin = 100 * time.Millisecond
 
 // plainEligible reports whether r can be decided without the script.
 func plainEligible(r *Request) bool {
-	return (r.Limit.Algorithm == FixedWindow || r.Limit.Algorithm == SlidingWindow) && r.Unindexed
+	return (r.Limit.Algorithm == FixedWindow || r.Limit.Algorithm == SlidingWindow) && r.Unindexed && r.Hits >= 0
 }
 
 // splitPlain returns the positions of the callers' requests (sizes: each
