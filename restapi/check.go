@@ -139,9 +139,9 @@ func newCheck(r *http.Request, d checkDeps, c store.Client, req checkRequest, by
 		}
 		ch.threshold = *t
 	}
-	if h := req.Hits; h != nil {
-		if *h < 0 || *h > algorithms.MaxLimit {
-			return check{}, invalidField(fmt.Sprintf("hits must be between 0 and %d", int64(algorithms.MaxLimit)))
+	if h := req.Hits; h != nil { // negative: a refund
+		if *h < -algorithms.MaxLimit || *h > algorithms.MaxLimit {
+			return check{}, invalidField(fmt.Sprintf("hits must be between %d and %d", -int64(algorithms.MaxLimit), int64(algorithms.MaxLimit)))
 		}
 		ch.hits = *h
 	}

@@ -209,7 +209,7 @@ func TestCheckValidation(t *testing.T) {
 			{"gcra without window", `{"identifier":"u","limit":10,"algorithm":"gcra"}`, 400, "MISSING_FIELD"},
 			// lcm(999999937, 366 days in µs) is beyond 2^53: not countable exactly.
 			{"gcra too fine", `{"identifier":"u","limit":999999937,"window":31622400,"algorithm":"gcra"}`, 400, "INVALID_FIELD"},
-			{"negative hits", `{"identifier":"u","limit":10,"window":60,"hits":-1}`, 400, "INVALID_FIELD"},
+			{"hits below the refund bound", `{"identifier":"u","limit":10,"window":60,"hits":-1000000000001}`, 400, "INVALID_FIELD"},
 			{"typo", `{"identifier":"u","limit":10,"windwo":60}`, 400, "UNKNOWN_FIELD"},
 			{"unknown rule", `{"identifier":"u","rule":"nope"}`, 404, "RULE_NOT_FOUND"},
 			{"bad JSON", `{"identifier":`, 400, "INVALID_JSON"},

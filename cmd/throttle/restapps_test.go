@@ -382,3 +382,37 @@ func TestOverridePrecedence(t *testing.T) {
 		})
 	}
 }
+
+// TestRefundNeverBelowZero: "hits": -N through the built binary gives back
+// what was used and never more, in every algorithm.
+func TestRefundNeverBelowZero(t *testing.T) {
+	for name, env := range restSetups(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			s := throttletest.Start(t, env...)
+			c := newRESTClient(t, s, s.Register(t, "refund-"+name))
+			for _, alg := range []string{"fixed_window", "sliding_window", "token_bucket", "gcra"} {
+				limit := `"limit":5,"window":3600,"algorithm":"` + alg + `"`
+				check := func(hits int) (bool, int64) {
+					var got struct {
+						Allowed   bool
+						Remaining int64
+					}
+					if status, _ := c.do(t, "POST", "/check", fmt.Sprintf(`{"identifier":"u",%s,"hits":%d}`, limit, hits), &got); status != http.StatusOK {
+						t.Fatalf("%s hits %d: %d", alg, hits, status)
+					}
+					return got.Allowed, got.Remaining
+				}
+				for _, step := range []struct {
+					hits      int
+					allowed   bool
+					remaining int64
+				}{{-3, true, 5}, {4, true, 1}, {2, false, 1}, {-2, true, 3}, {-50, true, 5}, {5, true, 0}, {1, false, 0}} {
+					if allowed, remaining := check(step.hits); allowed != step.allowed || remaining != step.remaining {
+						t.Errorf("%s: hits %d = allowed %v, %d left; want %v, %d", alg, step.hits, allowed, remaining, step.allowed, step.remaining)
+					}
+				}
+			}
+		})
+	}
+}

@@ -555,7 +555,9 @@ export interface components {
             warn_threshold?: number;
             /**
              * Format: int64
-             * @description The request's cost, default 1; 0 reads the state without counting.
+             * @description The request's cost, default 1; 0 reads the state without counting (a peek); -N is a
+             *     refund: it gives back up to N of what the identifier used in the current window or
+             *     bucket (never below zero used), is allowed, and counts nothing.
              */
             hits?: number;
         };
