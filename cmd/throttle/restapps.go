@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"strings"
@@ -25,33 +26,61 @@ type restAppsConfig struct {
 	IdempotencyTTL time.Duration
 }
 
-// parse reads the settings with get (the trimmed value of a setting).
+// parse reads the settings with get (the trimmed value of a setting). Each
+// value is parsed by its own function (parseOrigins, parseListFormat,
+// parseIdempotencyTTL), whose error the setting's name goes before.
 func (c *restAppsConfig) parse(get func(string) string) []error {
 	var errs []error
-	c.CORSAllowedOrigins = nil
-	for _, o := range strings.Split(get("CORS_ALLOWED_ORIGIN"), ",") {
+	named := func(env string, err error) {
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", env, err))
+		}
+	}
+	var err error
+	c.CORSAllowedOrigins, err = parseOrigins(get("CORS_ALLOWED_ORIGIN"))
+	named("CORS_ALLOWED_ORIGIN", err)
+	c.ListObjects, err = parseListFormat(get("LIST_RESPONSE_FORMAT"))
+	named("LIST_RESPONSE_FORMAT", err)
+	c.IdempotencyTTL, err = parseIdempotencyTTL(get("IDEMPOTENCY_TTL"))
+	named("IDEMPOTENCY_TTL", err)
+	return errs
+}
+
+// parseOrigins reads CORS_ALLOWED_ORIGIN: comma-separated origins, a
+// trailing '/' dropped; nil for none.
+func parseOrigins(v string) ([]string, error) {
+	var out []string
+	var errs []error
+	for _, o := range strings.Split(v, ",") {
 		o = strings.TrimSuffix(strings.TrimSpace(o), "/")
 		if o == "" {
 			continue
 		}
 		if !isOrigin(o) {
-			errs = append(errs, fmt.Errorf("CORS_ALLOWED_ORIGIN: %q is not an origin such as https://app.example.com (scheme and host, no path) or *", o))
+			errs = append(errs, fmt.Errorf("%q is not an origin such as https://app.example.com (scheme and host, no path) or *", o))
 			continue
 		}
-		c.CORSAllowedOrigins = append(c.CORSAllowedOrigins, o)
+		out = append(out, o)
 	}
-	switch f := get("LIST_RESPONSE_FORMAT"); f {
+	return out, errors.Join(errs...)
+}
+
+// parseListFormat reads LIST_RESPONSE_FORMAT: true for object.
+func parseListFormat(v string) (bool, error) {
+	switch v {
 	case "array", "object":
-		c.ListObjects = f == "object"
-	default:
-		errs = append(errs, fmt.Errorf("LIST_RESPONSE_FORMAT: %q is not array or object", f))
+		return v == "object", nil
 	}
-	d, err := time.ParseDuration(get("IDEMPOTENCY_TTL"))
+	return false, fmt.Errorf("%q is not array or object", v)
+}
+
+// parseIdempotencyTTL reads IDEMPOTENCY_TTL: a duration of at least 1s.
+func parseIdempotencyTTL(v string) (time.Duration, error) {
+	d, err := time.ParseDuration(v)
 	if err != nil || d < time.Second {
-		errs = append(errs, fmt.Errorf("IDEMPOTENCY_TTL: %q is not a duration of at least 1s, such as 24h", get("IDEMPOTENCY_TTL")))
+		return 0, fmt.Errorf("%q is not a duration of at least 1s, such as 24h", v)
 	}
-	c.IdempotencyTTL = d
-	return errs
+	return d, nil
 }
 
 // isOrigin reports whether o is "*" or a browser origin: http(s), a host,
