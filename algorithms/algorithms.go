@@ -33,8 +33,8 @@
 //     docs/algorithms.md states its rule and proves what it guarantees.
 //
 // In all four a rejected request consumes nothing (unless it always counts,
-// Request.AlwaysCount), and hits = 0 reads the state without changing it (a
-// peek).
+// Request.AlwaysCount), hits = 0 reads the state without changing it (a
+// peek), and negative hits give back what was used (a refund).
 package algorithms
 
 import (
@@ -247,7 +247,11 @@ type Key struct {
 type Request struct {
 	Key   Key
 	Limit Limit
-	// Hits is the cost, ≥ 0. 0 reads the state without changing it.
+	// Hits is the cost. 0 reads the state without changing it; a negative
+	// cost is a refund: it gives back up to -Hits of what the identifier
+	// used in the current window or bucket (a window's count never goes
+	// below zero, a bucket never past full, a GCRA's TAT never before now),
+	// is always allowed, and counts nothing.
 	Hits int64
 	// Unindexed says the key is never Reset (the Envoy path's domain-scoped
 	// counters: no API resets them), so the Redis store keeps no index
@@ -307,8 +311,8 @@ func (r Request) Validate() error {
 	if r.Key.Identifier == "" {
 		return invalidf("empty identifier")
 	}
-	if r.Hits < 0 || r.Hits > MaxLimit {
-		return invalidf("hits %d must be between 0 and %d", r.Hits, int64(MaxLimit))
+	if r.Hits < -MaxLimit || r.Hits > MaxLimit {
+		return invalidf("hits %d must be between %d and %d", r.Hits, -int64(MaxLimit), int64(MaxLimit))
 	}
 	return r.Limit.Validate()
 }

@@ -13,7 +13,10 @@ import (
 // suite checks that they do.
 //
 // always is Request.AlwaysCount: hits over the limit are counted anyway
-// (outcome.allowed stays false).
+// (outcome.allowed stays false). Negative hits are a refund: up to -hits of
+// what the state used is given back (a window's count, never below zero; a
+// bucket's tokens, never past full; a GCRA's TAT, never before now),
+// allowed, and written only where there is state.
 
 // windowState is the state of a fixed or sliding window: the start of the
 // window it counts (µs), its count, and (sliding only) the previous window's.
@@ -56,6 +59,12 @@ func decideFixed(st *windowState, nowUS, windowUS, limit, hits int64, always boo
 		count = st.count
 	}
 	o := outcome{resetUS: start + windowUS - nowUS}
+	if hits < 0 { // a refund: back up to -hits of the window's count
+		o.allowed, o.wrote, o.ttlUS = true, count > 0, o.resetUS
+		count -= min(count, -hits)
+		o.remaining = max(0, limit-count)
+		return windowState{start: start, count: count}, o
+	}
 	o.allowed = count+hits <= limit
 	if (o.allowed || always) && hits > 0 {
 		count += hits
@@ -82,9 +91,13 @@ func decideSliding(st *windowState, nowUS, windowUS, limit, hits int64, always b
 		}
 	}
 	elapsed := nowUS - start
-	used := float64(prev)*float64(windowUS-elapsed)/float64(windowUS) + float64(count)
 	o := outcome{resetUS: windowUS - elapsed}
-	o.allowed = used+float64(hits) <= float64(limit)
+	if hits < 0 { // a refund: back up to -hits of the current window's count
+		o.allowed, o.wrote, o.ttlUS = true, count > 0, start+2*windowUS-nowUS
+		count -= min(count, -hits)
+	}
+	used := float64(prev)*float64(windowUS-elapsed)/float64(windowUS) + float64(count)
+	o.allowed = o.allowed || used+float64(hits) <= float64(limit)
 	before := count
 	if (o.allowed || always) && hits > 0 {
 		count += hits
@@ -127,6 +140,10 @@ func decideToken(st *tokenState, nowUS, limit int64, rate float64, hits int64, a
 	before := tokens
 	if (o.allowed || always) && hits > 0 {
 		tokens -= float64(hits)
+		o.wrote = true
+	}
+	if hits < 0 && st != nil { // a refund: up to -hits tokens back, never past full
+		tokens = math.Min(float64(limit), tokens-float64(hits))
 		o.wrote = true
 	}
 	o.resetUS = int64(math.Ceil((float64(limit) - tokens) / rate * 1e6))
@@ -204,10 +221,14 @@ func decideGCRAIn(st *gcraState, nowUS, windowUS, limit, hits int64, always bool
 		}
 	}
 	var o outcome
-	o.allowed = hits <= limit && hits*c <= capacity-level
+	o.allowed = hits < 0 || (hits <= limit && hits*c <= capacity-level)
 	before := level
 	if (o.allowed || always) && hits > 0 {
 		level = min(level+hits*c, maxExact)
+		o.wrote = true
+	}
+	if hits < 0 && st != nil { // a refund: TAT back by up to -hits intervals, never before now
+		level -= min(level, min(-hits, maxExact/c)*c)
 		o.wrote = true
 	}
 	o.resetUS = ceilDiv(level, p)

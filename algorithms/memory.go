@@ -134,7 +134,9 @@ func (s *MemoryStore) checkTied(reqs []Request, out []Decision, nowUS int64) {
 		out[i].Counted = p.wrote
 		if r.AllOrNothing && !out[i].Allowed && !voided {
 			voided = true
-			for j := range i {
+			// Last first: a key the group wrote twice gets back the state
+			// from before its first write.
+			for j := i - 1; j >= 0; j-- {
 				if q := &ps[j]; q.wrote && reqs[j].AllOrNothing && !reqs[j].AlwaysCount {
 					q.putBack(&reqs[j].Key, nowUS)
 					out[j].Counted = false

@@ -55,6 +55,9 @@ type RateLimit struct {
 	// synced to Redis in the background (algorithms.Approximate); fixed
 	// and sliding windows only.
 	Accuracy algorithms.Accuracy
+	// Rule names the REST rule (of one limit) this limit was built from,
+	// whose per-identifier overrides apply to it; empty for the YAML.
+	Rule string
 }
 
 // AlwaysOverLimit reports whether every request is over the limit: a limited

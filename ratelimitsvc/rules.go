@@ -1,6 +1,8 @@
 package ratelimitsvc
 
 import (
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+
 	"github.com/throttle-rl/throttle/descriptors"
 	"github.com/throttle-rl/throttle/internal/ruledomain"
 )
@@ -17,4 +19,23 @@ type ruleSource = ruledomain.Source
 // client that owns domain, or nil.
 func (s *Server) ruleDomain(domain string) *descriptors.Domain {
 	return s.rules.Domain(domain)
+}
+
+// withOverride returns rl, a limit matched on domain for descriptor d, with
+// the override its rule has for d's identifier (the value of its last
+// entry), if any: a REST rule's per-identifier overrides hold for the Envoy
+// requests it matches too. Limits of the YAML have no rule, and keep theirs.
+func (s *Server) withOverride(domain string, rl descriptors.RateLimit, d *rlcommon.RateLimitDescriptor) descriptors.RateLimit {
+	es := d.GetEntries()
+	if rl.Rule == "" || s.opts.Rules == nil || len(es) == 0 {
+		return rl
+	}
+	c, ok := s.opts.Rules.ClientByDomain(domain)
+	if !ok {
+		return rl
+	}
+	if o, ok := s.opts.Rules.Override(c.ID, rl.Rule, es[len(es)-1].GetValue()); ok {
+		return ruledomain.WithOverride(rl, o)
+	}
+	return rl
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"net/http"
 	"net/netip"
 	"time"
@@ -20,8 +19,9 @@ const (
 	defaultWarnThreshold = 0.2
 )
 
-// checkRequest is the body of POST /check and POST /check/ip. Pointers tell
-// a field left out from one given as zero.
+// checkRequest is the body of POST /check and POST /check/ip, and one check
+// of POST /check/batch. Pointers tell a field left out from one given as
+// zero.
 type checkRequest struct {
 	Identifier    *string  `json:"identifier"`
 	Limit         *int64   `json:"limit"`
@@ -44,8 +44,22 @@ type checkReply struct {
 	RetryAfter int64  `json:"retry_after"`
 	Algorithm  string `json:"algorithm"`
 	Rule       string `json:"rule,omitempty"`
+	Override   string `json:"override,omitempty"`
 	Warning    bool   `json:"warning"`
+	Reason     string `json:"reason"`
 }
+
+// The reasons of a decision (checkReply.Reason): what decided it.
+const (
+	reasonWithinLimit   = "within_limit"   // the limit admitted it
+	reasonRateLimited   = "rate_limited"   // the limit refused it
+	reasonExempt        = "exempt"         // the identifier is exempt: nothing counted
+	reasonFailurePolicy = "failure_policy" // the counter backend could not be asked: FAILURE_MODE decided
+)
+
+// degradedHeader marks a reply whose decision the failure policy made
+// (FAILURE_MODE) instead of the counter backend.
+const degradedHeader = "RateLimit-Degraded"
 
 // handleCheck decides one request of the caller's identifier (byIP false) or
 // of the caller's client IP (byIP true).
@@ -60,40 +74,33 @@ type checkReply struct {
 func handleCheck(d checkDeps, m *metrics, byIP bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c := clientFrom(r.Context())
-		ch, err := parseCheck(w, r, d, c, byIP)
+		req, err := decode[checkRequest](w, r)
+		var ch check
+		if err == nil {
+			ch, err = newCheck(r, d, c, req, byIP)
+		}
 		if err != nil {
 			writeError(w, r, err)
 			return
 		}
-		alg := string(ch.limit.Algorithm)
-		if d.Cache.Exempt(c.ID, ch.identifier) {
-			d.Usage.Record(c.ID, ch.identifier, alg, true)
-			m.decisions.WithLabelValues("rest", alg, "exempt").Inc()
-			writeCheck(w, r, d.HeaderSets, ch, ch.exemptReply(d.Now()), -1)
-			return
-		}
-		key := algorithms.Key{Scope: c.ID, Identifier: ch.identifier, Name: ch.counter}
-		dec, err := checkOne(r.Context(), d.Limiter, algorithms.Request{Key: key, Limit: ch.limit, Hits: ch.hits, AlwaysCount: ch.alwaysCount})
+		got, err := decideChecks(r.Context(), d, m, c, []check{ch})
 		if err != nil {
 			writeError(w, r, err)
 			return
 		}
-		d.Usage.Record(c.ID, ch.identifier, alg, dec.Allowed)
-		outcome := "allowed"
-		if !dec.Allowed {
-			outcome = "rejected"
-		}
-		m.decisions.WithLabelValues("rest", alg, outcome).Inc()
-		writeCheck(w, r, d.HeaderSets, ch, ch.reply(dec), ceilSeconds(dec.ResetAfter))
+		setCheckHeaders(w.Header(), d.HeaderSets, got[0])
+		encode(w, r, http.StatusOK, got[0].reply)
 	})
 }
 
-// check is a /check or /check/ip request, parsed and checked.
+// check is a /check or /check/ip request, or one check of a batch, parsed
+// and checked.
 type check struct {
 	identifier string
 	limit      algorithms.Limit
 	counter    string // the counter's name: "rule:<rule>", or "" for an inline limit
 	rule       string // the rule the request named, or ""
+	override   string // the rule's override that applies: an identifier or pattern, or ""
 	hits       int64
 	threshold  float64 // warn when remaining/limit is below it
 	// alwaysCount: the rule always counts its hits, even past the limit (a
@@ -101,13 +108,9 @@ type check struct {
 	alwaysCount bool
 }
 
-// parseCheck reads the body of a /check (byIP false) or /check/ip request of
-// client c and checks it, field by field in the order the API documents.
-func parseCheck(w http.ResponseWriter, r *http.Request, d checkDeps, c store.Client, byIP bool) (check, error) {
-	req, err := decode[checkRequest](w, r)
-	if err != nil {
-		return check{}, err
-	}
+// newCheck checks the body req of a /check (byIP false) or /check/ip
+// request of client c, field by field in the order the API documents.
+func newCheck(r *http.Request, d checkDeps, c store.Client, req checkRequest, byIP bool) (check, error) {
 	ch := check{rule: req.Rule, hits: 1, threshold: defaultWarnThreshold}
 	switch {
 	case byIP && req.Identifier != nil:
@@ -121,8 +124,14 @@ func parseCheck(w http.ResponseWriter, r *http.Request, d checkDeps, c store.Cli
 	default:
 		ch.identifier = *req.Identifier
 	}
+	var err error
 	if ch.limit, ch.counter, ch.alwaysCount, err = resolveLimit(d.Cache, c, req); err != nil {
 		return check{}, err
+	}
+	if ch.rule != "" {
+		if o, ok := d.Cache.Override(c.ID, ch.rule, ch.identifier); ok {
+			ch.limit, ch.override = o.Apply(ch.limit), o.Identifier
+		}
 	}
 	if t := req.WarnThreshold; t != nil {
 		if !(*t > 0 && *t < 1) {
@@ -130,13 +139,68 @@ func parseCheck(w http.ResponseWriter, r *http.Request, d checkDeps, c store.Cli
 		}
 		ch.threshold = *t
 	}
-	if h := req.Hits; h != nil {
-		if *h < 0 || *h > algorithms.MaxLimit {
-			return check{}, invalidField(fmt.Sprintf("hits must be between 0 and %d", int64(algorithms.MaxLimit)))
+	if h := req.Hits; h != nil { // negative: a refund
+		if *h < -algorithms.MaxLimit || *h > algorithms.MaxLimit {
+			return check{}, invalidField(fmt.Sprintf("hits must be between %d and %d", -int64(algorithms.MaxLimit), int64(algorithms.MaxLimit)))
 		}
 		ch.hits = *h
 	}
 	return ch, nil
+}
+
+// decided is a check's reply and what its headers say beyond it.
+type decided struct {
+	check check
+	reply checkReply
+	// reset is the draft's t, the seconds until the state is fresh again;
+	// -1 for an exempt identifier (nothing was counted).
+	reset int64
+}
+
+// decideChecks decides checks of client c in one engine call: exempt
+// identifiers are allowed without it, and the others, when there are
+// several, count only if every one is within its limit (all-or-nothing).
+// Every decision is recorded for /stats and the metrics.
+func decideChecks(ctx context.Context, d checkDeps, m *metrics, c store.Client, checks []check) ([]decided, error) {
+	out := make([]decided, len(checks))
+	reqs := make([]algorithms.Request, 0, len(checks))
+	at := make([]int, 0, len(checks)) // the check of each engine request
+	for i, ch := range checks {
+		out[i].check = ch
+		if d.Cache.Exempt(c.ID, ch.identifier) {
+			out[i].reply, out[i].reset = ch.exemptReply(d.Now()), -1
+			continue
+		}
+		key := algorithms.Key{Scope: c.ID, Identifier: ch.identifier, Name: ch.counter}
+		reqs = append(reqs, algorithms.Request{Key: key, Limit: ch.limit, Hits: ch.hits, AlwaysCount: ch.alwaysCount})
+		at = append(at, i)
+	}
+	if len(reqs) > 1 {
+		for i := range reqs {
+			reqs[i].AllOrNothing = true
+		}
+	}
+	decs, err := decideRequests(ctx, d.Limiter, reqs)
+	if err != nil {
+		return nil, err
+	}
+	for k, dec := range decs {
+		i := at[k]
+		out[i].reply, out[i].reset = checks[i].reply(dec), ceilSeconds(dec.ResetAfter)
+	}
+	for _, o := range out {
+		alg := string(o.check.limit.Algorithm)
+		d.Usage.Record(c.ID, o.check.identifier, alg, o.reply.Allowed)
+		outcome := "allowed"
+		switch {
+		case o.reply.Exempted:
+			outcome = "exempt"
+		case !o.reply.Allowed:
+			outcome = "rejected"
+		}
+		m.decisions.WithLabelValues("rest", alg, outcome).Inc()
+	}
+	return out, nil
 }
 
 // reply is the reply to ch decided as dec.
@@ -149,10 +213,16 @@ func (ch check) reply(dec algorithms.Decision) checkReply {
 		ResetAt:    ceilUnix(dec.ResetAt()),
 		Algorithm:  string(ch.limit.Algorithm),
 		Rule:       ch.rule,
+		Override:   ch.override,
 		Warning:    float64(dec.Remaining) < ch.threshold*float64(dec.Limit),
+		Reason:     reasonWithinLimit,
 	}
 	if !dec.Allowed {
 		reply.RetryAfter = max(ceilSeconds(dec.RetryAfter), 1)
+		reply.Reason = reasonRateLimited
+	}
+	if dec.Degraded {
+		reply.Reason = reasonFailurePolicy
 	}
 	return reply
 }
@@ -163,22 +233,23 @@ func (ch check) exemptReply(now time.Time) checkReply {
 	return checkReply{
 		Allowed: true, Exempted: true, Identifier: ch.identifier,
 		Limit: ch.limit.Limit, Remaining: ch.limit.Limit, ResetAt: ceilUnix(now),
-		Algorithm: string(ch.limit.Algorithm), Rule: ch.rule,
+		Algorithm: string(ch.limit.Algorithm), Rule: ch.rule, Override: ch.override, Reason: reasonExempt,
 	}
 }
 
-// writeCheck writes reply with its rate-limit headers (the sets that sets
-// chooses); reset is the draft's t, the seconds until the state is fresh
-// again. An exempt reply has no reset in its headers: nothing was counted.
-func writeCheck(w http.ResponseWriter, r *http.Request, sets ratelimitheader.Sets, ch check, reply checkReply, reset int64) {
+// setCheckHeaders sets the rate-limit headers of one decision (the sets
+// that sets chooses), and RateLimit-Degraded when the failure policy
+// decided. An exempt reply has no reset in its headers: nothing was
+// counted.
+func setCheckHeaders(h http.Header, sets ratelimitheader.Sets, o decided) {
+	ch, reply := o.check, o.reply
 	lh := limitHeaders{
 		policy: policyName(ch.rule, ch.limit), limit: ch.limit, remaining: reply.Remaining,
-		resetAt: reply.ResetAt, reset: reset, retryAfter: reply.RetryAfter,
+		resetAt: reply.ResetAt, reset: o.reset, retryAfter: reply.RetryAfter,
 	}
 	if reply.Exempted {
 		lh.resetAt, lh.reset = 0, -1
 	}
-	h := w.Header()
 	setLimitHeaders(h, sets, lh)
 	if sets.SendsX() {
 		h.Set("X-RateLimit-Algorithm", reply.Algorithm)
@@ -186,10 +257,12 @@ func writeCheck(w http.ResponseWriter, r *http.Request, sets ratelimitheader.Set
 			h.Set("X-RateLimit-Warning", "true")
 		}
 	}
-	encode(w, r, http.StatusOK, reply)
+	if reply.Reason == reasonFailurePolicy {
+		h.Set(degradedHeader, "true")
+	}
 }
 
-// checkDeps is what /check and /check/ip use.
+// checkDeps is what /check, /check/ip and /check/batch use.
 type checkDeps struct {
 	Cache          *store.Cache
 	Usage          *store.UsageRecorder
@@ -199,91 +272,36 @@ type checkDeps struct {
 	Now            func() time.Time
 }
 
-// resolveLimit returns the limit a check asks for and the counter name: the
-// rule's when it names one (its limit, window, algorithm and refill rate
-// override the request's; with always_count it counts hits past the limit),
-// else the inline fields, with the client's default
-// algorithm when none is given.
-func resolveLimit(cache *store.Cache, c store.Client, req checkRequest) (algorithms.Limit, string, bool, error) {
-	if req.Rule != "" {
-		rule, ok := cache.Rule(c.ID, req.Rule)
-		if !ok {
-			return algorithms.Limit{}, "", false, &apiError{http.StatusNotFound, "RULE_NOT_FOUND", fmt.Sprintf("rule %q not found", req.Rule)}
-		}
-		if len(rule.RateLimits) > 0 {
-			return algorithms.Limit{}, "", false, invalidField(fmt.Sprintf("rule %q has several limits (rate_limits): it limits Envoy requests only", req.Rule))
-		}
-		return rule.Limit, "rule:" + rule.Name, rule.AlwaysCount, nil
+// decideRequests decides reqs (none is fine): an error comes back mapped for
+// writeError (limiterError). A decision without a Limit gets its
+// request's.
+func decideRequests(ctx context.Context, limiter algorithms.Store, reqs []algorithms.Request) ([]algorithms.Decision, error) {
+	if len(reqs) == 0 {
+		return nil, nil
 	}
-
-	name := req.Algorithm
-	if name == "" {
-		name = string(c.DefaultAlgorithm)
+	decs, err := limiter.Check(ctx, reqs)
+	if err == nil && len(decs) != len(reqs) {
+		err = fmt.Errorf("limiter returned %d decisions for %d requests", len(decs), len(reqs))
 	}
-	if name == "" {
-		name = string(algorithms.SlidingWindow)
-	}
-	alg, err := algorithms.ParseAlgorithm(name)
 	if err != nil {
-		return algorithms.Limit{}, "", false, invalidField("algorithm must be " + algorithms.Names())
+		return nil, limiterError(err)
 	}
-	if req.Limit == nil {
-		return algorithms.Limit{}, "", false, missingField("limit is required when no rule is named")
+	for i := range decs {
+		if decs[i].Limit == 0 {
+			decs[i].Limit = reqs[i].Limit.Limit
+		}
 	}
-	l, err := inlineLimit(alg, req.Limit, req.Window, req.RefillRate)
-	return l, "", false, err
+	return decs, nil
 }
 
-// inlineLimit checks the limit, window (seconds) and refill rate given in a
-// request body, for /check and /rules alike. A refill rate given with a
-// window algorithm is ignored.
-func inlineLimit(alg algorithms.Algorithm, limit, window *int64, refill *float64) (algorithms.Limit, error) {
-	l := algorithms.Limit{Algorithm: alg}
-	switch {
-	case limit == nil:
-		return l, missingField("limit is required")
-	case window == nil && alg != algorithms.TokenBucket:
-		return l, missingField(fmt.Sprintf("window (seconds) is required for %s", alg))
-	case window != nil && *window <= 0:
-		return l, invalidField("window must be a positive number of seconds")
-	case window != nil && *window > math.MaxInt64/int64(time.Second):
-		return l, invalidField(fmt.Sprintf("window %d seconds is out of range", *window))
-	case refill != nil && alg == algorithms.TokenBucket && !(*refill > 0):
-		// The engine reads 0 as "the default rate"; a client sending 0
-		// means something else.
-		return l, invalidField("refill_rate must be greater than 0 tokens per second")
-	}
-	l.Limit = *limit
-	if window != nil {
-		l.Window = time.Duration(*window) * time.Second
-	}
-	// refill_rate is accepted with every algorithm and ignored where it does
-	// not apply: the product description's clients send one body for all.
-	if refill != nil && alg == algorithms.TokenBucket {
-		l.RefillRate = *refill
-	}
-	// The engine owns the bounds (algorithms.Limit.Validate).
-	if err := l.Validate(); err != nil {
-		return l, invalidField(err.Error())
-	}
-	return l, nil
-}
-
-// checkOne decides one request, the way /check, /check/ip and /register's
-// own limit do: an error comes back mapped for writeError (limiterError).
+// checkOne decides one request, the way /register's own limit does: an
+// error comes back mapped for writeError (limiterError).
 func checkOne(ctx context.Context, limiter algorithms.Store, req algorithms.Request) (algorithms.Decision, error) {
-	decs, err := limiter.Check(ctx, []algorithms.Request{req})
-	if err == nil && len(decs) != 1 {
-		err = fmt.Errorf("limiter returned %d decisions for 1 request", len(decs))
-	}
+	decs, err := decideRequests(ctx, limiter, []algorithms.Request{req})
 	if err != nil {
-		return algorithms.Decision{}, limiterError(err)
+		return algorithms.Decision{}, err
 	}
-	d := decs[0]
-	if d.Limit == 0 {
-		d.Limit = req.Limit.Limit
-	}
-	return d, nil
+	return decs[0], nil
 }
 
 // limiterError marks a limiter's error that is not the client's (a refused

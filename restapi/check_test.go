@@ -26,7 +26,7 @@ func TestCheckDecisionsAndHeaders(t *testing.T) {
 		resetAt := testNow.Truncate(time.Minute).Add(time.Minute).Unix() // the window's end
 		for i := range 3 {
 			got, r := e.check(t, c, body)
-			want := checkReply{Allowed: true, Identifier: "user_123", Limit: 3, Remaining: int64(2 - i), Algorithm: "fixed_window", ResetAt: resetAt, Warning: i == 2}
+			want := checkReply{Allowed: true, Identifier: "user_123", Limit: 3, Remaining: int64(2 - i), Algorithm: "fixed_window", ResetAt: resetAt, Warning: i == 2, Reason: "within_limit"}
 			if got != want {
 				t.Errorf("check %d = %+v, want %+v", i+1, got, want)
 			}
@@ -44,7 +44,7 @@ func TestCheckDecisionsAndHeaders(t *testing.T) {
 			}
 		}
 		got, r := e.check(t, c, body)
-		want := checkReply{Identifier: "user_123", Limit: 3, Remaining: 0, ResetAt: resetAt, RetryAfter: 30, Algorithm: "fixed_window", Warning: true}
+		want := checkReply{Identifier: "user_123", Limit: 3, Remaining: 0, ResetAt: resetAt, RetryAfter: 30, Algorithm: "fixed_window", Warning: true, Reason: "rate_limited"}
 		if got != want {
 			t.Errorf("4th check = %+v, want %+v", got, want)
 		}
@@ -97,7 +97,7 @@ func TestCheckGCRA(t *testing.T) {
 			got, r := e.check(t, c, body)
 			// Reset: until TAT, 20 s per hit taken.
 			want := checkReply{Allowed: true, Identifier: "cell", Limit: 3, Remaining: int64(2 - i), Algorithm: "gcra",
-				ResetAt: testNow.Add(time.Duration(i+1) * 20 * time.Second).Unix(), Warning: i == 2}
+				ResetAt: testNow.Add(time.Duration(i+1) * 20 * time.Second).Unix(), Warning: i == 2, Reason: "within_limit"}
 			if got != want {
 				t.Errorf("check %d = %+v, want %+v", i+1, got, want)
 			}
@@ -106,7 +106,7 @@ func TestCheckGCRA(t *testing.T) {
 			}
 		}
 		got, r := e.check(t, c, body)
-		want := checkReply{Identifier: "cell", Limit: 3, Remaining: 0, ResetAt: testNow.Add(time.Minute).Unix(), RetryAfter: 20, Algorithm: "gcra", Warning: true}
+		want := checkReply{Identifier: "cell", Limit: 3, Remaining: 0, ResetAt: testNow.Add(time.Minute).Unix(), RetryAfter: 20, Algorithm: "gcra", Warning: true, Reason: "rate_limited"}
 		if got != want || r.header.Get("Retry-After") != "20" {
 			t.Errorf("4th check = %+v, Retry-After %q; want %+v, 20", got, r.header.Get("Retry-After"), want)
 		}
@@ -210,7 +210,7 @@ func TestCheckValidation(t *testing.T) {
 			{"gcra without window", `{"identifier":"u","limit":10,"algorithm":"gcra"}`, 400, "MISSING_FIELD"},
 			// lcm(999999937, 366 days in µs) is beyond 2^53: not countable exactly.
 			{"gcra too fine", `{"identifier":"u","limit":999999937,"window":31622400,"algorithm":"gcra"}`, 400, "INVALID_FIELD"},
-			{"negative hits", `{"identifier":"u","limit":10,"window":60,"hits":-1}`, 400, "INVALID_FIELD"},
+			{"hits below the refund bound", `{"identifier":"u","limit":10,"window":60,"hits":-1000000000001}`, 400, "INVALID_FIELD"},
 			{"typo", `{"identifier":"u","limit":10,"windwo":60}`, 400, "UNKNOWN_FIELD"},
 			{"unknown rule", `{"identifier":"u","rule":"nope"}`, 404, "RULE_NOT_FOUND"},
 			{"bad JSON", `{"identifier":`, 400, "INVALID_JSON"},
@@ -311,7 +311,7 @@ func TestCheckExempt(t *testing.T) {
 		}
 		for range 3 {
 			got, r := e.check(t, c, `{"identifier":"internal-service","limit":1,"window":60,"algorithm":"fixed_window"}`)
-			want := checkReply{Allowed: true, Exempted: true, Identifier: "internal-service", Limit: 1, Remaining: 1, Algorithm: "fixed_window", ResetAt: got.ResetAt}
+			want := checkReply{Allowed: true, Exempted: true, Identifier: "internal-service", Limit: 1, Remaining: 1, Algorithm: "fixed_window", ResetAt: got.ResetAt, Reason: "exempt"}
 			if got != want {
 				t.Errorf("exempt check = %+v, want %+v", got, want)
 			}

@@ -29,6 +29,17 @@ func encode[T any](w http.ResponseWriter, r *http.Request, status int, v T) {
 	_, _ = w.Write(append(body, '\n')) // an error here means the client went away
 }
 
+// encodeList writes list as a 200 reply: a bare JSON array, or, with
+// asObject, an object holding it under name ({"rules": […]}), the shape
+// the original service answered.
+func encodeList[T any](w http.ResponseWriter, r *http.Request, asObject bool, name string, list []T) {
+	if asObject {
+		encode(w, r, http.StatusOK, map[string][]T{name: list})
+		return
+	}
+	encode(w, r, http.StatusOK, list)
+}
+
 // decode reads the request body, at most maxBodyBytes of one JSON object, into
 // a T. Unknown fields are refused so that a typo ("windwo") is reported rather
 // than silently ignored. The errors it returns are *apiError.

@@ -12,10 +12,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/throttle-rl/throttle/internal/idempotency"
 	"github.com/throttle-rl/throttle/internal/logbuf"
+	"github.com/throttle-rl/throttle/internal/openapitest"
 
 	"github.com/throttle-rl/throttle/internal/pgtest"
 
@@ -110,11 +113,13 @@ func newEnvAt(t *testing.T, dbURL string, b backend, opts ...func(*Deps)) *testE
 	usage := store.NewUsageRecorder(db, time.Hour, log)
 
 	var limiter algorithms.Store
+	var idem IdempotencyStore // nil: memory
 	switch b.limiter {
 	case "memory":
 		limiter = algorithms.NewMemoryStore(algorithms.MemoryOptions{Now: testClock})
 	case "redis":
 		limiter = redisstore.New(redisClient(t), redisstore.Options{Now: testClock})
+		idem = idempotency.NewRedis(redisClient(t), "test-"+randomHex(8)+":")
 	default:
 		t.Fatalf("unknown limiter %q", b.limiter)
 	}
@@ -130,14 +135,28 @@ func newEnvAt(t *testing.T, dbURL string, b backend, opts ...func(*Deps)) *testE
 		Gatherer:      reg,
 		RegisterLimit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 100_000, Window: time.Hour},
 		Now:           testClock,
+		Idempotency:   idem,
 	}
 	for _, o := range opts {
 		o(&d)
 	}
 	h := NewHandler(d)
-	srv := httptest.NewServer(h)
+	// Every exchange of the suite must be one the OpenAPI document describes.
+	srv := httptest.NewServer(contract(t).Handler(t, h))
 	t.Cleanup(srv.Close)
 	return &testEnv{srv: srv, handler: h, db: d.DB, cache: d.Cache, usage: d.Usage, limiter: d.Limiter, reg: reg, logs: logs}
+}
+
+// contract is the validator of the embedded OpenAPI document, loaded once.
+var contractOnce = sync.OnceValues(func() (*openapitest.Validator, error) { return openapitest.Load(openAPIYAML) })
+
+func contract(t *testing.T) *openapitest.Validator {
+	t.Helper()
+	v, err := contractOnce()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
 }
 
 func redisClient(t *testing.T) *redis.Client {

@@ -49,8 +49,8 @@ func handleExemptionCreate(db *store.DB, cache *store.Cache) http.Handler {
 }
 
 // handleExemptionList lists the caller's exemptions by identifier; [] when
-// there are none.
-func handleExemptionList(db *store.DB) http.Handler {
+// there are none, or {"exemptions": […]} with asObject.
+func handleExemptionList(db *store.DB, asObject bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		list, err := db.Exemptions(r.Context(), clientFrom(r.Context()).ID)
 		if err != nil {
@@ -61,7 +61,7 @@ func handleExemptionList(db *store.DB) http.Handler {
 		for _, e := range list {
 			reply = append(reply, newExemptionReply(e))
 		}
-		encode(w, r, http.StatusOK, reply)
+		encodeList(w, r, asObject, "exemptions", reply)
 	})
 }
 

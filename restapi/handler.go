@@ -2,7 +2,9 @@
 // rules, exemptions, resets, usage stats, the Envoy counters, health and
 // metrics, on net/http with Go 1.22 method and path patterns.
 //
-// Every route but /health, /ready, /metrics, /rlconfig and /register needs an API key
+// The API's contract is openapi.yaml (OpenAPI 3.1), served at GET
+// /openapi.json. Every route but /health, /ready, /metrics, /rlconfig,
+// /openapi.json and /register needs an API key
 // (header X-API-Key, or Authorization: Bearer). A key only ever sees its own
 // client's rules, exemptions, counters and stats; the Envoy counters routes
 // also take the operator key (Deps.AdminKey), and no other route does. Errors
@@ -84,6 +86,20 @@ type Deps struct {
 	// Propagator reads the caller's trace context from the request headers.
 	// Default: W3C Trace Context (traceparent, tracestate).
 	Propagator propagation.TextMapPropagator
+	// CORSAllowedOrigins are the origins ("https://app.example.com", or
+	// "*" for any) whose pages may call the API from a browser (setting
+	// CORS_ALLOWED_ORIGIN; cors.go). Default none: no CORS headers.
+	CORSAllowedOrigins []string
+	// ListObjects makes GET /rules/list and /exemptions/list answer
+	// {"rules": […]} and {"exemptions": […]}, as the original service did
+	// (LIST_RESPONSE_FORMAT=object). Default false: bare arrays.
+	ListObjects bool
+	// Idempotency keeps the first replies of checks sent with an
+	// Idempotency-Key (idempotency.go). Default: in this replica's memory.
+	Idempotency IdempotencyStore
+	// IdempotencyTTL is how long a first reply is kept (setting
+	// IDEMPOTENCY_TTL). Default DefaultIdempotencyTTL, 24 hours.
+	IdempotencyTTL time.Duration
 }
 
 // maxBodyBytes is the largest request body accepted (413 above it).
@@ -105,6 +121,12 @@ func NewHandler(d Deps) http.Handler {
 	if d.ConfigDump == nil {
 		d.ConfigDump = func() string { return "" }
 	}
+	if d.Idempotency == nil {
+		d.Idempotency = newMemoryIdempotency(time.Now)
+	}
+	if d.IdempotencyTTL <= 0 {
+		d.IdempotencyTTL = DefaultIdempotencyTTL
+	}
 	if d.RegisterLimit == (algorithms.Limit{}) {
 		d.RegisterLimit = algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 10, Window: time.Hour}
 	}
@@ -114,7 +136,7 @@ func NewHandler(d Deps) http.Handler {
 	mux := http.NewServeMux()
 	addRoutes(mux, d, m, tr)
 
-	var h http.Handler = jsonMuxErrors(mux)
+	var h http.Handler = withCORS(d.CORSAllowedOrigins, mux)(jsonMuxErrors(mux))
 	h = recoverPanics(h)
 	h = observe(m)(h)
 	if tr != nil {

@@ -21,21 +21,27 @@ func addRoutes(mux *http.ServeMux, d Deps, m *metrics, tr *tracing) {
 	mux.Handle("GET /ready", handleReady(d.DB, d.Limiter))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(d.Gatherer, promhttp.HandlerOpts{}))
 	mux.Handle("GET /rlconfig", handleConfigDump(d.ConfigDump))
+	mux.Handle("GET /openapi.json", handleOpenAPI())
 
 	mux.Handle("POST /register", handleRegister(d.DB, d.Cache, d.Limiter, d.RegisterLimit, d.TrustedProxies, d.HeaderSets))
 	mux.Handle("GET /me", auth(handleMe()))
 
-	mux.Handle("POST /check", auth(handleCheck(check, m, false)))
-	mux.Handle("POST /check/ip", auth(handleCheck(check, m, true)))
+	once := idempotent(d.Idempotency, d.IdempotencyTTL) // with an Idempotency-Key
+	mux.Handle("POST /check", auth(once(handleCheck(check, m, false))))
+	mux.Handle("POST /check/ip", auth(once(handleCheck(check, m, true))))
+	mux.Handle("POST /check/batch", auth(once(handleCheckBatch(check, m))))
 	mux.Handle("POST /reset", auth(handleReset(d.Limiter)))
 
 	mux.Handle("POST /rules", auth(handleRuleCreate(d.DB, d.Cache)))
-	mux.Handle("GET /rules/list", auth(handleRuleList(d.DB)))
+	mux.Handle("GET /rules/list", auth(handleRuleList(d.DB, d.ListObjects)))
 	mux.Handle("PUT /rules/{name}", auth(handleRuleUpdate(d.DB, d.Cache)))
 	mux.Handle("DELETE /rules/{name}", auth(handleRuleDelete(d.DB, d.Cache)))
+	mux.Handle("POST /rules/{name}/overrides", auth(handleOverridePut(d.DB, d.Cache)))
+	mux.Handle("GET /rules/{name}/overrides", auth(handleOverrideList(d.DB)))
+	mux.Handle("DELETE /rules/{name}/overrides/{identifier...}", auth(handleOverrideDelete(d.DB, d.Cache)))
 
 	mux.Handle("POST /exemptions", auth(handleExemptionCreate(d.DB, d.Cache)))
-	mux.Handle("GET /exemptions/list", auth(handleExemptionList(d.DB)))
+	mux.Handle("GET /exemptions/list", auth(handleExemptionList(d.DB, d.ListObjects)))
 	mux.Handle("DELETE /exemptions/{identifier...}", auth(handleExemptionDelete(d.DB, d.Cache)))
 
 	mux.Handle("GET /stats/{client_id}", auth(handleStats(d.Usage)))

@@ -190,8 +190,9 @@ func ruleError(err error) error {
 	return err
 }
 
-// handleRuleList lists the caller's rules by name; [] when there are none.
-func handleRuleList(db *store.DB) http.Handler {
+// handleRuleList lists the caller's rules by name; [] when there are none,
+// or {"rules": […]} with asObject.
+func handleRuleList(db *store.DB, asObject bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rules, err := db.Rules(r.Context(), clientFrom(r.Context()).ID)
 		if err != nil {
@@ -202,7 +203,7 @@ func handleRuleList(db *store.DB) http.Handler {
 		for _, rule := range rules {
 			reply = append(reply, newRuleReply(rule))
 		}
-		encode(w, r, http.StatusOK, reply)
+		encodeList(w, r, asObject, "rules", reply)
 	})
 }
 

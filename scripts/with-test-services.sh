@@ -4,7 +4,7 @@
 # Runs CMD with a throw-away Redis and PostgreSQL on free loopback ports, then
 # stops them and removes their data. Installs redis-server and postgresql with
 # apt-get when they are missing (CI runs as root on a fresh Debian machine),
-# and the other programs the tests run: python3, nodejs, curl, and chromium
+# and the other programs the tests run: python3, nodejs and npm, curl, and chromium
 # with a font for the dashboard's browser test.
 # CMD sees:
 #   THROTTLE_TEST_REDIS_URL      redis://127.0.0.1:PORT/0
@@ -28,6 +28,9 @@ find_pg_bin >/dev/null || need+=(postgresql)
 # The examples' tests run the Python, Node and curl clients for real.
 command -v python3 >/dev/null 2>&1 || need+=(python3)
 command -v node >/dev/null 2>&1 || need+=(nodejs)
+# npx runs the OpenAPI linter and the TypeScript tools of the tests (Debian's
+# nodejs comes without npm).
+command -v npx >/dev/null 2>&1 || need+=(npm)
 command -v curl >/dev/null 2>&1 || need+=(curl)
 # The dashboard test drives Debian's headless Chromium (cmd/throttle/dashboard_test.go).
 [ -x /usr/bin/chromium ] || need+=(chromium)

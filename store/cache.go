@@ -10,7 +10,8 @@ import (
 	"time"
 )
 
-// Cache keeps an in-memory copy of every client, rule and exemption so that
+// Cache keeps an in-memory copy of every client, rule, exemption and
+// override so that
 // the hot path (/check, Envoy's ShouldRateLimit) never reads the database.
 //
 // The copy is an immutable index behind an atomic pointer: lookups take no
@@ -37,6 +38,7 @@ type index struct {
 	rules           map[ruleKey]Rule
 	descriptorRules map[string][]Rule
 	exempt          map[ruleKey]struct{}
+	overrides       map[ruleKey]*overrideSet // by client and rule
 }
 
 // NewCache returns a cache over db that Run refreshes every `every`
@@ -98,7 +100,7 @@ func (c *Cache) Refresh(ctx context.Context) error {
 	c.cur.Store(newIndex(s))
 	if prev == nil || prev.revision != s.Revision {
 		c.log.Debug("rules cache loaded", "revision", s.Revision,
-			"clients", len(s.Clients), "rules", len(s.Rules), "exemptions", len(s.Exemptions))
+			"clients", len(s.Clients), "rules", len(s.Rules), "exemptions", len(s.Exemptions), "overrides", len(s.Overrides))
 	}
 	return nil
 }
@@ -127,6 +129,7 @@ func newIndex(s Snapshot) *index {
 	for _, e := range s.Exemptions {
 		ix.exempt[ruleKey{e.ClientID, e.Identifier}] = struct{}{}
 	}
+	ix.overrides = newOverrideSets(s.Overrides)
 	return ix
 }
 

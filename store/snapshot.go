@@ -18,7 +18,8 @@ func (db *DB) Revision(ctx context.Context) (_ int64, err error) {
 	return rev, nil
 }
 
-// Snapshot reads every client (with its key hash), rule and exemption, and
+// Snapshot reads every client (with its key hash), rule, exemption and
+// override, and
 // the revision they belong to, in one consistent read. Clients come in
 // creation order, rules by client then creation order, exemptions by client
 // then identifier.
@@ -52,7 +53,14 @@ func (db *DB) Snapshot(ctx context.Context) (_ Snapshot, err error) {
 		if err != nil {
 			return fmt.Errorf("snapshot exemptions: %w", err)
 		}
-		s.Exemptions, err = collect(rows, scanExemption, "snapshot exemptions")
+		if s.Exemptions, err = collect(rows, scanExemption, "snapshot exemptions"); err != nil {
+			return err
+		}
+		rows, err = tx.QueryContext(ctx, db.q(`SELECT `+overrideColumns+` FROM rule_overrides ORDER BY client_id, rule_name, identifier`))
+		if err != nil {
+			return fmt.Errorf("snapshot overrides: %w", err)
+		}
+		s.Overrides, err = collect(rows, scanOverride, "snapshot overrides")
 		return err
 	})
 	if err != nil {

@@ -122,6 +122,7 @@ type Snapshot struct {
 	Clients    []ClientKey
 	Rules      []Rule
 	Exemptions []Exemption
+	Overrides  []Override
 }
 
 // ClientKey pairs a client with the SHA-256 hash of its API key.

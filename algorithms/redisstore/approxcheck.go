@@ -23,7 +23,7 @@ type byPolicy func(ctx context.Context, sh *shard, reqs []algorithms.Request) ([
 func (s *Store) checkAccuracy(ctx context.Context, reqs []algorithms.Request, exact exactCheck, policy byPolicy, downAfter time.Duration) ([]algorithms.Decision, error) {
 	n := 0
 	for i := range reqs {
-		if reqs[i].Limit.Accuracy == algorithms.Approximate {
+		if approximate(&reqs[i]) {
 			n++
 		}
 	}
@@ -45,7 +45,7 @@ func (s *Store) checkAccuracy(ctx context.Context, reqs []algorithms.Request, ex
 	byShard := map[*shard][]int{}
 	for i := range reqs {
 		r := &reqs[i]
-		if r.Limit.Accuracy != algorithms.Approximate {
+		if !approximate(r) {
 			m.exactAt = append(m.exactAt, i)
 			continue
 		}
@@ -81,6 +81,13 @@ func (s *Store) checkAccuracy(ctx context.Context, reqs []algorithms.Request, ex
 		m.undo(s.approx, reqs)
 	}
 	return m.out, nil
+}
+
+// approximate reports whether the table decides r: an approximate limit,
+// not a refund (negative hits go to Redis, which keeps the count from going
+// below zero; the table sees the refund at its next sync).
+func approximate(r *algorithms.Request) bool {
+	return r.Limit.Accuracy == algorithms.Approximate && r.Hits >= 0
 }
 
 // decideApprox decides a batch of approximate requests alone, none tied,

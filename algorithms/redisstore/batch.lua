@@ -20,9 +20,10 @@
 local algs = {fixed_window, sliding_window, token_bucket, gcra}
 local tb_fields, gcra_fields = {"t", "ts"}, {"t", "r"}
 
--- undo takes back the writes of a group's undo log.
+-- undo takes back the writes of a group's undo log, last first: a key the
+-- group wrote twice gets back its state from before the group.
 local function undo(ukey, ua, ub, uhash, n)
-  for j = 1, n do
+  for j = n, 1, -1 do
     if uhash[j] then
       if ua[j] then
         redis.call("HSET", ukey[j], uhash[j][1], ua[j], uhash[j][2], ub[j])
@@ -82,7 +83,8 @@ local function batch(KEYS, ARGV)
         nundo = nundo + 1
         ukey[nundo] = wk
         if alg <= 2 then
-          ua[nundo], ub[nundo], uhash[nundo] = a, hits, false
+          -- b: what a refund took back (negative), else nil: the hits.
+          ua[nundo], ub[nundo], uhash[nundo] = a, b or hits, false
         else
           ua[nundo], ub[nundo] = a, b
           uhash[nundo] = alg == 3 and tb_fields or gcra_fields

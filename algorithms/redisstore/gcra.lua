@@ -45,14 +45,19 @@ local function gcra(state, index, member, now, limit, window, hits, write, alway
       level = math.min(ahead * p + (tonumber(st[2]) or 0), always and max_exact or capacity)
     end
   end
-  local within = hits <= limit and hits * c <= capacity - level
+  local within = hits < 0 or (hits <= limit and hits * c <= capacity - level)
   put(within and 1 or 0)
   put(st[1])
   put(st[2])
-  if hits == 0 or not write or not (within or always) then
+  if hits == 0 or not write or not (within or always) or (hits < 0 and not st[1]) then
     return within
   end
-  level = math.min(level + hits * c, max_exact)
+  if hits < 0 then
+    -- A refund: TAT back by up to -hits intervals, never before now.
+    level = level - math.min(level, math.min(-hits, math.floor(max_exact / c)) * c)
+  else
+    level = math.min(level + hits * c, max_exact)
+  end
   local ahead, rem = divmod(level, p)
   redis.call("HSET", state, "t", itoa(now + ahead), "r", itoa(rem))
   -- The key lives until TAT: after that a missing key means the same.

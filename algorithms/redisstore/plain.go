@@ -51,9 +51,10 @@ import (
 const expiryMargin = 100 * time.Millisecond
 
 // plainEligible reports whether r is counted first and refunded after
-// (algorithms.CountThenRefund): a fixed or sliding window, unindexed.
+// (algorithms.CountThenRefund): a fixed or sliding window, unindexed, not a
+// refund (negative hits go by the script).
 func plainEligible(r *algorithms.Request) bool {
-	return r.Counting == algorithms.CountThenRefund && r.Unindexed &&
+	return r.Counting == algorithms.CountThenRefund && r.Unindexed && r.Hits >= 0 &&
 		(r.Limit.Algorithm == algorithms.FixedWindow || r.Limit.Algorithm == algorithms.SlidingWindow)
 }
 

@@ -5,8 +5,9 @@
 -- of one request: its state key, its identifier's index set and its member
 -- there (member "" = never reset: no index), the time in µs, the limit,
 -- the window in µs (the token bucket: its refill rate in tokens per second),
--- the hits; write false decides without counting (a request of a group that
--- is already rejected), always true counts the hits even over the limit.
+-- the hits (negative: a refund of that many); write false decides without
+-- counting (a request of a group that is already rejected), always true
+-- counts the hits even over the limit.
 -- It appends to out what the state was before the request (batch.lua says
 -- how) and returns whether the hits were within the limit, then what undoes
 -- its write: the key written (nil when nothing was), and the state's old
@@ -73,6 +74,19 @@ local function count(key, hits, write, within0, always, ttl)
     return 0, true
   end
   return redis.call("INCRBY", key, itoa(hits)) - hits, true
+end
+
+-- refund gives back up to -hits (hits < 0) of a window's counter unless
+-- write is false; the counter keeps its TTL (and stays, at 0). It returns
+-- the count before, and the hits it took back (negative) when it wrote.
+local function refund(key, hits, write)
+  local before = tonumber(redis.call("GET", key)) or 0
+  local back = math.min(before, -hits)
+  if back == 0 or not write then
+    return before, nil
+  end
+  redis.call("DECRBY", key, itoa(back))
+  return before, -back
 end
 
 -- uncount takes hits back from a window's counter (before: its count

@@ -13,6 +13,13 @@ local function sliding_window(state, index, member, now, limit, window, hits, wr
   local elapsed = now - start
   local weighted = prev * (window - elapsed) / window
   local ttl = math.ceil((start + 2 * window - now) / 1000)
+  if hits < 0 then
+    local before, back = refund(key, hits, write)
+    put(before)
+    put(prev)
+    if back then return true, key, before, back end
+    return true
+  end
   local before, wrote = count(key, hits, write, weighted + hits <= limit, always, ttl)
   local within = weighted + before + hits <= limit
   if within then put(before) else put(-before - 1) end

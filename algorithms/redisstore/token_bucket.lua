@@ -15,10 +15,11 @@ local function token_bucket(state, index, member, now, limit, rate, hits, write,
   put(within and 1 or 0)
   put(st[1])
   put(st[2])
-  if hits == 0 or not write or not (within or always) then
+  if hits == 0 or not write or not (within or always) or (hits < 0 and not st[1]) then
     return within
   end
-  tokens = tokens - hits
+  -- A refund (hits < 0) gives tokens back, never past full.
+  tokens = math.min(limit, tokens - hits)
   -- %.17g keeps every bit of the double, so the next call reads back exactly.
   redis.call("HSET", state, "t", string.format("%.17g", tokens), "ts", itoa(now))
   keep(state, index, member, math.ceil(math.max(math.ceil((limit - tokens) / rate * 1e6), 1000) / 1000), not st[1])

@@ -465,7 +465,7 @@ func Invalid(t *testing.T, factories []Factory) {
 		{"gcra too fine to count exactly", algorithms.Request{Key: key, Limit: algorithms.Limit{Algorithm: algorithms.GCRA, Limit: 999_999_937, Window: algorithms.MaxWindow}, Hits: 1}},
 		{"unknown algorithm", algorithms.Request{Key: key, Limit: algorithms.Limit{Algorithm: "leaky_bucket", Limit: 1, Window: time.Minute}, Hits: 1}},
 		{"empty algorithm", algorithms.Request{Key: key, Limit: algorithms.Limit{Limit: 1, Window: time.Minute}, Hits: 1}},
-		{"negative hits", algorithms.Request{Key: key, Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 1, Window: time.Minute}, Hits: -1}},
+		{"hits below -algorithms.MaxLimit", algorithms.Request{Key: key, Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 1, Window: time.Minute}, Hits: -algorithms.MaxLimit - 1}},
 		{"empty identifier", algorithms.Request{Key: algorithms.Key{Scope: "s"}, Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 1, Window: time.Minute}, Hits: 1}},
 		{"empty scope", algorithms.Request{Key: algorithms.Key{Identifier: "i"}, Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 1, Window: time.Minute}, Hits: 1}},
 	}

@@ -80,7 +80,8 @@ func Run(t *testing.T, factories []Factory) {
 
 // Contract runs the decisions of every algorithm step by step, batches,
 // isolation, Reset, invalid requests, all-or-nothing groups,
-// always-counting limits and Clear over factories, each as a subtest.
+// always-counting limits, Clear, refunds and a key repeated in a group over
+// factories, each as a subtest.
 func Contract(t *testing.T, factories []Factory) {
 	t.Run("decisions", func(t *testing.T) { Decisions(t, factories) })
 	t.Run("batch", func(t *testing.T) { Batch(t, factories) })
@@ -90,6 +91,8 @@ func Contract(t *testing.T, factories []Factory) {
 	t.Run("all or nothing", func(t *testing.T) { AllOrNothing(t, factories) })
 	t.Run("always count", func(t *testing.T) { AlwaysCount(t, factories) })
 	t.Run("clear", func(t *testing.T) { Clear(t, factories) })
+	t.Run("refund", func(t *testing.T) { Refund(t, factories) })
+	t.Run("repeated in group", func(t *testing.T) { RepeatedInGroup(t, factories) })
 }
 
 // UniqueScope gives each test its own scope, so tests sharing one backend

@@ -57,6 +57,7 @@ type config struct {
 	ApproximateInterval time.Duration
 	Tracing             tracingConfig
 	TLS                 tlsConfig
+	REST                restAppsConfig // CORS, list format, idempotency (restapps.go)
 
 	// MaxDescriptors and MaxDescriptorEntries cap one gRPC rate-limit
 	// request's descriptors and each descriptor's entries.

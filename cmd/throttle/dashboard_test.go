@@ -139,6 +139,12 @@ func TestDashboard(t *testing.T) {
 	if got := eval("rule row", `document.querySelector('tr[data-rule="api_default"]').innerText.replace(/\s+/g, ' ').trim()`); !strings.HasPrefix(got, "api_default fixed_window 5 3,600 s") {
 		t.Errorf("rule row = %q, want api_default fixed_window 5 3,600 s", got)
 	}
+	// Overrides of the rule (made over HTTP) show in its row once the rules reload.
+	for _, o := range []string{`{"identifier":"partner-*","limit":500,"window":3600}`, `{"identifier":"acme","limit":100}`} {
+		if code, _, body := doJSON(t, "POST", s.URL+"/rules/api_default/overrides", key, o); code != 201 {
+			t.Fatalf("override %s: %d %v", o, code, body)
+		}
+	}
 	do("edit the rule",
 		chromedp.Click(chromedp.CSS(`tr[data-rule="api_default"] button[data-action="edit"]`)),
 		chromedp.WaitVisible(chromedp.ID("rule-form")),
@@ -146,6 +152,12 @@ func TestDashboard(t *testing.T) {
 		chromedp.Click(chromedp.ID("rule-submit")),
 	)
 	waitFor("the edited limit", `(document.querySelector('tr[data-rule="api_default"] td[data-field="limit"]') || {}).textContent === '20'`)
+	waitFor("the overrides", `document.querySelectorAll('tr[data-rule="api_default"] .override').length === 2`)
+	if got := eval("overrides", `[...document.querySelectorAll('tr[data-rule="api_default"] .override')].map(e => e.textContent).join(' | ')`); got != "acme → 100× | partner-* → 500 / 3,600 s×" {
+		t.Errorf("overrides of api_default = %q", got)
+	}
+	do("remove the override of acme", chromedp.Click(chromedp.CSS(`tr[data-rule="api_default"] [data-override="acme"] .override-del`)))
+	waitFor("acme's override removed", `document.querySelectorAll('tr[data-rule="api_default"] .override').length === 1`)
 	do("create a descriptor rule",
 		chromedp.Click(chromedp.ID("rule-new")),
 		typeInto("rule-name", "login"),

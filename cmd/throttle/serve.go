@@ -48,6 +48,7 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer) error {
 		a.openTracing,     // OpenTelemetry, when an endpoint is set
 		a.openCounters,    // memory, or Redis behind the failure policy
 		a.openDescriptors, // DESCRIPTORS_DIR, reloaded on change
+		a.openIdempotency, // Idempotency-Key replies in Redis, with REDIS_URL
 		a.openAPIs,        // the Envoy gRPC services and the REST handler
 		a.listen,          // every port bound before any is served
 	} {
@@ -93,6 +94,9 @@ type app struct {
 	// redisTLS makes the TLS configuration of a rediss:// host from
 	// REDIS_TLS_*; nil: go-redis's own.
 	redisTLS func(serverName string) *tls.Config
+
+	// idempotency keeps Idempotency-Key replies; nil: the REST API's memory.
+	idempotency restapi.IdempotencyStore
 }
 
 func newApp(cfg *config, logOut io.Writer) (*app, error) {
@@ -225,12 +229,12 @@ func (a *app) openAPIs(context.Context) error {
 		return err
 	}
 	a.quota.Register(a.grpcSrv, a.health)
-	handler := restapi.NewHandler(restapi.Deps{
+	handler := restapi.NewHandler(a.withRESTApps(restapi.Deps{
 		Log: a.log, DB: a.db, Cache: a.cache, Usage: a.usage, Limiter: a.limiter, Registerer: a.reg, Gatherer: a.reg,
 		TrustedProxies: cfg.TrustedProxies, ConfigDump: a.configDump, HeaderSets: cfg.HeaderSets, TracerProvider: a.tracer, Propagator: a.propagator,
 		RegisterLimit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: cfg.RegisterLimit, Window: time.Hour},
 		Descriptors:   a.descStatus, EnvoyCounters: rls, AdminKey: cfg.AdminKey,
-	})
+	}))
 	a.httpSrv = restapi.NewServer(net.JoinHostPort(cfg.BindAddress, strconv.Itoa(cfg.Port)), handler)
 	if a.httpTLS != nil {
 		a.httpSrv.TLSConfig, a.httpSrv.ErrorLog = a.httpTLS.ServerConfig(), a.httpTLS.HTTPErrorLog(a.log)

@@ -9,9 +9,18 @@
 //
 //   check 1: allowed remaining=2 limit=3 reset_at=1767225600
 //   check 4: rejected retry_after=42 limit=3 reset_at=1767225600
+//
+// Typed from the API's OpenAPI document: throttle-api.d.ts is generated from
+// it (npx openapi-typescript http://localhost:8080/openapi.json -o
+// throttle-api.d.ts), and `tsc -p examples/node` type-checks this file
+// against it (// @ts-check, the JSDoc types below); the tests do both.
+// @ts-check
 'use strict';
 
 const { parseArgs } = require('node:util');
+
+/** @typedef {import('./throttle-api').components['schemas']} Schemas */
+/** @typedef {Schemas['Error']} ApiError */
 
 const { values: args } = parseArgs({
   options: {
@@ -24,8 +33,15 @@ const { values: args } = parseArgs({
   },
 });
 
-// POST body as JSON; resolve to [status, reply]. Error statuses are replies too.
+/**
+ * POST body as JSON; resolve to [status, reply]. Error statuses are replies too.
+ * @param {string} path
+ * @param {Schemas['RegisterRequest'] | Schemas['CheckRequest']} body
+ * @param {string} [apiKey]
+ * @returns {Promise<[number, any]>}
+ */
 async function call(path, body, apiKey) {
+  /** @type {Record<string, string>} */
   const headers = { 'Content-Type': 'application/json' };
   if (apiKey) headers['X-API-Key'] = apiKey;
   const resp = await fetch(args.url.replace(/\/+$/, '') + path, {
@@ -43,33 +59,66 @@ async function call(path, body, apiKey) {
   return [resp.status, reply];
 }
 
+/**
+ * @param {Schemas['RegisterRequest']} body
+ * @returns {Promise<[number, Schemas['Registered'] | ApiError]>}
+ */
+const register = (body) => call('/register', body);
+
+/**
+ * @param {Schemas['CheckRequest']} body
+ * @param {string} apiKey
+ * @returns {Promise<[number, Schemas['Decision'] | ApiError]>}
+ */
+const check = (body, apiKey) => call('/check', body, apiKey);
+
+/**
+ * @param {string} msg
+ * @returns {never}
+ */
 function fail(msg) {
   console.error(msg);
   process.exit(1);
 }
 
+/**
+ * @param {string} name
+ * @returns {Schemas['Algorithm']}
+ */
+function algorithm(name) {
+  switch (name) {
+    case 'fixed_window':
+    case 'sliding_window':
+    case 'token_bucket':
+    case 'gcra':
+      return name;
+  }
+  return fail(`--algorithm must be fixed_window, sliding_window, token_bucket or gcra, not ${name}`);
+}
+
 async function main() {
+  const alg = algorithm(args.algorithm);
   let apiKey = process.env.THROTTLE_API_KEY;
   if (!apiKey) {
     const run = `${Math.floor(Date.now() / 1000)}-${process.pid}`;
-    const [status, reply] = await call('/register', {
+    const [status, reply] = await register({
       name: `node-example-${run}`,
       email: `node-${run}@example.com`,
-      default_algorithm: args.algorithm,
+      default_algorithm: alg,
     });
-    if (status !== 201 || !reply.api_key) fail(`register: HTTP ${status} ${reply.code || ''}: ${reply.error || JSON.stringify(reply)}`);
+    if ('error' in reply || status !== 201) fail(`register: HTTP ${status} ${'code' in reply ? reply.code : ''}: ${'error' in reply ? reply.error : JSON.stringify(reply)}`);
     apiKey = reply.api_key;
     console.error(`registered client ${reply.client_id}; export THROTTLE_API_KEY=${apiKey}`);
   }
 
   for (let i = 1; i <= Number(args.count); i++) {
-    const [status, d] = await call('/check', {
+    const [status, d] = await check({
       identifier: args.identifier,
       limit: Number(args.limit),
       window: Number(args.window),
-      algorithm: args.algorithm,
+      algorithm: alg,
     }, apiKey);
-    if (status !== 200 && status !== 429) fail(`check: HTTP ${status}: ${d.error || JSON.stringify(d)}`);
+    if ('error' in d) fail(`check: HTTP ${status}: ${d.error}`);
     if (d.allowed) {
       console.log(`check ${i}: allowed remaining=${d.remaining} limit=${d.limit} reset_at=${d.reset_at}`);
     } else {

@@ -16,10 +16,12 @@ import (
 )
 
 // Source is what a Cache needs of store.Cache: the client owning a domain,
-// its descriptor rules, and a revision that changes with them.
+// its descriptor rules and their overrides, and a revision that changes
+// with them.
 type Source interface {
 	ClientByDomain(domain string) (store.Client, bool)
 	DescriptorRules(clientID string) []store.Rule
+	Override(clientID, rule, identifier string) (store.Override, bool)
 	Revision() int64
 }
 
@@ -122,9 +124,25 @@ func Rules(rules []store.Rule) []descriptors.Rule {
 				AlwaysCount:     l.AlwaysCount,
 			}
 		}
+		if len(r.RateLimits) == 0 {
+			converted[0].Rule = r.Name // its overrides apply (WithOverride)
+		}
 		out = append(out, descriptors.Rule{Entries: es, Limit: converted[0], More: converted[1:]})
 	}
 	return out
+}
+
+// WithOverride returns rl, a limit of a REST rule of one limit, with the
+// limit and window of the rule's override o: an Envoy request the rule
+// matches takes the override of its identifier (the value of the request
+// descriptor's last entry).
+func WithOverride(rl descriptors.RateLimit, o store.Override) descriptors.RateLimit {
+	rl.RequestsPerUnit = uint32(min(o.Limit, math.MaxUint32))
+	if o.Window != 0 {
+		rl.Window = o.Window
+		rl.Unit, rl.UnitMultiplier = unitOf(o.Window)
+	}
+	return rl
 }
 
 // unitOf is the longest unit that divides w, and how many of it w is (1

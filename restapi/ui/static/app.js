@@ -347,10 +347,51 @@
     return el('td', attrs, ...limits.map((l, i) => el('div', { class: 'limit-line', 'data-limit': String(i) }, ...line(l))));
   }
 
-  async function loadRules() {
-    let rules;
+  // listOf is a list reply: a bare array, or, from a server run with
+  // LIST_RESPONSE_FORMAT=object, the array under name.
+  function listOf(reply, name) {
+    return Array.isArray(reply) ? reply : (reply && reply[name]) || [];
+  }
+
+  // loadOverrides returns each rule of one limit's overrides, by rule name.
+  async function loadOverrides(rules) {
+    const pairs = await Promise.all(rules.filter((r) => !r.rate_limits).map(async (r) => {
+      try {
+        return [r.name, await api('GET', '/rules/' + encodeURIComponent(r.name) + '/overrides')];
+      } catch (err) {
+        return [r.name, []];
+      }
+    }));
+    return Object.fromEntries(pairs);
+  }
+
+  // overridesCell shows a rule's overrides: identifier (or prefix*) → limit.
+  function overridesCell(r, overrides) {
+    const list = overrides[r.name] || [];
+    if (!list.length) return el('td', {}, el('span', { class: 'muted', text: '–' }));
+    return el('td', {}, ...list.map((o) => el('span', { class: 'override', 'data-override': o.identifier,
+      title: 'this identifier' + (o.identifier.endsWith('*') ? ' prefix' : '') + "'s own limit",
+      text: o.identifier + ' → ' + fmt(o.limit) + (o.window ? ' / ' + fmt(o.window) + ' s' : '') },
+    el('button', { type: 'button', class: 'override-del', title: 'remove this override', text: '×',
+      onclick: () => deleteOverride(r.name, o.identifier) }))));
+  }
+
+  async function deleteOverride(rule, identifier) {
     try {
-      rules = await api('GET', '/rules/list');
+      await api('DELETE', '/rules/' + encodeURIComponent(rule) + '/overrides/' + encodeURIComponent(identifier));
+    } catch (err) {
+      if (!handleAuth(err)) toast('Override: ' + describe(err), true);
+      return;
+    }
+    toast('Override of ' + identifier + ' on ' + rule + ' removed');
+    await loadRules();
+  }
+
+  async function loadRules() {
+    let rules, overrides;
+    try {
+      rules = listOf(await api('GET', '/rules/list'), 'rules');
+      overrides = await loadOverrides(rules);
     } catch (err) {
       if (!handleAuth(err)) toast('Rules: ' + describe(err), true);
       return;
@@ -368,6 +409,7 @@
         l.always_count ? el('span', { class: 'badge always', title: 'counts every hit, even past the limit', text: 'always counts' }) : null]),
       perLimit(limits, { class: 'num' }, (l) => [l.window ? fmt(l.window) + ' s' : '–']),
       perLimit(limits, { class: 'num' }, (l) => [l.refill_rate ? String(l.refill_rate) : '–']),
+      overridesCell(r, overrides),
       el('td', {}, ...(r.descriptors && r.descriptors.length
         ? r.descriptors.map((d) => el('span', { class: 'desc-entry', text: d.value ? d.key + '=' + d.value : d.key }))
         : [el('span', { class: 'muted', text: '–' })])),
@@ -504,7 +546,7 @@
   async function loadExemptions() {
     let list;
     try {
-      list = await api('GET', '/exemptions/list');
+      list = listOf(await api('GET', '/exemptions/list'), 'exemptions');
     } catch (err) {
       if (!handleAuth(err)) toast('Exemptions: ' + describe(err), true);
       return;

@@ -1,0 +1,101 @@
+package restapi
+
+import (
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+)
+
+func TestIdempotentCheck(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		e := newEnv(t, b)
+		c := e.register(t, "idem")
+		other := e.register(t, "idem2")
+		body := `{"identifier":"u","limit":5,"window":60,"algorithm":"fixed_window"}`
+		first := e.call(t, "POST", "/check", c.Key, body, "Idempotency-Key", "order-1")
+		again := e.call(t, "POST", "/check", c.Key, body, "Idempotency-Key", "order-1")
+		if first.status != 200 || again.status != 200 || again.body != first.body || !strings.Contains(first.body, `"remaining":4`) {
+			t.Fatalf("first %d %s, retry %d %s; want the same 200, remaining 4", first.status, first.body, again.status, again.body)
+		}
+		if first.header.Get("Idempotent-Replayed") != "" || again.header.Get("Idempotent-Replayed") != "true" {
+			t.Errorf("Idempotent-Replayed: first %q, retry %q; want none, true", first.header.Get("Idempotent-Replayed"), again.header.Get("Idempotent-Replayed"))
+		}
+		for _, h := range []string{"X-RateLimit-Remaining", "X-RateLimit-Reset", "RateLimit", "RateLimit-Policy"} {
+			if again.header.Get(h) != first.header.Get(h) {
+				t.Errorf("retry %s = %q, first %q", h, again.header.Get(h), first.header.Get(h))
+			}
+		}
+		if n := e.peek(t, c, body); n != 4 {
+			t.Errorf("remaining after a retry = %d, want 4 (counted once)", n)
+		}
+		// The same key with another body, and on another route.
+		wantError(t, e.call(t, "POST", "/check", c.Key, strings.Replace(body, `"u"`, `"v"`, 1), "Idempotency-Key", "order-1"),
+			http.StatusUnprocessableEntity, "IDEMPOTENCY_KEY_REUSED")
+		wantError(t, e.call(t, "POST", "/check/batch", c.Key, `{"checks":[`+body+`]}`, "Idempotency-Key", "order-1"),
+			http.StatusUnprocessableEntity, "IDEMPOTENCY_KEY_REUSED")
+		// Keys are per client.
+		if r := e.call(t, "POST", "/check", other.Key, body, "Idempotency-Key", "order-1"); r.status != 200 || r.header.Get("Idempotent-Replayed") != "" {
+			t.Errorf("another client's order-1 = %d, replayed %q; want its own decision", r.status, r.header.Get("Idempotent-Replayed"))
+		}
+		// A refusal is kept too.
+		bad := e.call(t, "POST", "/check", c.Key, `{"identifier":"u","rule":"nope"}`, "Idempotency-Key", "order-2")
+		badAgain := e.call(t, "POST", "/check", c.Key, `{"identifier":"u","rule":"nope"}`, "Idempotency-Key", "order-2")
+		if bad.status != 404 || badAgain.status != 404 || badAgain.header.Get("Idempotent-Replayed") != "true" {
+			t.Errorf("a 404 and its retry: %d, %d replayed %q", bad.status, badAgain.status, badAgain.header.Get("Idempotent-Replayed"))
+		}
+		// A batch.
+		batch := `{"checks":[` + body + `,{"identifier":"w","limit":5,"window":60}]}`
+		b1 := e.call(t, "POST", "/check/batch", c.Key, batch, "Idempotency-Key", "batch-1")
+		b2 := e.call(t, "POST", "/check/batch", c.Key, batch, "Idempotency-Key", "batch-1")
+		if b1.status != 200 || b2.body != b1.body || b2.header.Get("Idempotent-Replayed") != "true" {
+			t.Errorf("batch and retry: %d %s / %s", b1.status, b1.body, b2.body)
+		}
+		if n := e.peek(t, c, body); n != 3 {
+			t.Errorf("remaining after a batch and its retry = %d, want 3", n)
+		}
+	})
+}
+
+func TestIdempotentConcurrent(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		e := newEnv(t, b)
+		c := e.register(t, "idemrace")
+		body := `{"identifier":"race","limit":100,"window":60,"algorithm":"fixed_window"}`
+		const n = 16
+		replies := make([]reply, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() { replies[i] = e.call(t, "POST", "/check", c.Key, body, "Idempotency-Key", "once") })
+		}
+		wg.Wait()
+		replayed := 0
+		for _, r := range replies {
+			if r.status != 200 || r.body != replies[0].body {
+				t.Errorf("reply %d %s, want 200 %s", r.status, r.body, replies[0].body)
+			}
+			if r.header.Get("Idempotent-Replayed") == "true" {
+				replayed++
+			}
+		}
+		if replayed != n-1 {
+			t.Errorf("%d replies replayed, want %d", replayed, n-1)
+		}
+		if left := e.peek(t, c, body); left != 99 {
+			t.Errorf("remaining %d after %d concurrent requests with one key, want 99 (counted once)", left, n)
+		}
+	})
+}
+
+func TestIdempotencyKeyRefused(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, backends()[0])
+	c := e.register(t, "idembad")
+	body := `{"identifier":"u","limit":5,"window":60}`
+	for _, k := range []string{"", strings.Repeat("k", 256), "has space", "tab\there", "é"} {
+		wantError(t, e.call(t, "POST", "/check", c.Key, body, "Idempotency-Key", k), http.StatusBadRequest, "INVALID_IDEMPOTENCY_KEY")
+	}
+	if r := e.call(t, "POST", "/check", c.Key, body, "Idempotency-Key", strings.Repeat("k", 255)); r.status != 200 {
+		t.Errorf("a key of 255 characters: %d %s", r.status, r.body)
+	}
+}
