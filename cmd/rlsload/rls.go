@@ -8,6 +8,7 @@ import (
 	"os"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -58,45 +59,14 @@ func runRLS(ctx context.Context, o *options) (*result, error) {
 
 	res := &result{caseName: o.caseName, alg: o.algorithm, cache: o.cache, perCall: descriptorsPerCall(o.caseName), concurrency: o.concurrency,
 		conns: o.conns, tls: o.tlsMode()}
-	ticks := procstat.ClockTicks()
-	var cpuBefore procstat.Sample
-	if o.pid > 0 {
-		if cpuBefore, err = procstat.Read(o.pid, ticks); err != nil {
-			return nil, err
-		}
+	m, err := startMeasure(ctx, o)
+	if err != nil {
+		return nil, err
 	}
-	var rdbStats func(context.Context) (redisStats, error)
-	var redisBefore redisStats
-	if o.redisURL != "" {
-		rdb, err := openRedis(o.redisURL, 1)
-		if err != nil {
-			return nil, err
-		}
-		defer rdb.Close()
-		rdbStats = func(ctx context.Context) (redisStats, error) { return readRedisStats(ctx, rdb) }
-		if redisBefore, err = rdbStats(ctx); err != nil {
-			return nil, err
-		}
-	}
-
+	defer m.close()
 	res.t = drive(ctx, o, o.requests, o.duration, calls(o.runID))
-
-	if o.pid > 0 {
-		after, err := procstat.Read(o.pid, ticks)
-		if err != nil {
-			return nil, err
-		}
-		if after.StartTime != cpuBefore.StartTime {
-			return nil, fmt.Errorf("service CPU: process %d is not the one measured at the start (restarted?)", o.pid)
-		}
-		res.serviceCPU, res.hasServiceCPU = after.CPU-cpuBefore.CPU, true
-	}
-	if rdbStats != nil {
-		after, err := rdbStats(context.WithoutCancel(ctx))
-		if err != nil {
-			return nil, err
-		}
-		res.redis = diffRedis(redisBefore, after, engineCommands(o.algorithm)...)
+	if err := m.finish(ctx, o, res); err != nil {
+		return nil, err
 	}
 	if ctx.Err() != nil {
 		return nil, fmt.Errorf("interrupted after %d calls", res.t.calls)
@@ -138,4 +108,62 @@ func (o *options) tlsMode() string {
 		return "tls"
 	}
 	return "off"
+}
+
+// measure is the CPU of the service and of Redis at the start of a run.
+type measure struct {
+	ticks       int64
+	cpuBefore   procstat.Sample
+	rdb         *redis.Client // nil without -redis
+	redisBefore redisStats
+}
+
+// startMeasure reads the service's CPU (-pid) and Redis's (-redis) before a
+// run.
+func startMeasure(ctx context.Context, o *options) (*measure, error) {
+	m := &measure{ticks: procstat.ClockTicks()}
+	var err error
+	if o.pid > 0 {
+		if m.cpuBefore, err = procstat.Read(o.pid, m.ticks); err != nil {
+			return nil, err
+		}
+	}
+	if o.redisURL != "" {
+		if m.rdb, err = openRedis(o.redisURL, 1); err != nil {
+			return nil, err
+		}
+		if m.redisBefore, err = readRedisStats(ctx, m.rdb); err != nil {
+			m.rdb.Close()
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// finish puts in res what the service and Redis spent since startMeasure.
+func (m *measure) finish(ctx context.Context, o *options, res *result) error {
+	if o.pid > 0 {
+		after, err := procstat.Read(o.pid, m.ticks)
+		if err != nil {
+			return err
+		}
+		if after.StartTime != m.cpuBefore.StartTime {
+			return fmt.Errorf("service CPU: process %d is not the one measured at the start (restarted?)", o.pid)
+		}
+		res.serviceCPU, res.hasServiceCPU = after.CPU-m.cpuBefore.CPU, true
+	}
+	if m.rdb != nil {
+		after, err := readRedisStats(context.WithoutCancel(ctx), m.rdb)
+		if err != nil {
+			return err
+		}
+		res.redis = diffRedis(m.redisBefore, after, engineCommands(o.algorithm)...)
+	}
+	return nil
+}
+
+func (m *measure) close() {
+	if m.rdb != nil {
+		m.rdb.Close()
+	}
 }

@@ -46,6 +46,21 @@ func (s *Set) Workloads() []Workload {
 func (s *Set) CheckReferences(t testing.TB) {
 	t.Helper()
 	ws := s.Workloads()
+	s.checkSelectors(t, ws)
+	s.checkServices(t, ws)
+	s.checkPDBs(t, ws)
+	for _, h := range s.HPAs {
+		ref := h.Spec.ScaleTargetRef
+		if ref.APIVersion != "apps/v1" || ref.Kind != "Deployment" || s.Deployments[ref.Name] == nil {
+			t.Errorf("HPA %s: scaleTargetRef %v names no Deployment here", h.Name, ref)
+		}
+	}
+	s.checkServiceMonitors(t)
+}
+
+// checkSelectors checks that each workload selects its own pods.
+func (s *Set) checkSelectors(t testing.TB, ws []Workload) {
+	t.Helper()
 	for _, w := range ws {
 		sel, err := metav1.LabelSelectorAsSelector(w.Selector)
 		if err != nil || sel.Empty() {
@@ -56,7 +71,12 @@ func (s *Set) CheckReferences(t testing.TB) {
 			t.Errorf("%s %s: selector %v does not match its pod labels %v", w.Kind, w.Name, sel, w.Pod.Labels)
 		}
 	}
+}
 
+// checkServices checks that each Service selects one workload and targets
+// ports its containers declare.
+func (s *Set) checkServices(t testing.TB, ws []Workload) {
+	t.Helper()
 	for name, svc := range s.Services {
 		var selected []Workload
 		for _, w := range ws {
@@ -75,7 +95,11 @@ func (s *Set) CheckReferences(t testing.TB) {
 			}
 		}
 	}
+}
 
+// checkPDBs checks that each PodDisruptionBudget selects one workload's pods.
+func (s *Set) checkPDBs(t testing.TB, ws []Workload) {
+	t.Helper()
 	for _, p := range s.PDBs {
 		sel, err := metav1.LabelSelectorAsSelector(p.Spec.Selector)
 		if err != nil || sel.Empty() {
@@ -92,14 +116,12 @@ func (s *Set) CheckReferences(t testing.TB) {
 			t.Errorf("PodDisruptionBudget %s selects the pods of %d workloads, want 1", p.Name, n)
 		}
 	}
+}
 
-	for _, h := range s.HPAs {
-		ref := h.Spec.ScaleTargetRef
-		if ref.APIVersion != "apps/v1" || ref.Kind != "Deployment" || s.Deployments[ref.Name] == nil {
-			t.Errorf("HPA %s: scaleTargetRef %v names no Deployment here", h.Name, ref)
-		}
-	}
-
+// checkServiceMonitors checks that each ServiceMonitor selects a Service of
+// the set and scrapes ports it has.
+func (s *Set) checkServiceMonitors(t testing.TB) {
+	t.Helper()
 	for _, m := range s.ServiceMonitors {
 		sel, err := metav1.LabelSelectorAsSelector(&m.Spec.Selector)
 		if err != nil || sel.Empty() {
