@@ -39,7 +39,7 @@ func NewGRPCServer(s *Server, extra ...grpc.ServerOption) (*grpc.Server, *health
 	var rls rlsv3.RateLimitServiceServer = s
 	if s.tracing != nil {
 		opts = append(opts, grpc.StatsHandler(s.tracing.statsHandler()))
-		rls = &tracedServer{Server: s, tracer: s.tracing.tracer}
+		rls = &tracedServer{Server: s, tracer: s.tracing.Tracer}
 	}
 	g := grpc.NewServer(append(opts, extra...)...)
 	rlsv3.RegisterRateLimitServiceServer(g, rls)

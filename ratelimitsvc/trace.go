@@ -9,7 +9,6 @@ import (
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc/filters"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
@@ -48,33 +47,23 @@ const (
 	attrCached      = attribute.Key("throttle.cached")
 )
 
-// tracing is the service's tracer provider and propagator; nil when tracing
-// is off.
-type tracing struct {
-	tp     trace.TracerProvider
-	prop   propagation.TextMapPropagator
-	tracer trace.Tracer
-}
+// tracing is the service's tracing; nil when it is off.
+type tracing struct{ *telemetry.Tracing }
 
 // newTracing returns nil when tp is nil or OpenTelemetry's no-op provider.
-// prop defaults to W3C Trace Context.
 func newTracing(tp trace.TracerProvider, prop propagation.TextMapPropagator) *tracing {
-	tracer := telemetry.Tracer(tp, tracerName)
-	if tracer == nil {
-		return nil
+	if t := telemetry.NewTracing(tp, prop, tracerName); t != nil {
+		return &tracing{t}
 	}
-	if prop == nil {
-		prop = propagation.TraceContext{}
-	}
-	return &tracing{tp: tp, prop: prop, tracer: tracer}
+	return nil
 }
 
 // statsHandler makes the server span of every call but health checks and
 // reflection. Its metrics go nowhere: Prometheus has the service's.
 func (tr *tracing) statsHandler() stats.Handler {
 	return otelgrpc.NewServerHandler(
-		otelgrpc.WithTracerProvider(tr.tp),
-		otelgrpc.WithPropagators(tr.prop),
+		otelgrpc.WithTracerProvider(tr.Provider),
+		otelgrpc.WithPropagators(tr.Propagator),
 		otelgrpc.WithMeterProvider(metricnoop.NewMeterProvider()),
 		otelgrpc.WithFilter(filters.None(filters.HealthCheck(), filters.ServicePrefix("grpc.reflection."))),
 	)
@@ -87,15 +76,14 @@ type tracedServer struct {
 }
 
 func (t *tracedServer) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
-	if !trace.SpanFromContext(ctx).IsRecording() {
+	ctx, span, ok := telemetry.StartDecision(ctx, t.tracer, "envoy")
+	if !ok {
 		return t.Server.ShouldRateLimit(ctx, req)
 	}
-	ctx, span := t.tracer.Start(ctx, "throttle.decide")
 	defer span.End()
 	// What the engine decided, noteDecisions sets; these hold when it
 	// decided nothing.
 	span.SetAttributes(
-		telemetry.AttrAPI.String("envoy"),
 		attrDomain.String(req.GetDomain()),
 		attrDescriptors.Int(len(req.GetDescriptors())),
 		attrDecided.Int(0),
@@ -106,8 +94,7 @@ func (t *tracedServer) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimit
 	)
 	resp, err := t.Server.ShouldRateLimit(ctx, req)
 	if err != nil {
-		span.RecordError(err)
-		span.SetStatus(codes.Error, err.Error())
+		telemetry.Fail(span, err)
 		return resp, err
 	}
 	over := 0

@@ -36,23 +36,15 @@ const (
 	attrRequestID = attribute.Key("throttle.request_id")
 )
 
-// tracing is the REST API's tracer and propagator; nil when tracing is off.
-type tracing struct {
-	tracer trace.Tracer
-	prop   propagation.TextMapPropagator
-}
+// tracing is the REST API's tracing; nil when it is off.
+type tracing struct{ *telemetry.Tracing }
 
 // newTracing returns nil when tp is nil or OpenTelemetry's no-op provider.
-// prop defaults to W3C Trace Context.
 func newTracing(tp trace.TracerProvider, prop propagation.TextMapPropagator) *tracing {
-	tracer := telemetry.Tracer(tp, tracerName)
-	if tracer == nil {
-		return nil
+	if t := telemetry.NewTracing(tp, prop, tracerName); t != nil {
+		return &tracing{t}
 	}
-	if prop == nil {
-		prop = propagation.TraceContext{}
-	}
-	return &tracing{tracer: tracer, prop: prop}
+	return nil
 }
 
 // requests starts a server span per request, in the caller's trace when its
@@ -66,12 +58,12 @@ func (tr *tracing) requests(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		ctx := tr.prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+		ctx := tr.Propagator.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
 		method := methodLabel(r.Method)
 		if method == "other" {
 			method = "_OTHER" // semantic conventions' name for unknown methods
 		}
-		ctx, span := tr.tracer.Start(ctx, method, trace.WithSpanKind(trace.SpanKindServer))
+		ctx, span := tr.Tracer.Start(ctx, method, trace.WithSpanKind(trace.SpanKindServer))
 		defer span.End()
 		if st := stateFrom(ctx); st != nil && span.SpanContext().IsValid() {
 			st.log = st.log.With("trace_id", span.SpanContext().TraceID().String())
@@ -111,7 +103,7 @@ func (tr *tracing) decisions(limiter algorithms.Store) algorithms.Store {
 	if tr == nil {
 		return limiter
 	}
-	return &tracedLimiter{Store: limiter, tracer: tr.tracer}
+	return &tracedLimiter{Store: limiter, tracer: tr.Tracer}
 }
 
 // tracedLimiter is a Store whose Check makes the decision span.
@@ -121,23 +113,22 @@ type tracedLimiter struct {
 }
 
 func (l *tracedLimiter) Check(ctx context.Context, reqs []algorithms.Request) ([]algorithms.Decision, error) {
-	if !trace.SpanFromContext(ctx).IsRecording() {
+	ctx, span, ok := telemetry.StartDecision(ctx, l.tracer, "rest")
+	if !ok {
 		return l.Store.Check(ctx, reqs)
 	}
-	ctx, span := l.tracer.Start(ctx, "throttle.decide")
 	defer span.End()
 	ds, err := l.Store.Check(ctx, reqs)
 	var hits int64
 	for _, r := range reqs {
 		hits += r.Hits
 	}
-	span.SetAttributes(telemetry.AttrAPI.String("rest"), attrClientID.String(clientFrom(ctx).ID), telemetry.AttrHits.Int64(hits))
+	span.SetAttributes(attrClientID.String(clientFrom(ctx).ID), telemetry.AttrHits.Int64(hits))
 	if len(reqs) == 1 {
 		span.SetAttributes(telemetry.AttrAlgorithm.String(string(reqs[0].Limit.Algorithm)))
 	}
 	if err != nil {
-		span.RecordError(err)
-		span.SetStatus(codes.Error, err.Error())
+		telemetry.Fail(span, err)
 		return ds, err
 	}
 	allowed, degraded := true, false
