@@ -10,7 +10,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/throttle-rl/throttle/descriptors"
-	"github.com/throttle-rl/throttle/internal/manifest"
+	"github.com/throttle-rl/throttle/internal/testkit"
+	"github.com/throttle-rl/throttle/internal/testkit/manifest"
 )
 
 // checkIstio: with release throttle in namespace throttle, the chart's
@@ -58,7 +59,7 @@ func checkIstio(t *testing.T, r rendered) {
 	if cm == nil {
 		t.Fatalf("no ConfigMap throttle-descriptors, got %v", keys(r.set.ConfigMaps))
 	}
-	if got, want := cm.Data["edge.yaml"], string(mustRead(t, "../envoy/descriptors/edge.yaml")); got != want {
+	if got, want := cm.Data["edge.yaml"], string(testkit.MustRead(t, "../envoy/descriptors/edge.yaml")); got != want {
 		t.Errorf("ConfigMap edge.yaml differs from envoy/descriptors/edge.yaml:\n%s", got)
 	}
 	var srcs []descriptors.Source
@@ -93,7 +94,7 @@ func onlyEnvoyFilter(t *testing.T, r rendered) *manifest.EnvoyFilter {
 
 func loadIstioExample(t *testing.T) *manifest.EnvoyFilter {
 	t.Helper()
-	docs := manifest.Split(mustRead(t, "../envoy/istio/envoyfilter.yaml"))
+	docs := manifest.Split(testkit.MustRead(t, "../envoy/istio/envoyfilter.yaml"))
 	if len(docs) != 1 {
 		t.Fatalf("envoy/istio/envoyfilter.yaml: %d documents, want 1", len(docs))
 	}

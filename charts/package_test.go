@@ -7,6 +7,8 @@ import (
 
 	"helm.sh/helm/v4/pkg/chart/v2/loader"
 	chartutil "helm.sh/helm/v4/pkg/chart/v2/util"
+
+	"github.com/throttle-rl/throttle/internal/testkit"
 )
 
 // TestPackage: the release workflow's chart (Package, run by
@@ -39,7 +41,7 @@ func TestPackage(t *testing.T) {
 			t.Errorf("the packaged chart's Deployment lacks %s:\n%s", want, dep)
 		}
 	}
-	src := string(mustRead(t, filepath.Join(chartDir, chartutil.ValuesfileName)))
+	src := string(testkit.MustRead(t, filepath.Join(chartDir, chartutil.ValuesfileName)))
 	var packaged string
 	for _, f := range ch.Raw {
 		if f.Name == chartutil.ValuesfileName {

@@ -17,7 +17,7 @@ import (
 	"helm.sh/helm/v4/pkg/engine"
 	"helm.sh/helm/v4/pkg/strvals"
 
-	"github.com/throttle-rl/throttle/internal/manifest"
+	"github.com/throttle-rl/throttle/internal/testkit/manifest"
 )
 
 // chartDir is the chart, relative to this package.
@@ -162,13 +162,4 @@ func renderErr(t testing.TB, in input) error {
 	}
 	_, err = renderChart(loadChart(t), defaultRelease, vals)
 	return err
-}
-
-func mustRead(t testing.TB, name string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
 }

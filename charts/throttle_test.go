@@ -16,8 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/throttle-rl/throttle/internal/manifest"
-	"github.com/throttle-rl/throttle/internal/throttletest"
+	"github.com/throttle-rl/throttle/internal/testkit/manifest"
+	"github.com/throttle-rl/throttle/internal/testkit/throttletest"
 )
 
 // The value sets the chart is rendered with. Each is rendered, every object

@@ -12,8 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"github.com/throttle-rl/throttle/internal/certtest"
-	"github.com/throttle-rl/throttle/internal/redistest"
+	"github.com/throttle-rl/throttle/internal/testkit/certtest"
+	"github.com/throttle-rl/throttle/internal/testkit/redistest"
 )
 
 // tlsEverywhere turns on every part of tls.*: gRPC with mTLS and a SAN

@@ -15,7 +15,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/throttle-rl/throttle/internal/strictyaml"
+	"github.com/throttle-rl/throttle/internal/testkit"
+	"github.com/throttle-rl/throttle/internal/testkit/strictyaml"
 
 	sigsjson "sigs.k8s.io/json"
 
@@ -129,7 +130,7 @@ func (d *dependsOn) UnmarshalJSON(data []byte) error {
 func loadCompose(t *testing.T) composeFile {
 	t.Helper()
 	var c composeFile
-	if err := strictyaml.Unmarshal(mustRead(t, "../docker-compose.yml"), &c); err != nil {
+	if err := strictyaml.Unmarshal(testkit.MustRead(t, "../docker-compose.yml"), &c); err != nil {
 		t.Fatalf("docker-compose.yml: %v", err)
 	}
 	return c
@@ -240,7 +241,7 @@ func TestCompose(t *testing.T) {
 			t.Errorf("throttle must wait for %s to be healthy, and %s needs a healthcheck", dep, dep)
 		}
 	}
-	if !strings.Contains(string(mustRead(t, "../docker-compose.yml")), "DEMO VALUES ONLY") {
+	if !strings.Contains(string(testkit.MustRead(t, "../docker-compose.yml")), "DEMO VALUES ONLY") {
 		t.Error("docker-compose.yml: label the demo passwords DEMO VALUES ONLY")
 	}
 
@@ -251,7 +252,7 @@ func TestCompose(t *testing.T) {
 	if !ok || !slices.Contains(ev.Command, cfgPath) {
 		t.Errorf("envoy: ./envoy/envoy.yaml is not mounted where the command's -c points (%v, %v)", ev.Volumes, ev.Command)
 	}
-	b, err := envoy.LoadBootstrap(mustRead(t, "../envoy/envoy.yaml"))
+	b, err := envoy.LoadBootstrap(testkit.MustRead(t, "../envoy/envoy.yaml"))
 	if err != nil {
 		t.Fatalf("envoy/envoy.yaml: %v", err)
 	}
@@ -298,7 +299,7 @@ func TestPrometheus(t *testing.T) {
 		t.Errorf("prometheus: deploy/prometheus/prometheus.yml mounted at %q, want /etc/prometheus/prometheus.yml", got)
 	}
 	var p prometheusConfig
-	if err := strictyaml.Unmarshal(mustRead(t, "prometheus/prometheus.yml"), &p); err != nil {
+	if err := strictyaml.Unmarshal(testkit.MustRead(t, "prometheus/prometheus.yml"), &p); err != nil {
 		t.Fatalf("prometheus.yml: %v", err)
 	}
 	want := "throttle:" + c.Services["throttle"].Environment["PORT"]
@@ -373,7 +374,7 @@ func TestGrafana(t *testing.T) {
 			Editable  bool   `json:"editable"`
 		} `json:"datasources"`
 	}
-	if err := strictyaml.Unmarshal(mustRead(t, "grafana/provisioning/datasources/prometheus.yml"), &ds); err != nil {
+	if err := strictyaml.Unmarshal(testkit.MustRead(t, "grafana/provisioning/datasources/prometheus.yml"), &ds); err != nil {
 		t.Fatalf("datasource: %v", err)
 	}
 	if len(ds.Datasources) != 1 || ds.Datasources[0].Type != "prometheus" {
@@ -398,7 +399,7 @@ func TestGrafana(t *testing.T) {
 			} `json:"options"`
 		} `json:"providers"`
 	}
-	if err := strictyaml.Unmarshal(mustRead(t, "grafana/provisioning/dashboards/throttle.yml"), &prov); err != nil {
+	if err := strictyaml.Unmarshal(testkit.MustRead(t, "grafana/provisioning/dashboards/throttle.yml"), &prov); err != nil {
 		t.Fatalf("dashboard provider: %v", err)
 	}
 	if len(prov.Providers) != 1 || prov.Providers[0].Options.Path != dashDir {
@@ -412,7 +413,7 @@ func TestGrafana(t *testing.T) {
 	used := map[string]bool{}
 	for _, f := range files {
 		var d dashboard
-		dec := json.NewDecoder(bytes.NewReader(mustRead(t, f)))
+		dec := json.NewDecoder(bytes.NewReader(testkit.MustRead(t, f)))
 		if err := dec.Decode(&d); err != nil {
 			t.Fatalf("%s: %v", f, err)
 		}
@@ -564,7 +565,7 @@ func TestDockerfiles(t *testing.T) {
 		}},
 	}
 	for _, tt := range tests {
-		df := string(mustRead(t, tt.file))
+		df := string(testkit.MustRead(t, tt.file))
 		for _, w := range tt.want {
 			if !strings.Contains(df, w) {
 				t.Errorf("%s lacks %q", tt.file, w)
@@ -582,7 +583,7 @@ func TestDockerfiles(t *testing.T) {
 			}
 		}
 	}
-	ignore := string(mustRead(t, "../.dockerignore"))
+	ignore := string(testkit.MustRead(t, "../.dockerignore"))
 	for _, l := range strings.Split(ignore, "\n") {
 		l = strings.TrimSpace(l)
 		for _, needed := range []string{"go.mod", "go.sum", "cmd", "examples", "*.go"} {
@@ -600,15 +601,6 @@ func orDefault(s, def string) string {
 		return def
 	}
 	return s
-}
-
-func mustRead(t *testing.T, name string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(filepath.FromSlash(name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
 }
 
 func strictJSON(j []byte, v any) error {

@@ -2,13 +2,12 @@ package envoy_test
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/throttle-rl/throttle/internal/manifest"
-	"github.com/throttle-rl/throttle/internal/strictyaml"
+	"github.com/throttle-rl/throttle/internal/testkit"
+	"github.com/throttle-rl/throttle/internal/testkit/manifest"
+	"github.com/throttle-rl/throttle/internal/testkit/strictyaml"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
@@ -26,12 +25,12 @@ import (
 // is wired the way the docs say: domain "edge" limited by descriptors/edge.yaml,
 // Throttle reached over HTTP/2, failing open.
 func TestFrontProxy(t *testing.T) {
-	data := mustRead(t, "envoy.yaml")
+	data := testkit.MustRead(t, "envoy.yaml")
 	b, err := envoy.LoadBootstrap(data)
 	if err != nil {
 		t.Fatalf("envoy.yaml: %v", err)
 	}
-	cfg := mustLoadDescriptors(t, "edge.yaml", mustRead(t, "descriptors/edge.yaml"))
+	cfg := mustLoadDescriptors(t, "edge.yaml", testkit.MustRead(t, "descriptors/edge.yaml"))
 
 	hcm := onlyHTTPConnectionManager(t, b.GetStaticResources().GetListeners())
 	filters := hcm.GetHttpFilters()
@@ -121,7 +120,7 @@ func TestFrontProxy(t *testing.T) {
 // Decoding is strict, and validation reaches inside typed_config: a mistake in
 // envoy.yaml fails here rather than at Envoy's start.
 func TestFrontProxyRejectsMistakes(t *testing.T) {
-	good := string(mustRead(t, "envoy.yaml"))
+	good := string(testkit.MustRead(t, "envoy.yaml"))
 	tests := []struct {
 		name      string
 		old, new_ string
@@ -151,7 +150,7 @@ func TestFrontProxyRejectsMistakes(t *testing.T) {
 // The edge descriptors load with Throttle's loader, and say what the README
 // and the kind demo rely on.
 func TestEdgeDescriptors(t *testing.T) {
-	cfg := mustLoadDescriptors(t, "edge.yaml", mustRead(t, "descriptors/edge.yaml"))
+	cfg := mustLoadDescriptors(t, "edge.yaml", testkit.MustRead(t, "descriptors/edge.yaml"))
 	if cfg.Domain != "edge" {
 		t.Fatalf("domain = %q, want edge", cfg.Domain)
 	}
@@ -186,7 +185,7 @@ func TestEdgeDescriptors(t *testing.T) {
 // ConfigMap limits every descriptor the actions produce.
 func TestIstio(t *testing.T) {
 	cfg := mustLoadIstioDescriptors(t)
-	if got, want := cfg.raw, string(mustRead(t, "descriptors/edge.yaml")); got != want {
+	if got, want := cfg.raw, string(testkit.MustRead(t, "descriptors/edge.yaml")); got != want {
 		t.Errorf("istio/descriptors-configmap.yaml data[edge.yaml] differs from descriptors/edge.yaml")
 	}
 
@@ -270,7 +269,7 @@ func TestIstio(t *testing.T) {
 }
 
 func TestIstioRejectsMistakes(t *testing.T) {
-	good := string(mustRead(t, "istio/envoyfilter.yaml"))
+	good := string(testkit.MustRead(t, "istio/envoyfilter.yaml"))
 	tests := []struct {
 		name      string
 		old, new_ string
@@ -412,7 +411,7 @@ func decodeEnvoyFilters(data []byte) ([]*manifest.EnvoyFilter, error) {
 
 func mustLoadEnvoyFilters(t *testing.T, name string) []*manifest.EnvoyFilter {
 	t.Helper()
-	fs, err := decodeEnvoyFilters(mustRead(t, name))
+	fs, err := decodeEnvoyFilters(testkit.MustRead(t, name))
 	if err != nil {
 		t.Fatalf("%s: %v", name, err)
 	}
@@ -435,7 +434,7 @@ func mustLoadIstioDescriptors(t *testing.T) istioDescriptors {
 		Metadata   map[string]any    `json:"metadata"`
 		Data       map[string]string `json:"data"`
 	}
-	if err := strictyaml.Unmarshal(mustRead(t, "istio/descriptors-configmap.yaml"), &cm); err != nil {
+	if err := strictyaml.Unmarshal(testkit.MustRead(t, "istio/descriptors-configmap.yaml"), &cm); err != nil {
 		t.Fatalf("istio/descriptors-configmap.yaml: %v", err)
 	}
 	if cm.Kind != "ConfigMap" || len(cm.Data) != 1 {
@@ -446,15 +445,6 @@ func mustLoadIstioDescriptors(t *testing.T) istioDescriptors {
 }
 
 // ---- helpers ----
-
-func mustRead(t *testing.T, name string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(filepath.FromSlash(name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
 
 func mustDecodeValid(t *testing.T, where string, data []byte, m proto.Message) {
 	t.Helper()

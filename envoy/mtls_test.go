@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/throttle-rl/throttle/envoy"
+	"github.com/throttle-rl/throttle/internal/testkit"
 )
 
 // envoy-mtls.yaml is envoy.yaml whose throttle cluster speaks mTLS: an
@@ -16,11 +17,11 @@ import (
 // must chain to and the name it must carry, HTTP/2 by ALPN, TLS 1.2 at
 // least. Everything else is the same as envoy.yaml.
 func TestFrontProxyMTLS(t *testing.T) {
-	b, err := envoy.LoadBootstrap(mustRead(t, "envoy-mtls.yaml"))
+	b, err := envoy.LoadBootstrap(testkit.MustRead(t, "envoy-mtls.yaml"))
 	if err != nil {
 		t.Fatalf("envoy-mtls.yaml: %v", err)
 	}
-	plain, err := envoy.LoadBootstrap(mustRead(t, "envoy.yaml"))
+	plain, err := envoy.LoadBootstrap(testkit.MustRead(t, "envoy.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +75,7 @@ func TestFrontProxyMTLS(t *testing.T) {
 
 // A mistake inside the UpstreamTlsContext fails here, not at Envoy's start.
 func TestFrontProxyMTLSRejectsMistakes(t *testing.T) {
-	good := string(mustRead(t, "envoy-mtls.yaml"))
+	good := string(testkit.MustRead(t, "envoy-mtls.yaml"))
 	for _, tt := range []struct{ name, old, new string }{
 		{"unknown TLS version", "TLSv1_2", "TLSv12"},
 		{"misspelled field", "trusted_ca:", "trusted_cas:"},

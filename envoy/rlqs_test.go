@@ -14,6 +14,7 @@ import (
 
 	"github.com/throttle-rl/throttle/descriptors"
 	"github.com/throttle-rl/throttle/envoy"
+	"github.com/throttle-rl/throttle/internal/testkit"
 )
 
 // The RLQS proxy decodes strictly into the v3 bootstrap and passes
@@ -21,11 +22,11 @@ import (
 // domain "edge", and every bucket its matchers build maps, as docs/rlqs.md
 // says (entries sorted by key), to a limit of descriptors/edge.yaml.
 func TestRLQSProxy(t *testing.T) {
-	b, err := envoy.LoadBootstrap(mustRead(t, "envoy-rlqs.yaml"))
+	b, err := envoy.LoadBootstrap(testkit.MustRead(t, "envoy-rlqs.yaml"))
 	if err != nil {
 		t.Fatalf("envoy-rlqs.yaml: %v", err)
 	}
-	cfg := mustLoadDescriptors(t, "edge.yaml", mustRead(t, "descriptors/edge.yaml"))
+	cfg := mustLoadDescriptors(t, "edge.yaml", testkit.MustRead(t, "descriptors/edge.yaml"))
 	hcm := onlyHTTPConnectionManager(t, b.GetStaticResources().GetListeners())
 	filters := hcm.GetHttpFilters()
 	if n := len(filters); n != 2 || filters[0].GetName() != "envoy.filters.http.rate_limit_quota" || filters[1].GetName() != "envoy.filters.http.router" {
@@ -132,7 +133,7 @@ func sampleValue(t *testing.T, where string, v *rlqsfilterv3.RateLimitQuotaBucke
 // Decoding is strict and validation reaches the bucket settings inside the
 // matcher's typed_config.
 func TestRLQSProxyRejectsMistakes(t *testing.T) {
-	good := string(mustRead(t, "envoy-rlqs.yaml"))
+	good := string(testkit.MustRead(t, "envoy-rlqs.yaml"))
 	tests := []struct {
 		name      string
 		old, new_ string

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/throttle-rl/throttle/internal/throttletest"
+	"github.com/throttle-rl/throttle/internal/testkit/throttletest"
 )
 
 // The Python, Node and curl examples against a real Throttle. They need

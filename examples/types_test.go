@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/throttle-rl/throttle/internal/npxtest"
+	"github.com/throttle-rl/throttle/internal/testkit/npxtest"
 )
 
 // TestNodeTypes: the Node example's types are those openapi-typescript

@@ -12,8 +12,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/throttle-rl/throttle/internal/manifest"
-	"github.com/throttle-rl/throttle/internal/strictyaml"
+	"github.com/throttle-rl/throttle/internal/testkit"
+	"github.com/throttle-rl/throttle/internal/testkit/manifest"
+	"github.com/throttle-rl/throttle/internal/testkit/strictyaml"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
@@ -50,7 +51,7 @@ func loadManifests(t *testing.T) *manifest.Set {
 		Kind       string   `json:"kind"`
 		Resources  []string `json:"resources"`
 	}
-	if err := strictyaml.Unmarshal(mustRead(t, "kustomization.yaml"), &kz); err != nil {
+	if err := strictyaml.Unmarshal(testkit.MustRead(t, "kustomization.yaml"), &kz); err != nil {
 		t.Fatalf("kustomization.yaml: %v", err)
 	}
 	if kz.APIVersion != "kustomize.config.k8s.io/v1beta1" || kz.Kind != "Kustomization" {
@@ -68,7 +69,7 @@ func loadManifests(t *testing.T) *manifest.Set {
 
 	m := manifest.NewSet()
 	for _, file := range kz.Resources {
-		for i, doc := range manifest.Split(mustRead(t, file)) {
+		for i, doc := range manifest.Split(testkit.MustRead(t, file)) {
 			where := fmt.Sprintf("%s document %d", file, i)
 			obj, err := manifest.Decode(doc)
 			if err != nil {
@@ -291,7 +292,7 @@ func TestConnectionStrings(t *testing.T) {
 		}
 	}
 	for _, f := range []string{"throttle-secrets.yaml", "postgres.yaml"} {
-		if !strings.Contains(string(mustRead(t, f)), "DEMO VALUES ONLY") {
+		if !strings.Contains(string(testkit.MustRead(t, f)), "DEMO VALUES ONLY") {
 			t.Errorf("%s: the demo credentials must be labelled DEMO VALUES ONLY", f)
 		}
 	}
@@ -382,7 +383,7 @@ func TestEnvoyConfig(t *testing.T) {
 	}
 
 	// The same as envoy/envoy.yaml but for the addresses.
-	front, err := envoy.LoadBootstrap(mustRead(t, "../envoy/envoy.yaml"))
+	front, err := envoy.LoadBootstrap(testkit.MustRead(t, "../envoy/envoy.yaml"))
 	if err != nil {
 		t.Fatalf("envoy/envoy.yaml: %v", err)
 	}
@@ -403,7 +404,7 @@ func TestEnvoyConfig(t *testing.T) {
 	if dcm == nil || len(dcm.Data) == 0 {
 		t.Fatal("no ConfigMap throttle-descriptors with data")
 	}
-	if got, want := dcm.Data["edge.yaml"], string(mustRead(t, "../envoy/descriptors/edge.yaml")); got != want {
+	if got, want := dcm.Data["edge.yaml"], string(testkit.MustRead(t, "../envoy/descriptors/edge.yaml")); got != want {
 		t.Error("throttle-descriptors edge.yaml differs from envoy/descriptors/edge.yaml")
 	}
 	var srcs []descriptors.Source
@@ -462,7 +463,7 @@ type kindConfig struct {
 func loadKindConfig(t *testing.T) kindConfig {
 	t.Helper()
 	var k kindConfig
-	if err := strictyaml.Unmarshal(mustRead(t, "kind-config.yaml"), &k); err != nil {
+	if err := strictyaml.Unmarshal(testkit.MustRead(t, "kind-config.yaml"), &k); err != nil {
 		t.Fatalf("kind-config.yaml: %v", err)
 	}
 	if k.Kind != "Cluster" || k.APIVersion != "kind.x-k8s.io/v1alpha4" {
@@ -484,7 +485,7 @@ func TestKindDemoScript(t *testing.T) {
 	if info.Mode()&0o111 == 0 {
 		t.Error("kind-demo.sh is not executable")
 	}
-	script := string(mustRead(t, "kind-demo.sh"))
+	script := string(testkit.MustRead(t, "kind-demo.sh"))
 	m := loadManifests(t)
 	for _, w := range m.Workloads() {
 		for _, c := range w.Pod.Spec.Containers {
@@ -506,7 +507,7 @@ func TestKindDemoScript(t *testing.T) {
 			t.Errorf("kind-demo.sh lacks %q", want)
 		}
 	}
-	mk := string(mustRead(t, "../Makefile"))
+	mk := string(testkit.MustRead(t, "../Makefile"))
 	if !regexp.MustCompile(`(?m)^kind-demo:.*\n\tk8s/kind-demo.sh$`).MatchString(mk) {
 		t.Error("Makefile has no kind-demo target running k8s/kind-demo.sh")
 	}
@@ -531,13 +532,4 @@ func rateLimitFilter(t *testing.T, a *anypb.Any) *ratelimitv3.RateLimit {
 	}
 	t.Fatal("no envoy.filters.http.ratelimit")
 	return nil
-}
-
-func mustRead(t *testing.T, name string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(filepath.FromSlash(name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
 }

@@ -16,8 +16,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/throttle-rl/throttle/envoy"
-	"github.com/throttle-rl/throttle/internal/manifest"
-	"github.com/throttle-rl/throttle/internal/strictyaml"
+	"github.com/throttle-rl/throttle/internal/testkit"
+	"github.com/throttle-rl/throttle/internal/testkit/manifest"
+	"github.com/throttle-rl/throttle/internal/testkit/strictyaml"
 )
 
 // certManagerObject is an Issuer or Certificate of cert-manager.io/v1, the
@@ -75,7 +76,7 @@ func loadTLSOverlay(t *testing.T) tlsOverlay {
 			Path string `json:"path"`
 		} `json:"patches"`
 	}
-	if err := strictyaml.Unmarshal(mustRead(t, "tls/kustomization.yaml"), &kz); err != nil {
+	if err := strictyaml.Unmarshal(testkit.MustRead(t, "tls/kustomization.yaml"), &kz); err != nil {
 		t.Fatalf("tls/kustomization.yaml: %v", err)
 	}
 	if !slices.Equal(kz.Resources, []string{"../", "certificates.yaml"}) {
@@ -83,7 +84,7 @@ func loadTLSOverlay(t *testing.T) tlsOverlay {
 	}
 	base := loadManifests(t)
 	o := tlsOverlay{deployments: map[string]*appsv1.Deployment{}, certificates: map[string]certManagerObject{}, issuers: map[string]certManagerObject{}}
-	for _, doc := range manifest.Split(mustRead(t, "tls/certificates.yaml")) {
+	for _, doc := range manifest.Split(testkit.MustRead(t, "tls/certificates.yaml")) {
 		var obj certManagerObject
 		if err := strictyaml.Unmarshal(doc, &obj); err != nil {
 			t.Fatalf("tls/certificates.yaml: %v", err)
@@ -101,7 +102,7 @@ func loadTLSOverlay(t *testing.T) tlsOverlay {
 		}
 	}
 	for _, p := range kz.Patches {
-		for i, doc := range manifest.Split(mustRead(t, filepath.Join("tls", p.Path))) {
+		for i, doc := range manifest.Split(testkit.MustRead(t, filepath.Join("tls", p.Path))) {
 			where := fmt.Sprintf("tls/%s document %d", p.Path, i)
 			var head struct {
 				Kind     string                `json:"kind"`
@@ -240,7 +241,7 @@ func TestTLSOverlay(t *testing.T) {
 	if !strings.Contains(text, "matcher: { exact: throttle }") || !slices.Contains(throttleCert.Spec.DNSNames, "throttle") {
 		t.Errorf("Envoy checks for the name throttle; Certificate throttle-tls has %v", throttleCert.Spec.DNSNames)
 	}
-	mtls, err := envoy.LoadBootstrap(mustRead(t, "../envoy/envoy-mtls.yaml"))
+	mtls, err := envoy.LoadBootstrap(testkit.MustRead(t, "../envoy/envoy-mtls.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}

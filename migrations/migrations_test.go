@@ -8,7 +8,7 @@ import (
 	"regexp"
 	"testing"
 
-	"github.com/throttle-rl/throttle/internal/pgtest"
+	"github.com/throttle-rl/throttle/internal/testkit/pgtest"
 
 	"github.com/golang-migrate/migrate/v4"
 	"github.com/golang-migrate/migrate/v4/database"

@@ -15,7 +15,7 @@ import (
 
 	"github.com/throttle-rl/throttle/algorithms"
 	"github.com/throttle-rl/throttle/algorithms/redisstore"
-	"github.com/throttle-rl/throttle/internal/redistest"
+	"github.com/throttle-rl/throttle/internal/testkit/redistest"
 )
 
 func TestCheckDecisionsAndHeaders(t *testing.T) {

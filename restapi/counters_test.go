@@ -10,6 +10,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/throttle-rl/throttle/descriptors"
+	"github.com/throttle-rl/throttle/internal/testkit"
 	"github.com/throttle-rl/throttle/ratelimitsvc"
 )
 
@@ -67,9 +68,9 @@ func TestEnvoyCounters(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		var rls *ratelimitsvc.Server
 		e := newEnv(t, b, withCounters(t, adminKey, &rls))
-		shop := e.register(t, "shop-"+randomHex(3), `"domain":"shop-`+b.db+`"`)
+		shop := e.register(t, "shop-"+testkit.RandomHex(t, 3), `"domain":"shop-`+b.db+`"`)
 		shopDomain := "shop-" + b.db
-		edge := e.register(t, "edge-"+randomHex(3), `"domain":"edge"`)
+		edge := e.register(t, "edge-"+testkit.RandomHex(t, 3), `"domain":"edge"`)
 		if r := e.call(t, "POST", "/rules", shop.Key, `{"name":"login","algorithm":"fixed_window","limit":3,"window":60,"always_count":true,
 			"descriptors":[{"key":"path","value":"/login"},{"key":"user"}]}`); r.status != http.StatusCreated {
 			t.Fatalf("POST /rules = %d %s", r.status, r.body)

@@ -2,8 +2,6 @@ package restapi
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -17,10 +15,11 @@ import (
 	"time"
 
 	"github.com/throttle-rl/throttle/internal/idempotency"
-	"github.com/throttle-rl/throttle/internal/logbuf"
-	"github.com/throttle-rl/throttle/internal/openapitest"
+	"github.com/throttle-rl/throttle/internal/testkit"
+	"github.com/throttle-rl/throttle/internal/testkit/logbuf"
+	"github.com/throttle-rl/throttle/internal/testkit/openapitest"
 
-	"github.com/throttle-rl/throttle/internal/pgtest"
+	"github.com/throttle-rl/throttle/internal/testkit/pgtest"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -86,7 +85,7 @@ func newEnv(t *testing.T, b backend, opts ...func(*Deps)) *testEnv {
 	case "sqlite":
 		dbURL = "sqlite://" + filepath.Join(t.TempDir(), "throttle.db")
 	case "postgres":
-		dbURL = postgresURL(t)
+		dbURL = pgtest.FreshDatabase(t, "restapi")
 	default:
 		t.Fatalf("unknown db %q", b.db)
 	}
@@ -119,7 +118,7 @@ func newEnvAt(t *testing.T, dbURL string, b backend, opts ...func(*Deps)) *testE
 		limiter = algorithms.NewMemoryStore(algorithms.MemoryOptions{Now: testClock})
 	case "redis":
 		limiter = redisstore.New(redisClient(t), redisstore.Options{Now: testClock})
-		idem = idempotency.NewRedis(redisClient(t), "test-"+randomHex(8)+":")
+		idem = idempotency.NewRedis(redisClient(t), "test-"+testkit.RandomHex(t, 8)+":")
 	default:
 		t.Fatalf("unknown limiter %q", b.limiter)
 	}
@@ -172,18 +171,6 @@ func redisClient(t *testing.T) *redis.Client {
 	rdb := redis.NewClient(opt)
 	t.Cleanup(func() { rdb.Close() })
 	return rdb
-}
-
-// postgresURL creates a database of the test's own.
-func postgresURL(t *testing.T) string {
-	t.Helper()
-	return pgtest.FreshDatabase(t, "restapi")
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 // newRequest makes a request for serving a handler directly.
@@ -263,7 +250,7 @@ type client struct {
 // `"default_algorithm":"token_bucket"`).
 func (e *testEnv) register(t *testing.T, name string, extra ...string) client {
 	t.Helper()
-	fields := []string{`"name":"` + name + `"`, `"email":"` + name + "-" + randomHex(4) + `@example.com"`}
+	fields := []string{`"name":"` + name + `"`, `"email":"` + name + "-" + testkit.RandomHex(t, 4) + `@example.com"`}
 	fields = append(fields, extra...)
 	r := e.call(t, "POST", "/register", "", "{"+strings.Join(fields, ",")+"}")
 	if r.status != http.StatusCreated {

@@ -8,7 +8,8 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/throttle-rl/throttle/internal/logbuf"
+
+	"github.com/throttle-rl/throttle/internal/testkit/logbuf"
 )
 
 func TestRoutingErrors(t *testing.T) {

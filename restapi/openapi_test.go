@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/throttle-rl/throttle/internal/npxtest"
+	"github.com/throttle-rl/throttle/internal/testkit/npxtest"
 )
 
 // TestOpenAPIServed: GET /openapi.json serves the embedded document as

@@ -15,7 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/throttle-rl/throttle/internal/pgtest"
+	"github.com/throttle-rl/throttle/internal/testkit"
+	"github.com/throttle-rl/throttle/internal/testkit/pgtest"
 	"github.com/throttle-rl/throttle/store"
 )
 
@@ -135,8 +136,9 @@ func TestPostgresOutage(t *testing.T) {
 // outageLoad is the load of TestPostgresOutage on one client, and what its
 // calls acknowledged.
 type outageLoad struct {
-	e *testEnv
-	c client
+	e   *testEnv
+	c   client
+	run string // tells this run's registrations apart
 
 	checks                       atomic.Int64 // /check decisions answered 200
 	nextRule, nextExemption, reg atomic.Int64
@@ -155,7 +157,7 @@ const deletable = 200
 // rules and exemptions it deletes.
 func newOutageLoad(t *testing.T, e *testEnv) *outageLoad {
 	t.Helper()
-	l := &outageLoad{e: e, c: e.register(t, "outage")}
+	l := &outageLoad{e: e, c: e.register(t, "outage"), run: testkit.RandomHex(t, 3)}
 	e.call(t, "POST", "/rules", l.c.Key, `{"name":"base","algorithm":"fixed_window","limit":10,"window":60}`)
 	for i := range deletable {
 		for _, r := range []reply{
@@ -182,7 +184,7 @@ func (l *outageLoad) endpoints() []endpoint {
 	return []endpoint{
 		{"POST /register", []int{http.StatusCreated}, true, func(int) (outcome, string, error) {
 			n := l.reg.Add(1)
-			o, body, err := e.try("POST", "/register", "", fmt.Sprintf(`{"name":"load %d","email":"load-%d-%s@example.com"}`, n, n, randomHex(3)))
+			o, body, err := e.try("POST", "/register", "", fmt.Sprintf(`{"name":"load %d","email":"load-%d-%s@example.com"}`, n, n, l.run))
 			if err == nil && o.status == http.StatusCreated {
 				var r registerReply
 				if err := json.Unmarshal([]byte(body), &r); err != nil {

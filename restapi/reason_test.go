@@ -7,7 +7,7 @@ import (
 
 	"github.com/throttle-rl/throttle/algorithms"
 	"github.com/throttle-rl/throttle/algorithms/redisstore"
-	"github.com/throttle-rl/throttle/internal/redistest"
+	"github.com/throttle-rl/throttle/internal/testkit/redistest"
 )
 
 // TestReasonFailurePolicy: with Redis stopped, every FAILURE_MODE answers

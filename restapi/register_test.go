@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/throttle-rl/throttle/algorithms"
+	"github.com/throttle-rl/throttle/internal/testkit"
 )
 
 func TestHealthAndReady(t *testing.T) {
@@ -144,18 +145,18 @@ func TestRegisterRateLimitedPerIP(t *testing.T) {
 		})
 		ip := "198.51.100." + randomIPByte()
 		for i := range 2 {
-			r := e.call(t, "POST", "/register", "", `{"name":"r","email":"r`+randomHex(4)+`@example.com"}`, "X-Forwarded-For", ip)
+			r := e.call(t, "POST", "/register", "", `{"name":"r","email":"r`+testkit.RandomHex(t, 4)+`@example.com"}`, "X-Forwarded-For", ip)
 			if r.status != http.StatusCreated {
 				t.Fatalf("registration %d from %s = %d %s, want 201", i+1, ip, r.status, r.body)
 			}
 		}
-		r := e.call(t, "POST", "/register", "", `{"name":"r","email":"r`+randomHex(4)+`@example.com"}`, "X-Forwarded-For", ip)
+		r := e.call(t, "POST", "/register", "", `{"name":"r","email":"r`+testkit.RandomHex(t, 4)+`@example.com"}`, "X-Forwarded-For", ip)
 		wantError(t, r, http.StatusTooManyRequests, "RATE_LIMITED")
 		if ra := r.header.Get("Retry-After"); ra == "" || ra == "0" {
 			t.Errorf("Retry-After = %q, want a positive number of seconds", ra)
 		}
 		// Another address is not affected.
-		r = e.call(t, "POST", "/register", "", `{"name":"r","email":"r`+randomHex(4)+`@example.com"}`, "X-Forwarded-For", "2001:db8::"+randomIPByte())
+		r = e.call(t, "POST", "/register", "", `{"name":"r","email":"r`+testkit.RandomHex(t, 4)+`@example.com"}`, "X-Forwarded-For", "2001:db8::"+randomIPByte())
 		if r.status != http.StatusCreated {
 			t.Errorf("registration from another address = %d %s, want 201", r.status, r.body)
 		}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/throttle-rl/throttle/algorithms"
 	"github.com/throttle-rl/throttle/algorithms/redisstore"
+	"github.com/throttle-rl/throttle/internal/testkit"
 )
 
 // The caller's trace context, as a REST caller sends it.
@@ -44,7 +45,7 @@ func TestTracingSpans(t *testing.T) {
 			}
 		})
 		c := e.register(t, "traced")
-		identifier := "secret-user-" + randomHex(4)
+		identifier := "secret-user-" + testkit.RandomHex(t, 4)
 		r := e.call(t, "POST", "/check", c.Key, `{"identifier":"`+identifier+`","limit":5,"window":60,"algorithm":"fixed_window","hits":3}`,
 			"traceparent", callerParent, "tracestate", "vendor=opaque")
 		if r.status != http.StatusOK {

@@ -1,16 +1,14 @@
 package store
 
 import (
-	"crypto/rand"
 	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/throttle-rl/throttle/internal/pgtest"
+	"github.com/throttle-rl/throttle/internal/testkit/pgtest"
 )
 
 // eachDialect runs fn as a subtest on a fresh SQLite file and on a fresh
@@ -23,28 +21,13 @@ func eachDialect(t *testing.T, fn func(t *testing.T, url string)) {
 	})
 	t.Run("postgres", func(t *testing.T) {
 		t.Parallel()
-		fn(t, postgresURL(t))
+		fn(t, pgtest.FreshDatabase(t, "throttle"))
 	})
 }
 
 func sqliteURL(t *testing.T) string {
 	t.Helper()
 	return "sqlite://" + filepath.Join(t.TempDir(), "throttle.db")
-}
-
-// postgresURL creates a database of its own for the test.
-func postgresURL(t *testing.T) string {
-	t.Helper()
-	return pgtest.FreshDatabase(t, "throttle")
-}
-
-func randomHex(t *testing.T, n int) string {
-	t.Helper()
-	b := make([]byte, n)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
-	return hex.EncodeToString(b)
 }
 
 // mustOpen opens url and closes it when the test ends.

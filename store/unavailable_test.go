@@ -11,7 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/throttle-rl/throttle/algorithms"
-	"github.com/throttle-rl/throttle/internal/pgtest"
+	"github.com/throttle-rl/throttle/internal/testkit/pgtest"
 )
 
 // lockSQLite takes the write lock of the SQLite file at path from a

@@ -11,8 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/throttle-rl/throttle/internal/redistest"
-	"github.com/throttle-rl/throttle/internal/throttletest"
+	"github.com/throttle-rl/throttle/internal/testkit"
+	"github.com/throttle-rl/throttle/internal/testkit/redistest"
+	"github.com/throttle-rl/throttle/internal/testkit/throttletest"
 )
 
 // TestAgainstThrottle runs the load generator against the built binary on
@@ -108,7 +109,7 @@ func TestAgainstThrottle(t *testing.T) {
 
 	t.Run("unreachable", func(t *testing.T) {
 		// Every call fails with a deadline: counted by code, not a crash.
-		port := throttletest.FreePort(t)
+		port := testkit.FreePort(t)
 		var out bytes.Buffer
 		err := run(context.Background(), []string{"-addr", "127.0.0.1:" + strconv.Itoa(port), "-requests", "5", "-warmup", "0", "-timeout", "100ms"}, &out, &out)
 		if err != nil {

@@ -12,9 +12,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/throttle-rl/throttle/internal/certtest"
-	"github.com/throttle-rl/throttle/internal/redistest"
-	"github.com/throttle-rl/throttle/internal/throttletest"
+	"github.com/throttle-rl/throttle/internal/testkit/certtest"
+	"github.com/throttle-rl/throttle/internal/testkit/redistest"
+	"github.com/throttle-rl/throttle/internal/testkit/throttletest"
 )
 
 // tlsBench is a server with mTLS on its gRPC port and the client files

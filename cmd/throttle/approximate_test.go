@@ -18,8 +18,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/throttle-rl/throttle/internal/redistest"
-	"github.com/throttle-rl/throttle/internal/throttletest"
+	"github.com/throttle-rl/throttle/internal/testkit/redistest"
+	"github.com/throttle-rl/throttle/internal/testkit/throttletest"
 )
 
 // Approximate limits through the built binary: replicas on a real Redis

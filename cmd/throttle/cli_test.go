@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/throttle-rl/throttle/internal/ratelimitheader"
-	"github.com/throttle-rl/throttle/internal/throttletest"
+	"github.com/throttle-rl/throttle/internal/testkit/throttletest"
 )
 
 func env(m map[string]string) func(string) string {

@@ -16,7 +16,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/throttle-rl/throttle/internal/throttletest"
+	"github.com/throttle-rl/throttle/internal/testkit/throttletest"
 )
 
 // chromiumPath is Debian's chromium, which scripts/with-test-services.sh

@@ -12,8 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/throttle-rl/throttle/internal/pgtest"
-	"github.com/throttle-rl/throttle/internal/throttletest"
+	"github.com/throttle-rl/throttle/internal/testkit"
+	"github.com/throttle-rl/throttle/internal/testkit/pgtest"
+	"github.com/throttle-rl/throttle/internal/testkit/throttletest"
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -22,7 +23,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/throttle-rl/throttle/internal/redistest"
+	"github.com/throttle-rl/throttle/internal/testkit/redistest"
 )
 
 // freshPostgres creates a database of its own on the test PostgreSQL.
@@ -162,7 +163,7 @@ func TestRestartKeepsData(t *testing.T) {
 // TestDebugAddress: DEBUG_ADDRESS serves Go's profiler, and nothing does
 // without it.
 func TestDebugAddress(t *testing.T) {
-	port := throttletest.FreePort(t)
+	port := testkit.FreePort(t)
 	s := throttletest.Start(t, "DEBUG_ADDRESS=127.0.0.1:"+strconv.Itoa(port))
 	resp, err := http.Get("http://127.0.0.1:" + strconv.Itoa(port) + "/debug/pprof/")
 	if err != nil {

@@ -18,8 +18,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
-	"github.com/throttle-rl/throttle/internal/pgtest"
-	"github.com/throttle-rl/throttle/internal/throttletest"
+	"github.com/throttle-rl/throttle/internal/testkit/pgtest"
+	"github.com/throttle-rl/throttle/internal/testkit/throttletest"
 )
 
 const userYAML = `domain: edge

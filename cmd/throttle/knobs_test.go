@@ -25,7 +25,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/throttle-rl/throttle/internal/throttletest"
+	"github.com/throttle-rl/throttle/internal/testkit"
+	"github.com/throttle-rl/throttle/internal/testkit/throttletest"
 )
 
 const knobsYAML = `domain: edge
@@ -168,7 +169,7 @@ func TestServeRefusesMissingConfig(t *testing.T) {
 	} {
 		getenv := env(map[string]string{
 			"DESCRIPTORS_DIR": tc.dir, "BIND_ADDRESS": "127.0.0.1", "LOG_LEVEL": "error",
-			"PORT": strconv.Itoa(throttletest.FreePort(t)), "GRPC_PORT": strconv.Itoa(throttletest.FreePort(t)),
+			"PORT": strconv.Itoa(testkit.FreePort(t)), "GRPC_PORT": strconv.Itoa(testkit.FreePort(t)),
 			"DATABASE_URL": "sqlite://" + filepath.Join(t.TempDir(), "t.db"),
 		})
 		var out bytes.Buffer

@@ -20,8 +20,8 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/throttle-rl/throttle/descriptors"
-	"github.com/throttle-rl/throttle/internal/redistest"
-	"github.com/throttle-rl/throttle/internal/throttletest"
+	"github.com/throttle-rl/throttle/internal/testkit/redistest"
+	"github.com/throttle-rl/throttle/internal/testkit/throttletest"
 )
 
 // e2eAdminKey is ADMIN_API_KEY in these tests.

@@ -22,8 +22,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
-	"github.com/throttle-rl/throttle/internal/redistest"
-	"github.com/throttle-rl/throttle/internal/throttletest"
+	"github.com/throttle-rl/throttle/internal/testkit/redistest"
+	"github.com/throttle-rl/throttle/internal/testkit/throttletest"
 )
 
 // The overload scenario of issue 8: three replicas on one Redis and one

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/throttle-rl/throttle/internal/throttletest"
+	"github.com/throttle-rl/throttle/internal/testkit/throttletest"
 )
 
 // envoyQuickStarts are the docs' Envoy quick starts: the first sh block of

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"unicode"
 
-	"github.com/throttle-rl/throttle/internal/redistest"
-	"github.com/throttle-rl/throttle/internal/throttletest"
+	"github.com/throttle-rl/throttle/internal/testkit/redistest"
+	"github.com/throttle-rl/throttle/internal/testkit/throttletest"
 )
 
 // repoRoot is the repository's root, seen from this package's folder.

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/throttle-rl/throttle/internal/redistest"
-	"github.com/throttle-rl/throttle/internal/throttletest"
+	"github.com/throttle-rl/throttle/internal/testkit/redistest"
+	"github.com/throttle-rl/throttle/internal/testkit/throttletest"
 )
 
 // TestRegisterWithRedisDown: POST /register with Redis stopped, through the

@@ -15,9 +15,10 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
-	"github.com/throttle-rl/throttle/internal/logbuf"
-	"github.com/throttle-rl/throttle/internal/redistest"
-	"github.com/throttle-rl/throttle/internal/throttletest"
+	"github.com/throttle-rl/throttle/internal/testkit"
+	"github.com/throttle-rl/throttle/internal/testkit/logbuf"
+	"github.com/throttle-rl/throttle/internal/testkit/redistest"
+	"github.com/throttle-rl/throttle/internal/testkit/throttletest"
 )
 
 func TestRedactURL(t *testing.T) {
@@ -74,7 +75,7 @@ func assertNoSecrets(t *testing.T, what, out string, more ...string) {
 // in use: its whole output (errors, start lines, logs at debug level),
 // and its profiler's command line page, hold none of them.
 func TestNoSecretsInOutput(t *testing.T) {
-	closed := strconv.Itoa(throttletest.FreePort(t))
+	closed := strconv.Itoa(testkit.FreePort(t))
 	edgeFile, err := filepath.Abs("testdata/edge.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -136,9 +137,9 @@ func TestNoSecretsInOutput(t *testing.T) {
 	})
 
 	t.Run("profiler command line", func(t *testing.T) {
-		debugAddr := "127.0.0.1:" + strconv.Itoa(throttletest.FreePort(t))
+		debugAddr := "127.0.0.1:" + strconv.Itoa(testkit.FreePort(t))
 		cmd := throttletest.Command(t, "serve", "--redis-url", "redis://:"+urlPassword+"@127.0.0.1:"+closed+"/0",
-			"--admin-api-key="+adminKey, "--port", strconv.Itoa(throttletest.FreePort(t)), "--grpc-port", strconv.Itoa(throttletest.FreePort(t)),
+			"--admin-api-key="+adminKey, "--port", strconv.Itoa(testkit.FreePort(t)), "--grpc-port", strconv.Itoa(testkit.FreePort(t)),
 			"--bind-address", "127.0.0.1", "--debug-address", debugAddr)
 		var logs logbuf.Buffer
 		cmd.Stdout, cmd.Stderr = &logs, &logs

@@ -11,10 +11,10 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/throttle-rl/throttle/internal/certtest"
-	"github.com/throttle-rl/throttle/internal/pgtest"
-	"github.com/throttle-rl/throttle/internal/redistest"
-	"github.com/throttle-rl/throttle/internal/throttletest"
+	"github.com/throttle-rl/throttle/internal/testkit/certtest"
+	"github.com/throttle-rl/throttle/internal/testkit/pgtest"
+	"github.com/throttle-rl/throttle/internal/testkit/redistest"
+	"github.com/throttle-rl/throttle/internal/testkit/throttletest"
 )
 
 // redisTLS is a CA, the certificate files Redis serves, and a client

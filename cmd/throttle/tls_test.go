@@ -23,8 +23,8 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
-	"github.com/throttle-rl/throttle/internal/certtest"
-	"github.com/throttle-rl/throttle/internal/throttletest"
+	"github.com/throttle-rl/throttle/internal/testkit/certtest"
+	"github.com/throttle-rl/throttle/internal/testkit/throttletest"
 )
 
 func TestTLSSettings(t *testing.T) {

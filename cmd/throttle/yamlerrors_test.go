@@ -11,7 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/throttle-rl/throttle/internal/throttletest"
+	"github.com/throttle-rl/throttle/internal/testkit"
+	"github.com/throttle-rl/throttle/internal/testkit/throttletest"
 )
 
 // syntaxCases are issue 32's two YAML syntax errors, the descriptors
@@ -72,7 +73,7 @@ func TestServeSyntaxErrorLines(t *testing.T) {
 		dir, file := syntaxDir(t, tc.fixture)
 		getenv := env(map[string]string{
 			"DESCRIPTORS_DIR": dir, "BIND_ADDRESS": "127.0.0.1", "LOG_LEVEL": "error",
-			"PORT": strconv.Itoa(throttletest.FreePort(t)), "GRPC_PORT": strconv.Itoa(throttletest.FreePort(t)),
+			"PORT": strconv.Itoa(testkit.FreePort(t)), "GRPC_PORT": strconv.Itoa(testkit.FreePort(t)),
 			"DATABASE_URL": "sqlite://" + filepath.Join(t.TempDir(), "t.db"),
 		})
 		var out bytes.Buffer

@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	throttleclient "github.com/throttle-rl/throttle/examples/client"
-	"github.com/throttle-rl/throttle/internal/throttletest"
+	"github.com/throttle-rl/throttle/internal/testkit/throttletest"
 )
 
 // The client and middleware against a real Throttle (built from ./cmd/throttle).

@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/throttle-rl/throttle/internal/throttletest"
+	"github.com/throttle-rl/throttle/internal/testkit/throttletest"
 )
 
 // TestAgainstThrottle runs the client against a real Throttle loaded with the

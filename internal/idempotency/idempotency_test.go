@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/throttle-rl/throttle/internal/redistest"
+	"github.com/throttle-rl/throttle/internal/testkit/redistest"
 )
 
 func TestRedis(t *testing.T) {

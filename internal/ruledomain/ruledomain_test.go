@@ -8,7 +8,7 @@ import (
 
 	"github.com/throttle-rl/throttle/algorithms"
 	"github.com/throttle-rl/throttle/descriptors"
-	"github.com/throttle-rl/throttle/internal/logbuf"
+	"github.com/throttle-rl/throttle/internal/testkit/logbuf"
 	"github.com/throttle-rl/throttle/store"
 )
 

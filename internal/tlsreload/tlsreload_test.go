@@ -16,7 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/throttle-rl/throttle/internal/certtest"
+	"github.com/throttle-rl/throttle/internal/testkit/certtest"
 )
 
 // serve runs a TLS listener of r's ServerConfig on loopback, answering

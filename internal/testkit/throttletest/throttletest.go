@@ -8,7 +8,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -20,7 +19,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/throttle-rl/throttle/internal/logbuf"
+	"github.com/throttle-rl/throttle/internal/testkit"
+	"github.com/throttle-rl/throttle/internal/testkit/logbuf"
 )
 
 // Server is one running `throttle serve`.
@@ -90,7 +90,7 @@ func StartTLS(t testing.TB, client *http.Client, env ...string) *Server {
 func start(t testing.TB, scheme string, client *http.Client, env []string) *Server {
 	t.Helper()
 	bin := Binary(t)
-	httpPort, grpcPort := FreePort(t), FreePort(t)
+	httpPort, grpcPort := testkit.FreePort(t), testkit.FreePort(t)
 	cmd := exec.Command(bin, "serve")
 	cmd.Dir = t.TempDir()
 	cmd.Env = append(baseEnv(),
@@ -232,17 +232,6 @@ func (s *Server) Metric(t testing.TB, name string) float64 {
 		sum += v
 	}
 	return sum
-}
-
-// FreePort returns a TCP port free on the loopback interface now.
-func FreePort(t testing.TB) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }
 
 // baseEnv is the environment every server starts from: none of the

@@ -16,7 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/throttle-rl/throttle/internal/strictyaml"
+	"github.com/throttle-rl/throttle/internal/testkit/strictyaml"
 )
 
 // newObject returns an empty typed object for a manifest's apiVersion and

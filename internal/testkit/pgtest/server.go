@@ -3,7 +3,6 @@ package pgtest
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -16,7 +15,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/throttle-rl/throttle/internal/logbuf"
+	"github.com/throttle-rl/throttle/internal/testkit"
+	"github.com/throttle-rl/throttle/internal/testkit/logbuf"
 )
 
 // Server is a PostgreSQL server of a test's own, on a free loopback port,
@@ -103,7 +103,7 @@ func initServer(t testing.TB) *Server {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	s := &Server{bin: bin, dir: dir, port: freePort(t), logs: &logbuf.Buffer{}}
+	s := &Server{bin: bin, dir: dir, port: testkit.FreePort(t), logs: &logbuf.Buffer{}}
 	s.Port = s.port
 	if os.Geteuid() == 0 {
 		s.cred, err = postgresUser()
@@ -242,15 +242,4 @@ func postgresUser() (*syscall.Credential, error) {
 		return nil, err
 	}
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
-}
-
-// freePort returns a TCP port free on the loopback interface now.
-func freePort(t testing.TB) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }

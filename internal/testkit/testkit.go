@@ -1,0 +1,48 @@
+// Package testkit holds the helpers Throttle's tests share; its packages
+// start what the tests need for real: the built binary (throttletest),
+// Redis servers and Clusters (redistest), PostgreSQL databases (pgtest),
+// certificates (certtest), npm tools (npxtest), the OpenAPI validator
+// (openapitest), Kubernetes manifests (manifest). Production code never
+// imports them.
+package testkit
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// FreePort returns a TCP port free on the loopback interface now.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// MustRead returns the file name ('/'-separated, from the test's package)
+// or fails the test.
+func MustRead(t testing.TB, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.FromSlash(name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// RandomHex returns n random bytes in hex.
+func RandomHex(t testing.TB, n int) string {
+	t.Helper()
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b)
+}
