@@ -26,8 +26,9 @@ import (
 // many hits on the same key and limit before then would be rejected by the
 // backend too. The time is taken before the backend call was sent, so the
 // cached moment is early by the round trip, never late. Decisions made by
-// the failure policy are never cached; a limit changed by a config reload is
-// another cache key.
+// the failure policy are never cached, nor those of approximate limits
+// (decided from memory anyway; a refusal over a replica's share may end at
+// its next sync); a limit changed by a config reload is another cache key.
 //
 // Two things it does not see: a Reset made through another replica (so it
 // wraps only the Envoy path, whose domain-scoped counters no REST call
@@ -115,8 +116,8 @@ func (c *OverLimitCache) Check(ctx context.Context, reqs []algorithms.Request) (
 	now := c.now()
 	var out []algorithms.Decision // nil until a request is answered here
 	for i, r := range reqs {
-		if r.Hits <= 0 || r.Hits > algorithms.MaxLimit || r.AlwaysCount {
-			continue // a peek, invalid, or counted anyway: the store answers
+		if r.Hits <= 0 || r.Hits > algorithms.MaxLimit || r.AlwaysCount || r.Limit.Accuracy == algorithms.Approximate {
+			continue // a peek, invalid, counted anyway, or decided from memory: the store answers
 		}
 		e, ok := c.lookup(r, now)
 		if !ok {
@@ -219,8 +220,9 @@ func (c *OverLimitCache) lookup(r algorithms.Request, now time.Time) (cacheEntry
 // remember caches the rejections among ds, decided on requests sent at sent.
 func (c *OverLimitCache) remember(reqs []algorithms.Request, ds []algorithms.Decision, sent time.Time) {
 	for i, d := range ds {
-		if d.Allowed || d.Degraded || d.Cached || d.RetryAfter <= 0 || reqs[i].Hits <= 0 {
-			continue
+		if d.Allowed || d.Degraded || d.Cached || d.RetryAfter <= 0 || reqs[i].Hits <= 0 ||
+			reqs[i].Limit.Accuracy == algorithms.Approximate {
+			continue // (an approximate refusal may end at the next sync)
 		}
 		// A millisecond early, against rounding in the stores' retry times.
 		until := sent.Add(d.RetryAfter - time.Millisecond)
