@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/throttle-rl/throttle/algorithms"
 	"github.com/throttle-rl/throttle/descriptors"
 	"github.com/throttle-rl/throttle/internal/testkit/redistest"
 	"github.com/throttle-rl/throttle/internal/testkit/throttletest"
@@ -352,7 +353,8 @@ func counterLimits(t *testing.T, body map[string]any) []map[string]any {
 }
 
 // TestREADMEYAMLExtensions: the README's YAML of Throttle's extensions
-// loads, with a burst + sustained descriptor and a 5-minute window.
+// loads, with a burst + sustained descriptor, a 5-minute window and an
+// approximate limit.
 func TestREADMEYAMLExtensions(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join(repoRoot, "README.md"))
 	if err != nil {
@@ -379,6 +381,10 @@ func TestREADMEYAMLExtensions(t *testing.T) {
 	m = cfg.Match("shop", []descriptors.Entry{{Key: "report", Value: "weekly"}})
 	if m == nil || m.Limit.WindowLength() != 5*time.Minute || m.Limit.RequestsPerUnit != 100 {
 		t.Errorf("report: %+v, want 100 per 5 minutes", m)
+	}
+	m = cfg.Match("shop", []descriptors.Entry{{Key: "tenant", Value: "acme"}})
+	if m == nil || m.Limit.Accuracy != algorithms.Approximate || m.Limit.RequestsPerUnit != 50000 {
+		t.Errorf("tenant: %+v, want 50,000 a minute, approximate", m)
 	}
 }
 
