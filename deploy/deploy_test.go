@@ -546,8 +546,9 @@ func TestDockerfiles(t *testing.T) {
 		want []string
 	}{
 		{"../Dockerfile", []string{
-			"FROM golang:1.26 AS build",
-			"CGO_ENABLED=0 go build -trimpath",
+			"FROM --platform=$BUILDPLATFORM golang:1.26 AS build", // Go cross-compiles: no emulated stage
+			"CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH",
+			"go build -trimpath",
 			"./cmd/throttle",
 			"FROM gcr.io/distroless/static-debian12:nonroot",
 			"USER 65532",

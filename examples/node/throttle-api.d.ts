@@ -4,6 +4,26 @@
  */
 
 export interface paths {
+    "/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Where to start
+         * @description A browser (Accept with text/html) is sent to the dashboard; any other client gets an index of the server's entry points.
+         */
+        get: operations["root"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/health": {
         parameters: {
             query?: never;
@@ -499,6 +519,15 @@ export interface components {
          * @description RFC 3339, UTC.
          */
         Time: string;
+        Root: {
+            service: string;
+            dashboard: string;
+            register: string;
+            health: string;
+            ready: string;
+            metrics: string;
+            docs: string;
+        };
         Health: {
             /** @constant */
             status: "ok";
@@ -1054,6 +1083,35 @@ export interface components {
 }
 export type $defs = Record<string, never>;
 export interface operations {
+    root: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The index. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Root"];
+                };
+            };
+            /** @description To the dashboard, /ui/. */
+            302: {
+                headers: {
+                    /** @description /ui/ */
+                    Location?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
     health: {
         parameters: {
             query?: never;
