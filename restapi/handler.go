@@ -11,6 +11,7 @@
 package restapi
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
 	"net/netip"
@@ -41,6 +42,15 @@ type Deps struct {
 	Usage *store.UsageRecorder
 	// Limiter decides /check, /check/ip and the /register limit.
 	Limiter algorithms.Store
+	// LimiterReady asks the counter backend itself whether it answers, for
+	// GET /ready, apart from any decision (redisstore.Store.Ready): down
+	// names what does not answer (shown in the reply), err says why
+	// (logged). Default nil: counters in memory, always ready.
+	LimiterReady func(ctx context.Context) (down []string, err error)
+	// FailureMode is what decides while LimiterReady finds the backend
+	// down (FAILURE_MODE): /ready is then 503 under closed, 200 "degraded"
+	// under open and local. Default "": open.
+	FailureMode algorithms.FailureMode
 	// Registerer receives the HTTP and decision metrics. Default: none
 	// registered (the metrics still work, nobody scrapes them).
 	Registerer prometheus.Registerer
