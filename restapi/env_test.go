@@ -110,7 +110,7 @@ func newEnvAt(t *testing.T, dbURL string, b backend, opts ...func(*Deps)) *testE
 	usage := store.NewUsageRecorder(db, time.Hour, log)
 
 	var limiter algorithms.Store
-	var ready func(context.Context) ([]string, error) // memory: none, always ready
+	var ready func(context.Context) map[string]error // memory: none, always ready
 	switch b.limiter {
 	case "memory":
 		limiter = algorithms.NewMemoryStore(algorithms.MemoryOptions{Now: testClock})

@@ -43,13 +43,14 @@ type Deps struct {
 	// Limiter decides /check, /check/ip and the /register limit.
 	Limiter algorithms.Store
 	// LimiterReady asks the counter backend itself whether it answers, for
-	// GET /ready, apart from any decision (redisstore.Store.Ready): down
-	// names what does not answer (shown in the reply), err says why
-	// (logged). Default nil: counters in memory, always ready.
-	LimiterReady func(ctx context.Context) (down []string, err error)
-	// FailureMode is what decides while LimiterReady finds the backend
-	// down (FAILURE_MODE): /ready is then 503 under closed, 200 "degraded"
-	// under open and local. Default "": open.
+	// GET /ready, apart from any decision (redisstore.Store.Ready): each
+	// master by name, nil when it answered, else why not (logged; the
+	// reply shows only the name). Default nil: counters in memory, always
+	// ready.
+	LimiterReady func(ctx context.Context) map[string]error
+	// FailureMode is what decides in place of masters LimiterReady finds
+	// down (FAILURE_MODE): /ready is 503 when none answers under closed,
+	// else 200 "degraded". Default "": open.
 	FailureMode algorithms.FailureMode
 	// Registerer receives the HTTP and decision metrics. Default: none
 	// registered (the metrics still work, nobody scrapes them).

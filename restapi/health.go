@@ -3,6 +3,7 @@ package restapi
 import (
 	"context"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -42,7 +43,7 @@ const (
 // that does not answer, or a limiter "unavailable", is 503 with status
 // "unavailable"; a limiter "degraded" is 200 with status "degraded". Causes
 // are logged; the reply names only what is down.
-func handleReady(db *store.DB, limiter func(context.Context) ([]string, error), mode algorithms.FailureMode) http.Handler {
+func handleReady(db *store.DB, limiter func(context.Context) map[string]error, mode algorithms.FailureMode) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx := r.Context()
 		reply := readyReply{Status: readyReady, Checks: map[string]string{"database": readyOK, "limiter": readyOK}}
@@ -70,24 +71,31 @@ func handleReady(db *store.DB, limiter func(context.Context) ([]string, error), 
 }
 
 // checkLimiter asks the counter backend itself whether it answers, within
-// 500 ms: "ok"; else, while the failure policy decides in its place,
-// "degraded: A, B down" (FAILURE_MODE open or local: the replica still
-// serves decisions, by policy) or "unavailable: A, B down" (closed: every
-// decision would be a refusal), naming what does not answer.
-func checkLimiter(ctx context.Context, ready func(context.Context) ([]string, error), mode algorithms.FailureMode) string {
+// 500 ms: "ok" when every master does. Else it names those that do not,
+// after the state: "unavailable: A down" when none answers and FAILURE_MODE
+// is closed (every decision would be a refusal); otherwise "degraded: A, B
+// down" (the replica still serves decisions: by policy under open and
+// local, and on a Cluster with some masters up, from Redis for their keys).
+func checkLimiter(ctx context.Context, ready func(context.Context) map[string]error, mode algorithms.FailureMode) string {
 	lctx, cancel := context.WithTimeout(ctx, limiterReadyTimeout)
-	down, err := ready(lctx)
+	masters := ready(lctx)
 	cancel()
-	if err == nil {
+	var down []string
+	for name, err := range masters {
+		if err != nil {
+			down = append(down, name)
+		}
+	}
+	if len(down) == 0 {
 		return readyOK
 	}
+	slices.Sort(down)
 	state := readyDegraded
-	if mode == algorithms.FailClosed {
+	if mode == algorithms.FailClosed && len(down) == len(masters) {
 		state = readyUnavailable
 	}
-	logFrom(ctx).Warn("readiness: counter backend", "err", err, "failure_mode", string(mode), "state", state)
-	if len(down) == 0 {
-		return state
+	for _, name := range down {
+		logFrom(ctx).Warn("readiness: counter backend", "err", masters[name], "failure_mode", string(mode), "state", state)
 	}
 	return state + ": " + strings.Join(down, ", ") + " down"
 }

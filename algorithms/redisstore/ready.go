@@ -2,14 +2,13 @@ package redisstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 )
 
-// singleName is how Ready names a single Redis (or Sentinel's master) that
-// does not answer; a Cluster master is named by its address, and slots no
-// master serves by "unassigned".
+// singleName is how Ready names a single Redis (or Sentinel's master); a
+// Cluster master is named by its address, and slots no master serves by
+// "unassigned".
 const singleName = "redis"
 
 // Ready asks Redis itself whether it answers, apart from any decision, for
@@ -19,14 +18,15 @@ const singleName = "redis"
 // read. It counts nothing, and leaves the Guard's breakers and its evidence
 // of answers alone, so asking never changes a decision. ctx bounds it.
 //
-// down names what does not answer, in slot-table order (singleName, a
-// master's address, or "unassigned"); err says why, for the log.
-func (s *Store) Ready(ctx context.Context) (down []string, err error) {
+// It returns every master asked, by name (singleName, a master's address,
+// or "unassigned"), with nil when it answered, else why not.
+func (s *Store) Ready(ctx context.Context) map[string]error {
 	if s.cluster == nil {
-		if err := s.single.ping(ctx); err != nil {
-			return []string{singleName}, fmt.Errorf("redis: %w", err)
+		err := s.single.ping(ctx)
+		if err != nil {
+			err = fmt.Errorf("redis: %w", err)
 		}
-		return nil, nil
+		return map[string]error{singleName: err}
 	}
 	s.cluster.ready(ctx)
 	masters := s.cluster.masters()
@@ -40,11 +40,12 @@ func (s *Store) Ready(ctx context.Context) (down []string, err error) {
 		}()
 	}
 	wg.Wait()
-	for i, e := range errs {
-		if e != nil {
-			down = append(down, masters[i].name)
-			errs[i] = fmt.Errorf("redis master %s: %w", masters[i].name, e)
+	out := make(map[string]error, len(masters))
+	for i, sh := range masters {
+		if errs[i] != nil {
+			errs[i] = fmt.Errorf("redis master %s: %w", sh.name, errs[i])
 		}
+		out[sh.name] = errs[i]
 	}
-	return down, errors.Join(errs...)
+	return out
 }

@@ -2,7 +2,6 @@ package redisstore_test
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -28,20 +27,20 @@ func TestReadySingle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ready := func() ([]string, error) {
+	ready := func() map[string]error {
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 		defer cancel()
 		return st.Ready(ctx)
 	}
 
-	if down, err := ready(); down != nil || err != nil {
-		t.Fatalf("Ready with Redis up = %v, %v; want nil, nil", down, err)
+	if got := ready(); len(got) != 1 || got["redis"] != nil {
+		t.Fatalf("Ready with Redis up = %v, want redis: nil", got)
 	}
 	srv.Stop()
 	for range 5 {
-		down, err := ready()
-		if fmt.Sprint(down) != "[redis]" || err == nil || !strings.Contains(err.Error(), "redis: ") {
-			t.Fatalf("Ready with Redis stopped = %v, %v; want [redis] and why", down, err)
+		got := ready()
+		if err := got["redis"]; len(got) != 1 || err == nil || !strings.HasPrefix(err.Error(), "redis: ") {
+			t.Fatalf("Ready with Redis stopped = %v, want redis and why it does not answer", got)
 		}
 	}
 	if g.Degraded() {
@@ -53,8 +52,8 @@ func TestReadySingle(t *testing.T) {
 		}
 	}
 	srv.Restart()
-	if down, err := ready(); down != nil || err != nil {
-		t.Errorf("Ready with Redis back = %v, %v; want nil, nil", down, err)
+	if got := ready(); len(got) != 1 || got["redis"] != nil {
+		t.Errorf("Ready with Redis back = %v, want redis: nil", got)
 	}
 }
 
@@ -71,23 +70,32 @@ func TestReadyCluster(t *testing.T) {
 	t.Cleanup(func() { cc.Close() })
 	st := redisstore.New(cc, redisstore.Options{})
 	t.Cleanup(st.Close)
-	ready := func() ([]string, error, time.Duration) {
+	ready := func() (map[string]error, time.Duration) {
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 		defer cancel()
 		t0 := time.Now()
-		down, err := st.Ready(ctx)
-		return down, err, time.Since(t0)
+		got := st.Ready(ctx)
+		return got, time.Since(t0)
 	}
 
-	if down, err, _ := ready(); down != nil || err != nil {
-		t.Fatalf("Ready with every master up = %v, %v; want nil, nil", down, err)
+	got, _ := ready()
+	for _, a := range addrs {
+		if err, asked := got[a]; !asked || err != nil || len(got) != 3 {
+			t.Fatalf("Ready with every master up = %v, want each of %v: nil", got, addrs)
+		}
 	}
 	masters[1].Stop()
-	down, err, took := ready()
-	if fmt.Sprint(down) != fmt.Sprint([]string{addrs[1]}) || err == nil || !strings.Contains(err.Error(), "redis master "+addrs[1]+": ") {
-		t.Errorf("Ready with master 1 stopped = %v, %v; want [%s] and why", down, err, addrs[1])
+	got, took := ready()
+	for i, a := range addrs {
+		err, asked := got[a]
+		if !asked || (err != nil) != (i == 1) || (err != nil && !strings.HasPrefix(err.Error(), "redis master "+a+": ")) {
+			t.Errorf("Ready with master 1 stopped: %s: %v (asked: %v); want an error only for master 1, naming it", a, err, asked)
+		}
 	}
-	if took > 600*time.Millisecond {
+	if len(got) != 3 {
+		t.Errorf("Ready asked %v, want the 3 masters", got)
+	}
+	if took > time.Second {
 		t.Errorf("Ready took %v, past its 500ms deadline", took)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -98,8 +99,10 @@ func waitReady(t *testing.T, what string, s *throttletest.Server) {
 }
 
 // TestReadyClusterMasterDown: on a Redis Cluster with one master stopped,
-// /ready names that master, and only it: degraded under open, unavailable
-// under closed.
+// /ready names that master, and only it, and stays 200 "degraded" under
+// every FAILURE_MODE (closed too: the other masters' keys are still decided
+// by Redis, and a replica out of service would decide none); with every
+// master stopped, closed makes it 503.
 func TestReadyClusterMasterDown(t *testing.T) {
 	masters := redistest.StartClusterServers(t)
 	open := throttletest.Start(t, "REDIS_URL="+clusterURL(masters), "FAILURE_MODE=open")
@@ -107,13 +110,20 @@ func TestReadyClusterMasterDown(t *testing.T) {
 	wantReady(t, "open, every master up", open, 1, http.StatusOK, readyOK)
 	wantReady(t, "closed, every master up", closed, 1, http.StatusOK, readyOK)
 
-	const dead = 1
-	masters[dead].Stop()
-	addr := masters[dead].Addr()
-	wantReady(t, "open, one master stopped", open, 3, http.StatusOK,
-		fmt.Sprintf(`{"status":"degraded","checks":{"database":"ok","limiter":"degraded: %s down"}}`, addr))
-	wantReady(t, "closed, one master stopped", closed, 3, http.StatusServiceUnavailable,
-		fmt.Sprintf(`{"status":"unavailable","checks":{"database":"ok","limiter":"unavailable: %s down"}}`, addr))
+	masters[1].Stop()
+	oneDown := fmt.Sprintf(`{"status":"degraded","checks":{"database":"ok","limiter":"degraded: %s down"}}`, masters[1].Addr())
+	wantReady(t, "open, one master stopped", open, 3, http.StatusOK, oneDown)
+	wantReady(t, "closed, one master stopped", closed, 3, http.StatusOK, oneDown)
+
+	masters[0].Stop()
+	masters[2].Stop()
+	addrs := []string{masters[0].Addr(), masters[1].Addr(), masters[2].Addr()}
+	slices.Sort(addrs)
+	all := strings.Join(addrs, ", ")
+	wantReady(t, "open, every master stopped", open, 3, http.StatusOK,
+		fmt.Sprintf(`{"status":"degraded","checks":{"database":"ok","limiter":"degraded: %s down"}}`, all))
+	wantReady(t, "closed, every master stopped", closed, 3, http.StatusServiceUnavailable,
+		fmt.Sprintf(`{"status":"unavailable","checks":{"database":"ok","limiter":"unavailable: %s down"}}`, all))
 	for _, s := range []*throttletest.Server{open, closed} {
 		if got := s.Metric(t, "throttle_degraded_decisions_total"); got != 0 {
 			t.Errorf("throttle_degraded_decisions_total = %v after the probes, want 0", got)

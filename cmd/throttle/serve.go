@@ -81,7 +81,7 @@ type app struct {
 	limiter    algorithms.Store
 	backend    string // "memory" or "redis"
 	// ready asks Redis itself whether it answers, for /ready; nil: memory.
-	ready      func(context.Context) (down []string, err error)
+	ready      func(context.Context) map[string]error
 	current    func() *descriptors.Config
 	descStatus func(string) restapi.DescriptorStatus
 	grpcSrv    *grpc.Server
