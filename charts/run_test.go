@@ -114,6 +114,56 @@ redis:
 	}
 }
 
+// TestReadinessWithRedisDown: the chart's probes, run as the kubelet runs
+// them (path, port, timeoutSeconds), on the pod with its Redis stopped:
+// readiness passes under the default failureMode, open (the pod answers by
+// policy, so it stays in the Service), and fails under closed; liveness
+// passes under both (a dead Redis never restarts a pod).
+func TestReadinessWithRedisDown(t *testing.T) {
+	for _, tt := range []struct {
+		mode string
+		want int
+	}{{"open", http.StatusOK}, {"closed", http.StatusServiceUnavailable}} {
+		t.Run(tt.mode, func(t *testing.T) {
+			redis := redistest.Start(t)
+			r := render(t, defaultRelease, input{set: []string{"redis.url=" + redis.URL(), "config.failureMode=" + tt.mode}})
+			s := throttletest.Start(t, podEnv(t, r)...)
+			c := deployment(t, r).Spec.Template.Spec.Containers[0]
+			checkProbe(t, "readiness", c.ReadinessProbe, s, podTLS{http: http.DefaultClient, grpc: insecure.NewCredentials()})
+
+			redis.Stop()
+			for range 3 {
+				if got := probeOnce(t, c.ReadinessProbe, s); got != tt.want {
+					t.Errorf("readiness probe with Redis stopped: %d, want %d", got, tt.want)
+				}
+				if got := probeOnce(t, c.LivenessProbe, s); got != http.StatusOK {
+					t.Errorf("liveness probe with Redis stopped: %d, want 200", got)
+				}
+			}
+		})
+	}
+}
+
+// probeOnce runs an HTTP probe once, within its timeoutSeconds (the
+// kubelet's default, 1, when unset), and returns the status; 0 when no
+// reply came in time.
+func probeOnce(t *testing.T, p *corev1.Probe, s *throttletest.Server) int {
+	t.Helper()
+	if p.HTTPGet == nil || p.HTTPGet.Port.StrVal != "http" {
+		t.Fatalf("probe %+v: want httpGet on port http", p)
+	}
+	timeout := time.Duration(max(p.TimeoutSeconds, 1)) * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.URL+p.HTTPGet.Path, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
 // podEnv is the container's environment as the kubelet gives it, as
 // NAME=value, with PORT and GRPC_PORT left to throttletest (free loopback
 // ports) and the pod's mounts made temp folders.

@@ -190,6 +190,38 @@ descriptors: {existingConfigMap: my-descriptors}
 		},
 	},
 	{
+		name: "failureMode closed behind an Istio gateway that fails open",
+		rel:  defaultRelease,
+		in: input{values: `
+config: {failureMode: closed}
+redis: {url: "redis://redis.cache.svc.cluster.local:6379/0"}
+istio: {envoyFilter: {enabled: true}}
+`, setFile: []string{`descriptors.files.edge\.yaml=../envoy/descriptors/edge.yaml`}},
+		check: func(t *testing.T, r rendered) {
+			if !strings.Contains(r.notes, "WARNING: config.failureMode is closed but the gateway fails open") ||
+				!strings.Contains(r.notes, "Set istio.envoyFilter.failureModeDeny=true.") {
+				t.Errorf("NOTES.txt does not warn that the gateway fails open while the pods are NotReady:\n%s", r.notes)
+			}
+		},
+	},
+	{
+		name: "failureMode closed behind an Istio gateway that fails closed",
+		rel:  defaultRelease,
+		in: input{values: `
+config: {failureMode: closed}
+redis: {url: "redis://redis.cache.svc.cluster.local:6379/0"}
+istio: {envoyFilter: {enabled: true, failureModeDeny: true}}
+`, setFile: []string{`descriptors.files.edge\.yaml=../envoy/descriptors/edge.yaml`}},
+		check: func(t *testing.T, r rendered) {
+			if strings.Contains(r.notes, "WARNING") {
+				t.Errorf("NOTES.txt warns with the gateway failing closed too:\n%s", r.notes)
+			}
+			if !rateLimitOf(t, patches(t, onlyEnvoyFilter(t, r))).GetFailureModeDeny() {
+				t.Error("istio.envoyFilter.failureModeDeny true: the filter's failure_mode_deny is false")
+			}
+		},
+	},
+	{
 		name: "autoscaling off, 3 replicas, PDB minAvailable 2",
 		rel:  defaultRelease,
 		in: input{values: `

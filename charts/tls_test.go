@@ -56,6 +56,9 @@ func checkProbes(t *testing.T, c corev1.Container, env map[string]corev1.EnvVar,
 		}
 	}
 	wantGet("readiness", c.ReadinessProbe, "/ready")
+	if p := c.ReadinessProbe; p != nil && p.TimeoutSeconds < 3 {
+		t.Errorf("readinessProbe timeoutSeconds %d: /ready may take 2.5 s (the database 2 s, Redis 500 ms), want at least 3", p.TimeoutSeconds)
+	}
 	wantGet("liveness", c.LivenessProbe, "/health")
 	if env["GRPC_SERVER_USE_TLS"].Value == "true" {
 		wantGet("startup", c.StartupProbe, "/health")

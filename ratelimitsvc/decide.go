@@ -77,6 +77,7 @@ type limitState struct {
 	reset     time.Duration // until the state is fresh again
 	retry     time.Duration // the engine's RetryAfter; 0 for requests_per_unit 0
 	cached    bool          // answered by the over-limit cache
+	degraded  bool          // decided by the failure policy (FAILURE_MODE), not by the backend
 }
 
 func (l *limited) unlimited() bool { return l.limits[0].limit.Unlimited }
@@ -116,7 +117,7 @@ func (s *Server) decide(ctx context.Context, todo []*limited) error {
 		for k := range decisions {
 			d, ls := &decisions[k], limits[k]
 			ls.over = !d.Allowed || ls.peek > d.Remaining
-			ls.remaining, ls.reset, ls.retry, ls.cached = d.Remaining, d.ResetAfter, d.RetryAfter, d.Cached
+			ls.remaining, ls.reset, ls.retry, ls.cached, ls.degraded = d.Remaining, d.ResetAfter, d.RetryAfter, d.Cached, d.Degraded
 		}
 	}
 	for _, l := range todo {

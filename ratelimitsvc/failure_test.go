@@ -3,9 +3,11 @@ package ratelimitsvc_test
 import (
 	"context"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
@@ -37,7 +39,11 @@ func TestFailureModes(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			c, _ := serve(t, ratelimitsvc.Options{Limiter: g, Descriptors: loadConfig(t, "testdata/test.yaml")})
+			c, _ := serve(t, ratelimitsvc.Options{Limiter: g, Descriptors: loadConfig(t, "testdata/test.yaml"),
+				ResponseHeaders: true, DynamicMetadata: true})
+			// The failure policy's answers say so: the header
+			// RateLimit-Degraded and the metadata's degraded.
+			var degraded bool
 			code := func() rlsv3.RateLimitResponse_Code {
 				t.Helper()
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -46,22 +52,30 @@ func TestFailureModes(t *testing.T) {
 				if err != nil {
 					t.Fatalf("ShouldRateLimit: %v", err)
 				}
+				header := slices.ContainsFunc(resp.GetResponseHeadersToAdd(), func(h *corev3.HeaderValue) bool {
+					return h.GetKey() == "RateLimit-Degraded" && h.GetValue() == "true"
+				})
+				md, inMetadata := resp.GetDynamicMetadata().GetFields()["degraded"]
+				if header != inMetadata || (inMetadata && !md.GetBoolValue()) {
+					t.Errorf("header RateLimit-Degraded: %v, metadata degraded: %v; want both or neither", header, md)
+				}
+				degraded = header
 				return resp.GetOverallCode()
 			}
 			for i := range 2 {
-				if got := code(); got != OK {
-					t.Fatalf("Redis up, call %d: %v, want OK", i, got)
+				if got := code(); got != OK || degraded {
+					t.Fatalf("Redis up, call %d: %v degraded=%v, want OK, not degraded", i, got, degraded)
 				}
 			}
 			srv.Stop()
 			for i, want := range tc.down {
-				if got := code(); got != want {
-					t.Errorf("Redis down, call %d: %v, want %v", i, got, want)
+				if got := code(); got != want || !degraded {
+					t.Errorf("Redis down, call %d: %v degraded=%v, want %v, degraded", i, got, degraded, want)
 				}
 			}
 			srv.Restart()
 			deadline := time.Now().Add(5 * time.Second)
-			for code() != OK || g.Degraded() { // calls probe the open circuit
+			for code() != OK || g.Degraded() || degraded { // calls probe the open circuit
 				if time.Now().After(deadline) {
 					t.Fatal("service did not recover within 5s of Redis's return")
 				}

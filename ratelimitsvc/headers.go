@@ -22,7 +22,10 @@ import (
 //     one list member per limit of each descriptor a limit applied to, in
 //     request order (see ietfHeaders);
 //   - when the overall code is OVER_LIMIT, Retry-After: the seconds until the
-//     request could pass, whatever sets says.
+//     request could pass, whatever sets says;
+//   - when the failure policy decided a limit of any descriptor (FAILURE_MODE,
+//     the backend down), RateLimit-Degraded: true, whatever sets says (the
+//     header REST replies carry too).
 //
 // prepared holds, per descriptor, the limit that applied to it, or nil.
 func responseHeaders(sets ratelimitheader.Sets, resp *rlsv3.RateLimitResponse, prepared []*limited) []*corev3.HeaderValue {
@@ -38,7 +41,30 @@ func responseHeaders(sets ratelimitheader.Sets, resp *rlsv3.RateLimitResponse, p
 			out = append(out, &corev3.HeaderValue{Key: "Retry-After", Value: strconv.FormatInt(s, 10)})
 		}
 	}
+	if degraded(prepared) {
+		out = append(out, &corev3.HeaderValue{Key: degradedHeader, Value: "true"})
+	}
 	return out
+}
+
+// degradedHeader marks a response the failure policy decided, at least in
+// part, instead of the counter backend.
+const degradedHeader = "RateLimit-Degraded"
+
+// degraded reports whether the failure policy decided a limit of any
+// descriptor of prepared.
+func degraded(prepared []*limited) bool {
+	for _, l := range prepared {
+		if l == nil {
+			continue
+		}
+		for i := range l.limits {
+			if l.limits[i].degraded {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // ietfHeaders builds RateLimit-Policy and RateLimit: one policy per limit of

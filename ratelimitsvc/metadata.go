@@ -27,6 +27,9 @@ import (
 //	             merged in descriptor order: the first value of a key wins,
 //	             and two maps under one key merge the same way; absent when
 //	             no passed descriptor has metadata
+//	degraded     true when the failure policy (FAILURE_MODE) decided a limit
+//	             of any descriptor, the backend being down; absent otherwise
+//	             (Throttle's, not the reference's)
 //
 // The error names metadata that cannot be converted; the rest is returned.
 func dynamicMetadata(req *rlsv3.RateLimitRequest, statuses []*rlsv3.RateLimitResponse_DescriptorStatus, prepared []*limited) (*structpb.Struct, error) {
@@ -40,6 +43,9 @@ func dynamicMetadata(req *rlsv3.RateLimitRequest, statuses []*rlsv3.RateLimitRes
 	}
 	if h := req.GetHitsAddend(); h != 0 {
 		fields["hitsAddend"] = structpb.NewNumberValue(float64(h))
+	}
+	if degraded(prepared) {
+		fields["degraded"] = structpb.NewBoolValue(true)
 	}
 	passed := &structpb.Struct{Fields: map[string]*structpb.Value{}}
 	var errs []error

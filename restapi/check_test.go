@@ -541,7 +541,7 @@ func TestCheckOverloaded(t *testing.T) {
 }
 
 // deadRedis is a Redis store over an address nothing listens on.
-func deadRedis(t *testing.T) algorithms.Store {
+func deadRedis(t *testing.T) *redisstore.Store {
 	t.Helper()
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", DialTimeout: 200 * time.Millisecond, MaxRetries: -1, DialerRetries: 1})
 	t.Cleanup(func() { rdb.Close() })

@@ -112,12 +112,14 @@ func newEnvAt(t *testing.T, dbURL string, b backend, opts ...func(*Deps)) *testE
 	usage := store.NewUsageRecorder(db, time.Hour, log)
 
 	var limiter algorithms.Store
-	var idem IdempotencyStore // nil: memory
+	var idem IdempotencyStore                        // nil: memory
+	var ready func(context.Context) map[string]error // memory: none, always ready
 	switch b.limiter {
 	case "memory":
 		limiter = algorithms.NewMemoryStore(algorithms.MemoryOptions{Now: testClock})
 	case "redis":
-		limiter = redisstore.New(redisClient(t), redisstore.Options{Now: testClock})
+		rs := redisstore.New(redisClient(t), redisstore.Options{Now: testClock})
+		limiter, ready = rs, rs.Ready
 		idem = idempotency.NewRedis(redisClient(t), "test-"+testkit.RandomHex(t, 8)+":")
 	default:
 		t.Fatalf("unknown limiter %q", b.limiter)
@@ -130,6 +132,7 @@ func newEnvAt(t *testing.T, dbURL string, b backend, opts ...func(*Deps)) *testE
 		Cache:         cache,
 		Usage:         usage,
 		Limiter:       limiter,
+		LimiterReady:  ready,
 		Registerer:    reg,
 		Gatherer:      reg,
 		RegisterLimit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 100_000, Window: time.Hour},

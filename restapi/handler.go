@@ -13,6 +13,7 @@
 package restapi
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
 	"net/netip"
@@ -43,6 +44,16 @@ type Deps struct {
 	Usage *store.UsageRecorder
 	// Limiter decides /check, /check/ip and the /register limit.
 	Limiter algorithms.Store
+	// LimiterReady asks the counter backend itself whether it answers, for
+	// GET /ready, apart from any decision (redisstore.Store.Ready): each
+	// master by name, nil when it answered, else why not (logged; the
+	// reply shows only the name). Default nil: counters in memory, always
+	// ready.
+	LimiterReady func(ctx context.Context) map[string]error
+	// FailureMode is what decides in place of masters LimiterReady finds
+	// down (FAILURE_MODE): /ready is 503 when none answers under closed,
+	// else 200 "degraded". Default "": open.
+	FailureMode algorithms.FailureMode
 	// Registerer receives the HTTP and decision metrics. Default: none
 	// registered (the metrics still work, nobody scrapes them).
 	Registerer prometheus.Registerer

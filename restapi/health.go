@@ -3,10 +3,18 @@ package restapi
 import (
 	"context"
 	"net/http"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/throttle-rl/throttle/algorithms"
 	"github.com/throttle-rl/throttle/store"
+)
+
+// How long readiness waits for each check.
+const (
+	databaseReadyTimeout = 2 * time.Second
+	limiterReadyTimeout  = 500 * time.Millisecond
 )
 
 // handleHealth answers while the process serves HTTP (liveness).
@@ -21,33 +29,73 @@ type readyReply struct {
 	Checks map[string]string `json:"checks"`
 }
 
-// handleReady answers 200 when the database answers a ping and the limiter a
-// read-only check (hits 0), each within 2 seconds; else 503 (readiness).
-// Causes are logged, not shown.
-func handleReady(db *store.DB, limiter algorithms.Store) http.Handler {
+// The states of readiness and of its checks.
+const (
+	readyOK          = "ok"
+	readyReady       = "ready"
+	readyDegraded    = "degraded"
+	readyUnavailable = "unavailable"
+)
+
+// handleReady is readiness: the database answers a ping within 2 seconds,
+// and the counter backend (limiter; nil: memory, always ready) is asked
+// itself within 500 ms, never through a decision (checkLimiter). A database
+// that does not answer, or a limiter "unavailable", is 503 with status
+// "unavailable"; a limiter "degraded" is 200 with status "degraded". Causes
+// are logged; the reply names only what is down.
+func handleReady(db *store.DB, limiter func(context.Context) map[string]error, mode algorithms.FailureMode) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		defer cancel()
-		reply := readyReply{Status: "ready", Checks: map[string]string{"database": "ok", "limiter": "ok"}}
-		status := http.StatusOK
-		if err := db.Ping(ctx); err != nil {
-			logFrom(ctx).Warn("readiness: database", "err", err)
-			reply.Checks["database"] = "unavailable"
-			status = http.StatusServiceUnavailable
-		}
-		_, err := limiter.Check(ctx, []algorithms.Request{{
-			Key:   algorithms.Key{Scope: "_ready", Identifier: "probe"},
-			Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 1, Window: time.Second},
-			Hits:  0,
-		}})
+		ctx := r.Context()
+		reply := readyReply{Status: readyReady, Checks: map[string]string{"database": readyOK, "limiter": readyOK}}
+		dctx, cancel := context.WithTimeout(ctx, databaseReadyTimeout)
+		err := db.Ping(dctx)
+		cancel()
 		if err != nil {
-			logFrom(ctx).Warn("readiness: limiter", "err", err)
-			reply.Checks["limiter"] = "unavailable"
-			status = http.StatusServiceUnavailable
+			logFrom(ctx).Warn("readiness: database", "err", err)
+			reply.Checks["database"] = readyUnavailable
 		}
-		if status != http.StatusOK {
-			reply.Status = "unavailable"
+		if limiter != nil {
+			reply.Checks["limiter"] = checkLimiter(ctx, limiter, mode)
+		}
+		status := http.StatusOK
+		for _, c := range reply.Checks {
+			switch {
+			case strings.HasPrefix(c, readyUnavailable):
+				reply.Status, status = readyUnavailable, http.StatusServiceUnavailable
+			case strings.HasPrefix(c, readyDegraded) && status == http.StatusOK:
+				reply.Status = readyDegraded
+			}
 		}
 		encode(w, r, status, reply)
 	})
+}
+
+// checkLimiter asks the counter backend itself whether it answers, within
+// 500 ms: "ok" when every master does. Else it names those that do not,
+// after the state: "unavailable: A down" when none answers and FAILURE_MODE
+// is closed (every decision would be a refusal); otherwise "degraded: A, B
+// down" (the replica still serves decisions: by policy under open and
+// local, and on a Cluster with some masters up, from Redis for their keys).
+func checkLimiter(ctx context.Context, ready func(context.Context) map[string]error, mode algorithms.FailureMode) string {
+	lctx, cancel := context.WithTimeout(ctx, limiterReadyTimeout)
+	masters := ready(lctx)
+	cancel()
+	var down []string
+	for name, err := range masters {
+		if err != nil {
+			down = append(down, name)
+		}
+	}
+	if len(down) == 0 {
+		return readyOK
+	}
+	slices.Sort(down)
+	state := readyDegraded
+	if mode == algorithms.FailClosed && len(down) == len(masters) {
+		state = readyUnavailable
+	}
+	for _, name := range down {
+		logFrom(ctx).Warn("readiness: counter backend", "err", masters[name], "failure_mode", string(mode), "state", state)
+	}
+	return state + ": " + strings.Join(down, ", ") + " down"
 }

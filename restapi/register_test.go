@@ -11,7 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/throttle-rl/throttle/algorithms"
+	"github.com/throttle-rl/throttle/algorithms/redisstore"
 	"github.com/throttle-rl/throttle/internal/testkit"
 )
 
@@ -33,13 +36,43 @@ func TestHealthAndReady(t *testing.T) {
 	})
 }
 
+// TestReadyLimiterDown: with Redis down, readiness asks Redis itself (as
+// the binary wires it: LimiterReady asks the store the Guard wraps), so it
+// says so under every FAILURE_MODE, 503 only under closed, and the probes
+// are no decisions: the Guard counts none by policy.
 func TestReadyLimiterDown(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, backends()[0], func(d *Deps) { d.Limiter = deadRedis(t) })
-	r := e.call(t, "GET", "/ready", "", "")
-	got := decodeReply[readyReply](t, r)
-	if r.status != http.StatusServiceUnavailable || got.Status != "unavailable" || got.Checks["limiter"] != "unavailable" || got.Checks["database"] != "ok" {
-		t.Errorf("GET /ready with Redis down = %d %s, want 503 with limiter unavailable", r.status, r.body)
+	for _, tt := range []struct {
+		mode       algorithms.FailureMode
+		wantStatus int
+		want       string
+	}{
+		{algorithms.FailOpen, http.StatusOK, `{"status":"degraded","checks":{"database":"ok","limiter":"degraded: redis down"}}`},
+		{algorithms.FailLocal, http.StatusOK, `{"status":"degraded","checks":{"database":"ok","limiter":"degraded: redis down"}}`},
+		{algorithms.FailClosed, http.StatusServiceUnavailable, `{"status":"unavailable","checks":{"database":"ok","limiter":"unavailable: redis down"}}`},
+	} {
+		t.Run(string(tt.mode), func(t *testing.T) {
+			t.Parallel()
+			dead := deadRedis(t)
+			reg := prometheus.NewRegistry()
+			g, err := redisstore.NewGuard(dead, redisstore.GuardOptions{Mode: tt.mode, Registerer: reg})
+			if err != nil {
+				t.Fatal(err)
+			}
+			e := newEnv(t, backends()[0], func(d *Deps) { d.Limiter, d.LimiterReady, d.FailureMode = g, dead.Ready, tt.mode })
+			for range 3 {
+				r := e.call(t, "GET", "/ready", "", "")
+				if r.status != tt.wantStatus || r.body != tt.want+"\n" {
+					t.Errorf("GET /ready with Redis down = %d %s, want %d %s", r.status, r.body, tt.wantStatus, tt.want)
+				}
+			}
+			if got := counterValue(t, reg, "throttle_degraded_decisions_total", map[string]string{"mode": string(tt.mode)}); got != 0 {
+				t.Errorf("throttle_degraded_decisions_total = %v after 3 probes, want 0", got)
+			}
+			if !strings.Contains(e.logs.String(), "readiness: counter backend") {
+				t.Errorf("the cause is not logged:\n%s", e.logs)
+			}
+		})
 	}
 }
 

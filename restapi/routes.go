@@ -18,7 +18,7 @@ func addRoutes(mux *http.ServeMux, d Deps, m *metrics, tr *tracing) {
 
 	mux.Handle("GET /{$}", handleRoot())
 	mux.Handle("GET /health", handleHealth())
-	mux.Handle("GET /ready", handleReady(d.DB, d.Limiter))
+	mux.Handle("GET /ready", handleReady(d.DB, d.LimiterReady, d.FailureMode))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(d.Gatherer, promhttp.HandlerOpts{}))
 	mux.Handle("GET /rlconfig", handleConfigDump(d.ConfigDump))
 	mux.Handle("GET /openapi.json", handleOpenAPI())

@@ -39,6 +39,9 @@
 //     group another master voided is refunded (refundVoided); Clear and
 //     Reset (store.go) delete state.
 //
+// Readiness is apart from these stages: ready.go's Store.Ready asks each
+// master itself whether it answers, through no breaker and counting nothing.
+//
 // Every key carries a TTL; the clock is Redis's TIME, so replicas on skewed
 // hosts agree. docs/algorithms.md has the semantics and the measurements.
 package redisstore

@@ -62,6 +62,6 @@ func (a *app) openCounters(ctx context.Context) error {
 		return err
 	}
 	a.goBG("circuit probe", g.Run)
-	a.limiter, a.backend = g, "redis"
+	a.limiter, a.backend, a.ready = g, "redis", counters.Ready
 	return nil
 }

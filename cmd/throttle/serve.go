@@ -79,6 +79,8 @@ type app struct {
 	propagator propagation.TextMapPropagator
 	limiter    algorithms.Store
 	backend    string // "memory" or "redis"
+	// ready asks Redis itself whether it answers, for /ready; nil: memory.
+	ready      func(context.Context) map[string]error
 	current    func() *descriptors.Config
 	descStatus func(string) restapi.DescriptorStatus
 	grpcSrv    *grpc.Server
@@ -231,7 +233,7 @@ func (a *app) openAPIs(context.Context) error {
 		Log: a.log, DB: a.db, Cache: a.cache, Usage: a.usage, Limiter: a.limiter, Registerer: a.reg, Gatherer: a.reg,
 		TrustedProxies: cfg.TrustedProxies, ConfigDump: a.configDump, HeaderSets: cfg.HeaderSets, TracerProvider: a.tracer, Propagator: a.propagator,
 		RegisterLimit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: cfg.RegisterLimit, Window: time.Hour},
-		Descriptors:   a.descStatus, EnvoyCounters: rls, AdminKey: cfg.AdminKey,
+		Descriptors:   a.descStatus, EnvoyCounters: rls, AdminKey: cfg.AdminKey, LimiterReady: a.ready, FailureMode: cfg.FailureMode,
 	}))
 	a.httpSrv = restapi.NewServer(net.JoinHostPort(cfg.BindAddress, strconv.Itoa(cfg.Port)), handler)
 	if a.httpTLS != nil {
