@@ -8,7 +8,11 @@
 //  1. overlimit.go: OverLimitCache (the Envoy service only, when
 //     LOCAL_CACHE_SIZE_IN_BYTES is set) answers from memory the requests
 //     Redis has just rejected, until they could be admitted.
-//  2. guard.go: Guard.Check validates the batch, takes the call's budget
+//  2. guard.go: Guard.Check validates the batch; approxcheck.go sends its
+//     approximate requests (algorithms.Approximate) to the table of
+//     approx.go, which decides them from memory (by the failure policy when
+//     their master's syncs have failed for a while), and the rest on to
+//     Redis: Guard.checkExact takes the call's budget
 //     from the caller's deadline and, per master, asks its circuit breaker
 //     (breaker.go) whether to call Redis or to answer by the failure policy
 //     (FAILURE_MODE); a call that fails is answered by the policy, one
@@ -39,7 +43,10 @@
 //     group another master voided is refunded (refundVoided); Clear and
 //     Reset (store.go) delete state.
 //
-// Readiness is apart from these stages: ready.go's Store.Ready asks each
+// Apart from these stages, approxsync.go's syncer sends the approximate
+// limits' hits to each master every interval and reads back the totals and
+// how many replicas share them (approx.lua, approx_replicas.lua); and
+// readiness: ready.go's Store.Ready asks each
 // master itself whether it answers, through no breaker and counting nothing.
 //
 // Every key carries a TTL; the clock is Redis's TIME, so replicas on skewed
