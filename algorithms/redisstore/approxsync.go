@@ -176,8 +176,11 @@ func (y *approxSyncer) register(ctx context.Context, leave bool) error {
 		flag = "1"
 	}
 	res, err := y.reg.Run(ctx, sh.client, []string{y.regKey}, y.id, ttl, flag).Int64Slice()
-	if err != nil || len(res) != 2 {
-		return fmt.Errorf("redis: approximate registry: %v", err)
+	if err != nil {
+		return fmt.Errorf("redis: approximate registry: %w", err)
+	}
+	if len(res) != 2 {
+		return fmt.Errorf("redis: approximate registry: %d values in the reply, want 2", len(res))
 	}
 	if !leave {
 		y.t.replicas.Store(res[0])
