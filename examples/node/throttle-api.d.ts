@@ -4,6 +4,26 @@
  */
 
 export interface paths {
+    "/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Where the parts of the server are
+         * @description A browser (`Accept` with `text/html`) is redirected to the dashboard at `/ui/`; any other client gets this index.
+         */
+        get: operations["root"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/health": {
         parameters: {
             query?: never;
@@ -499,6 +519,16 @@ export interface components {
          * @description RFC 3339, UTC.
          */
         Time: string;
+        Root: {
+            /** @constant */
+            service: "throttle";
+            dashboard: string;
+            register: string;
+            health: string;
+            ready: string;
+            metrics: string;
+            docs: string;
+        };
         Health: {
             /** @constant */
             status: "ok";
@@ -1054,6 +1084,35 @@ export interface components {
 }
 export type $defs = Record<string, never>;
 export interface operations {
+    root: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The server's entry points. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Root"];
+                };
+            };
+            /** @description To the dashboard, for a browser. */
+            302: {
+                headers: {
+                    Location?: "/ui/";
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            500: components["responses"]["Internal"];
+        };
+    };
     health: {
         parameters: {
             query?: never;
