@@ -12,8 +12,8 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * Where the parts of the server are
-         * @description A browser (`Accept` with `text/html`) is redirected to the dashboard at `/ui/`; any other client gets this index.
+         * Where to start
+         * @description A browser (Accept with text/html) is sent to the dashboard; any other client gets an index of the server's entry points.
          */
         get: operations["root"];
         put?: never;
@@ -529,8 +529,7 @@ export interface components {
          */
         Time: string;
         Root: {
-            /** @constant */
-            service: "throttle";
+            service: string;
             dashboard: string;
             register: string;
             health: string;
@@ -1107,7 +1106,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description The server's entry points. */
+            /** @description The index. */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -1116,15 +1115,15 @@ export interface operations {
                     "application/json": components["schemas"]["Root"];
                 };
             };
-            /** @description To the dashboard, for a browser. */
+            /** @description To the dashboard, /ui/. */
             302: {
                 headers: {
-                    Location?: "/ui/";
+                    /** @description /ui/ */
+                    Location?: string;
                     [name: string]: unknown;
                 };
                 content?: never;
             };
-            500: components["responses"]["Internal"];
         };
     };
     health: {
