@@ -111,25 +111,26 @@ func newEnvAt(t *testing.T, dbURL string, b backend, opts ...func(*Deps)) *testE
 	}
 	usage := store.NewUsageRecorder(db, time.Hour, log)
 
-	reg := prometheus.NewRegistry()
 	var limiter algorithms.Store
 	var idem IdempotencyStore // nil: memory
 	switch b.limiter {
 	case "memory":
 		limiter = algorithms.NewMemoryStore(algorithms.MemoryOptions{Now: testClock})
 	case "redis":
-		rs := redisstore.New(redisClient(t), redisstore.Options{Now: testClock})
-		// The store's metrics beside the API's on one registry, as serve
-		// has them: their names must not collide.
-		if err := rs.RegisterMetrics(reg); err != nil {
-			t.Fatal(err)
-		}
-		limiter = rs
+		limiter = redisstore.New(redisClient(t), redisstore.Options{Now: testClock})
 		idem = idempotency.NewRedis(redisClient(t), "test-"+testkit.RandomHex(t, 8)+":")
 	default:
 		t.Fatalf("unknown limiter %q", b.limiter)
 	}
 
+	reg := prometheus.NewRegistry()
+	if rs, ok := limiter.(*redisstore.Store); ok {
+		// The store's metrics beside the API's on one registry, as serve
+		// has them: their names must not collide.
+		if err := rs.RegisterMetrics(reg); err != nil {
+			t.Fatal(err)
+		}
+	}
 	d := Deps{
 		Log:           log,
 		DB:            db,
