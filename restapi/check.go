@@ -198,7 +198,7 @@ func decideChecks(ctx context.Context, d checkDeps, m *metrics, c store.Client, 
 		case !o.reply.Allowed:
 			outcome = "rejected"
 		}
-		m.decisions.WithLabelValues("rest", alg, outcome).Inc()
+		m.decisions.WithLabelValues("rest", alg, o.check.limit.Accuracy.String(), outcome).Inc()
 	}
 	return out, nil
 }

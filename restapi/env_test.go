@@ -126,6 +126,13 @@ func newEnvAt(t *testing.T, dbURL string, b backend, opts ...func(*Deps)) *testE
 	}
 
 	reg := prometheus.NewRegistry()
+	if rs, ok := limiter.(*redisstore.Store); ok {
+		// The store's metrics beside the API's on one registry, as serve
+		// has them: their names must not collide.
+		if err := rs.RegisterMetrics(reg); err != nil {
+			t.Fatal(err)
+		}
+	}
 	d := Deps{
 		Log:           log,
 		DB:            db,

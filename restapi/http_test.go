@@ -172,7 +172,7 @@ func TestMetrics(t *testing.T) {
 	for _, want := range []string{
 		`throttle_http_request_duration_seconds_bucket{method="POST",route="POST /check",status="200",le="0.0005"}`,
 		`throttle_http_requests_in_flight 1`,
-		`throttle_decisions_total{algorithm="fixed_window",api="rest",outcome="allowed"} 1`,
+		`throttle_decisions_total{accuracy="exact",algorithm="fixed_window",api="rest",outcome="allowed"} 1`,
 	} {
 		if !strings.Contains(r.body, want) {
 			t.Errorf("GET /metrics lacks %s", want)

@@ -41,15 +41,16 @@ func resolveLimit(cache *store.Cache, c store.Client, req checkRequest) (algorit
 	if req.Limit == nil {
 		return algorithms.Limit{}, "", false, missingField("limit is required when no rule is named")
 	}
-	l, err := inlineLimit(alg, req.Limit, req.Window, req.RefillRate)
+	l, err := inlineLimit(algorithms.Limit{Algorithm: alg}, req.Limit, req.Window, req.RefillRate)
 	return l, "", false, err
 }
 
 // inlineLimit checks the limit, window (seconds) and refill rate given in a
-// request body, for /check and /rules alike. A refill rate given with a
-// window algorithm is ignored.
-func inlineLimit(alg algorithms.Algorithm, limit, window *int64, refill *float64) (algorithms.Limit, error) {
-	l := algorithms.Limit{Algorithm: alg}
+// request body, for /check and /rules alike, as those of l (whose algorithm,
+// and accuracy for a rule, are given). A refill rate given with a window
+// algorithm is ignored.
+func inlineLimit(l algorithms.Limit, limit, window *int64, refill *float64) (algorithms.Limit, error) {
+	alg := l.Algorithm
 	switch {
 	case limit == nil:
 		return l, missingField("limit is required")

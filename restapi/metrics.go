@@ -35,8 +35,8 @@ func newMetrics(reg prometheus.Registerer, log *slog.Logger) *metrics {
 		}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "throttle_decisions_total",
-			Help: "Rate limit decisions, by API, algorithm and outcome (allowed, rejected, exempt).",
-		}, []string{"api", "algorithm", "outcome"}),
+			Help: "Rate limit decisions, by API, algorithm, accuracy (exact, approximate) and outcome (allowed, rejected, exempt).",
+		}, []string{"api", "algorithm", "accuracy", "outcome"}),
 	}
 	if reg == nil {
 		return m

@@ -11,8 +11,8 @@ import (
 )
 
 // ruleRequest is the body of POST /rules and PUT /rules/{name}. A rule has
-// one limit (algorithm, limit, window, refill_rate, always_count) or, with
-// descriptors, several as a list (rate_limits), never both.
+// one limit (algorithm, limit, window, refill_rate, always_count, accuracy)
+// or, with descriptors, several as a list (rate_limits), never both.
 type ruleRequest struct {
 	Name        string                  `json:"name"`
 	Algorithm   string                  `json:"algorithm"`
@@ -20,6 +20,7 @@ type ruleRequest struct {
 	Window      *int64                  `json:"window"`
 	RefillRate  *float64                `json:"refill_rate"`
 	AlwaysCount *bool                   `json:"always_count"`
+	Accuracy    string                  `json:"accuracy"`
 	RateLimits  []ruleLimitRequest      `json:"rate_limits"`
 	Descriptors []store.DescriptorEntry `json:"descriptors"`
 }
@@ -32,11 +33,13 @@ type ruleLimitRequest struct {
 	Window      *int64   `json:"window"`
 	RefillRate  *float64 `json:"refill_rate"`
 	AlwaysCount bool     `json:"always_count"`
+	Accuracy    string   `json:"accuracy"`
 }
 
-// ruleReply is a rule as the API shows it. Window is in seconds. A rule of
-// several limits shows them in rate_limits, and no algorithm, limit or
-// window of its own.
+// ruleReply is a rule as the API shows it. Window is in seconds; accuracy
+// is always shown, "exact" or "approximate". A rule of several limits shows
+// them in rate_limits, and no algorithm, limit, window or accuracy of its
+// own.
 type ruleReply struct {
 	Name        string                  `json:"name"`
 	Algorithm   string                  `json:"algorithm,omitempty"`
@@ -44,6 +47,7 @@ type ruleReply struct {
 	Window      *int64                  `json:"window,omitempty"`
 	RefillRate  float64                 `json:"refill_rate,omitempty"`
 	AlwaysCount bool                    `json:"always_count,omitempty"`
+	Accuracy    string                  `json:"accuracy,omitempty"`
 	RateLimits  []ruleLimitReply        `json:"rate_limits,omitempty"`
 	Descriptors []store.DescriptorEntry `json:"descriptors,omitempty"`
 	CreatedAt   time.Time               `json:"created_at"`
@@ -57,6 +61,7 @@ type ruleLimitReply struct {
 	Window      int64   `json:"window"`
 	RefillRate  float64 `json:"refill_rate,omitempty"`
 	AlwaysCount bool    `json:"always_count,omitempty"`
+	Accuracy    string  `json:"accuracy"`
 }
 
 func newRuleReply(r store.Rule) ruleReply {
@@ -64,13 +69,13 @@ func newRuleReply(r store.Rule) ruleReply {
 	if len(r.RateLimits) == 0 {
 		w := int64(r.Limit.Window / time.Second)
 		reply.Algorithm, reply.Limit, reply.Window = string(r.Limit.Algorithm), r.Limit.Limit, &w
-		reply.RefillRate, reply.AlwaysCount = r.Limit.RefillRate, r.AlwaysCount
+		reply.RefillRate, reply.AlwaysCount, reply.Accuracy = r.Limit.RefillRate, r.AlwaysCount, r.Limit.Accuracy.String()
 		return reply
 	}
 	reply.RateLimits = make([]ruleLimitReply, len(r.RateLimits))
 	for i, l := range r.RateLimits {
 		reply.RateLimits[i] = ruleLimitReply{Name: l.Name, Algorithm: string(l.Limit.Algorithm), Limit: l.Limit.Limit,
-			Window: int64(l.Limit.Window / time.Second), RefillRate: l.Limit.RefillRate, AlwaysCount: l.AlwaysCount}
+			Window: int64(l.Limit.Window / time.Second), RefillRate: l.Limit.RefillRate, AlwaysCount: l.AlwaysCount, Accuracy: l.Limit.Accuracy.String()}
 	}
 	return reply
 }
@@ -142,14 +147,14 @@ func handleRuleUpdate(db *store.DB, cache *store.Cache) http.Handler {
 func ruleFromRequest(c store.Client, req ruleRequest) (store.Rule, error) {
 	rule := store.Rule{ClientID: c.ID, Name: req.Name, Descriptors: req.Descriptors}
 	if req.RateLimits != nil {
-		if req.Algorithm != "" || req.Limit != nil || req.Window != nil || req.RefillRate != nil || req.AlwaysCount != nil {
-			return store.Rule{}, invalidField("give the rule's limit either in algorithm, limit, window, refill_rate and always_count, or as a list in rate_limits, not both")
+		if req.Algorithm != "" || req.Limit != nil || req.Window != nil || req.RefillRate != nil || req.AlwaysCount != nil || req.Accuracy != "" {
+			return store.Rule{}, invalidField("give the rule's limit either in algorithm, limit, window, refill_rate, always_count and accuracy, or as a list in rate_limits, not both")
 		}
 		if len(req.RateLimits) == 0 {
 			return store.Rule{}, invalidField("rate_limits must list at least one limit")
 		}
 		for i, l := range req.RateLimits {
-			limit, err := ruleLimit(c, l.Algorithm, l.Limit, l.Window, l.RefillRate)
+			limit, err := ruleLimit(c, l.Algorithm, l.Accuracy, l.Limit, l.Window, l.RefillRate)
 			if err != nil {
 				var ae *apiError
 				if errors.As(err, &ae) {
@@ -161,7 +166,7 @@ func ruleFromRequest(c store.Client, req ruleRequest) (store.Rule, error) {
 		}
 		return rule, nil
 	}
-	limit, err := ruleLimit(c, req.Algorithm, req.Limit, req.Window, req.RefillRate)
+	limit, err := ruleLimit(c, req.Algorithm, req.Accuracy, req.Limit, req.Window, req.RefillRate)
 	if err != nil {
 		return store.Rule{}, err
 	}
@@ -170,8 +175,8 @@ func ruleFromRequest(c store.Client, req ruleRequest) (store.Rule, error) {
 }
 
 // ruleLimit checks one limit of a rule body; the algorithm defaults to the
-// client's.
-func ruleLimit(c store.Client, alg string, limit, window *int64, refill *float64) (algorithms.Limit, error) {
+// client's, the accuracy to exact.
+func ruleLimit(c store.Client, alg, accuracy string, limit, window *int64, refill *float64) (algorithms.Limit, error) {
 	if alg == "" {
 		alg = string(c.DefaultAlgorithm)
 	}
@@ -179,7 +184,11 @@ func ruleLimit(c store.Client, alg string, limit, window *int64, refill *float64
 	if err != nil {
 		return algorithms.Limit{}, invalidField("algorithm must be " + algorithms.Names())
 	}
-	return inlineLimit(a, limit, window, refill)
+	acc, err := algorithms.ParseAccuracy(accuracy)
+	if err != nil {
+		return algorithms.Limit{}, invalidField(err.Error())
+	}
+	return inlineLimit(algorithms.Limit{Algorithm: a, Accuracy: acc}, limit, window, refill)
 }
 
 // ruleError maps the store's rule errors that both create and update share.

@@ -23,7 +23,7 @@ var ErrTooMany = errors.New("too many")
 // Override replaces a rule's limit for one identifier, or for every
 // identifier that starts with a prefix: an Identifier ending in '*' is the
 // pattern of the identifiers that start with what comes before the '*'.
-// The algorithm is always the rule's.
+// The algorithm and the accuracy are always the rule's.
 type Override struct {
 	ClientID string
 	Rule     string
@@ -43,7 +43,8 @@ func (o Override) Pattern() (string, bool) {
 	return strings.CutSuffix(o.Identifier, "*")
 }
 
-// Apply returns the rule's limit l with the override's limit and window.
+// Apply returns the rule's limit l with the override's limit and window;
+// the rest of l (algorithm, refill rate, accuracy) is kept.
 func (o Override) Apply(l algorithms.Limit) algorithms.Limit {
 	l.Limit = o.Limit
 	if o.Window != 0 {
@@ -115,13 +116,13 @@ func (db *DB) checkOverride(ctx context.Context, tx *sql.Tx, o Override) error {
 		lock = " FOR UPDATE"
 	}
 	var (
-		alg                  string
+		alg, accuracy        string
 		limit, secs          int64
 		refill               float64
 		rateLimits, descJSON string
 	)
-	err := tx.QueryRowContext(ctx, db.q(`SELECT algorithm, "limit", window_seconds, refill_rate, rate_limits, descriptors
-		FROM rules WHERE client_id = ? AND name = ?`+lock), o.ClientID, o.Rule).Scan(&alg, &limit, &secs, &refill, &rateLimits, &descJSON)
+	err := tx.QueryRowContext(ctx, db.q(`SELECT algorithm, "limit", window_seconds, refill_rate, accuracy, rate_limits, descriptors
+		FROM rules WHERE client_id = ? AND name = ?`+lock), o.ClientID, o.Rule).Scan(&alg, &limit, &secs, &refill, &accuracy, &rateLimits, &descJSON)
 	if errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("rule %q: %w", o.Rule, ErrNotFound)
 	}
@@ -134,7 +135,8 @@ func (db *DB) checkOverride(ctx context.Context, tx *sql.Tx, o Override) error {
 	if o.Window%time.Second != 0 || o.Window < 0 {
 		return invalid("window must be a whole number of seconds")
 	}
-	l := o.Apply(algorithms.Limit{Algorithm: algorithms.Algorithm(alg), Limit: limit, Window: time.Duration(secs) * time.Second, RefillRate: refill})
+	l := o.Apply(algorithms.Limit{Algorithm: algorithms.Algorithm(alg), Limit: limit, Window: time.Duration(secs) * time.Second, RefillRate: refill,
+		Accuracy: algorithms.Accuracy(accuracy)})
 	if err := l.Validate(); err != nil {
 		return &refusal{reason: err.Error(), cause: err}
 	}

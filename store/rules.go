@@ -13,21 +13,26 @@ import (
 	"github.com/throttle-rl/throttle/algorithms"
 )
 
-const ruleColumns = `client_id, name, algorithm, "limit", window_seconds, refill_rate, always_count, rate_limits, descriptors, created_at`
+const ruleColumns = `client_id, name, algorithm, "limit", window_seconds, refill_rate, accuracy, always_count, rate_limits, descriptors, created_at`
 
 func scanRule(row rowScanner) (Rule, error) {
 	var (
 		r           Rule
 		algorithm   string
+		accuracy    string
 		windowSecs  int64
 		rateLimits  string
 		descriptors string
 	)
-	if err := row.Scan(&r.ClientID, &r.Name, &algorithm, &r.Limit.Limit, &windowSecs, &r.Limit.RefillRate, &r.AlwaysCount, &rateLimits, &descriptors, timeScanner{&r.CreatedAt}); err != nil {
+	if err := row.Scan(&r.ClientID, &r.Name, &algorithm, &r.Limit.Limit, &windowSecs, &r.Limit.RefillRate, &accuracy, &r.AlwaysCount, &rateLimits, &descriptors, timeScanner{&r.CreatedAt}); err != nil {
 		return Rule{}, err
 	}
 	r.Limit.Algorithm = algorithms.Algorithm(algorithm)
 	r.Limit.Window = time.Duration(windowSecs) * time.Second
+	var err error
+	if r.Limit.Accuracy, err = algorithms.ParseAccuracy(accuracy); err != nil {
+		return Rule{}, fmt.Errorf("rule %q: %w", r.Name, err)
+	}
 	if descriptors != "" && descriptors != "[]" {
 		if err := json.Unmarshal([]byte(descriptors), &r.Descriptors); err != nil {
 			return Rule{}, fmt.Errorf("rule %q: decode descriptors: %w", r.Name, err)
@@ -54,11 +59,14 @@ type storedLimit struct {
 	WindowSeconds int64   `json:"window_seconds"`
 	RefillRate    float64 `json:"refill_rate,omitempty"`
 	AlwaysCount   bool    `json:"always_count,omitempty"`
+	// Accuracy is "approximate", or left out (exact).
+	Accuracy string `json:"accuracy,omitempty"`
 }
 
 func (l storedLimit) ruleLimit() RuleLimit {
 	return RuleLimit{Name: l.Name, AlwaysCount: l.AlwaysCount, Limit: algorithms.Limit{
 		Algorithm: algorithms.Algorithm(l.Algorithm), Limit: l.Limit, Window: time.Duration(l.WindowSeconds) * time.Second, RefillRate: l.RefillRate,
+		Accuracy: algorithms.Accuracy(l.Accuracy),
 	}}
 }
 
@@ -67,7 +75,7 @@ func encodeRateLimits(limits []RuleLimit) (string, error) {
 	stored := make([]storedLimit, len(limits))
 	for i, l := range limits {
 		stored[i] = storedLimit{Name: l.Name, Algorithm: string(l.Limit.Algorithm), Limit: l.Limit.Limit, WindowSeconds: windowSeconds(l.Limit),
-			RefillRate: l.Limit.RefillRate, AlwaysCount: l.AlwaysCount}
+			RefillRate: l.Limit.RefillRate, AlwaysCount: l.AlwaysCount, Accuracy: string(l.Limit.Accuracy)}
 	}
 	b, err := json.Marshal(stored)
 	return string(b), err
@@ -87,9 +95,10 @@ func (db *DB) CreateRule(ctx context.Context, r Rule) (_ Rule, err error) {
 	r.CreatedAt = db.timestamp()
 	err = db.inTx(ctx, nil, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, db.q(`INSERT INTO rules
-			(client_id, name, algorithm, "limit", window_seconds, refill_rate, always_count, rate_limits, descriptors, created_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
-			r.ClientID, r.Name, string(r.Limit.Algorithm), r.Limit.Limit, windowSeconds(r.Limit), r.Limit.RefillRate, r.AlwaysCount, cols.rateLimits, descriptors, r.CreatedAt)
+			(client_id, name, algorithm, "limit", window_seconds, refill_rate, accuracy, always_count, rate_limits, descriptors, created_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+			r.ClientID, r.Name, string(r.Limit.Algorithm), r.Limit.Limit, windowSeconds(r.Limit), r.Limit.RefillRate, r.Limit.Accuracy.String(),
+			r.AlwaysCount, cols.rateLimits, descriptors, r.CreatedAt)
 		if err != nil {
 			return err
 		}
@@ -121,10 +130,11 @@ func (db *DB) UpdateRule(ctx context.Context, r Rule) (_ Rule, err error) {
 	descriptors := cols.descriptors
 	err = db.inTx(ctx, nil, func(tx *sql.Tx) error {
 		row := tx.QueryRowContext(ctx, db.q(`UPDATE rules
-			SET algorithm = ?, "limit" = ?, window_seconds = ?, refill_rate = ?, always_count = ?, rate_limits = ?, descriptors = ?
+			SET algorithm = ?, "limit" = ?, window_seconds = ?, refill_rate = ?, accuracy = ?, always_count = ?, rate_limits = ?, descriptors = ?
 			WHERE client_id = ? AND name = ?
 			RETURNING created_at`),
-			string(r.Limit.Algorithm), r.Limit.Limit, windowSeconds(r.Limit), r.Limit.RefillRate, r.AlwaysCount, cols.rateLimits, descriptors, r.ClientID, r.Name)
+			string(r.Limit.Algorithm), r.Limit.Limit, windowSeconds(r.Limit), r.Limit.RefillRate, r.Limit.Accuracy.String(),
+			r.AlwaysCount, cols.rateLimits, descriptors, r.ClientID, r.Name)
 		if err := row.Scan(timeScanner{&r.CreatedAt}); err != nil {
 			if errors.Is(err, sql.ErrNoRows) {
 				return fmt.Errorf("rule %q: %w", r.Name, ErrNotFound)
@@ -156,14 +166,14 @@ func (db *DB) prepareRule(ctx context.Context, r Rule) (Rule, ruleCols, error) {
 	r.ClientID = clientID
 	if needsDefaultAlgorithm(r) {
 		// Checked with a stand-in first so a bad rule is refused without a query.
-		if _, err := normalizeRule(withDefaultAlgorithm(r, algorithms.TokenBucket)); err != nil {
+		if _, err := normalizeRule(withDefaultAlgorithm(r, standIn)); err != nil {
 			return Rule{}, ruleCols{}, err
 		}
 		c, err := db.ClientByID(ctx, clientID)
 		if err != nil {
 			return Rule{}, ruleCols{}, err
 		}
-		r = withDefaultAlgorithm(r, c.DefaultAlgorithm)
+		r = withDefaultAlgorithm(r, func(algorithms.Limit) algorithms.Algorithm { return c.DefaultAlgorithm })
 	}
 	r, err := normalizeRule(r)
 	if err != nil {
@@ -199,21 +209,31 @@ func needsDefaultAlgorithm(r Rule) bool {
 	return false
 }
 
-// withDefaultAlgorithm gives alg to r's limit, and to every limit of its
-// RateLimits, that has none.
-func withDefaultAlgorithm(r Rule, alg algorithms.Algorithm) Rule {
+// withDefaultAlgorithm gives alg(l) to r's limit l, and to every limit l
+// of its RateLimits, that has none.
+func withDefaultAlgorithm(r Rule, alg func(l algorithms.Limit) algorithms.Algorithm) Rule {
 	if r.Limit.Algorithm == "" {
-		r.Limit.Algorithm = alg
+		r.Limit.Algorithm = alg(r.Limit)
 	}
 	if len(r.RateLimits) > 0 {
 		r.RateLimits = slices.Clone(r.RateLimits)
 		for i := range r.RateLimits {
-			if r.RateLimits[i].Limit.Algorithm == "" {
-				r.RateLimits[i].Limit.Algorithm = alg
+			if l := r.RateLimits[i].Limit; l.Algorithm == "" {
+				r.RateLimits[i].Limit.Algorithm = alg(l)
 			}
 		}
 	}
 	return r
+}
+
+// standIn is the algorithm a limit without one is checked with before the
+// client's default is read: the one that refuses least. A token bucket
+// needs no window; an approximate limit must be a window's.
+func standIn(l algorithms.Limit) algorithms.Algorithm {
+	if l.Accuracy == algorithms.Approximate {
+		return algorithms.FixedWindow
+	}
+	return algorithms.TokenBucket
 }
 
 // windowSeconds is l's window for the window_seconds column (normalizeRule

@@ -647,17 +647,17 @@ func TestMigrate(t *testing.T) {
 			t.Fatalf("version of an empty database = %d, %v, %v; want 0, false, nil", version, dirty, err)
 		}
 		version, dirty, err = Migrate(ctx, url, "up")
-		if err != nil || version != 5 || dirty {
-			t.Fatalf("up = %d, %v, %v; want 5, false, nil", version, dirty, err)
+		if err != nil || version != 6 || dirty {
+			t.Fatalf("up = %d, %v, %v; want 6, false, nil", version, dirty, err)
 		}
-		if version, _, err = Migrate(ctx, url, "up"); err != nil || version != 5 {
-			t.Fatalf("up again = %d, %v; want 5, nil", version, err)
+		if version, _, err = Migrate(ctx, url, "up"); err != nil || version != 6 {
+			t.Fatalf("up again = %d, %v; want 6, nil", version, err)
 		}
 
 		db := mustOpen(t, url)
 		mustCreateClient(t, db, "Alpha")
 
-		for _, want := range []uint{4, 3, 2, 1, 0} {
+		for _, want := range []uint{5, 4, 3, 2, 1, 0} {
 			version, dirty, err = Migrate(ctx, url, "down")
 			if err != nil || version != want || dirty {
 				t.Fatalf("down = %d, %v, %v; want %d, false, nil", version, dirty, err, want)
@@ -670,8 +670,8 @@ func TestMigrate(t *testing.T) {
 			t.Error("down on an empty schema: want an error")
 		}
 		version, _, err = Migrate(ctx, url, "up")
-		if err != nil || version != 5 {
-			t.Fatalf("up after down = %d, %v; want 5, nil", version, err)
+		if err != nil || version != 6 {
+			t.Fatalf("up after down = %d, %v; want 6, nil", version, err)
 		}
 		rev, err := db.Revision(ctx)
 		if err != nil || rev != 0 {

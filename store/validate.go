@@ -205,6 +205,7 @@ func normalizeLimit(l algorithms.Limit, descriptors bool, at string) (algorithms
 	if l.Algorithm != algorithms.TokenBucket {
 		l.RefillRate = 0 // does not apply: ignored, as REST clients send one body for all algorithms
 	}
+	l.Accuracy, _ = algorithms.ParseAccuracy(string(l.Accuracy)) // "exact" is Exact; Validate refused the rest
 	if descriptors && l.Limit > math.MaxUint32 {
 		return l, invalid("%slimit of a rule with descriptors must be at most %d (Envoy's requests_per_unit)", at, uint32(math.MaxUint32))
 	}
@@ -238,11 +239,13 @@ func checkRateLimits(r Rule) error {
 }
 
 // checkShared refuses two limits the engine would count as one (same
-// algorithm, limit, window and refill rate: one counter).
+// algorithm, limit, window and refill rate: one counter, whatever their
+// accuracy, as an approximate limit syncs to the counter an exact one uses).
 func checkShared(ls []RuleLimit) error {
+	counter := func(l algorithms.Limit) algorithms.Limit { l.Accuracy = algorithms.Exact; return l }
 	for i, l := range ls {
 		for j := range i {
-			if l.Limit == ls[j].Limit {
+			if counter(l.Limit) == counter(ls[j].Limit) {
 				return invalid("rate_limits[%d]: same algorithm, limit, window and refill_rate as rate_limits[%d]: the two would count against one counter", i, j)
 			}
 		}

@@ -32,8 +32,8 @@ func newApproxMetrics(t *approxTable) *approxMetrics {
 			Buckets: []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1},
 		}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "throttle_decisions_total",
-			Help: "Decisions of the Redis store, by the accuracy of their limit: exact (Redis decided) or approximate (decided from memory).",
+			Name: "throttle_redis_decisions_total",
+			Help: "Decisions of the Redis store (every API), by the accuracy of their limit: exact (Redis decided) or approximate (decided from memory).",
 		}, []string{"accuracy"}),
 		overflow: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "throttle_approximate_overflow_total",

@@ -142,8 +142,8 @@ func TestMigrateCommand(t *testing.T) {
 	var out bytes.Buffer
 	for _, step := range []struct{ arg, want string }{
 		{"version", "database schema version 0\n"},
-		{"up", "database schema version 5\n"},
-		{"down", "database schema version 4\n"},
+		{"up", "database schema version 6\n"},
+		{"down", "database schema version 5\n"},
 	} {
 		out.Reset()
 		if err := run(context.Background(), []string{"migrate", step.arg}, env(map[string]string{"DATABASE_URL": dbURL}), &out, &out); err != nil {

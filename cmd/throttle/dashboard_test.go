@@ -136,8 +136,8 @@ func TestDashboard(t *testing.T) {
 		chromedp.Click(chromedp.ID("rule-submit")),
 		chromedp.WaitVisible(chromedp.CSS(`tr[data-rule="api_default"]`)),
 	)
-	if got := eval("rule row", `document.querySelector('tr[data-rule="api_default"]').innerText.replace(/\s+/g, ' ').trim()`); !strings.HasPrefix(got, "api_default fixed_window 5 3,600 s") {
-		t.Errorf("rule row = %q, want api_default fixed_window 5 3,600 s", got)
+	if got := eval("rule row", `document.querySelector('tr[data-rule="api_default"]').innerText.replace(/\s+/g, ' ').trim()`); !strings.HasPrefix(got, "api_default fixed_window exact 5 3,600 s") {
+		t.Errorf("rule row = %q, want api_default fixed_window exact 5 3,600 s", got)
 	}
 	// Overrides of the rule (made over HTTP) show in its row once the rules reload.
 	for _, o := range []string{`{"identifier":"partner-*","limit":500,"window":3600}`, `{"identifier":"acme","limit":100}`} {
@@ -181,30 +181,65 @@ func TestDashboard(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS(`#rule-more .limit-row`)),
 		chromedp.SetValue(chromedp.CSS(`#rule-more [data-field="name"]`), "daily"),
 		chromedp.SetValue(chromedp.CSS(`#rule-more [data-field="algorithm"]`), "sliding_window"),
+		chromedp.SetValue(chromedp.CSS(`#rule-more [data-field="accuracy"]`), "approximate"),
 		chromedp.SetValue(chromedp.CSS(`#rule-more [data-field="limit"]`), "1000"),
 		chromedp.SetValue(chromedp.CSS(`#rule-more [data-field="window"]`), "86400"),
 		chromedp.Click(chromedp.CSS(`#rule-more [data-field="always_count"]`)),
 		chromedp.Click(chromedp.ID("rule-submit")),
 		chromedp.WaitVisible(chromedp.CSS(`tr[data-rule="search"]`)),
 	)
-	if got := eval("rule of two limits", `document.querySelector('tr[data-rule="search"]').innerText.replace(/\s+/g, ' ').trim()`); !strings.HasPrefix(got, "search 2 limits, all must admit search[0] fixed_window daily sliding_window 10 1,000 always counts 1 s 86,400 s") {
+	if got := eval("rule of two limits", `document.querySelector('tr[data-rule="search"]').innerText.replace(/\s+/g, ' ').trim()`); !strings.HasPrefix(got, "search 2 limits, all must admit search[0] fixed_window daily sliding_window exact approximate 10 1,000 always counts 1 s 86,400 s") {
 		t.Errorf("rule of two limits row = %q", got)
 	}
 	do("edit the rule of two limits",
 		chromedp.Click(chromedp.CSS(`tr[data-rule="search"] button[data-action="edit"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`#rule-more .limit-row`)),
 	)
-	if got := eval("the form of two limits", `[document.getElementById('rule-more').dataset.count, document.querySelector('#rule-more [data-field="name"]').value, document.querySelector('#rule-more [data-field="limit"]').value, String(document.querySelector('#rule-more [data-field="always_count"]').checked)].join('|')`); got != "1|daily|1000|true" {
-		t.Errorf("the edit form of the rule of two limits = %q, want 1|daily|1000|true", got)
+	if got := eval("the form of two limits", `[document.getElementById('rule-more').dataset.count, document.querySelector('#rule-more [data-field="name"]').value, document.querySelector('#rule-more [data-field="limit"]').value, String(document.querySelector('#rule-more [data-field="always_count"]').checked), document.querySelector('#rule-more [data-field="accuracy"]').value].join('|')`); got != "1|daily|1000|true|approximate" {
+		t.Errorf("the edit form of the rule of two limits = %q, want 1|daily|1000|true|approximate", got)
 	}
 	shot("02-two-limits.png")
 	do("save it unchanged", chromedp.Click(chromedp.ID("rule-submit")))
 	waitFor("the form closed", `document.getElementById('rule-form').hidden`)
+	// An approximate rule; approximate with a token bucket is refused, with
+	// the server's reason in the form.
+	do("create an approximate rule",
+		chromedp.Click(chromedp.ID("rule-new")),
+		typeInto("rule-name", "feed"),
+		chromedp.SetValue(chromedp.ID("rule-algorithm"), "fixed_window"),
+		chromedp.SetValue(chromedp.ID("rule-accuracy"), "approximate"),
+		typeInto("rule-limit", "6400"),
+		typeInto("rule-window", "3600"),
+		chromedp.Click(chromedp.ID("rule-submit")),
+		chromedp.WaitVisible(chromedp.CSS(`tr[data-rule="feed"]`)),
+	)
+	if got := eval("approximate rule row", `document.querySelector('tr[data-rule="feed"]').innerText.replace(/\s+/g, ' ').trim()`); !strings.HasPrefix(got, "feed fixed_window approximate 6,400 3,600 s") {
+		t.Errorf("approximate rule row = %q, want feed fixed_window approximate 6,400 3,600 s", got)
+	}
+	do("edit the approximate rule", chromedp.Click(chromedp.CSS(`tr[data-rule="feed"] button[data-action="edit"]`)), chromedp.WaitVisible(chromedp.ID("rule-form")))
+	if got := eval("the edit form's accuracy", `document.getElementById('rule-accuracy').value`); got != "approximate" {
+		t.Errorf("the edit form of feed shows accuracy %q, want approximate", got)
+	}
+	do("cancel", chromedp.Click(chromedp.ID("rule-cancel")))
+	do("try an approximate token bucket",
+		chromedp.Click(chromedp.ID("rule-new")),
+		typeInto("rule-name", "bucket"),
+		chromedp.SetValue(chromedp.ID("rule-algorithm"), "token_bucket"),
+		chromedp.SetValue(chromedp.ID("rule-accuracy"), "approximate"),
+		typeInto("rule-limit", "10"),
+		chromedp.Click(chromedp.ID("rule-submit")),
+	)
+	waitFor("the refusal", `!document.getElementById('rule-error').hidden`)
+	if got := eval("the refusal", `document.getElementById('rule-error').textContent`); !strings.Contains(got, "accuracy approximate applies to fixed_window and sliding_window, not token_bucket") {
+		t.Errorf("rule form error = %q, want the server's reason", got)
+	}
+	do("cancel", chromedp.Click(chromedp.ID("rule-cancel")))
 
 	rules := getJSONList(t, s.URL+"/rules/list", key)
-	if len(rules) != 3 || rules[0]["name"] != "api_default" || rules[0]["limit"] != float64(20) ||
-		rules[1]["name"] != "login" || rules[1]["refill_rate"] != 0.1 || fmt.Sprint(rules[1]["descriptors"]) != "[map[key:path value:/login] map[key:remote_address]]" ||
-		rules[2]["name"] != "search" || fmt.Sprint(rules[2]["rate_limits"]) != "[map[algorithm:fixed_window limit:10 window:1] map[algorithm:sliding_window always_count:true limit:1000 name:daily window:86400]]" {
+	if len(rules) != 4 || rules[0]["name"] != "api_default" || rules[0]["limit"] != float64(20) || rules[0]["accuracy"] != "exact" ||
+		rules[1]["name"] != "feed" || rules[1]["accuracy"] != "approximate" ||
+		rules[2]["name"] != "login" || rules[2]["refill_rate"] != 0.1 || fmt.Sprint(rules[2]["descriptors"]) != "[map[key:path value:/login] map[key:remote_address]]" ||
+		rules[3]["name"] != "search" || fmt.Sprint(rules[3]["rate_limits"]) != "[map[accuracy:exact algorithm:fixed_window limit:10 window:1] map[accuracy:approximate algorithm:sliding_window always_count:true limit:1000 name:daily window:86400]]" {
 		t.Errorf("rules over HTTP after the UI made them = %v", rules)
 	}
 
@@ -339,8 +374,10 @@ func watchConsole(t *testing.T, ctx context.Context) func() []string {
 			if err != nil {
 				return
 			}
-			// The refused sign-in with a bad key is expected to 401.
-			expected := m.Source == "network" && strings.Contains(m.Text, "status of 401")
+			// The refused sign-in with a bad key is expected to 401, the
+			// refused approximate token bucket rule to 400.
+			expected := m.Source == "network" && (strings.Contains(m.Text, "status of 401") ||
+				strings.Contains(m.Text, "status of 400") && strings.HasSuffix(m.URL, "/rules"))
 			if (m.Type == chromedp.ConsoleError || m.IsException()) && !expected {
 				mu.Lock()
 				seen = append(seen, m.String())

@@ -496,6 +496,15 @@ export interface components {
     schemas: {
         /** @enum {string} */
         Algorithm: "fixed_window" | "sliding_window" | "token_bucket" | "gcra";
+        /**
+         * @description How closely the limit is kept across replicas. `exact` (the default): every decision on
+         *     the shared count. `approximate`: decided from memory, the hits synced to Redis in the
+         *     background every APPROXIMATE_SYNC_INTERVAL, within a bounded error
+         *     (docs/algorithms.md#approximate-limits); fixed_window and sliding_window only (400
+         *     otherwise). Without REDIS_URL it makes no difference: the memory store is exact.
+         * @enum {string}
+         */
+        Accuracy: "exact" | "approximate";
         /** @description The user, key or entity being limited (1–256 characters). */
         Identifier: string;
         RuleName: string;
@@ -658,8 +667,9 @@ export interface components {
             window?: components["schemas"]["Window"];
             refill_rate?: components["schemas"]["RefillRate"];
             always_count?: boolean;
+            accuracy?: components["schemas"]["Accuracy"];
         };
-        /** @description One limit (algorithm, limit, window, refill_rate, always_count) or, with descriptors, several in rate_limits; not both. */
+        /** @description One limit (algorithm, limit, window, refill_rate, always_count, accuracy) or, with descriptors, several in rate_limits; not both. */
         RuleRequest: {
             /** @description Required on create; on update it may be left out and cannot differ from the path's. */
             name?: components["schemas"]["RuleName"];
@@ -669,6 +679,7 @@ export interface components {
             refill_rate?: components["schemas"]["RefillRate"];
             /** @description Count hits even past the limit (a cost known after the fact). */
             always_count?: boolean;
+            accuracy?: components["schemas"]["Accuracy"];
             rate_limits?: components["schemas"]["RuleLimitRequest"][];
             /** @description Makes the rule apply to Envoy requests of your domain whose descriptor matches these entries in order. */
             descriptors?: components["schemas"]["DescriptorEntry"][];
@@ -682,6 +693,7 @@ export interface components {
             window: number;
             refill_rate?: number;
             always_count?: boolean;
+            accuracy: components["schemas"]["Accuracy"];
         };
         Rule: {
             name: string;
@@ -695,6 +707,8 @@ export interface components {
             window?: number;
             refill_rate?: number;
             always_count?: boolean;
+            /** @description Always shown for a rule of one limit; a rule of several shows each limit's in rate_limits. */
+            accuracy?: components["schemas"]["Accuracy"];
             rate_limits?: components["schemas"]["RuleLimit"][];
             descriptors?: components["schemas"]["DescriptorEntry"][];
             created_at: components["schemas"]["Time"];

@@ -122,6 +122,7 @@ func Rules(rules []store.Rule) []descriptors.Rule {
 				Algorithm:       l.Limit.Algorithm,
 				RefillRate:      l.Limit.RefillRate,
 				AlwaysCount:     l.AlwaysCount,
+				Accuracy:        l.Limit.Accuracy,
 			}
 		}
 		if len(r.RateLimits) == 0 {
@@ -135,7 +136,7 @@ func Rules(rules []store.Rule) []descriptors.Rule {
 // WithOverride returns rl, a limit of a REST rule of one limit, with the
 // limit and window of the rule's override o: an Envoy request the rule
 // matches takes the override of its identifier (the value of the request
-// descriptor's last entry).
+// descriptor's last entry). The rest (algorithm, accuracy) stays the rule's.
 func WithOverride(rl descriptors.RateLimit, o store.Override) descriptors.RateLimit {
 	rl.RequestsPerUnit = uint32(min(o.Limit, math.MaxUint32))
 	if o.Window != 0 {

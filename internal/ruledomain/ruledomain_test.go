@@ -86,3 +86,36 @@ func TestRules(t *testing.T) {
 		t.Errorf("gcra rule = %+v (limit capped at Envoy's uint32, window 90 × SECOND)", got[1])
 	}
 }
+
+// TestRulesAccuracy: a rule's accuracy, and each of its rate_limits', is
+// its descriptor limits' (so an Envoy request it matches is decided
+// approximately), and an override keeps it.
+func TestRulesAccuracy(t *testing.T) {
+	approx := algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 640, Window: time.Hour, Accuracy: algorithms.Approximate}
+	got := Rules([]store.Rule{
+		{Name: "one", Limit: approx, Descriptors: []store.DescriptorEntry{{Key: "user"}}},
+		{Name: "two", Descriptors: []store.DescriptorEntry{{Key: "path"}}, RateLimits: []store.RuleLimit{
+			{Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 10, Window: time.Second}},
+			{Limit: algorithms.Limit{Algorithm: algorithms.SlidingWindow, Limit: 1000, Window: 24 * time.Hour, Accuracy: algorithms.Approximate}},
+		}},
+	})
+	if got[0].Limit.Accuracy != algorithms.Approximate || got[1].Limit.Accuracy != algorithms.Exact || got[1].More[0].Accuracy != algorithms.Approximate {
+		t.Errorf("accuracies = %q, %q, %q; want approximate, exact, approximate", got[0].Limit.Accuracy, got[1].Limit.Accuracy, got[1].More[0].Accuracy)
+	}
+	d, err := descriptors.NewDomain("d", got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := d.Match([]descriptors.Entry{{Key: "user", Value: "acme"}})
+	if m == nil {
+		t.Fatal("no match for user=acme")
+	}
+	el, err := m.Limit.EngineLimit()
+	if err != nil || el != approx {
+		t.Errorf("engine limit of the match = %+v, %v; want %+v", el, err, approx)
+	}
+	over, err := WithOverride(m.Limit, store.Override{Limit: 6400}).EngineLimit()
+	if want := (algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 6400, Window: time.Hour, Accuracy: algorithms.Approximate}); err != nil || over != want {
+		t.Errorf("engine limit with an override = %+v, %v; want %+v", over, err, want)
+	}
+}

@@ -339,7 +339,7 @@
   // limitsOf is every limit of a rule: its rate_limits, or its own one.
   function limitsOf(r) {
     if (r.rate_limits && r.rate_limits.length) return r.rate_limits;
-    return [{ algorithm: r.algorithm, limit: r.limit, window: r.window, refill_rate: r.refill_rate, always_count: r.always_count }];
+    return [{ algorithm: r.algorithm, limit: r.limit, window: r.window, refill_rate: r.refill_rate, always_count: r.always_count, accuracy: r.accuracy }];
   }
 
   // perLimit is a table cell with one line per limit of the rule.
@@ -369,11 +369,13 @@
   function overridesCell(r, overrides) {
     const list = overrides[r.name] || [];
     if (!list.length) return el('td', {}, el('span', { class: 'muted', text: '–' }));
+    // Two parts that each keep to one line, so a narrow cell breaks it after the arrow.
     return el('td', {}, ...list.map((o) => el('span', { class: 'override', 'data-override': o.identifier,
-      title: 'this identifier' + (o.identifier.endsWith('*') ? ' prefix' : '') + "'s own limit",
-      text: o.identifier + ' → ' + fmt(o.limit) + (o.window ? ' / ' + fmt(o.window) + ' s' : '') },
-    el('button', { type: 'button', class: 'override-del', title: 'remove this override', text: '×',
-      onclick: () => deleteOverride(r.name, o.identifier) }))));
+      title: 'this identifier' + (o.identifier.endsWith('*') ? ' prefix' : '') + "'s own limit" },
+    el('span', { text: o.identifier + ' →' }), ' ',
+    el('span', {}, fmt(o.limit) + (o.window ? ' / ' + fmt(o.window) + ' s' : ''),
+      el('button', { type: 'button', class: 'override-del', title: 'remove this override', text: '×',
+        onclick: () => deleteOverride(r.name, o.identifier) })))));
   }
 
   async function deleteOverride(rule, identifier) {
@@ -405,6 +407,7 @@
         r.rate_limits ? el('span', { class: 'limit-name', text: l.name || r.name + '[' + limits.indexOf(l) + ']' }) : null,
         r.rate_limits ? ' ' : null,
         el('span', { class: 'pill ' + l.algorithm, text: l.algorithm })]),
+      perLimit(limits, { 'data-field': 'accuracy' }, (l) => [accuracyTag(l.accuracy)]),
       perLimit(limits, { class: 'num', 'data-field': 'limit' }, (l) => [fmt(l.limit), l.always_count ? ' ' : null,
         l.always_count ? el('span', { class: 'badge always', title: 'counts every hit, even past the limit', text: 'always counts' }) : null]),
       perLimit(limits, { class: 'num' }, (l) => [l.window ? fmt(l.window) + ' s' : '–']),
@@ -417,6 +420,19 @@
         el('button', { type: 'button', class: 'btn small', 'data-action': 'edit', text: 'Edit', onclick: () => openRuleForm(r) }),
         confirmButton('Delete', () => deleteRule(r.name)))); }));
     $('rules-empty').hidden = rules.length > 0;
+  }
+
+  // accuracyTag shows a limit's accuracy: exact, or approximate (decided
+  // from memory, synced to Redis in the background).
+  function accuracyTag(accuracy) {
+    const a = accuracy || 'exact';
+    return el('span', { class: 'accuracy ' + a, text: a,
+      title: a === 'approximate' ? 'decided from memory, synced to Redis in the background' : 'every decision on the shared count' });
+  }
+
+  // accuracySelect is a select of a limit's accuracy, exact first.
+  function accuracySelect(attrs) {
+    return el('select', attrs, ...['exact', 'approximate'].map((a) => el('option', { value: a, text: a })));
   }
 
   function openRuleForm(rule) {
@@ -436,6 +452,7 @@
       $('rule-window').value = first.window || '';
       $('rule-refill').value = first.refill_rate || '';
       $('rule-always').checked = !!first.always_count;
+      $('rule-accuracy').value = first.accuracy || 'exact';
       $('rule-descriptors').value = descriptorsText(rule.descriptors);
       for (const l of more) addLimitRow(l);
     }
@@ -460,9 +477,11 @@
       ...['fixed_window', 'sliding_window', 'token_bucket', 'gcra'].map((a) => el('option', { value: a, text: a })));
     const input = (field, attrs) => el('input', Object.assign({ 'data-field': field }, attrs));
     const always = input('always_count', { type: 'checkbox' });
+    const accuracy = accuracySelect({ 'data-field': 'accuracy' });
     const row = el('div', { class: 'limit-row', 'data-limit': String(i) },
       el('label', {}, 'Limit ' + (i + 1) + ' name', input('name', { maxlength: '100', placeholder: 'optional, e.g. daily' })),
       el('label', {}, 'Algorithm', select),
+      el('label', {}, 'Accuracy', accuracy),
       el('label', {}, 'Limit', input('limit', { type: 'number', min: '1', step: '1', required: '', placeholder: '1000' })),
       el('label', {}, 'Window (s)', input('window', { type: 'number', min: '1', step: '1', placeholder: '86400' })),
       el('label', {}, 'Refill rate (/s)', input('refill_rate', { type: 'number', min: '0', step: 'any', placeholder: 'token_bucket only' })),
@@ -475,6 +494,7 @@
       row.querySelector('[data-field="window"]').value = l.window || '';
       row.querySelector('[data-field="refill_rate"]').value = l.refill_rate || '';
       always.checked = !!l.always_count;
+      accuracy.value = l.accuracy || 'exact';
     }
     more.append(row);
     more.dataset.count = String(more.children.length);
@@ -494,7 +514,7 @@
     ev.preventDefault();
     showError('rule-error', null);
     const num = (v) => (v.trim() === '' ? undefined : Number(v));
-    const limitOf = (alg, limit, window, refill, always, name) => {
+    const limitOf = (alg, limit, window, refill, always, accuracy, name) => {
       const l = {};
       if (name) l.name = name;
       if (alg) l.algorithm = alg;
@@ -502,12 +522,15 @@
       if (num(window) !== undefined) l.window = num(window);
       if (num(refill) !== undefined) l.refill_rate = num(refill);
       if (always) l.always_count = true;
+      if (accuracy !== 'exact') l.accuracy = accuracy; // exact is the default
       return l;
     };
-    const first = limitOf($('rule-algorithm').value, $('rule-limit').value, $('rule-window').value, $('rule-refill').value, $('rule-always').checked);
+    const first = limitOf($('rule-algorithm').value, $('rule-limit').value, $('rule-window').value, $('rule-refill').value,
+      $('rule-always').checked, $('rule-accuracy').value);
     const more = [...$('rule-more').children].map((row) => {
       const f = (name) => row.querySelector('[data-field="' + name + '"]');
-      return limitOf(f('algorithm').value, f('limit').value, f('window').value, f('refill_rate').value, f('always_count').checked, f('name').value.trim());
+      return limitOf(f('algorithm').value, f('limit').value, f('window').value, f('refill_rate').value, f('always_count').checked,
+        f('accuracy').value, f('name').value.trim());
     });
     const body = more.length ? { rate_limits: [first, ...more] } : first;
     const desc = parseDescriptors($('rule-descriptors').value);
