@@ -212,6 +212,7 @@ func checkLimits(ls []RateLimit) (int, error) {
 		if err != nil {
 			return i, err
 		}
+		el.Accuracy = algorithms.Exact // both accuracies count on one counter
 		if j, ok := engines[el]; ok {
 			return i, fmt.Errorf("same algorithm, requests_per_unit, window and refill_rate as rate_limits[%d]: the two would count against one counter", j)
 		}

@@ -96,6 +96,8 @@ non_map_list.yaml:5: domain "test-domain" › descriptors[2]: config error, yaml
 			want: `bad_algorithm.yaml:4: domain "test-domain" › descriptors[0] › rate_limit: unknown algorithm 'leaky_bucket' (want fixed_window, sliding_window, token_bucket or gcra)`},
 		{files: []string{ours + "approximate_token_bucket.yaml"},
 			want: `approximate_token_bucket.yaml:4: domain "test-domain" › descriptors[0] › rate_limit: accuracy approximate is only for fixed_window and sliding_window, not token_bucket: a token_bucket decides on the state it reads and writes in one step`},
+		{files: []string{ours + "rate_limits_same_but_accuracy.yaml"},
+			want: `rate_limits_same_but_accuracy.yaml:7: domain "test-domain" › descriptors[0] › rate_limits[1]: same algorithm, requests_per_unit, window and refill_rate as rate_limits[0]: the two would count against one counter`},
 		{files: []string{ours + "bad_accuracy.yaml"},
 			want: `bad_accuracy.yaml:7: domain "test-domain" › descriptors[0] › rate_limits[1]: unknown accuracy 'roughly' (want exact or approximate)`},
 		{files: []string{ours + "refill_nan.yaml"},
