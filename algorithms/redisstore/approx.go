@@ -74,6 +74,17 @@ type approxShard struct {
 	mu sync.Mutex
 	m  map[uint64]*approxEntry // by approxKey's hash; a chain of the same hash
 	n  int                     // entries
+	// queue holds the entries with hits due to be sent, so a sync visits
+	// them and not every entry (a key far below its limit is never due).
+	queue []*approxEntry
+}
+
+// enqueue queues e for the next sync, once. sh.mu is held.
+func (sh *approxShard) enqueue(e *approxEntry) {
+	if !e.queued {
+		e.queued = true
+		sh.queue = append(sh.queue, e)
+	}
 }
 
 // each calls f with every entry. sh.mu is held.
@@ -83,32 +94,6 @@ func (sh *approxShard) each(f func(*approxEntry)) {
 			f(e)
 		}
 	}
-}
-
-// approxEntry is what a replica keeps of one approximate limit: its
-// current window and, until it is sent, the one before.
-type approxEntry struct {
-	req       algorithms.Request // its Key and Limit: the Redis keys at sync
-	cur, prev approxWindow
-	next      *approxEntry // another entry of the same hash
-}
-
-// is reports whether e is the entry of r.
-func (e *approxEntry) is(r *algorithms.Request) bool {
-	return e.req.Key == r.Key && e.req.Limit == r.Limit
-}
-
-// approxWindow is one window of an approximate limit.
-type approxWindow struct {
-	num      int64 // the window's number: its start / its length; 0 = none
-	global   int64 // the shared count the last sync read, own synced hits included
-	pending  int64 // hits admitted here and not sent
-	inflight int64 // hits a sync has sent and not heard back about
-	// prevCount is a sliding window's previous window's shared count as
-	// a sync read it; -1 until then.
-	prevCount int64
-	syncedAt  int64 // local Unix ns of the last sync's answer; 0 = never
-	budget    int64 // the most that may be unsent (pending + inflight): set at sync
 }
 
 func newApproxTable(interval time.Duration, maxKeys int, now func() time.Time) *approxTable {
@@ -243,6 +228,9 @@ func (t *approxTable) decide(r *algorithms.Request, d *algorithms.Decision) bool
 	}
 	wUS := r.Limit.Window.Microseconds()
 	t.dropped.Add(e.roll(nowUS / wUS))
+	if e.prev.pending > 0 {
+		sh.enqueue(e) // the window before is sent as soon as it is over
+	}
 	w := &e.cur
 	f := algorithms.Found{Count: w.global + w.pending + w.inflight, Prev: e.prevView()}
 	algorithms.Decide(r, &f, nowUS, d)
@@ -262,6 +250,11 @@ func (t *approxTable) decide(r *algorithms.Request, d *algorithms.Decision) bool
 		w.pending += r.Hits
 		d.Remaining = max(0, min(d.Remaining, allow-unsent-r.Hits))
 	}
+	// Due now, or refused and due once the replica count grew (which
+	// shrinks the blind budget): queued either way.
+	if t.due(w, e, false) {
+		sh.enqueue(e)
+	}
 	return true
 }
 
@@ -277,44 +270,26 @@ func (t *approxTable) undo(r *algorithms.Request, at time.Time) {
 	}
 }
 
-// roll makes window num the current one: the one before becomes prev
-// (kept until its hits are sent); an older one's unsent hits are given up.
-// It returns the hits given up.
-func (e *approxEntry) roll(num int64) (dropped int64) {
-	if e.cur.num == num {
-		return 0
-	}
-	if e.cur.num > num {
-		return 0 // a clock step back: stay in the window we have
-	}
-	if e.prev.syncedAt != 0 {
-		dropped = e.prev.pending // (never synced: never due to be sent)
-	}
-	e.prev = e.cur
-	e.cur = approxWindow{num: num, prevCount: -1}
-	if e.prev.num != num-1 {
-		// Not the window before: its hits still go to Redis, but it
-		// weighs nothing on this one.
-		e.cur.prevCount = 0
-	}
-	return dropped
-}
-
-// prevView is a sliding window's previous count as this replica knows it:
-// what a sync read, or at least its own view of that window.
-func (e *approxEntry) prevView() int64 {
-	if e.prev.num != e.cur.num-1 {
-		return max(0, e.cur.prevCount)
-	}
-	return max(e.cur.prevCount, e.prev.global+e.prev.pending+e.prev.inflight)
-}
-
 // evict drops the entries with nothing left to send whose windows are over
 // (at nowUS, µs), and reports whether it made room. sh.mu is held.
 func (sh *approxShard) evict(nowUS int64) bool {
 	n := sh.n
 	sh.dropAll(func(e *approxEntry) bool { return e.over(nowUS) })
 	return sh.n < n
+}
+
+// sweep forgets what is left of the windows that are over at nowUS (hits
+// never due are forgotten, those due are given up and counted), queues
+// what has become due, and drops the entries with nothing left. sh.mu is
+// held.
+func (sh *approxShard) sweep(t *approxTable, nowUS int64) {
+	sh.dropAll(func(e *approxEntry) bool {
+		e.dropExpired(t, nowUS)
+		if t.due(&e.cur, e, false) || t.due(&e.prev, e, false) {
+			sh.enqueue(e) // due since its last decision (the blind budget shrank)
+		}
+		return e.over(nowUS)
+	})
 }
 
 // dropAll drops the entries gone says. sh.mu is held.
@@ -341,17 +316,6 @@ func (sh *approxShard) drop(h uint64, gone func(*approxEntry) bool) {
 	} else {
 		sh.m[h] = keep
 	}
-}
-
-// over reports whether e's windows are over at nowUS (a sliding window
-// weighs on the next one) with nothing left to send.
-func (e *approxEntry) over(nowUS int64) bool {
-	wUS := e.req.Limit.Window.Microseconds()
-	end := (e.cur.num + 1) * wUS
-	if e.req.Limit.Algorithm == algorithms.SlidingWindow {
-		end += wUS
-	}
-	return end <= nowUS && e.cur.pending+e.cur.inflight+e.prev.pending+e.prev.inflight == 0
 }
 
 // forget drops what the table holds of (scope, identifier): of every

@@ -183,3 +183,40 @@ func TestApproximateReset(t *testing.T) {
 		t.Errorf("after Clear: remaining %d, want 10", d.Remaining)
 	}
 }
+
+// TestApproximateQueuesWhatBecomesDue: a window whose pending hits were not
+// due when counted (half the blind budget of one replica) becomes due when
+// the registry says there are three (a smaller blind budget): the next
+// decision, even a refused one, queues it for the sync, and so does a
+// sweep without any decision.
+func TestApproximateQueuesWhatBecomesDue(t *testing.T) {
+	l := algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 1920, Window: time.Hour, Accuracy: algorithms.Approximate}
+	for _, via := range []string{"decision", "sweep"} {
+		t.Run(via, func(t *testing.T) {
+			tb := newApproxTable(time.Second, 1024, nil)
+			tb.replicas.Store(1) // blind budget 30: due at 15 pending
+			r := algorithms.Request{Key: algorithms.Key{Scope: "s", Identifier: "u"}, Limit: l, Hits: 1}
+			var d algorithms.Decision
+			for range 12 {
+				tb.decide(&r, &d)
+			}
+			_, sh := tb.hash(&r)
+			if len(sh.queue) != 0 {
+				t.Fatalf("12 pending of a blind budget of 30: queued %d, want 0", len(sh.queue))
+			}
+			tb.replicas.Store(3) // blind budget 10: 12 pending is past half of it
+			if via == "decision" {
+				tb.decide(&r, &d)
+				if d.Allowed {
+					t.Errorf("13 unsent hits of a blind budget of 10 admitted: %+v", d)
+				}
+			} else {
+				_, nowUS := tb.nowUS()
+				sh.sweep(tb, nowUS)
+			}
+			if len(sh.queue) != 1 {
+				t.Errorf("after the %s: queued %d, want 1", via, len(sh.queue))
+			}
+		})
+	}
+}

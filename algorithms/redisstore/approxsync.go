@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"math"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -27,6 +26,9 @@ var (
 
 // approxBatch bounds the counters of one sync call.
 const approxBatch = 512
+
+// sweepParts is how many rounds a sweep of the whole table takes.
+const sweepParts = 8
 
 // The syncer of approximate limits. Every interval it sends each window's
 // pending hits to its Redis master (one script call per master, per 512
@@ -51,7 +53,9 @@ type approxSyncer struct {
 	done    chan struct{}
 	stopped sync.Once
 	kick    chan struct{} // a first decision: register now
-	metrics *approxMetrics
+	// nextSweep is the next lock sweepShards sweeps; the loop's alone.
+	nextSweep int
+	metrics   *approxMetrics
 }
 
 func newApproxSyncer(s *Store, t *approxTable, m *approxMetrics) *approxSyncer {
@@ -93,6 +97,7 @@ func (y *approxSyncer) run() {
 		ctx, cancel := context.WithTimeout(context.Background(), y.callTimeout())
 		y.syncOnce(ctx, false)
 		cancel()
+		y.sweepShards()
 	}
 }
 
@@ -159,36 +164,6 @@ func (y *approxSyncer) syncOnce(ctx context.Context, final bool) error {
 	return errors.Join(append(errs, regErr)...)
 }
 
-// register notes this replica in the registry (or takes it out) and reads
-// the replica count and this replica's rank.
-func (y *approxSyncer) register(ctx context.Context, leave bool) error {
-	sh := y.s.single
-	if y.s.cluster != nil {
-		y.s.cluster.ready(ctx)
-		sh = y.s.cluster.shardOf(y.regKey)
-	}
-	if sh == nil || sh.client == nil {
-		return fmt.Errorf("redis: approximate registry: %w", errNoMaster)
-	}
-	ttl := max(3*y.t.interval, time.Second).Milliseconds()
-	flag := ""
-	if leave {
-		flag = "1"
-	}
-	res, err := y.reg.Run(ctx, sh.client, []string{y.regKey}, y.id, ttl, flag).Int64Slice()
-	if err != nil {
-		return fmt.Errorf("redis: approximate registry: %w", err)
-	}
-	if len(res) != 2 {
-		return fmt.Errorf("redis: approximate registry: %d values in the reply, want 2", len(res))
-	}
-	if !leave {
-		y.t.replicas.Store(res[0])
-		y.t.rank.Store(res[1])
-	}
-	return nil
-}
-
 // collect moves every due window's pending hits in flight and returns them.
 func (y *approxSyncer) collect(final bool) []approxOp {
 	var ops []approxOp
@@ -196,35 +171,62 @@ func (y *approxSyncer) collect(final bool) []approxOp {
 	for i := range y.t.shards {
 		sh := &y.t.shards[i]
 		sh.mu.Lock()
-		sh.each(func(e *approxEntry) {
-			l := &e.req.Limit
-			wUS := l.Window.Microseconds()
-			e.dropExpired(y.t, nowUS)
-			for _, w := range []*approxWindow{&e.prev, &e.cur} {
-				if !y.t.due(w, e, final) {
-					continue
-				}
-				op := approxOp{e: e, num: w.num, hits: w.pending}
-				op.key = y.s.windowKey(&e.req, w.num*wUS)
-				op.ttlMS = ((w.num+1)*wUS-nowUS)/1000 + min(expiryMargin, l.Window).Milliseconds()
-				if l.Algorithm == algorithms.SlidingWindow {
-					op.ttlMS += l.Window.Milliseconds()
-					if w == &e.cur && w.prevCount < 0 {
-						op.prevKey = y.s.windowKey(&e.req, (w.num-1)*wUS)
-					}
-				}
-				if !e.req.Unindexed {
-					op.index = y.s.indexKey(e.req.Key.Scope, e.req.Key.Identifier)
-					op.member = algorithms.StateName(&e.req)
-				}
-				w.inflight += w.pending
-				w.pending = 0
-				ops = append(ops, op)
+		if final {
+			sh.each(func(e *approxEntry) { ops = y.take(e, nowUS, true, ops) })
+		} else {
+			q := sh.queue
+			sh.queue = nil
+			for _, e := range q {
+				e.queued = false
+				ops = y.take(e, nowUS, false, ops)
 			}
-		})
+		}
 		sh.mu.Unlock()
 	}
 	return ops
+}
+
+// take moves e's due windows' pending hits in flight and appends their ops
+// to ops. Its shard's lock is held.
+func (y *approxSyncer) take(e *approxEntry, nowUS int64, final bool, ops []approxOp) []approxOp {
+	l := &e.req.Limit
+	wUS := l.Window.Microseconds()
+	e.dropExpired(y.t, nowUS)
+	for _, w := range []*approxWindow{&e.prev, &e.cur} {
+		if !y.t.due(w, e, final) {
+			continue
+		}
+		op := approxOp{e: e, num: w.num, hits: w.pending}
+		op.key = y.s.windowKey(&e.req, w.num*wUS)
+		op.ttlMS = ((w.num+1)*wUS-nowUS)/1000 + min(expiryMargin, l.Window).Milliseconds()
+		if l.Algorithm == algorithms.SlidingWindow {
+			op.ttlMS += l.Window.Milliseconds()
+			if w == &e.cur && w.prevCount < 0 {
+				op.prevKey = y.s.windowKey(&e.req, (w.num-1)*wUS)
+			}
+		}
+		if !e.req.Unindexed {
+			op.index = y.s.indexKey(e.req.Key.Scope, e.req.Key.Identifier)
+			op.member = algorithms.StateName(&e.req)
+		}
+		w.inflight += w.pending
+		w.pending = 0
+		ops = append(ops, op)
+	}
+	return ops
+}
+
+// sweepShards sweeps approxShards/sweepParts of the table's locks, the next
+// ones each round: every entry is looked at once every sweepParts rounds.
+func (y *approxSyncer) sweepShards() {
+	_, nowUS := y.t.nowUS()
+	for range approxShards / sweepParts {
+		sh := &y.t.shards[y.nextSweep]
+		y.nextSweep = (y.nextSweep + 1) % approxShards
+		sh.mu.Lock()
+		sh.sweep(y.t, nowUS)
+		sh.mu.Unlock()
+	}
 }
 
 // due reports whether w is sent in this round: it has pending hits, and it
@@ -235,26 +237,6 @@ func (t *approxTable) due(w *approxWindow, e *approxEntry, final bool) bool {
 		return false
 	}
 	return final || w == &e.prev || w.syncedAt != 0 || 2*w.pending >= t.blind(e.req.Limit.Limit)
-}
-
-// dropExpired forgets the unsent hits of e's windows whose counters would
-// have expired by nowUS (the window is over; a sliding window's, the next
-// one too), and counts them as given up when they were due: a window below
-// half its blind budget is never sent. sh.mu is held.
-func (e *approxEntry) dropExpired(t *approxTable, nowUS int64) {
-	wUS := e.req.Limit.Window.Microseconds()
-	for _, w := range []*approxWindow{&e.prev, &e.cur} {
-		end := (w.num + 1) * wUS
-		if e.req.Limit.Algorithm == algorithms.SlidingWindow {
-			end += wUS
-		}
-		if w.num != 0 && w.pending > 0 && end <= nowUS {
-			if w.syncedAt != 0 || 2*w.pending >= t.blind(e.req.Limit.Limit) {
-				t.dropped.Add(w.pending)
-			}
-			w.pending = 0
-		}
-	}
 }
 
 // byShard groups ops by the Redis master of their keys.
@@ -355,6 +337,7 @@ func (y *approxSyncer) apply(ops []approxOp) {
 			case !op.answered:
 				w.inflight -= op.hits
 				w.pending += op.hits
+				sh.enqueue(e)
 			default:
 				w.inflight -= op.hits
 				w.global = op.total
@@ -367,30 +350,4 @@ func (y *approxSyncer) apply(ops []approxOp) {
 		}
 		sh.mu.Unlock()
 	}
-}
-
-// window returns e's window num, or nil.
-func (e *approxEntry) window(num int64) *approxWindow {
-	switch num {
-	case e.cur.num:
-		return &e.cur
-	case e.prev.num:
-		return &e.prev
-	}
-	return nil
-}
-
-// left is what is left of the limit in w at nowUS (µs), as the last sync
-// says: the limit less the window's shared count and, for a sliding
-// window, the previous window's weight.
-func (e *approxEntry) left(w *approxWindow, nowUS int64) int64 {
-	l := &e.req.Limit
-	left := l.Limit - w.global
-	if l.Algorithm == algorithms.SlidingWindow && w == &e.cur {
-		wUS := l.Window.Microseconds()
-		elapsed := min(max(nowUS-w.num*wUS, 0), wUS)
-		weight := float64(e.prevView()) * float64(wUS-elapsed) / float64(wUS)
-		left -= int64(math.Ceil(weight))
-	}
-	return left
 }
