@@ -214,8 +214,14 @@ func (t *approxTable) allowance(w *approxWindow, limit, localNS int64) int64 {
 // is within its limit and this replica's budget. It reports false when the
 // table is full and r must be decided exactly.
 func (t *approxTable) decide(r *algorithms.Request, d *algorithms.Decision) bool {
-	h, sh := t.hash(r)
 	local, nowUS := t.nowUS()
+	return t.decideAt(r, d, local, nowUS)
+}
+
+// decideAt is decide at local time local, Redis's nowUS (a batch reads the
+// clock once).
+func (t *approxTable) decideAt(r *algorithms.Request, d *algorithms.Decision, local time.Time, nowUS int64) bool {
+	h, sh := t.hash(r)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	e := sh.find(h, r)

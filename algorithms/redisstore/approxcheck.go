@@ -94,8 +94,9 @@ func approximate(r *algorithms.Request) bool {
 // from the table (by exact where the table is full, one at a time).
 func (s *Store) decideApprox(ctx context.Context, reqs []algorithms.Request, exact exactCheck) ([]algorithms.Decision, error) {
 	out := make([]algorithms.Decision, len(reqs))
+	local, nowUS := s.approx.nowUS()
 	for i := range reqs {
-		if !s.approx.decide(&reqs[i], &out[i]) {
+		if !s.approx.decideAt(&reqs[i], &out[i], local, nowUS) {
 			s.approxMetrics.overflow.Inc()
 			ds, err := exact(ctx, withExact(reqs[i:i+1]))
 			if err != nil {
