@@ -171,5 +171,5 @@ grep '^RESULT ' "$work/out" | awk '
 echo
 echo "Redis CPU is INFO used_cpu_user+used_cpu_sys of the whole server per decision (a multi4 call is 4 decisions);"
 echo "× floor divides it by the floor row (pipelined INCRBY+EXPIRE per op, same concurrency, distinct keys)."
-echo "engine µs is INFO commandstats usec (wall time inside Redis) of the commands Throttle decides with: FCALL/EVALSHA/EVAL for sliding window, token bucket and gcra (one call decides a coalesced batch); for fixed window the plain commands SET/INCRBY/PEXPIRE/GET/TIME and the refund script; floor: INCRBY+EXPIRE."
+echo "engine µs is INFO commandstats usec (wall time inside Redis) of the commands Throttle decides with: FCALL/EVALSHA/EVAL for token bucket and gcra (one call decides a coalesced batch); for fixed and sliding windows (an Envoy descriptor's counters, without the script) the plain commands SET/INCRBY/PEXPIRE/GET/TIME and the refund script; floor: INCRBY+EXPIRE."
 echo "Throttle CPU is utime+stime of the throttle process (/proc/PID/stat) per call."

@@ -92,14 +92,14 @@ type redisDelta struct {
 // engineCommands are the commands Throttle decides algorithm's requests
 // with. Redis counts a command a script runs in INFO commandstats as well
 // as the script, so each algorithm lists one kind: an Envoy descriptor's
-// fixed window is decided by plain commands (SET, INCRBY, PEXPIRE, GET, a
-// TIME per batch) and a script only to refund (EVALSHA, whose DECRBY and DEL
+// fixed or sliding window is decided by plain commands (SET, INCRBY,
+// PEXPIRE, GET, a TIME per batch) and a script only to refund (EVALSHA, whose DECRBY and DEL
 // are not listed); the other algorithms by the engine's script alone
 // (FCALL; EVALSHA or EVAL where functions cannot be loaded), its own
 // commands inside it not counted again.
 func engineCommands(algorithm string) []string {
 	scripts := []string{"fcall", "evalsha", "eval"}
-	if algorithm == "fixed_window" {
+	if algorithm == "fixed_window" || algorithm == "sliding_window" {
 		return append(scripts, "set", "incrby", "pexpire", "get", "time")
 	}
 	return scripts

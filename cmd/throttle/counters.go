@@ -31,7 +31,7 @@ func (a *app) openCounters(ctx context.Context) error {
 	// decides many requests. Two workers per master, one call out at a
 	// time unless it is slow (the second overtakes a call out for 1 ms): at
 	// 64 Envoy calls in flight a third fewer calls than two always out, and
-	// 1.1 µs less Redis CPU a decision (docs/benchmarks.md).
+	// 1.1 µs less Redis CPU a decision (measured at e03dc16).
 	counters := redisstore.New(rdb, redisstore.Options{Coalesce: 2, MaxBatch: 128, KeyPrefix: cfg.CacheKeyPrefix,
 		ApproximateInterval: cfg.ApproximateInterval,
 		Tracer:              telemetry.Tracer(a.tracer, "github.com/throttle-rl/throttle/algorithms")})
