@@ -220,3 +220,66 @@ func TestApproximateQueuesWhatBecomesDue(t *testing.T) {
 		})
 	}
 }
+
+// TestApproximateClusterMasterDown: on a Cluster with one master stopped,
+// the approximate limits of that master's keys are decided by the failure
+// policy once its syncs have failed for HungAfter, while the keys of the
+// other masters go on being decided from the table (and synced).
+func TestApproximateClusterMasterDown(t *testing.T) {
+	masters := redistest.StartClusterServers(t)
+	var addrs []string
+	for _, m := range masters {
+		addrs = append(addrs, m.Addr())
+	}
+	ctx := context.Background()
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true, MaxRetries: -1,
+		DialerRetries: 1, DialTimeout: 200 * time.Millisecond, MaxRedirects: 1})
+	t.Cleanup(func() { cc.Close() })
+	st := New(cc, Options{ApproximateInterval: 20 * time.Millisecond})
+	t.Cleanup(st.Close)
+	g, err := NewGuard(st, GuardOptions{Mode: algorithms.FailClosed, HungAfter: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	scope := uniqueScope(t)
+	st.cluster.ready(ctx)
+	var onDead, onLive string
+	for i := 0; onDead == "" || onLive == ""; i++ {
+		id := fmt.Sprintf("user-%d", i)
+		if st.cluster.shardOf(st.indexKey(scope, id)).name == masters[0].Addr() {
+			onDead = id
+		} else {
+			onLive = id
+		}
+	}
+	limit := algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 6400, Window: time.Hour, Accuracy: algorithms.Approximate}
+	check := func(id string) algorithms.Decision {
+		t.Helper()
+		ds, err := g.Check(ctx, []algorithms.Request{{Key: algorithms.Key{Scope: scope, Identifier: id}, Limit: limit, Hits: 1, Unindexed: true}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ds[0]
+	}
+	for range 60 { // past half the blind budget (6400 / 64 / 2 = 50): synced
+		check(onDead)
+		check(onLive)
+	}
+	masters[0].Stop()
+	deadline := time.Now().Add(5 * time.Second)
+	for d := check(onDead); !d.Degraded; d = check(onDead) {
+		if !d.Allowed {
+			t.Fatalf("a key of the stopped master refused, not by the policy: %+v", d)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the stopped master's approximate key still decided from the table after 5 s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if d := check(onDead); !d.Degraded || d.Allowed {
+		t.Errorf("the stopped master's key under FAILURE_MODE=closed: %+v, want degraded and refused", d)
+	}
+	if d := check(onLive); d.Degraded || !d.Allowed {
+		t.Errorf("a live master's key: %+v, want decided from the table, allowed", d)
+	}
+}

@@ -35,14 +35,17 @@ func (s *Store) checkAccuracy(ctx context.Context, reqs []algorithms.Request, ex
 	}
 	s.approxMetrics.approximate.Add(float64(n))
 	s.syncer.ensure()
+	now := time.Now()
+	if policy != nil && !s.anyApproxDown(now, downAfter) {
+		policy = nil // every master syncs: the table decides
+	}
 	if n == len(reqs) && policy == nil && !algorithms.Tied(reqs) {
 		return s.decideApprox(ctx, reqs, exact)
 	}
 	var m mixed
 	m.out = make([]algorithms.Decision, len(reqs))
 	m.tied = algorithms.Tied(reqs)
-	now := time.Now()
-	byShard := map[*shard][]int{}
+	var byShard map[*shard][]int
 	for i := range reqs {
 		r := &reqs[i]
 		if !approximate(r) {
@@ -51,6 +54,9 @@ func (s *Store) checkAccuracy(ctx context.Context, reqs []algorithms.Request, ex
 		}
 		if policy != nil {
 			if sh := s.shardOfRequest(r); sh != nil && sh.approxDown(now, downAfter) {
+				if byShard == nil {
+					byShard = map[*shard][]int{}
+				}
 				byShard[sh] = append(byShard[sh], i)
 				continue
 			}
@@ -190,6 +196,20 @@ func withExact(reqs []algorithms.Request) []algorithms.Request {
 		out[i].Limit.Accuracy = algorithms.Exact
 	}
 	return out
+}
+
+// anyApproxDown reports whether some master's approximate syncs have
+// failed for longer than after, at now.
+func (s *Store) anyApproxDown(now time.Time, after time.Duration) bool {
+	if s.cluster == nil {
+		return s.single.approxDown(now, after)
+	}
+	for _, sh := range s.cluster.masters() {
+		if sh.approxDown(now, after) {
+			return true
+		}
+	}
+	return false
 }
 
 // shardOfRequest is the master of r's keys; nil on a Cluster whose slot

@@ -259,7 +259,11 @@ func (y *approxSyncer) byShard(ctx context.Context, ops []approxOp) map[*shard][
 // send runs the sync script on sh for the ops at positions at, in calls
 // of up to approxBatch counters, and notes the answers in the ops.
 func (y *approxSyncer) send(ctx context.Context, sh *shard, ops []approxOp, at []int) error {
-	if sh == nil || sh.client == nil {
+	if sh == nil {
+		return fmt.Errorf("redis: approximate sync: %w", errNoMaster)
+	}
+	if sh.client == nil { // slots no master serves: down like a dead one
+		sh.approxFailed(time.Now())
 		return fmt.Errorf("redis: approximate sync: %w", errNoMaster)
 	}
 	for len(at) > 0 {
