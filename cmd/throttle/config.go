@@ -59,6 +59,10 @@ type config struct {
 	TLS                 tlsConfig
 	REST                restAppsConfig // CORS, list format, idempotency (restapps.go)
 
+	// IgnoredReference are the settings of the reference service given
+	// that have no meaning here (referenceSettings), by name, for the log.
+	IgnoredReference []string
+
 	// MaxDescriptors and MaxDescriptorEntries cap one gRPC rate-limit
 	// request's descriptors and each descriptor's entries.
 	MaxDescriptors, MaxDescriptorEntries int
@@ -95,6 +99,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*c
 	if err := c.setDefaults(given, getenv); err != nil {
 		return nil, err
 	}
+	c.IgnoredReference = ignoredReferenceSettings(getenv)
 	return c, c.Validate()
 }
 

@@ -10,6 +10,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strings"
 	"syscall"
 )
 
@@ -28,7 +30,7 @@ Commands:
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	err := run(ctx, commandLine(os.Args[0], os.Args[1:]), os.Getenv, os.Stdout, os.Stderr)
 	stop()
 	if err != nil {
 		if !errors.Is(err, flag.ErrHelp) {
@@ -39,6 +41,22 @@ func main() {
 		}
 		os.Exit(1)
 	}
+}
+
+// referenceName is the name of the reference service's binary
+// (/bin/ratelimit in its image): Throttle's image links it to throttle, so
+// a deployment of the reference that runs it starts Throttle unchanged.
+const referenceName = "ratelimit"
+
+// commandLine is the command run for args, the program invoked as argv0:
+// args themselves, except that under the reference service's name, with no
+// command (no arguments, or only flags), it is `serve`, as the reference
+// serves with no arguments.
+func commandLine(argv0 string, args []string) []string {
+	if filepath.Base(argv0) != referenceName || (len(args) > 0 && !strings.HasPrefix(args[0], "-")) {
+		return args
+	}
+	return append([]string{"serve"}, args...)
 }
 
 // run is the whole program, testable: it returns instead of exiting.

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -26,8 +27,13 @@ type setting struct {
 
 // serveSettings is every setting of `throttle serve`, each in one row: the
 // flags, --help, the defaults (setDefaults) and docs/settings.md (a test
-// compares them) all come from here.
-var serveSettings = []setting{
+// compares them) all come from here. The rows come in groups, each beside
+// the code it configures; the reference service's settings Throttle has no
+// use for are not rows but referenceSettings entries (reference.go).
+var serveSettings = slices.Concat(coreSettings, tlsSettings, tracingSettings)
+
+// coreSettings are the listeners, the backends and the APIs' knobs.
+var coreSettings = []setting{
 	{"PORT", "port", "8080", "REST listen port", func(c *config, v string) (err error) { c.Port, err = parseInt(v); return }},
 	{"GRPC_PORT", "grpc-port", "8081", "gRPC listen port (Envoy rate-limit service and rate-limit quota service, gRPC health)", func(c *config, v string) (err error) { c.GRPCPort, err = parseInt(v); return }},
 	{"BIND_ADDRESS", "bind-address", "", "address to listen on; empty = all interfaces", func(c *config, v string) error { c.BindAddress = v; return nil }},
@@ -62,7 +68,11 @@ var serveSettings = []setting{
 	{"IDEMPOTENCY_TTL", "idempotency-ttl", "24h", "how long a REST check's first reply is kept for its Idempotency-Key (in Redis with REDIS_URL, else in memory)", func(c *config, v string) (err error) { c.REST.IdempotencyTTL, err = parseIdempotencyTTL(v); return }},
 	{"RLQS_INTERVAL", "rlqs-interval", "1s", "how often the rate-limit quota service (RLQS, on GRPC_PORT) reassigns every Envoy's share of each limit (100ms-1h); set the Envoy filter's reporting_interval to a third of it", func(c *config, v string) (err error) { c.RLQSInterval, err = parseDuration(v); return }},
 	{"APPROXIMATE_SYNC_INTERVAL", "approximate-sync-interval", "100ms", "with REDIS_URL: how often limits with accuracy: approximate send this replica's hits to Redis and read the totals (10ms-10s); decisions never wait on Redis, a replica spends at most its share of what is left until its next sync", func(c *config, v string) (err error) { c.ApproximateInterval, err = parseDuration(v); return }},
-	// Transport security: the reference service's names (tls.go).
+}
+
+// tlsSettings are transport security, with the reference service's names
+// (tls.go).
+var tlsSettings = []setting{
 	{"GRPC_SERVER_USE_TLS", "grpc-server-use-tls", "false", "serve TLS (1.2 or later) on GRPC_PORT, with GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY", func(c *config, v string) (err error) { c.TLS.GRPCUseTLS, err = parseBool(v); return }},
 	{"GRPC_SERVER_TLS_CERT", "grpc-server-tls-cert", "", "PEM file of the certificate (and its chain) served on GRPC_PORT; read again within 10s of a change (a change that does not load keeps the last good pair)", func(c *config, v string) error { c.TLS.GRPCCert = v; return nil }},
 	{"GRPC_SERVER_TLS_KEY", "grpc-server-tls-key", "", "PEM file of GRPC_SERVER_TLS_CERT's private key", func(c *config, v string) error { c.TLS.GRPCKey = v; return nil }},
@@ -75,7 +85,11 @@ var serveSettings = []setting{
 	{"REDIS_TLS_CLIENT_CERT", "redis-tls-client-cert", "", "with rediss://: PEM file of the client certificate presented to Redis (tls-auth-clients), with REDIS_TLS_CLIENT_KEY; read again on change", func(c *config, v string) error { c.TLS.RedisCert = v; return nil }},
 	{"REDIS_TLS_CLIENT_KEY", "redis-tls-client-key", "", "PEM file of REDIS_TLS_CLIENT_CERT's private key", func(c *config, v string) error { c.TLS.RedisKey = v; return nil }},
 	{"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "redis-tls-skip-hostname-verification", "false", "with rediss://: check that Redis's certificate chains to REDIS_TLS_CACERT, but not that it names the REDIS_URL host (Cluster nodes announced by IP address)", func(c *config, v string) (err error) { c.TLS.RedisSkipHostname, err = parseBool(v); return }},
-	// OpenTelemetry tracing: the standard variables, named by its specification.
+}
+
+// tracingSettings are OpenTelemetry's standard variables, named by its
+// specification (tracing.go).
+var tracingSettings = []setting{
 	{"OTEL_EXPORTER_OTLP_ENDPOINT", "otel-exporter-otlp-endpoint", "", "OpenTelemetry tracing: base URL of the OTLP receiver, such as http://collector:4318 (http/protobuf; /v1/traces is appended) or http://collector:4317 (grpc); https:// uses TLS with the system's roots; empty = tracing off (no spans, no cost)", func(c *config, v string) (err error) { c.Tracing.baseEndpoint, err = parseOTLPURL(v); return }},
 	{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "otel-exporter-otlp-traces-endpoint", "", "URL for traces, used as it is (http/protobuf: with its path, such as http://collector:4318/v1/traces); wins over OTEL_EXPORTER_OTLP_ENDPOINT, and alone turns tracing on too", func(c *config, v string) (err error) { c.Tracing.Endpoint, err = parseOTLPURL(v); return }},
 	{"OTEL_EXPORTER_OTLP_PROTOCOL", "otel-exporter-otlp-protocol", protocolHTTP, "OTLP transport: grpc or http/protobuf", func(c *config, v string) (err error) { c.Tracing.baseProtocol, err = parseOTLPProtocol(v); return }},

@@ -89,10 +89,8 @@ func StartTLS(t testing.TB, client *http.Client, env ...string) *Server {
 
 func start(t testing.TB, scheme string, client *http.Client, env []string) *Server {
 	t.Helper()
-	bin := Binary(t)
 	httpPort, grpcPort := testkit.FreePort(t), testkit.FreePort(t)
-	cmd := exec.Command(bin, "serve")
-	cmd.Dir = t.TempDir()
+	cmd := exec.Command(Binary(t), "serve")
 	cmd.Env = append(baseEnv(),
 		"PORT="+strconv.Itoa(httpPort),
 		"GRPC_PORT="+strconv.Itoa(grpcPort),
@@ -100,6 +98,46 @@ func start(t testing.TB, scheme string, client *http.Client, env []string) *Serv
 		"LOG_LEVEL=warn",
 	)
 	cmd.Env = append(cmd.Env, env...)
+	return launch(t, cmd, scheme, client, httpPort, grpcPort)
+}
+
+// StartReference runs the binary as a deployment of Envoy's reference
+// service (envoyproxy/ratelimit) runs its /bin/ratelimit: under the name
+// ratelimit, with no arguments, and only env (no default of Start's), so a
+// test can give a deployment's environment word for word. env must set
+// PORT and GRPC_PORT (free ones: testkit.FreePort); the server is reached
+// on 127.0.0.1, and is returned once GET /health answers.
+func StartReference(t testing.TB, env ...string) *Server {
+	t.Helper()
+	link := filepath.Join(t.TempDir(), "ratelimit")
+	if err := os.Symlink(Binary(t), link); err != nil {
+		t.Fatal(err)
+	}
+	port := func(name string) int {
+		for i := len(env) - 1; i >= 0; i-- {
+			if v, ok := strings.CutPrefix(env[i], name+"="); ok {
+				n, err := strconv.Atoi(v)
+				if err != nil {
+					t.Fatalf("StartReference: %s=%q is not a port", name, v)
+				}
+				return n
+			}
+		}
+		t.Fatalf("StartReference: env sets no %s", name)
+		return 0
+	}
+	httpPort, grpcPort := port("PORT"), port("GRPC_PORT")
+	cmd := exec.Command(link)
+	cmd.Env = append(baseEnv(), env...)
+	return launch(t, cmd, "http", http.DefaultClient, httpPort, grpcPort)
+}
+
+// launch starts cmd in a temp working directory and returns once GET
+// /health answers on httpPort; the process is killed when the test ends,
+// and its logs printed if the test failed.
+func launch(t testing.TB, cmd *exec.Cmd, scheme string, client *http.Client, httpPort, grpcPort int) *Server {
+	t.Helper()
+	cmd.Dir = t.TempDir()
 	logs := &logbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
