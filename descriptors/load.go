@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,6 +17,18 @@ type Options struct {
 	// merged (upstream's MERGE_DOMAIN_CONFIG). Optional; by default a domain
 	// in two files is an error.
 	MergeDomains bool
+	// Tree reads a folder as the reference service reads its runtime
+	// folder (RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY): every
+	// file at any depth, whatever its name, in path order, symlinks to
+	// files followed and to folders not. Optional; by default a folder is
+	// its *.yaml and *.yml files, not its subfolders.
+	Tree bool
+	// TreeDotFiles keeps, under Tree, files and folders whose names start
+	// with '.' (the reference's RUNTIME_IGNOREDOTFILES=false, its
+	// default). Those starting with ".." are skipped whatever this says:
+	// they are a Kubernetes ConfigMap volume's own (..data and the
+	// timestamped folder it points to), which hold the same files again.
+	TreeDotFiles bool
 }
 
 // Source is the content of one configuration file and the name errors use.
@@ -137,7 +150,7 @@ func readFiles(paths []string) ([]Source, error) {
 	srcs := make([]Source, 0, len(paths))
 	for _, p := range paths {
 		if fi, err := os.Stat(p); err == nil && fi.IsDir() {
-			dir, err := readDir(p)
+			dir, err := readDir(p, Options{})
 			errs = append(errs, err)
 			srcs = append(srcs, dir...)
 			continue
@@ -170,15 +183,19 @@ func Check(opts Options, paths ...string) (files int, err error) {
 // "..data" directories and symlinks a Kubernetes ConfigMap volume holds;
 // the visible symlinks to its files are followed.
 func LoadDir(dir string, opts Options) (*Config, error) {
-	srcs, err := readDir(dir)
+	srcs, err := readDir(dir, opts)
 	if err != nil {
 		return nil, err
 	}
 	return Load(opts, srcs...)
 }
 
-// readDir reads the configuration files of dir, in name order.
-func readDir(dir string) ([]Source, error) {
+// readDir reads the configuration files of dir, in name order: those
+// opts.Tree says, else the *.yaml and *.yml files directly in it.
+func readDir(dir string, opts Options) ([]Source, error) {
+	if opts.Tree {
+		return readTree(dir, opts.TreeDotFiles)
+	}
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("read descriptors directory: %w", err)
@@ -203,6 +220,44 @@ func readDir(dir string) ([]Source, error) {
 			return nil, fmt.Errorf("read descriptors directory: %w", err)
 		}
 		srcs = append(srcs, Source{Name: p, Data: data})
+	}
+	return srcs, nil
+}
+
+// readTree reads every file under dir, at any depth, in path order (Options.Tree).
+func readTree(dir string, dotFiles bool) ([]Source, error) {
+	if _, err := os.Stat(dir); err != nil {
+		return nil, fmt.Errorf("read descriptors directory: %w", err)
+	}
+	var srcs []Source
+	err := filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		name := e.Name()
+		hidden := p != dir && (strings.HasPrefix(name, "..") || (!dotFiles && strings.HasPrefix(name, ".")))
+		switch {
+		case hidden && e.IsDir():
+			return filepath.SkipDir
+		case hidden || e.IsDir():
+			return nil
+		}
+		fi, err := os.Stat(p) // follows a symlink
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			return nil // a dangling symlink (mid-swap): skipped, as the reference skips it
+		case err != nil || !fi.Mode().IsRegular():
+			return err // a symlink to a folder is not walked, as the reference's
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		srcs = append(srcs, Source{Name: p, Data: data})
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read descriptors directory: %w", err)
 	}
 	return srcs, nil
 }

@@ -125,7 +125,7 @@ func (r *Reloader) Reload() (bool, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := r.now()
-	srcs, err := readDir(r.dir)
+	srcs, err := readDir(r.dir, r.opts)
 	if err != nil {
 		r.seen = [sha256.Size]byte{} // reload whatever comes back
 		r.setState(now, nil, &loadFailure{})

@@ -33,7 +33,9 @@ func NewGRPCServer(s *Server, extra ...grpc.ServerOption) (*grpc.Server, *health
 		// on every request: a fifth of the CPU under load. Beyond the
 		// workers, calls get goroutines of their own as before.
 		grpc.NumStreamWorkers(streamWorkers),
-		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: 5 * time.Minute}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			MaxConnectionIdle: 5 * time.Minute, MaxConnectionAge: s.opts.MaxConnectionAge, MaxConnectionAgeGrace: s.opts.MaxConnectionAgeGrace,
+		}),
 		grpc.MaxRecvMsgSize(1 << 20),
 	}
 	var rls rlsv3.RateLimitServiceServer = s

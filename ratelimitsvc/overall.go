@@ -45,6 +45,9 @@ func (s *Server) finish(ctx context.Context, req *rlsv3.RateLimitRequest, resp *
 	if s.opts.ResponseHeaders {
 		resp.ResponseHeadersToAdd = responseHeaders(s.opts.HeaderSets, resp, prepared)
 	}
+	if s.opts.LimitHeaders != nil {
+		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, limitHeaders(s.opts.LimitHeaders, resp.Statuses, prepared)...)
+	}
 	if s.opts.DynamicMetadata {
 		md, err := dynamicMetadata(req, resp.Statuses, prepared)
 		if err != nil {

@@ -53,6 +53,11 @@ type Options struct {
 	// RATE_LIMIT_HEADERS): X-RateLimit-*, the IETF draft's RateLimit-Policy
 	// and RateLimit, or both (the zero value).
 	HeaderSets ratelimitheader.Sets
+	// LimitHeaders, when set, adds the reference service's three headers
+	// of the descriptor closest to its limit to every response with a
+	// limit (LIMIT_RESPONSE_HEADERS_ENABLED; see limitHeaders), beside
+	// or instead of ResponseHeaders' sets.
+	LimitHeaders *LimitHeaders
 	// ShadowMode is the reference service's global SHADOW_MODE: every
 	// descriptor is decided, counted and reported as usual, but an overall
 	// OVER_LIMIT is answered as OK (and counted in
@@ -85,6 +90,11 @@ type Options struct {
 	// NearLimitRatio is the share of a limit above which a request within the
 	// limit counts as near_limit. Default 0.8, as the reference service.
 	NearLimitRatio float64
+	// MaxConnectionAge asks a gRPC connection to close (GOAWAY) after about
+	// this long (±10 %), and MaxConnectionAgeGrace is how long its calls in
+	// flight then have (the reference's GRPC_MAX_CONNECTION_AGE and
+	// _GRACE). 0: never.
+	MaxConnectionAge, MaxConnectionAgeGrace time.Duration
 	// Now is the clock for limits the engine does not decide (a limit of 0).
 	// Default time.Now.
 	Now func() time.Time

@@ -79,6 +79,13 @@ type Deps struct {
 	// empty text (no configuration), as the reference answers before it has
 	// one.
 	ConfigDump func() string
+	// EnvoyJSON serves POST /json, the reference service's JSON form of
+	// ShouldRateLimit (ratelimitsvc.Server.JSONHandler). Default nil: no
+	// such route.
+	EnvoyJSON http.Handler
+	// Healthcheck configures GET /healthcheck, the reference service's
+	// health path (healthcheck.go). Default: "OK" while serving.
+	Healthcheck Healthcheck
 	// EnvoyCounters reads and resets the counters of Envoy descriptors for
 	// POST /descriptors/{domain}/counters and …/counters/reset: the gRPC
 	// rate-limit service (ratelimitsvc.Server). Default nil: no such routes.

@@ -19,6 +19,7 @@ func addRoutes(mux *http.ServeMux, d Deps, m *metrics, tr *tracing) {
 	mux.Handle("GET /{$}", handleRoot())
 	mux.Handle("GET /health", handleHealth())
 	mux.Handle("GET /ready", handleReady(d.DB, d.LimiterReady, d.FailureMode))
+	mux.Handle("GET /healthcheck", handleHealthcheck(d.Healthcheck))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(d.Gatherer, promhttp.HandlerOpts{}))
 	mux.Handle("GET /rlconfig", handleConfigDump(d.ConfigDump))
 	mux.Handle("GET /openapi.json", handleOpenAPI())
@@ -46,6 +47,9 @@ func addRoutes(mux *http.ServeMux, d Deps, m *metrics, tr *tracing) {
 
 	mux.Handle("GET /stats/{client_id}", auth(handleStats(d.Usage)))
 	mux.Handle("GET /descriptors", auth(handleDescriptors(d.Descriptors)))
+	if d.EnvoyJSON != nil {
+		mux.Handle("POST /json", d.EnvoyJSON)
+	}
 	if d.EnvoyCounters != nil {
 		counters := authenticateCounters(d.Cache, d.AdminKey) // a client key, or the operator's
 		mux.Handle("POST /descriptors/{domain}/counters", counters(handleCountersRead(d.EnvoyCounters)))

@@ -17,18 +17,26 @@ import (
 // from its environment variable, else from its default: serveSettings has a
 // row for each, which parses it into its field here.
 type config struct {
-	Port            int
-	GRPCPort        int
-	BindAddress     string
-	RedisURL        string
-	DatabaseURL     string
-	DescriptorsDir  string
-	MergeDomains    bool
-	ReloadInterval  time.Duration
-	FailureMode     algorithms.FailureMode
-	BackendTimeout  time.Duration // 0: derived from each call's deadline
-	RESTTimeout     time.Duration
-	LocalCacheBytes int
+	Port        int
+	GRPCPort    int
+	BindAddress string
+	Listen      listenConfig // HOST, GRPC_HOST, GRPC_UDS, DEBUG_* (refserve.go)
+	LogFormat   string       // json or text
+	BackendType string       // the reference's BACKEND_TYPE: redis
+	// HealthyWithConfig makes /healthcheck wait for a descriptor
+	// configuration (HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED).
+	HealthyWithConfig bool
+	LimitHeaders      limitHeadersConfig // LIMIT_RESPONSE_HEADERS_ENABLED and its names
+	RedisURL          string
+	DatabaseURL       string
+	DescriptorsDir    string
+	Runtime           runtimeConfig // the reference's config folder (descriptors.go)
+	MergeDomains      bool
+	ReloadInterval    time.Duration
+	FailureMode       algorithms.FailureMode
+	BackendTimeout    time.Duration // 0: derived from each call's deadline
+	RESTTimeout       time.Duration
+	LocalCacheBytes   int
 	// GCPercent is the Go collector's target for serve: defaultGCPercent
 	// unless the environment sets GOGC (then 0: Go's own reading stands).
 	GCPercent         int
@@ -116,6 +124,7 @@ func (c *config) setDefaults(given map[string]string, getenv func(string) string
 			return fmt.Errorf("the default of %s: %w", s.env, err)
 		}
 	}
+	c.Tracing.applyReference(given)
 	c.Tracing.setDefaults()
 	if getenv("GOGC") == "" {
 		c.GCPercent = defaultGCPercent
@@ -131,11 +140,14 @@ func (c *config) Validate() error {
 			errs = append(errs, fmt.Errorf("%s: %d is not a port (1-65535)", name, p))
 		}
 	}
-	if c.Port == c.GRPCPort {
+	if c.Port == c.GRPCPort && c.Listen.GRPCUDS == "" {
 		errs = append(errs, fmt.Errorf("PORT and GRPC_PORT are both %d", c.Port))
 	}
 	if c.DatabaseURL == "" {
 		errs = append(errs, errors.New("DATABASE_URL: empty; use sqlite://PATH or postgres://…"))
+	}
+	if c.DescriptorsDir != "" && c.Runtime.folder() != "" {
+		errs = append(errs, errors.New("DESCRIPTORS_DIR and RUNTIME_ROOT/RUNTIME_SUBDIRECTORY are both set: give the descriptor folder one way, DESCRIPTORS_DIR or the reference service's RUNTIME_* settings"))
 	}
 	if c.RedisURL != "" && !strings.HasPrefix(c.RedisURL, "redis://") && !strings.HasPrefix(c.RedisURL, "rediss://") {
 		errs = append(errs, errors.New("REDIS_URL: must start with redis:// or rediss://"))
@@ -173,6 +185,7 @@ func (c *config) Validate() error {
 	if c.ApproximateInterval < 10*time.Millisecond || c.ApproximateInterval > 10*time.Second {
 		errs = append(errs, fmt.Errorf("APPROXIMATE_SYNC_INTERVAL: %s is not within 10ms-10s", c.ApproximateInterval))
 	}
+	errs = append(errs, c.validateListen()...)
 	errs = append(errs, c.TLS.validate(c.RedisURL)...)
 	return errors.Join(errs...)
 }

@@ -3,13 +3,19 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"slices"
 	"strings"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // secretFlags are the flags whose values /debug/pprof/cmdline hides: keys,
@@ -46,22 +52,47 @@ func redactFlag(name, value string) string {
 	return redacted
 }
 
-// serveDebug serves Go's profiler (/debug/pprof/…) on l until ctx ends
-// (setting DEBUG_ADDRESS, off by default: bind it to loopback). It is the
-// reference service's debug port, for `go tool pprof` under load. It is
-// plain HTTP whatever the TLS settings: loopback is its place. Its command
-// line page hides passwords and keys given as flags.
-func serveDebug(ctx context.Context, l net.Listener) error {
+// debugPages are the pages of the debug port beside Go's profiler.
+type debugPages struct {
+	// ConfigDump is /rlconfig: the descriptor configuration in use.
+	ConfigDump func() string
+	// Gatherer is /stats: every metric, in Prometheus's text format.
+	Gatherer prometheus.Gatherer
+}
+
+// serveDebug serves the reference service's debug port on l until ctx
+// ends (DEBUG_HOST/DEBUG_PORT or DEBUG_ADDRESS, off by default): its
+// index of pages at /, /rlconfig (the configuration in use), /stats (the
+// metrics) and Go's profiler (/debug/pprof/…), for `go tool pprof` under
+// load. It is plain HTTP whatever the TLS settings: loopback is its place.
+// Its command line page hides passwords and keys given as flags.
+func serveDebug(ctx context.Context, l net.Listener, pages debugPages) error {
 	mux := http.NewServeMux()
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	index := map[string]string{}
+	handle := func(path, help string, h http.HandlerFunc) {
+		mux.HandleFunc(path, h)
+		index[path] = help
+	}
+	handle("/debug/pprof/", "root of various pprof endpoints. hit for help.", pprof.Index)
+	handle("/debug/pprof/profile", "CPU profiling endpoint", pprof.Profile)
+	handle("/debug/pprof/trace", "trace endpoint", pprof.Trace)
+	handle("/rlconfig", "print out the currently loaded configuration for debugging", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		io.WriteString(w, pages.ConfigDump())
+	})
+	handle("/stats", "print out stats", promhttp.HandlerFor(pages.Gatherer, promhttp.HandlerOpts{}).ServeHTTP)
 	mux.HandleFunc("/debug/pprof/cmdline", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("X-Content-Type-Options", "nosniff")
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		io.WriteString(w, strings.Join(redactArgs(os.Args), "\x00"))
 	})
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux.HandleFunc("/{$}", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		for _, path := range slices.Sorted(maps.Keys(index)) {
+			fmt.Fprintf(w, "%s: %s\n", path, index[path])
+		}
+	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(l) }()

@@ -3,37 +3,87 @@ package main
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 
 	"github.com/throttle-rl/throttle/descriptors"
 	"github.com/throttle-rl/throttle/restapi"
 )
 
-// openDescriptors loads DESCRIPTORS_DIR, if set, and reloads it on change.
+// runtimeSettings are the config folder of the reference service, beside
+// DESCRIPTORS_DIR: RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY,
+// read as the reference reads it (descriptors.Options.Tree).
+var runtimeSettings = []setting{
+	{"RUNTIME_ROOT", "runtime-root", "", "the reference service's config folder is RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY: every file in it, at any depth, is descriptor YAML (reloaded on change, a ConfigMap's ..data swap too); empty = /srv/runtime_data/current, the reference's, when RUNTIME_SUBDIRECTORY is set, else no such folder; not with DESCRIPTORS_DIR", func(c *config, v string) error { c.Runtime.Root = v; return nil }},
+	{"RUNTIME_SUBDIRECTORY", "runtime-subdirectory", "", "the folder under RUNTIME_ROOT holding RUNTIME_APPDIRECTORY (Istio's sample: ratelimit)", func(c *config, v string) error { c.Runtime.Subdirectory = v; return nil }},
+	{"RUNTIME_APPDIRECTORY", "runtime-appdirectory", "config", "the folder of descriptor files under RUNTIME_ROOT/RUNTIME_SUBDIRECTORY", func(c *config, v string) error { c.Runtime.AppDirectory = v; return nil }},
+	{"RUNTIME_IGNOREDOTFILES", "runtime-ignoredotfiles", "false", "skip files and folders of the config folder whose names start with '.' (those starting with '..', a ConfigMap volume's own, are always skipped)", func(c *config, v string) (err error) { c.Runtime.IgnoreDotFiles, err = parseBool(v); return }},
+	{"RUNTIME_WATCH_ROOT", "runtime-watch-root", "true", "accepted for the reference's deployments: which path the reference watches for changes; Throttle reads the config folder's contents every DESCRIPTORS_RELOAD_INTERVAL whatever this says, so a symlink swap of RUNTIME_ROOT, a ConfigMap's ..data swap and a file edited in place are all applied", func(c *config, v string) (err error) { c.Runtime.WatchRoot, err = parseBool(v); return }},
+}
+
+// runtimeConfig is the reference service's config folder settings.
+type runtimeConfig struct {
+	Root, Subdirectory, AppDirectory string
+	IgnoreDotFiles, WatchRoot        bool
+}
+
+// referenceRuntimeRoot is the reference's RUNTIME_ROOT default.
+const referenceRuntimeRoot = "/srv/runtime_data/current"
+
+// folder is the config folder, or "" when neither RUNTIME_ROOT nor
+// RUNTIME_SUBDIRECTORY is set.
+func (r runtimeConfig) folder() string {
+	if r.Root == "" && r.Subdirectory == "" {
+		return ""
+	}
+	root := r.Root
+	if root == "" {
+		root = referenceRuntimeRoot
+	}
+	return filepath.Join(root, r.Subdirectory, r.AppDirectory)
+}
+
+// descriptorsFolder is the folder of descriptor files, DESCRIPTORS_DIR's
+// or the reference's config folder, and how it is read; "" for none.
+func (c *config) descriptorsFolder() (string, descriptors.Options) {
+	opts := descriptors.Options{MergeDomains: c.MergeDomains}
+	if dir := c.Runtime.folder(); dir != "" {
+		opts.Tree, opts.TreeDotFiles = true, !c.Runtime.IgnoreDotFiles
+		return dir, opts
+	}
+	return c.DescriptorsDir, opts
+}
+
+// openDescriptors loads DESCRIPTORS_DIR or the reference's config folder,
+// if set, and reloads it on change.
 func (a *app) openDescriptors(context.Context) error {
 	cfg := a.cfg
-	if cfg.DescriptorsDir == "" {
+	dir, opts := cfg.descriptorsFolder()
+	if dir == "" {
 		return nil
 	}
-	opts := descriptors.Options{MergeDomains: cfg.MergeDomains}
+	setting := "DESCRIPTORS_DIR"
+	if opts.Tree {
+		setting = "RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY"
+	}
 	var r *descriptors.Reloader
 	var err error
 	if cfg.ForceStart {
-		r, err = descriptors.NewReloaderWithoutInitialConfig(cfg.DescriptorsDir, cfg.ReloadInterval, opts, a.log, a.reg)
+		r, err = descriptors.NewReloaderWithoutInitialConfig(dir, cfg.ReloadInterval, opts, a.log, a.reg)
 	} else {
-		r, err = descriptors.NewReloader(cfg.DescriptorsDir, cfg.ReloadInterval, opts, a.log, a.reg)
+		r, err = descriptors.NewReloader(dir, cfg.ReloadInterval, opts, a.log, a.reg)
 	}
 	if err != nil {
 		if !cfg.ForceStart {
 			err = fmt.Errorf("%w (FORCE_START_WITHOUT_INITIAL_CONFIG=true starts without it)", err)
 		}
-		return fmt.Errorf("DESCRIPTORS_DIR: %w", err)
+		return fmt.Errorf("%s: %w", setting, err)
 	}
 	a.current, a.descStatus = r.Current, domainStatus(r)
 	a.goBG("descriptors", r.Run)
 	if c := r.Current(); c != nil {
-		a.log.Info("descriptor configuration loaded", "dir", cfg.DescriptorsDir, "domains", c.DomainCount())
+		a.log.Info("descriptor configuration loaded", "dir", dir, "domains", c.DomainCount())
 	} else {
-		a.log.Warn("starting without the descriptor configuration (FORCE_START_WITHOUT_INITIAL_CONFIG); it loads when it appears", "dir", cfg.DescriptorsDir)
+		a.log.Warn("starting without the descriptor configuration (FORCE_START_WITHOUT_INITIAL_CONFIG); it loads when it appears", "dir", dir)
 	}
 	return nil
 }

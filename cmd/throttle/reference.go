@@ -1,6 +1,10 @@
 package main
 
-import "slices"
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
 
 // referenceSetting is one setting of Envoy's reference rate-limit service
 // (envoyproxy/ratelimit, src/settings/settings.go): its variable, its
@@ -24,22 +28,22 @@ const pending = "not honoured yet"
 // or ignored for a reason, and docs/moving-from-envoy-ratelimit.md lists
 // them all.
 var referenceSettings = []referenceSetting{
-	{"HOST", "0.0.0.0", pending},
+	{"HOST", "0.0.0.0", ""},
 	{"PORT", "8080", ""},
-	{"DEBUG_HOST", "0.0.0.0", pending},
-	{"DEBUG_PORT", "6070", pending},
-	{"GRPC_UDS", "", pending},
-	{"GRPC_HOST", "0.0.0.0", pending},
+	{"DEBUG_HOST", "0.0.0.0", ""},
+	{"DEBUG_PORT", "6070", ""},
+	{"GRPC_UDS", "", ""},
+	{"GRPC_HOST", "0.0.0.0", ""},
 	{"GRPC_PORT", "8081", ""},
-	{"GRPC_MAX_CONNECTION_AGE", "24h", pending},
-	{"GRPC_MAX_CONNECTION_AGE_GRACE", "1h", pending},
+	{"GRPC_MAX_CONNECTION_AGE", "24h", ""},
+	{"GRPC_MAX_CONNECTION_AGE_GRACE", "1h", ""},
 	{"GRPC_SERVER_USE_TLS", "false", ""},
 	{"GRPC_SERVER_TLS_CERT", "", ""},
 	{"GRPC_SERVER_TLS_KEY", "", ""},
 	{"GRPC_CLIENT_TLS_CACERT", "", ""},
 	{"GRPC_CLIENT_TLS_SAN", "", ""},
 	{"LOG_LEVEL", "WARN", ""},
-	{"LOG_FORMAT", "text", pending},
+	{"LOG_FORMAT", "text", ""},
 	{"CONFIG_TYPE", "FILE", pending},
 	{"FORCE_START_WITHOUT_INITIAL_CONFIG", "false", ""},
 	{"CONFIG_GRPC_XDS_NODE_ID", "default", pending},
@@ -70,22 +74,22 @@ var referenceSettings = []referenceSetting{
 	{"PROMETHEUS_PATH", "/metrics", pending},
 	{"PROMETHEUS_MAPPER_YAML", "", pending},
 	{"PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", "false", pending},
-	{"RUNTIME_ROOT", "/srv/runtime_data/current", pending},
-	{"RUNTIME_SUBDIRECTORY", "", pending},
-	{"RUNTIME_APPDIRECTORY", "config", pending},
-	{"RUNTIME_IGNOREDOTFILES", "false", pending},
-	{"RUNTIME_WATCH_ROOT", "true", pending},
+	{"RUNTIME_ROOT", "/srv/runtime_data/current", ""},
+	{"RUNTIME_SUBDIRECTORY", "", ""},
+	{"RUNTIME_APPDIRECTORY", "config", ""},
+	{"RUNTIME_IGNOREDOTFILES", "false", ""},
+	{"RUNTIME_WATCH_ROOT", "true", ""},
 	{"EXPIRATION_JITTER_MAX_SECONDS", "300", pending},
 	{"LOCAL_CACHE_SIZE_IN_BYTES", "0", ""},
 	{"NEAR_LIMIT_RATIO", "0.8", pending},
 	{"CACHE_KEY_PREFIX", "", ""},
-	{"BACKEND_TYPE", "redis", pending},
+	{"BACKEND_TYPE", "redis", ""},
 	{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "false", pending},
-	{"LIMIT_RESPONSE_HEADERS_ENABLED", "false", pending},
-	{"LIMIT_LIMIT_HEADER", "RateLimit-Limit", pending},
-	{"LIMIT_REMAINING_HEADER", "RateLimit-Remaining", pending},
-	{"LIMIT_RESET_HEADER", "RateLimit-Reset", pending},
-	{"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "false", pending},
+	{"LIMIT_RESPONSE_HEADERS_ENABLED", "false", ""},
+	{"LIMIT_LIMIT_HEADER", "RateLimit-Limit", ""},
+	{"LIMIT_REMAINING_HEADER", "RateLimit-Remaining", ""},
+	{"LIMIT_RESET_HEADER", "RateLimit-Reset", ""},
+	{"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "false", ""},
 	{"REDIS_SOCKET_TYPE", "unix", pending},
 	{"REDIS_TYPE", "SINGLE", pending},
 	{"REDIS_URL", "/var/run/nutcracker/ratelimit.sock", ""},
@@ -132,12 +136,12 @@ var referenceSettings = []referenceSetting{
 	{"QUOTA_MODE", "false", "the reference reads it and never uses it; quota_mode on a descriptor works as there"},
 	{"RESPONSE_DYNAMIC_METADATA", "false", ""},
 	{"MERGE_DOMAIN_CONFIG", "false", ""},
-	{"TRACING_ENABLED", "false", pending},
-	{"TRACING_SERVICE_NAME", "RateLimit", pending},
-	{"TRACING_SERVICE_NAMESPACE", "", pending},
-	{"TRACING_SERVICE_INSTANCE_ID", "", pending},
-	{"TRACING_EXPORTER_PROTOCOL", "http", pending},
-	{"TRACING_SAMPLING_RATE", "1", pending},
+	{"TRACING_ENABLED", "false", ""},
+	{"TRACING_SERVICE_NAME", "RateLimit", ""},
+	{"TRACING_SERVICE_NAMESPACE", "", ""},
+	{"TRACING_SERVICE_INSTANCE_ID", "", ""},
+	{"TRACING_EXPORTER_PROTOCOL", "http", ""},
+	{"TRACING_SAMPLING_RATE", "1", ""},
 }
 
 // ignoredReferenceSettings returns the names of the reference service's
@@ -151,4 +155,34 @@ func ignoredReferenceSettings(getenv func(string) string) []string {
 		}
 	}
 	return slices.Clip(names)
+}
+
+// referenceTable is the table of docs/moving-from-envoy-ratelimit.md: every
+// setting of the reference, its default there, and what Throttle does with
+// it (its row's help and default, or why it is ignored).
+func referenceTable() string {
+	rows := map[string]setting{}
+	for _, s := range serveSettings {
+		rows[s.env] = s
+	}
+	var b strings.Builder
+	b.WriteString("| setting | the reference's default | in Throttle |\n| --- | --- | --- |\n")
+	for _, r := range referenceSettings {
+		var does string
+		if s, ok := rows[r.env]; ok {
+			does = fmt.Sprintf("%s (default %s)", s.usage, markdownValue(s.def))
+		} else {
+			does = "accepted and ignored (named in the log at start): " + r.ignored
+		}
+		fmt.Fprintf(&b, "| `%s` | %s | %s |\n", r.env, markdownValue(r.def), strings.ReplaceAll(does, "|", `\|`))
+	}
+	return b.String()
+}
+
+// markdownValue is a default as the docs show it.
+func markdownValue(v string) string {
+	if v == "" {
+		return "empty"
+	}
+	return "`" + v + "`"
 }

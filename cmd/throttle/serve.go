@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"runtime/debug"
-	"strconv"
 	"sync"
 	"time"
 
@@ -100,7 +99,11 @@ type app struct {
 }
 
 func newApp(cfg *config, logOut io.Writer) (*app, error) {
-	a := &app{cfg: cfg, log: slog.New(slog.NewJSONHandler(logOut, &slog.HandlerOptions{Level: cfg.LogLevel})), reg: prometheus.NewRegistry()}
+	var logs slog.Handler = slog.NewJSONHandler(logOut, &slog.HandlerOptions{Level: cfg.LogLevel})
+	if cfg.LogFormat == "text" {
+		logs = slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: cfg.LogLevel})
+	}
+	a := &app{cfg: cfg, log: slog.New(logs), reg: prometheus.NewRegistry()}
 	if cfg.GCPercent > 0 {
 		// The collector's target is the process's; serve is the process.
 		debug.SetGCPercent(cfg.GCPercent)
@@ -214,6 +217,7 @@ func (a *app) openAPIs(context.Context) error {
 		Limiter: rlsLimiter, Descriptors: a.current, Rules: a.cache, ResponseHeaders: cfg.ResponseHeaders, HeaderSets: cfg.HeaderSets,
 		ShadowMode: cfg.ShadowMode, DynamicMetadata: cfg.DynamicMetadata, MaxValueStatsKeys: maxValueKeys(cfg.MaxValueStatsKeys),
 		MaxDescriptors: cfg.MaxDescriptors, MaxDescriptorEntries: cfg.MaxDescriptorEntries, CountRejectedHits: cfg.CountRejectedHits,
+		LimitHeaders: cfg.limitHeaders(), MaxConnectionAge: cfg.Listen.MaxConnAge, MaxConnectionAgeGrace: cfg.Listen.MaxConnAgeGrace,
 		Log: a.log, Registerer: a.reg, TracerProvider: a.tracer, Propagator: a.propagator,
 	})
 	if err != nil {
@@ -234,8 +238,9 @@ func (a *app) openAPIs(context.Context) error {
 		TrustedProxies: cfg.TrustedProxies, ConfigDump: a.configDump, HeaderSets: cfg.HeaderSets, TracerProvider: a.tracer, Propagator: a.propagator,
 		RegisterLimit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: cfg.RegisterLimit, Window: time.Hour},
 		Descriptors:   a.descStatus, EnvoyCounters: rls, AdminKey: cfg.AdminKey, LimiterReady: a.ready, FailureMode: cfg.FailureMode,
+		EnvoyJSON: rls.JSONHandler(), Healthcheck: a.healthcheck(),
 	}))
-	a.httpSrv = restapi.NewServer(net.JoinHostPort(cfg.BindAddress, strconv.Itoa(cfg.Port)), handler)
+	a.httpSrv = restapi.NewServer(cfg.httpAddress(), handler)
 	if a.httpTLS != nil {
 		a.httpSrv.TLSConfig, a.httpSrv.ErrorLog = a.httpTLS.ServerConfig(), a.httpTLS.HTTPErrorLog(a.log)
 	}
@@ -265,17 +270,18 @@ func (a *app) listen(context.Context) error {
 		return fmt.Errorf("PORT: %w", err)
 	}
 	a.onClose(func() { a.httpLis.Close() })
-	if a.grpcLis, err = net.Listen("tcp", net.JoinHostPort(cfg.BindAddress, strconv.Itoa(cfg.GRPCPort))); err != nil {
-		return fmt.Errorf("GRPC_PORT: %w", err)
+	if a.grpcLis, err = listenGRPC(cfg); err != nil {
+		return err
 	}
 	a.onClose(func() { a.grpcLis.Close() })
-	if cfg.DebugAddress != "" {
-		dl, err := net.Listen("tcp", cfg.DebugAddress)
+	if addr := cfg.debugAddress(); addr != "" {
+		dl, err := net.Listen("tcp", addr)
 		if err != nil {
-			return fmt.Errorf("DEBUG_ADDRESS: %w", err)
+			return fmt.Errorf("debug port (DEBUG_ADDRESS, DEBUG_HOST/DEBUG_PORT): %w", err)
 		}
-		a.log.Info("serving /debug/pprof", "addr", dl.Addr().String())
-		a.goBG("debug server", func(ctx context.Context) error { return serveDebug(ctx, dl) })
+		a.log.Info("serving the debug port", "addr", dl.Addr().String())
+		pages := debugPages{ConfigDump: a.configDump, Gatherer: a.reg}
+		a.goBG("debug server", func(ctx context.Context) error { return serveDebug(ctx, dl, pages) })
 	}
 	return nil
 }

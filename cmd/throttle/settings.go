@@ -30,7 +30,7 @@ type setting struct {
 // compares them) all come from here. The rows come in groups, each beside
 // the code it configures; the reference service's settings Throttle has no
 // use for are not rows but referenceSettings entries (reference.go).
-var serveSettings = slices.Concat(coreSettings, tlsSettings, tracingSettings)
+var serveSettings = slices.Concat(coreSettings, listenerSettings, runtimeSettings, tlsSettings, tracingSettings, referenceTracingSettings)
 
 // coreSettings are the listeners, the backends and the APIs' knobs.
 var coreSettings = []setting{
@@ -207,7 +207,18 @@ func parseCIDRs(v string) ([]netip.Prefix, error) {
 	return out, nil
 }
 
+// parseLogLevel reads debug, info, warn or error in any case, and the
+// reference service's (logrus's) other names: warning, trace (as debug),
+// fatal and panic (as error).
 func parseLogLevel(v string) (slog.Level, error) {
+	switch strings.ToLower(v) {
+	case "trace":
+		return slog.LevelDebug, nil
+	case "warning":
+		return slog.LevelWarn, nil
+	case "fatal", "panic":
+		return slog.LevelError, nil
+	}
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(v)); err != nil {
 		return 0, fmt.Errorf("%q is not one of debug, info, warn, error", v)

@@ -57,6 +57,10 @@ type tracingConfig struct {
 	Sampler     string
 	SamplerArg  float64
 
+	// ref is what the reference service's TRACING_* settings gave
+	// (tracingref.go).
+	ref referenceTracing
+
 	// baseEndpoint and baseProtocol are OTEL_EXPORTER_OTLP_ENDPOINT and
 	// OTEL_EXPORTER_OTLP_PROTOCOL: Endpoint's and Protocol's defaults.
 	baseEndpoint, baseProtocol string

@@ -1,0 +1,170 @@
+package main
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/throttle-rl/throttle/ratelimitsvc"
+	"github.com/throttle-rl/throttle/restapi"
+)
+
+// listenerSettings are the reference service's listeners, endpoints, logs
+// and backend choice, with its names and value syntax.
+var listenerSettings = []setting{
+	{"HOST", "host", "", "address the REST port (PORT) listens on, as the reference's HOST (Istio's sample: ::); empty = BIND_ADDRESS", func(c *config, v string) error { c.Listen.HTTPHost = v; return nil }},
+	{"GRPC_HOST", "grpc-host", "", "address the gRPC port (GRPC_PORT) listens on, as the reference's GRPC_HOST; empty = BIND_ADDRESS", func(c *config, v string) error { c.Listen.GRPCHost = v; return nil }},
+	{"GRPC_UDS", "grpc-uds", "", "path of a unix socket gRPC listens on instead of GRPC_HOST:GRPC_PORT (a socket file left there by an earlier run is replaced); empty = the TCP port", func(c *config, v string) error { c.Listen.GRPCUDS = v; return nil }},
+	{"GRPC_MAX_CONNECTION_AGE", "grpc-max-connection-age", "24h", "a gRPC connection is asked to close (GOAWAY) after this long, ±10 %, so Envoys spread over new replicas", func(c *config, v string) (err error) { c.Listen.MaxConnAge, err = parseDuration(v); return }},
+	{"GRPC_MAX_CONNECTION_AGE_GRACE", "grpc-max-connection-age-grace", "1h", "how long calls in flight on a connection past GRPC_MAX_CONNECTION_AGE may finish before it is closed", func(c *config, v string) (err error) { c.Listen.MaxConnAgeGrace, err = parseDuration(v); return }},
+	{"DEBUG_HOST", "debug-host", "", "with DEBUG_PORT: address of the reference's debug port (its index at /, /rlconfig, /stats, /debug/pprof/), plain HTTP; empty = BIND_ADDRESS (set 127.0.0.1 to keep it on the machine)", func(c *config, v string) error { c.Listen.DebugHost = v; return nil }},
+	{"DEBUG_PORT", "debug-port", "", "the reference's debug port (6070 there, where it is always on); empty = off (DEBUG_HOST alone means 6070); not with DEBUG_ADDRESS", func(c *config, v string) (err error) { c.Listen.DebugPort, err = parseOptionalInt(v); return }},
+	{"LOG_FORMAT", "log-format", "json", "json or text (the reference's default is text)", func(c *config, v string) (err error) { c.LogFormat, err = parseLogFormat(v); return }},
+	{"BACKEND_TYPE", "backend-type", "redis", "the reference's counter backend: redis (counters in Redis with REDIS_URL, else in memory); memcache is refused, Throttle has no memcached backend", func(c *config, v string) (err error) { c.BackendType, err = parseBackendType(v); return }},
+	{"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "healthy-with-at-least-one-config-loaded", "false", "GET /healthcheck answers 500 until a descriptor configuration has loaded (files or xDS), as the reference's", func(c *config, v string) (err error) { c.HealthyWithConfig, err = parseBool(v); return }},
+	{"LIMIT_RESPONSE_HEADERS_ENABLED", "limit-response-headers-enabled", "false", "add the reference's three headers (LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER) of the descriptor closest to its limit to gRPC rate-limit responses, for Envoy to add to its reply; beside RATE_LIMIT_RESPONSE_HEADERS' sets when both are on", func(c *config, v string) (err error) { c.LimitHeaders.Enabled, err = parseBool(v); return }},
+	{"LIMIT_LIMIT_HEADER", "limit-limit-header", "RateLimit-Limit", "with LIMIT_RESPONSE_HEADERS_ENABLED: the header carrying requests_per_unit", func(c *config, v string) error { c.LimitHeaders.Limit = v; return nil }},
+	{"LIMIT_REMAINING_HEADER", "limit-remaining-header", "RateLimit-Remaining", "with LIMIT_RESPONSE_HEADERS_ENABLED: the header carrying the requests left in the window", func(c *config, v string) error { c.LimitHeaders.Remaining = v; return nil }},
+	{"LIMIT_RESET_HEADER", "limit-reset-header", "RateLimit-Reset", "with LIMIT_RESPONSE_HEADERS_ENABLED: the header carrying the seconds until the window resets", func(c *config, v string) error { c.LimitHeaders.Reset = v; return nil }},
+}
+
+// listenConfig is where the ports listen, beyond PORT and GRPC_PORT.
+type listenConfig struct {
+	HTTPHost, GRPCHost, DebugHost string
+	DebugPort                     int // 0: no debug port (unless DebugHost)
+	GRPCUDS                       string
+	MaxConnAge, MaxConnAgeGrace   time.Duration
+}
+
+// limitHeadersConfig is LIMIT_RESPONSE_HEADERS_ENABLED and its names.
+type limitHeadersConfig struct {
+	Enabled bool
+	ratelimitsvc.LimitHeaders
+}
+
+// defaultDebugPort is the reference's DEBUG_PORT.
+const defaultDebugPort = 6070
+
+// debugAddress is where the debug port listens: DEBUG_ADDRESS, or
+// DEBUG_HOST:DEBUG_PORT; "" for none.
+func (c *config) debugAddress() string {
+	l := c.Listen
+	switch {
+	case c.DebugAddress != "":
+		return c.DebugAddress
+	case l.DebugPort == 0 && l.DebugHost == "":
+		return ""
+	}
+	host, port := l.DebugHost, l.DebugPort
+	if host == "" {
+		host = c.BindAddress
+	}
+	if port == 0 {
+		port = defaultDebugPort
+	}
+	return joinHostPort(host, port)
+}
+
+// validateListen checks the reference's listener settings.
+func (c *config) validateListen() []error {
+	var errs []error
+	if c.DebugAddress != "" && (c.Listen.DebugPort != 0 || c.Listen.DebugHost != "") {
+		errs = append(errs, errors.New("DEBUG_ADDRESS and DEBUG_HOST/DEBUG_PORT are both set: give the debug port one way"))
+	}
+	if p := c.Listen.DebugPort; p < 0 || p > 65535 {
+		errs = append(errs, fmt.Errorf("DEBUG_PORT: %d is not a port (1-65535)", p))
+	}
+	h := c.LimitHeaders
+	if h.Enabled && (h.Limit == "" || h.Remaining == "" || h.Reset == "") {
+		errs = append(errs, errors.New("LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER and LIMIT_RESET_HEADER must not be empty with LIMIT_RESPONSE_HEADERS_ENABLED"))
+	}
+	return errs
+}
+
+// parseOptionalInt reads a whole number; empty is 0.
+func parseOptionalInt(v string) (int, error) {
+	if v == "" {
+		return 0, nil
+	}
+	return parseInt(v)
+}
+
+// parseLogFormat reads json or text, in any case.
+func parseLogFormat(v string) (string, error) {
+	switch f := strings.ToLower(v); f {
+	case "json", "text":
+		return f, nil
+	}
+	return "", fmt.Errorf("%q is not json or text", v)
+}
+
+// parseBackendType reads the reference's BACKEND_TYPE: redis only.
+func parseBackendType(v string) (string, error) {
+	switch strings.ToLower(v) {
+	case "redis":
+		return "redis", nil
+	case "memcache":
+		return "", errors.New("memcache: Throttle has no memcached backend; keep counters in Redis (REDIS_URL, the reference's REDIS_* settings) or, on a single replica, in memory (no REDIS_URL)")
+	}
+	return "", fmt.Errorf("%q is not redis (the one backend of the reference Throttle has; memcache is not)", v)
+}
+
+// joinHostPort is host:port, with brackets around an IPv6 host.
+func joinHostPort(host string, port int) string {
+	return net.JoinHostPort(host, strconv.Itoa(port))
+}
+
+// httpAddress is where the REST port listens: HOST, else BIND_ADDRESS.
+func (c *config) httpAddress() string {
+	return joinHostPort(cmp.Or(c.Listen.HTTPHost, c.BindAddress), c.Port)
+}
+
+// grpcAddress is where the gRPC port listens: GRPC_HOST, else BIND_ADDRESS.
+func (c *config) grpcAddress() string {
+	return joinHostPort(cmp.Or(c.Listen.GRPCHost, c.BindAddress), c.GRPCPort)
+}
+
+// limitHeaders is ratelimitsvc's LimitHeaders, nil when off.
+func (c *config) limitHeaders() *ratelimitsvc.LimitHeaders {
+	if !c.LimitHeaders.Enabled {
+		return nil
+	}
+	h := c.LimitHeaders.LimitHeaders
+	return &h
+}
+
+// listenGRPC binds the gRPC port: GRPC_UDS, else GRPC_HOST:GRPC_PORT. A
+// socket file at GRPC_UDS (an earlier run's) is removed first; any other
+// file there is an error.
+func listenGRPC(c *config) (net.Listener, error) {
+	if p := c.Listen.GRPCUDS; p != "" {
+		if fi, err := os.Lstat(p); err == nil && fi.Mode()&os.ModeSocket != 0 {
+			_ = os.Remove(p)
+		}
+		l, err := net.Listen("unix", p)
+		if err != nil {
+			return nil, fmt.Errorf("GRPC_UDS: %w", err)
+		}
+		return l, nil
+	}
+	l, err := net.Listen("tcp", c.grpcAddress())
+	if err != nil {
+		return nil, fmt.Errorf("GRPC_PORT: %w", err)
+	}
+	return l, nil
+}
+
+// healthcheck is GET /healthcheck's configuration: the descriptor
+// configuration must have loaded with HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED.
+func (a *app) healthcheck() restapi.Healthcheck {
+	var h restapi.Healthcheck
+	if a.cfg.HealthyWithConfig {
+		h.ConfigLoaded = func() bool { return a.current != nil && a.current() != nil }
+	}
+	return h
+}
