@@ -8,40 +8,16 @@ import (
 	"slices"
 	"testing"
 	"time"
-)
 
-// configMap writes files into dir as the kubelet lays out a ConfigMap
-// volume: the files in a timestamped folder ..<stamp>, a ..data symlink to
-// it, and a symlink per file to ..data/<file>. Called again with other
-// files, it swaps ..data to a new folder atomically (rename over the link)
-// and removes the old one, as the kubelet does on an edit.
-func configMap(t *testing.T, dir, stamp string, files map[string]string) {
-	t.Helper()
-	must(t, os.MkdirAll(filepath.Join(dir, stamp), 0o755))
-	for name, content := range files {
-		writeFile(t, filepath.Join(dir, stamp, name), content)
-	}
-	tmp := filepath.Join(dir, "..data_tmp")
-	must(t, os.Symlink(stamp, tmp))
-	old, _ := os.Readlink(filepath.Join(dir, "..data"))
-	must(t, os.Rename(tmp, filepath.Join(dir, "..data")))
-	for name := range files {
-		link := filepath.Join(dir, name)
-		if _, err := os.Lstat(link); err != nil {
-			must(t, os.Symlink(filepath.Join("..data", name), link))
-		}
-	}
-	if old != "" {
-		must(t, os.RemoveAll(filepath.Join(dir, old)))
-	}
-}
+	"github.com/throttle-rl/throttle/internal/testkit/configmap"
+)
 
 // TestTreeReadsAConfigMap: Options.Tree reads a ConfigMap volume's files
 // once each (not again under ..data), every file at any depth whatever its
 // name, dot files only with TreeDotFiles, and a kubelet swap is reloaded.
 func TestTreeReadsAConfigMap(t *testing.T) {
 	dir := t.TempDir()
-	configMap(t, dir, "..2026_12_05_08_00_00.1", map[string]string{
+	configmap.Write(t, dir, map[string]string{
 		"config.yaml": "domain: edge\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 3}\n",
 	})
 	must(t, os.MkdirAll(filepath.Join(dir, "team"), 0o755))
@@ -74,7 +50,7 @@ func TestTreeReadsAConfigMap(t *testing.T) {
 	if m := r.Current().Match("edge", entries("k", "v")); m == nil || m.Limit.RequestsPerUnit != 3 {
 		t.Fatalf("edge before the edit: %+v, want 3 a minute", m)
 	}
-	configMap(t, dir, "..2026_12_05_08_05_00.2", map[string]string{
+	configmap.Write(t, dir, map[string]string{
 		"config.yaml": "domain: edge\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 7}\n",
 	})
 	if changed, err := r.Reload(); !changed || err != nil {

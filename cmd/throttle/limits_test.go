@@ -15,8 +15,6 @@ import (
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/redis/go-redis/v9"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/throttle-rl/throttle/algorithms"
@@ -48,12 +46,7 @@ func issue17Setups(t *testing.T, env ...string) map[string][]string {
 // rlsClient is a rate-limit client of s.
 func rlsClient(t *testing.T, s *throttletest.Server) rlsv3.RateLimitServiceClient {
 	t.Helper()
-	conn, err := grpc.NewClient(s.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return rlsv3.NewRateLimitServiceClient(conn)
+	return rlsDial(t, s.GRPCAddr)
 }
 
 func rlsDesc(kv ...string) *rlcommon.RateLimitDescriptor {

@@ -294,7 +294,7 @@ func (a *app) serve(ctx context.Context) error {
 		"tracing", a.cfg.Tracing.String(), "grpc_tls", describeTLS(a.grpcTLS != nil, a.cfg.TLS.GRPCClientCA),
 		"rest_tls", describeTLS(a.httpTLS != nil, a.cfg.TLS.HTTPClientCA))
 	if names := a.cfg.IgnoredReference; len(names) > 0 {
-		a.log.Info("settings of envoyproxy/ratelimit that have no meaning in Throttle are ignored (docs/moving-from-envoy-ratelimit.md says why)", "settings", names)
+		a.log.Warn("settings of envoyproxy/ratelimit that have no meaning in Throttle are ignored (docs/moving-from-envoy-ratelimit.md says why)", "settings", names)
 	}
 	errc := make(chan error, 2)
 	serveHTTP := a.httpSrv.Serve
