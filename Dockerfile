@@ -16,10 +16,15 @@ ARG TARGETOS TARGETARCH
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH \
     go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/throttle ./cmd/throttle \
- && mkdir -p /out/data
+ && mkdir -p /out/data /out/bin \
+ && ln -s /throttle /out/bin/ratelimit
 
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/throttle /throttle
+# /bin/ratelimit, the binary of Envoy's reference service (envoyproxy/ratelimit):
+# its deployments run it with no arguments (Istio's sample, Envoy Gateway), and
+# Throttle under that name is `throttle serve` reading the reference's settings.
+COPY --from=build /out/bin/ /bin/
 COPY --from=build --chown=65532:65532 /out/data /data
 WORKDIR /data
 ENV DATABASE_URL=sqlite:///data/throttle.db

@@ -555,6 +555,8 @@ func TestDockerfiles(t *testing.T) {
 			"EXPOSE 8080 8081",
 			`ENTRYPOINT ["/throttle"]`,
 			`CMD ["serve"]`,
+			"ln -s /throttle /out/bin/ratelimit", // the reference's deployments run /bin/ratelimit
+			"COPY --from=build /out/bin/ /bin/",
 		}},
 		{"../examples/sampleapp/Dockerfile", []string{
 			"FROM golang:1.26 AS build",
