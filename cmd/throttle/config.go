@@ -58,6 +58,7 @@ type config struct {
 	Tracing             tracingConfig
 	TLS                 tlsConfig
 	REST                restAppsConfig // CORS, list format, idempotency (restapps.go)
+	XDS                 xdsConfig      // CONFIG_TYPE=GRPC_XDS_SOTW (xdssettings.go)
 
 	// IgnoredReference are the settings of the reference service given
 	// that have no meaning here (referenceSettings), by name, for the log.
@@ -174,6 +175,7 @@ func (c *config) Validate() error {
 		errs = append(errs, fmt.Errorf("APPROXIMATE_SYNC_INTERVAL: %s is not within 10ms-10s", c.ApproximateInterval))
 	}
 	errs = append(errs, c.TLS.validate(c.RedisURL)...)
+	errs = append(errs, c.XDS.validate()...)
 	return errors.Join(errs...)
 }
 
