@@ -28,14 +28,9 @@ const repeatPause = time.Second
 // resources until ctx ends, connecting again after the backoff whenever the
 // stream ends. It returns nil when ctx ends.
 func (c *Client) Run(ctx context.Context) error {
-	conn, err := grpc.NewClient(c.o.Server, c.dialOpts...)
-	if err != nil {
-		return fmt.Errorf("xDS control plane %q: %w", c.o.Server, err)
-	}
-	defer conn.Close()
 	b := newBackoff(c.o.Backoff)
 	for {
-		received, err := c.session(ctx, conn)
+		received, err := c.session(ctx)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -54,9 +49,18 @@ func (c *Client) Run(ctx context.Context) error {
 	}
 }
 
-// session opens one ADS stream on conn and handles its responses until it
-// fails; received reports whether a response came.
-func (c *Client) session(ctx context.Context, conn *grpc.ClientConn) (received bool, err error) {
+// session connects, opens one ADS stream and handles its responses until
+// it fails; received reports whether a response came. Each session has a
+// connection of its own, so the backoff of Run alone says when the next
+// attempt is (a connection kept across sessions would add gRPC's own
+// reconnect backoff, up to 2 minutes), and one attempt is one dial,
+// bounded by ConnectTimeout: the stream fails at once when it fails.
+func (c *Client) session(ctx context.Context) (received bool, err error) {
+	conn, err := grpc.NewClient(c.o.Server, c.dialOpts...)
+	if err != nil {
+		return false, fmt.Errorf("xDS control plane %q: %w", c.o.Server, err)
+	}
+	defer conn.Close()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // ends the stream
 	if len(c.o.Headers) > 0 {

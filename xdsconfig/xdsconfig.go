@@ -106,7 +106,7 @@ func New(o Options) (*Client, error) {
 	}
 	c := &Client{o: o, node: node(o.NodeID, o.NodeMetadata), m: m, received: make(chan struct{})}
 	c.dialOpts = dialOptions(o)
-	// The target is checked now; Run makes the connection it uses.
+	// The target is checked now; Run makes the connections it uses.
 	conn, err := grpc.NewClient(o.Server, c.dialOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("xdsconfig: control plane %q: %w", o.Server, err)
