@@ -66,6 +66,7 @@ type config struct {
 	Tracing             tracingConfig
 	TLS                 tlsConfig
 	REST                restAppsConfig // CORS, list format, idempotency (restapps.go)
+	XDS                 xdsConfig      // CONFIG_TYPE=GRPC_XDS_SOTW (xdssettings.go)
 
 	// IgnoredReference are the settings of the reference service given
 	// that have no meaning here (referenceSettings), by name, for the log.
@@ -108,6 +109,13 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*c
 		return nil, err
 	}
 	c.IgnoredReference = ignoredReferenceSettings(getenv)
+	if c.XDS.Type == configTypeXDS {
+		for _, name := range []string{"RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY", "RUNTIME_IGNOREDOTFILES", "RUNTIME_WATCH_ROOT"} {
+			if _, ok := given[name]; ok {
+				c.IgnoredReference = append(c.IgnoredReference, name) // the config folder of CONFIG_TYPE=FILE
+			}
+		}
+	}
 	return c, c.Validate()
 }
 
@@ -146,7 +154,7 @@ func (c *config) Validate() error {
 	if c.DatabaseURL == "" {
 		errs = append(errs, errors.New("DATABASE_URL: empty; use sqlite://PATH or postgres://…"))
 	}
-	if c.DescriptorsDir != "" && c.Runtime.folder() != "" {
+	if c.DescriptorsDir != "" && c.runtimeFolder() != "" {
 		errs = append(errs, errors.New("DESCRIPTORS_DIR and RUNTIME_ROOT/RUNTIME_SUBDIRECTORY are both set: give the descriptor folder one way, DESCRIPTORS_DIR or the reference service's RUNTIME_* settings"))
 	}
 	if c.RedisURL != "" && !strings.HasPrefix(c.RedisURL, "redis://") && !strings.HasPrefix(c.RedisURL, "rediss://") {
@@ -187,6 +195,7 @@ func (c *config) Validate() error {
 	}
 	errs = append(errs, c.validateListen()...)
 	errs = append(errs, c.TLS.validate(c.RedisURL)...)
+	errs = append(errs, c.XDS.validate()...)
 	return errors.Join(errs...)
 }
 

@@ -42,11 +42,22 @@ func (r runtimeConfig) folder() string {
 	return filepath.Join(root, r.Subdirectory, r.AppDirectory)
 }
 
+// runtimeFolder is the reference's config folder, read only with its
+// file config source (CONFIG_TYPE=FILE), as the reference reads it: under
+// GRPC_XDS_SOTW its RUNTIME_* settings mean nothing (Envoy Gateway sets
+// them anyway, with no folder there).
+func (c *config) runtimeFolder() string {
+	if c.XDS.Type == configTypeXDS {
+		return ""
+	}
+	return c.Runtime.folder()
+}
+
 // descriptorsFolder is the folder of descriptor files, DESCRIPTORS_DIR's
 // or the reference's config folder, and how it is read; "" for none.
 func (c *config) descriptorsFolder() (string, descriptors.Options) {
 	opts := descriptors.Options{MergeDomains: c.MergeDomains}
-	if dir := c.Runtime.folder(); dir != "" {
+	if dir := c.runtimeFolder(); dir != "" {
 		opts.Tree, opts.TreeDotFiles = true, !c.Runtime.IgnoreDotFiles
 		return dir, opts
 	}

@@ -159,12 +159,20 @@ func listenGRPC(c *config) (net.Listener, error) {
 	return l, nil
 }
 
-// healthcheck is GET /healthcheck's configuration: the descriptor
-// configuration must have loaded with HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED.
+// healthcheck is GET /healthcheck's configuration: with
+// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED, a descriptor configuration of at
+// least one domain must have loaded (files or xDS), as the reference's
+// (an empty xDS snapshot is a configuration without domains).
 func (a *app) healthcheck() restapi.Healthcheck {
 	var h restapi.Healthcheck
 	if a.cfg.HealthyWithConfig {
-		h.ConfigLoaded = func() bool { return a.current != nil && a.current() != nil }
+		h.ConfigLoaded = func() bool {
+			if a.current == nil {
+				return false
+			}
+			c := a.current()
+			return c != nil && c.DomainCount() > 0
+		}
 	}
 	return h
 }

@@ -45,11 +45,15 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer) error {
 		a.openTracing,     // OpenTelemetry, when an endpoint is set
 		a.openCounters,    // memory, or Redis behind the failure policy
 		a.openDescriptors, // DESCRIPTORS_DIR, reloaded on change
+		a.openXDS,         // CONFIG_TYPE=GRPC_XDS_SOTW: the control plane's domains over the files'
 		a.openIdempotency, // Idempotency-Key replies in Redis, with REDIS_URL
 		a.openAPIs,        // the Envoy gRPC services and the REST handler
 		a.listen,          // every port bound before any is served
 	} {
 		if err := open(ctx); err != nil {
+			if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+				return nil // told to stop (SIGTERM) while a step waited
+			}
 			return err
 		}
 	}
@@ -93,6 +97,8 @@ type app struct {
 	// redisTLS makes the TLS configuration of a rediss:// host from
 	// REDIS_TLS_*; nil: go-redis's own.
 	redisTLS func(serverName string) *tls.Config
+	// xdsTLS is the TLS to the xDS control plane; nil: plaintext.
+	xdsTLS *tls.Config
 
 	// idempotency keeps Idempotency-Key replies; nil: the REST API's memory.
 	idempotency restapi.IdempotencyStore

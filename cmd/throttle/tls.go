@@ -80,11 +80,13 @@ func parseList(v string) ([]string, error) {
 }
 
 // openTLS loads the certificate, key and CA files of the gRPC and REST
-// listeners and of Redis, each named by its setting when it does not load,
+// listeners, of Redis and of the xDS control plane, each named by its setting when it does not load,
 // and re-reads them on change until close.
 func (a *app) openTLS(context.Context) error {
 	t := a.cfg.TLS
-	if !t.GRPCUseTLS && t.HTTPCert == "" && t.RedisCA == "" && t.RedisCert == "" && !t.RedisSkipHostname {
+	x := a.cfg.XDS
+	xdsTLS := x.on() && x.UseTLS
+	if !t.GRPCUseTLS && t.HTTPCert == "" && t.RedisCA == "" && t.RedisCert == "" && !t.RedisSkipHostname && !xdsTLS {
 		return nil
 	}
 	m, err := tlsreload.NewMetrics(a.reg)
@@ -127,6 +129,15 @@ func (a *app) openTLS(context.Context) error {
 			return err
 		}
 		a.redisTLS = func(serverName string) *tls.Config { return r.ClientConfig(serverName, t.RedisSkipHostname) }
+	}
+	if xdsTLS {
+		// Without CONFIG_GRPC_XDS_SERVER_TLS_CACERT: the system's roots.
+		r, err := open(tlsreload.Options{Name: "xds", CertFile: x.ClientCert, KeyFile: x.ClientKey, CAFile: x.ServerCA},
+			map[tlsreload.Role]string{tlsreload.Cert: "CONFIG_GRPC_XDS_CLIENT_TLS_CERT", tlsreload.Key: "CONFIG_GRPC_XDS_CLIENT_TLS_KEY", tlsreload.CA: "CONFIG_GRPC_XDS_SERVER_TLS_CACERT"})
+		if err != nil {
+			return err
+		}
+		a.xdsTLS = r.ClientConfig(x.serverName(), false)
 	}
 	return nil
 }

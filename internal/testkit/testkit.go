@@ -1,9 +1,9 @@
 // Package testkit holds the helpers Throttle's tests share; its packages
 // start what the tests need for real: the built binary (throttletest),
 // Redis servers and Clusters (redistest), PostgreSQL databases (pgtest),
-// certificates (certtest), npm tools (npxtest), the OpenAPI validator
-// (openapitest), Kubernetes manifests (manifest). Production code never
-// imports them.
+// certificates (certtest), an xDS control plane (xdstest), npm tools
+// (npxtest), the OpenAPI validator (openapitest), Kubernetes manifests
+// (manifest). Production code never imports them.
 package testkit
 
 import (

@@ -1,0 +1,192 @@
+package xdsconfig
+
+import (
+	"strings"
+	"testing"
+
+	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/throttle-rl/throttle/descriptors"
+)
+
+// anys packs cfgs as a response carries them.
+func anys(t *testing.T, cfgs ...proto.Message) []*anypb.Any {
+	t.Helper()
+	out := make([]*anypb.Any, len(cfgs))
+	for i, c := range cfgs {
+		a, err := anypb.New(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[i] = a
+	}
+	return out
+}
+
+func limit(unit rlsconf.RateLimitUnit, n uint32) *rlsconf.RateLimitPolicy {
+	return &rlsconf.RateLimitPolicy{Unit: unit, RequestsPerUnit: n}
+}
+
+// everyField is a RateLimitConfig that sets every field of the proto.
+func everyField(t *testing.T) *rlsconf.RateLimitConfig {
+	t.Helper()
+	meta, err := structpb.NewStruct(map[string]any{"team": "payments", "tier": 2.0, "tags": []any{"a", true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &rlsconf.RateLimitConfig{
+		Name:   "gateway",
+		Domain: "edge",
+		Descriptors: []*rlsconf.RateLimitDescriptor{
+			{Key: "remote_address", RateLimit: &rlsconf.RateLimitPolicy{Unit: rlsconf.RateLimitUnit_MINUTE, RequestsPerUnit: 3, Name: "per-ip"},
+				DetailedMetric: true, ShadowMode: true, QuotaMode: true, Metadata: meta},
+			{Key: "path", Value: "/admin", RateLimit: &rlsconf.RateLimitPolicy{Unlimited: true}},
+			{Key: "user", Value: "yes", Descriptors: []*rlsconf.RateLimitDescriptor{
+				{Key: "plan", Value: "500", RateLimit: &rlsconf.RateLimitPolicy{Unit: rlsconf.RateLimitUnit_WEEK, RequestsPerUnit: 7,
+					Replaces: []*rlsconf.RateLimitReplace{{Name: "per-ip"}}}},
+			}},
+			{Key: "day", RateLimit: limit(rlsconf.RateLimitUnit_DAY, 1)},
+			{Key: "month", RateLimit: limit(rlsconf.RateLimitUnit_MONTH, 0)},
+			{Key: "year", RateLimit: limit(rlsconf.RateLimitUnit_YEAR, 4294967295)},
+			{Key: "second", RateLimit: limit(rlsconf.RateLimitUnit_SECOND, 1)},
+			{Key: "hour", RateLimit: limit(rlsconf.RateLimitUnit_HOUR, 1)},
+		},
+	}
+}
+
+// TestYAML: every field of the proto becomes its key of the descriptor
+// YAML, strings quoted ("yes" and "500" stay strings).
+func TestYAML(t *testing.T) {
+	got, err := YAML(everyField(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		`"domain": "edge"`, `"key": "remote_address"`, `"unit": "MINUTE"`, `"requests_per_unit": 3`, `"name": "per-ip"`,
+		`"detailed_metric": true`, `"shadow_mode": true`, `"quota_mode": true`, `"team": "payments"`, `"tier": 2`,
+		`"value": "/admin"`, `"unlimited": true`, `"value": "yes"`, `"value": "500"`, `"unit": "WEEK"`,
+		`"replaces": [`, `"unit": "DAY"`, `"unit": "MONTH"`, `"requests_per_unit": 0`, `"unit": "YEAR"`, `"requests_per_unit": 4294967295`,
+	} {
+		if !strings.Contains(string(got), want) {
+			t.Errorf("YAML has no %s:\n%s", want, got)
+		}
+	}
+	if strings.Contains(string(got), "UNKNOWN") {
+		t.Errorf("an unlimited limit's UNKNOWN unit was written:\n%s", got)
+	}
+}
+
+// TestLoadEveryField: a resource means what the same descriptor file means.
+func TestLoadEveryField(t *testing.T) {
+	c, err := Load(descriptors.Options{}, anys(t, everyField(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := c.Match("edge", []descriptors.Entry{{Key: "remote_address", Value: "10.0.0.1"}})
+	if m == nil {
+		t.Fatal("remote_address matches nothing")
+	}
+	got := struct {
+		Limit                   descriptors.RateLimit
+		Shadow, Detailed, Quota bool
+		Metadata                map[string]any
+		StatsKey                string
+	}{m.Limit, m.ShadowMode, m.DetailedMetric, m.QuotaMode, m.Metadata, m.StatsKey}
+	want := got
+	want.Limit = descriptors.RateLimit{Unit: descriptors.Minute, RequestsPerUnit: 3, Name: "per-ip"}
+	want.Shadow, want.Detailed, want.Quota = true, true, true
+	want.Metadata = map[string]any{"team": "payments", "tier": 2, "tags": []any{"a", true}}
+	want.StatsKey = "edge.remote_address_10.0.0.1"
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("remote_address (-want +got):\n%s", d)
+	}
+	if m := c.Match("edge", []descriptors.Entry{{Key: "path", Value: "/admin"}}); m == nil || !m.Limit.Unlimited {
+		t.Errorf("path /admin: %+v, want unlimited", m)
+	}
+	nested := c.Match("edge", []descriptors.Entry{{Key: "user", Value: "yes"}, {Key: "plan", Value: "500"}})
+	if nested == nil {
+		t.Fatal("user yes › plan 500 matches nothing")
+	}
+	if want := (descriptors.RateLimit{Unit: descriptors.Week, RequestsPerUnit: 7, Replaces: []string{"per-ip"}}); !cmp.Equal(nested.Limit, want) {
+		t.Errorf("user yes › plan 500: %+v, want %+v", nested.Limit, want)
+	}
+	dump := c.Dump()
+	for _, line := range []string{
+		"edge.day: unit=DAY requests_per_unit=1, shadow_mode: false",
+		"edge.month: unit=MONTH requests_per_unit=0, shadow_mode: false",
+		"edge.year: unit=YEAR requests_per_unit=4294967295, shadow_mode: false",
+		"edge.second: unit=SECOND requests_per_unit=1, shadow_mode: false",
+		"edge.hour: unit=HOUR requests_per_unit=1, shadow_mode: false",
+		"edge.path_/admin: unit=UNKNOWN requests_per_unit=0, shadow_mode: false",
+	} {
+		if !strings.Contains(dump, line+"\n") {
+			t.Errorf("Dump has no line %q:\n%s", line, dump)
+		}
+	}
+}
+
+// TestLoadRefuses: a response that would not load as files is refused
+// whole, the reason naming the resource and the place in it, with no line.
+func TestLoadRefuses(t *testing.T) {
+	good := &rlsconf.RateLimitConfig{Name: "good", Domain: "edge", Descriptors: []*rlsconf.RateLimitDescriptor{{Key: "k", RateLimit: limit(rlsconf.RateLimitUnit_SECOND, 1)}}}
+	for _, tt := range []struct {
+		name string
+		opts descriptors.Options
+		res  []proto.Message
+		want string
+	}{
+		{name: "unknown unit", res: []proto.Message{&rlsconf.RateLimitConfig{Name: "eg", Domain: "edge",
+			Descriptors: []*rlsconf.RateLimitDescriptor{{Key: "k", RateLimit: limit(rlsconf.RateLimitUnit_UNKNOWN, 5)}}}},
+			want: `RateLimitConfig "eg": domain "edge" › descriptors[0] › rate_limit: invalid rate limit unit 'UNKNOWN'`},
+		{name: "unit number the proto does not know", res: []proto.Message{&rlsconf.RateLimitConfig{Name: "eg", Domain: "edge",
+			Descriptors: []*rlsconf.RateLimitDescriptor{{Key: "k", RateLimit: limit(42, 5)}}}},
+			want: `RateLimitConfig "eg": domain "edge" › descriptors[0] › rate_limit: invalid rate limit unit '42'`},
+		{name: "unit with unlimited", res: []proto.Message{&rlsconf.RateLimitConfig{Name: "eg", Domain: "edge",
+			Descriptors: []*rlsconf.RateLimitDescriptor{{Key: "k", RateLimit: &rlsconf.RateLimitPolicy{Unit: rlsconf.RateLimitUnit_HOUR, Unlimited: true}}}}},
+			want: `RateLimitConfig "eg": domain "edge" › descriptors[0] › rate_limit: should not specify rate limit unit when unlimited`},
+		{name: "duplicate descriptor", res: []proto.Message{&rlsconf.RateLimitConfig{Name: "eg", Domain: "edge",
+			Descriptors: []*rlsconf.RateLimitDescriptor{{Key: "k", Value: "v"}, {Key: "k", Value: "v"}}}},
+			want: `RateLimitConfig "eg": domain "edge" › descriptors[1]: duplicate descriptor composite key 'edge.k_v'`},
+		{name: "empty domain", res: []proto.Message{&rlsconf.RateLimitConfig{Name: "eg"}},
+			want: `RateLimitConfig "eg": config file cannot have empty domain`},
+		{name: "domain in two resources", res: []proto.Message{good, proto.Clone(good).(*rlsconf.RateLimitConfig)},
+			want: `RateLimitConfig "good": duplicate domain 'edge' in config file`},
+		{name: "replaces itself", res: []proto.Message{&rlsconf.RateLimitConfig{Name: "eg", Domain: "edge",
+			Descriptors: []*rlsconf.RateLimitDescriptor{{Key: "k", RateLimit: &rlsconf.RateLimitPolicy{Unit: rlsconf.RateLimitUnit_SECOND, RequestsPerUnit: 1,
+				Name: "n", Replaces: []*rlsconf.RateLimitReplace{{Name: "n"}}}}}}},
+			want: `RateLimitConfig "eg": domain "edge" › descriptors[0] › rate_limit: replaces should not contain name of same descriptor`},
+		{name: "not a RateLimitConfig", res: []proto.Message{wrapperspb.String("x")},
+			want: `resource 0 (type.googleapis.com/google.protobuf.StringValue) is not a RateLimitConfig`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Load(tt.opts, anys(t, tt.res...))
+			if err == nil || !strings.HasPrefix(err.Error(), tt.want) {
+				t.Errorf("Load: %v\nwant %s", err, tt.want)
+			}
+		})
+	}
+}
+
+// TestLoadMergeDomains: with MergeDomains, two resources describe one
+// domain, as two files do; without it, they may not.
+func TestLoadMergeDomains(t *testing.T) {
+	a := &rlsconf.RateLimitConfig{Name: "a", Domain: "edge", Descriptors: []*rlsconf.RateLimitDescriptor{{Key: "x", RateLimit: limit(rlsconf.RateLimitUnit_SECOND, 1)}}}
+	b := &rlsconf.RateLimitConfig{Name: "b", Domain: "edge", Descriptors: []*rlsconf.RateLimitDescriptor{{Key: "y", RateLimit: limit(rlsconf.RateLimitUnit_SECOND, 2)}}}
+	c, err := Load(descriptors.Options{MergeDomains: true}, anys(t, b, a))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "edge.x: unit=SECOND requests_per_unit=1, shadow_mode: false\nedge.y: unit=SECOND requests_per_unit=2, shadow_mode: false\n"
+	if got := c.Dump(); got != want {
+		t.Errorf("Dump:\n%s\nwant:\n%s", got, want)
+	}
+	// In name order whatever order they came in: b is the duplicate.
+	if _, err := Load(descriptors.Options{}, anys(t, b, a)); err == nil || !strings.HasPrefix(err.Error(), `RateLimitConfig "b": duplicate domain 'edge'`) {
+		t.Errorf("Load without MergeDomains: %v", err)
+	}
+}
