@@ -2,7 +2,10 @@
 # Throttle: a static binary on distroless, as user 65532 (nonroot).
 #   docker build -t throttle:dev .
 #   docker run --rm -p 8080:8080 -p 8081:8081 throttle:dev
-# With no settings it keeps counters in memory and its SQLite file in /data.
+# With no settings it keeps counters in memory and its SQLite file in /data
+# (throttle.db in its working directory); run as /bin/ratelimit it keeps no
+# file (DATABASE_URL sqlite://:memory: unless given), so the reference's
+# deployments, with a read-only root filesystem, need no volume.
 # Multi-arch (the release workflow): docker buildx build --platform
 # linux/amd64,linux/arm64 --build-arg VERSION=v1.2.3 . — Go cross-compiles
 # on the build machine's platform, so no stage runs emulated.
@@ -27,7 +30,6 @@ COPY --from=build /out/throttle /throttle
 COPY --from=build /out/bin/ /bin/
 COPY --from=build --chown=65532:65532 /out/data /data
 WORKDIR /data
-ENV DATABASE_URL=sqlite:///data/throttle.db
 USER 65532:65532
 # 8080 REST (/check, /metrics, /health), 8081 gRPC (Envoy rate-limit service).
 # No HEALTHCHECK: distroless has no shell or curl; orchestrators probe /health.

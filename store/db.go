@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -44,14 +45,23 @@ type DB struct {
 //
 // databaseURL is "sqlite://PATH", "sqlite:PATH", "postgres://…" or
 // "postgresql://…". SQLite runs in WAL mode with foreign keys on and a busy
-// timeout, through a single connection (SQLite has one writer anyway); an
-// in-memory SQLite database is refused, because it would lose every client
-// on restart.
+// timeout, through a single connection (SQLite has one writer anyway).
+// "sqlite://:memory:" is a database in this process's memory, its own
+// (not another Open's), which lives as long as the DB: every client, rule
+// and exemption is lost when the process ends (a server started as the
+// reference service, which has none, takes it by default).
 func Open(ctx context.Context, databaseURL string, log *slog.Logger) (*DB, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	dialect, sqlDB, err := openSQL(databaseURL)
+	dialect, target, err := parseURL(databaseURL)
+	if err != nil {
+		return nil, err
+	}
+	if target == memoryPath {
+		target = memoryPrefix + strconv.FormatUint(memoryDatabases.Add(1), 10) + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	}
+	sqlDB, err := openSQL(dialect, target)
 	if err != nil {
 		return nil, err
 	}
@@ -60,7 +70,7 @@ func Open(ctx context.Context, databaseURL string, log *slog.Logger) (*DB, error
 		sqlDB.Close()
 		return nil, err
 	}
-	version, _, err := Migrate(ctx, databaseURL, "up")
+	version, _, err := migrateTarget(ctx, dialect, target, "up")
 	if err != nil {
 		sqlDB.Close()
 		return nil, err
@@ -69,35 +79,43 @@ func Open(ctx context.Context, databaseURL string, log *slog.Logger) (*DB, error
 	return db, nil
 }
 
-// openSQL opens (without connecting) the database/sql handle for databaseURL.
-func openSQL(databaseURL string) (dialect string, db *sql.DB, err error) {
-	dialect, target, err := parseURL(databaseURL)
-	if err != nil {
-		return "", nil, err
-	}
+// memoryPath is the path of "sqlite://:memory:"; Open names each such
+// database memoryPrefix and a number of its own (memoryDatabases).
+const (
+	memoryPath   = ":memory:"
+	memoryPrefix = "\x00memory-"
+)
+
+var memoryDatabases atomic.Uint64
+
+// openSQL opens (without connecting) the database/sql handle of target, in
+// dialect (as parseURL returns them).
+func openSQL(dialect, target string) (*sql.DB, error) {
 	switch dialect {
 	case DialectSQLite:
 		db, err := sql.Open("sqlite", sqliteDSN(target))
 		if err != nil {
-			return "", nil, fmt.Errorf("open sqlite database: %w", err)
+			return nil, fmt.Errorf("open sqlite database: %w", err)
 		}
+		// One connection, never closed: an in-memory database lives as
+		// long as a connection to it.
 		db.SetMaxOpenConns(1)
 		db.SetMaxIdleConns(1)
 		db.SetConnMaxLifetime(0)
 		db.SetConnMaxIdleTime(0)
-		return dialect, db, nil
+		return db, nil
 	default:
 		cfg, err := pgx.ParseConfig(target)
 		if err != nil {
 			// pgx's message may echo the URL, password included.
-			return "", nil, fmt.Errorf("database URL: cannot parse PostgreSQL connection string: %w", ErrInvalid)
+			return nil, fmt.Errorf("database URL: cannot parse PostgreSQL connection string: %w", ErrInvalid)
 		}
 		db := stdlib.OpenDB(*cfg)
 		db.SetMaxOpenConns(20)
 		db.SetMaxIdleConns(10)
 		db.SetConnMaxIdleTime(5 * time.Minute)
 		db.SetConnMaxLifetime(time.Hour)
-		return dialect, db, nil
+		return db, nil
 	}
 }
 
@@ -118,8 +136,9 @@ func parseURL(databaseURL string) (dialect, target string, err error) {
 		switch {
 		case path == "":
 			return "", "", fmt.Errorf("database URL: sqlite needs a file path (sqlite://PATH): %w", ErrInvalid)
-		case path == ":memory:" || strings.HasPrefix(path, "file:") || strings.Contains(path, "mode=memory"):
-			return "", "", fmt.Errorf("database URL: in-memory sqlite is not allowed, give a file path: %w", ErrInvalid)
+		case path == memoryPath:
+		case strings.HasPrefix(path, "file:") || strings.Contains(path, "mode=memory") || strings.HasPrefix(path, memoryPrefix):
+			return "", "", fmt.Errorf("database URL: an in-memory sqlite database is sqlite://:memory:, a file is sqlite://PATH: %w", ErrInvalid)
 		}
 		return DialectSQLite, path, nil
 	default:
@@ -127,9 +146,18 @@ func parseURL(databaseURL string) (dialect, target string, err error) {
 	}
 }
 
-// sqliteDSN is the modernc.org/sqlite data source for the file at path.
+// sqliteDSN is the modernc.org/sqlite data source for the file at path, or
+// for the in-memory database Open named.
 func sqliteDSN(path string) string {
 	q := url.Values{}
+	if name, ok := strings.CutPrefix(path, memoryPrefix); ok {
+		q.Set("mode", "memory")
+		q.Set("cache", "shared") // the migrator's connection reaches it too
+		q.Add("_pragma", "foreign_keys(1)")
+		q.Add("_pragma", "busy_timeout("+strconv.FormatInt(Timeout.Milliseconds(), 10)+")")
+		q.Set("_time_format", "sqlite")
+		return "file:throttle-" + name + "?" + q.Encode()
+	}
 	q.Add("_pragma", "busy_timeout("+strconv.FormatInt(Timeout.Milliseconds(), 10)+")")
 	q.Add("_pragma", "journal_mode(WAL)")
 	q.Add("_pragma", "foreign_keys(1)")

@@ -22,12 +22,24 @@ import (
 // failed half way) is reported as such, with an error, so an operator can
 // repair it; Open refuses to start on one.
 func Migrate(ctx context.Context, databaseURL string, cmd string) (version uint, dirty bool, err error) {
+	dialect, target, err := parseURL(databaseURL)
+	if err != nil {
+		return 0, false, err
+	}
+	if target == memoryPath {
+		return 0, false, fmt.Errorf("migrate: sqlite://:memory: is a database of the serving process alone, which migrates it when it starts: %w", ErrInvalid)
+	}
+	return migrateTarget(ctx, dialect, target, cmd)
+}
+
+// migrateTarget is Migrate on target, in dialect (as parseURL returns them).
+func migrateTarget(ctx context.Context, dialect, target string, cmd string) (version uint, dirty bool, err error) {
 	switch cmd {
 	case "up", "down", "version":
 	default:
 		return 0, false, fmt.Errorf("migrate: command %q is not one of up, down, version: %w", cmd, ErrInvalid)
 	}
-	m, err := openMigrator(ctx, databaseURL)
+	m, err := openMigrator(ctx, dialect, target)
 	if err != nil {
 		return 0, false, err
 	}
@@ -68,10 +80,10 @@ func Migrate(ctx context.Context, databaseURL string, cmd string) (version uint,
 	return schemaVersion(m, err)
 }
 
-// openMigrator connects to databaseURL and returns golang-migrate over it
-// and the embedded migrations of its dialect.
-func openMigrator(ctx context.Context, databaseURL string) (*migrate.Migrate, error) {
-	dialect, sqlDB, err := openSQL(databaseURL)
+// openMigrator connects to target and returns golang-migrate over it and
+// the embedded migrations of its dialect.
+func openMigrator(ctx context.Context, dialect, target string) (*migrate.Migrate, error) {
+	sqlDB, err := openSQL(dialect, target)
 	if err != nil {
 		return nil, err
 	}

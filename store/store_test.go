@@ -690,7 +690,6 @@ func TestOpenRefusesBadURLs(t *testing.T) {
 	for _, url := range []string{
 		"",
 		"sqlite://",
-		"sqlite://:memory:",
 		"sqlite:file::memory:?cache=shared",
 		"mysql://localhost/throttle",
 		"throttle.db",
@@ -825,4 +824,36 @@ func TestUpdateRule(t *testing.T) {
 			t.Errorf("revision after refused updates = %d, %v; want %d (unchanged)", now, err, rev+2)
 		}
 	})
+}
+
+// TestInMemory: sqlite://:memory: is migrated and keeps what is written for
+// as long as the DB is open; two of them are two databases; migrate
+// refuses it (the serving process migrates its own).
+func TestInMemory(t *testing.T) {
+	ctx := t.Context()
+	a, err := Open(ctx, "sqlite://:memory:", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := Open(ctx, "sqlite://:memory:", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if _, err := a.CreateClient(ctx, Client{Name: "Mem", Email: "mem@example.com"}, keyHash("mem")); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 { // its one connection stays: the data too
+		if c, err := a.ClientByKeyHash(ctx, keyHash("mem")); err != nil || c.Name != "Mem" {
+			t.Fatalf("read %d of a: %+v, %v", i, c, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := b.ClientByKeyHash(ctx, keyHash("mem")); !errors.Is(err, ErrNotFound) {
+		t.Errorf("b sees a's client: err = %v, want ErrNotFound", err)
+	}
+	if _, _, err := Migrate(ctx, "sqlite://:memory:", "up"); !errors.Is(err, ErrInvalid) {
+		t.Errorf("Migrate(sqlite://:memory:) = %v, want ErrInvalid", err)
+	}
 }

@@ -30,7 +30,12 @@ Commands:
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, commandLine(os.Args[0], os.Args[1:]), os.Getenv, os.Stdout, os.Stderr)
+	args, reference := commandLine(os.Args[0], os.Args[1:])
+	getenv := os.Getenv
+	if reference {
+		getenv = referenceDefaults(getenv)
+	}
+	err := run(ctx, args, getenv, os.Stdout, os.Stderr)
 	stop()
 	if err != nil {
 		if !errors.Is(err, flag.ErrHelp) {
@@ -51,12 +56,27 @@ const referenceName = "ratelimit"
 // commandLine is the command run for args, the program invoked as argv0:
 // args themselves, except that under the reference service's name, with no
 // command (no arguments, or only flags), it is `serve`, as the reference
-// serves with no arguments.
-func commandLine(argv0 string, args []string) []string {
+// serves with no arguments, and reference says so.
+func commandLine(argv0 string, args []string) (cmd []string, reference bool) {
 	if filepath.Base(argv0) != referenceName || (len(args) > 0 && !strings.HasPrefix(args[0], "-")) {
-		return args
+		return args, false
 	}
-	return append([]string{"serve"}, args...)
+	return append([]string{"serve"}, args...), true
+}
+
+// referenceDefaults is getenv with the defaults of a server started as the
+// reference service: a DATABASE_URL of sqlite://:memory: unless one is
+// given. The reference has no database, and its deployments give Throttle
+// no place to write one (Envoy Gateway's pod has a read-only root
+// filesystem): REST clients, rules and exemptions then last as long as the
+// process; give DATABASE_URL to keep them.
+func referenceDefaults(getenv func(string) string) func(string) string {
+	return func(name string) string {
+		if v := getenv(name); v != "" || name != "DATABASE_URL" {
+			return v
+		}
+		return "sqlite://:memory:"
+	}
 }
 
 // run is the whole program, testable: it returns instead of exiting.

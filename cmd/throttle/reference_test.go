@@ -37,20 +37,30 @@ func TestReferenceSettings(t *testing.T) {
 // serves; under its own, or with a command, the arguments are the command.
 func TestCommandLine(t *testing.T) {
 	for _, tt := range []struct {
-		argv0 string
-		args  []string
-		want  []string
+		argv0     string
+		args      []string
+		want      []string
+		reference bool
 	}{
-		{"/bin/ratelimit", nil, []string{"serve"}},
-		{"ratelimit", []string{"--help"}, []string{"serve", "--help"}},
-		{"/usr/local/bin/ratelimit", []string{"version"}, []string{"version"}},
-		{"/throttle", nil, nil},
-		{"throttle", []string{"serve"}, []string{"serve"}},
-		{"/bin/ratelimit-old", nil, nil},
+		{"/bin/ratelimit", nil, []string{"serve"}, true},
+		{"ratelimit", []string{"--help"}, []string{"serve", "--help"}, true},
+		{"/usr/local/bin/ratelimit", []string{"version"}, []string{"version"}, false},
+		{"/throttle", nil, nil, false},
+		{"throttle", []string{"serve"}, []string{"serve"}, false},
+		{"/bin/ratelimit-old", nil, nil, false},
 	} {
-		if got := commandLine(tt.argv0, tt.args); !slices.Equal(got, tt.want) {
-			t.Errorf("commandLine(%q, %q) = %q, want %q", tt.argv0, tt.args, got, tt.want)
+		if got, ref := commandLine(tt.argv0, tt.args); !slices.Equal(got, tt.want) || ref != tt.reference {
+			t.Errorf("commandLine(%q, %q) = %q, %v; want %q, %v", tt.argv0, tt.args, got, ref, tt.want, tt.reference)
 		}
+	}
+	getenv := referenceDefaults(func(name string) string {
+		return map[string]string{"PORT": "9000"}[name]
+	})
+	if got := getenv("DATABASE_URL"); got != "sqlite://:memory:" {
+		t.Errorf("DATABASE_URL under the reference's name = %q, want sqlite://:memory:", got)
+	}
+	if got := getenv("PORT"); got != "9000" {
+		t.Errorf("PORT = %q, want what is given", got)
 	}
 }
 

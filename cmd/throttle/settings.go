@@ -38,7 +38,7 @@ var coreSettings = []setting{
 	{"GRPC_PORT", "grpc-port", "8081", "gRPC listen port (Envoy rate-limit service and rate-limit quota service, gRPC health)", func(c *config, v string) (err error) { c.GRPCPort, err = parseInt(v); return }},
 	{"BIND_ADDRESS", "bind-address", "", "address to listen on; empty = all interfaces", func(c *config, v string) error { c.BindAddress = v; return nil }},
 	{"REDIS_URL", "redis-url", "", "counters in Redis: redis://, rediss://; ?master_name=M for Sentinel, ?cluster=true (&addr=host:port…) for Cluster; empty = in memory", func(c *config, v string) error { c.RedisURL = v; return nil }},
-	{"DATABASE_URL", "database-url", "sqlite://throttle.db", "clients, rules, exemptions: postgres://… or sqlite://PATH", func(c *config, v string) error { c.DatabaseURL = v; return nil }},
+	{"DATABASE_URL", "database-url", "sqlite://throttle.db", "clients, rules, exemptions: postgres://… or sqlite://PATH, or sqlite://:memory: (lost when the process ends; the default when started as ratelimit, the reference service's name)", func(c *config, v string) error { c.DatabaseURL = v; return nil }},
 	{"DESCRIPTORS_DIR", "descriptors-dir", "", "folder of Envoy descriptor YAML files (reloaded on change); empty = none", func(c *config, v string) error { c.DescriptorsDir = v; return nil }},
 	{"MERGE_DOMAIN_CONFIG", "merge-domain-config", "false", "let several descriptor files describe one domain", func(c *config, v string) (err error) { c.MergeDomains, err = parseBool(v); return }},
 	{"DESCRIPTORS_RELOAD_INTERVAL", "descriptors-reload-interval", "2s", "how often DESCRIPTORS_DIR is checked for changes", func(c *config, v string) (err error) { c.ReloadInterval, err = parseDuration(v); return }},
