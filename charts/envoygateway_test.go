@@ -330,3 +330,132 @@ func mapStatsd(t *testing.T, m statsdMapping, stat string) string {
 	}
 	return "no series"
 }
+
+// egConfig is the part of Envoy Gateway's configuration (its EnvoyGateway
+// kind, gateway.envoyproxy.io/v1alpha1) the README's snippet sets, with
+// Envoy Gateway's field names: decoded strictly, a misspelled or misplaced
+// key fails.
+type egConfig struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Gateway    struct {
+		ControllerName string `json:"controllerName"`
+	} `json:"gateway"`
+	Provider struct {
+		Type       string `json:"type"`
+		Kubernetes struct {
+			RateLimitDeployment struct {
+				Container struct {
+					Image        string               `json:"image"`
+					VolumeMounts []corev1.VolumeMount `json:"volumeMounts"`
+				} `json:"container"`
+				Pod struct {
+					Volumes []corev1.Volume `json:"volumes"`
+				} `json:"pod"`
+			} `json:"rateLimitDeployment"`
+		} `json:"kubernetes"`
+	} `json:"provider"`
+	RateLimit struct {
+		Backend struct {
+			Type  string `json:"type"`
+			Redis struct {
+				URL string `json:"url"`
+			} `json:"redis"`
+		} `json:"backend"`
+	} `json:"rateLimit"`
+}
+
+// egImage is the form Envoy Gateway's API accepts for a container image
+// (KubernetesContainerSpec.image): a repository with a tag.
+var egImage = regexp.MustCompile(`^[a-zA-Z0-9._-]+(:[0-9]+)?(/[a-zA-Z0-9._/-]+)?(:[a-zA-Z0-9._-]+)?(@sha256:[a-z0-9]+)?$`)
+
+// readmeSection is the chart README's section of that title, up to the next.
+func readmeSection(t *testing.T, title string) string {
+	t.Helper()
+	b, err := os.ReadFile(chartDir + "/README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sec, ok := strings.Cut(string(b), "\n## "+title+"\n")
+	if !ok {
+		t.Fatalf("charts/throttle/README.md has no section %q", title)
+	}
+	sec, _, _ = strings.Cut(sec, "\n## ")
+	return sec
+}
+
+// The README's way (a): the EnvoyGateway configuration, in the ConfigMap
+// Envoy Gateway reads, is valid YAML with Envoy Gateway's keys, names
+// Throttle's released image, and gives it the /data emptyDir its read-only
+// root filesystem lacks; the Redis is host:port, as Envoy Gateway passes
+// it to REDIS_URL.
+func TestEnvoyGatewayImageSnippet(t *testing.T) {
+	sec := readmeSection(t, "Replacing Envoy Gateway's rate-limit service")
+	m := regexp.MustCompile("(?s)```yaml\n(.*?)```").FindStringSubmatch(sec)
+	if m == nil {
+		t.Fatal("the section has no yaml block")
+	}
+	var cm corev1.ConfigMap
+	if err := strictyaml.Unmarshal([]byte(m[1]), &cm); err != nil {
+		t.Fatalf("the snippet is no ConfigMap: %v\n%s", err, m[1])
+	}
+	if cm.APIVersion != "v1" || cm.Kind != "ConfigMap" || cm.Name != "envoy-gateway-config" || cm.Namespace != "envoy-gateway-system" {
+		t.Errorf("%s %s %s/%s, want v1 ConfigMap envoy-gateway-system/envoy-gateway-config (Envoy Gateway's)", cm.APIVersion, cm.Kind, cm.Namespace, cm.Name)
+	}
+	var c egConfig
+	if err := strictyaml.Unmarshal([]byte(cm.Data["envoy-gateway.yaml"]), &c); err != nil {
+		t.Fatalf("envoy-gateway.yaml: %v\n%s", err, cm.Data["envoy-gateway.yaml"])
+	}
+	if c.APIVersion != "gateway.envoyproxy.io/v1alpha1" || c.Kind != "EnvoyGateway" || c.Provider.Type != "Kubernetes" || c.Gateway.ControllerName == "" {
+		t.Errorf("envoy-gateway.yaml is %s %s, provider %q, controller %q: want an EnvoyGateway of gateway.envoyproxy.io/v1alpha1 with provider Kubernetes and a controllerName",
+			c.APIVersion, c.Kind, c.Provider.Type, c.Gateway.ControllerName)
+	}
+
+	d := c.Provider.Kubernetes.RateLimitDeployment
+	image, _ := loadChart(t).Values["image"].(map[string]any)
+	repo, tag, _ := strings.Cut(d.Container.Image, ":")
+	if repo != image["repository"] || !releaseTag.MatchString(tag) || !egImage.MatchString(d.Container.Image) {
+		t.Errorf("rateLimitDeployment.container.image %q: want %s:TAG with a release tag, in the form Envoy Gateway accepts", d.Container.Image, image["repository"])
+	}
+	var data bool
+	for _, vm := range d.Container.VolumeMounts {
+		for _, v := range d.Pod.Volumes {
+			data = data || vm.MountPath == "/data" && v.Name == vm.Name && v.EmptyDir != nil && !vm.ReadOnly
+		}
+	}
+	if !data || len(d.Container.VolumeMounts) != 1 || len(d.Pod.Volumes) != 1 {
+		t.Errorf("mounts %+v, volumes %+v: want one emptyDir, writable at /data (Throttle's SQLite)", d.Container.VolumeMounts, d.Pod.Volumes)
+	}
+	redis := c.RateLimit.Backend
+	if redis.Type != "Redis" || !regexp.MustCompile(`^[^:/@]+:[0-9]+$`).MatchString(redis.Redis.URL) {
+		t.Errorf("rateLimit.backend %+v: want type Redis and a host:port url", redis)
+	}
+}
+
+// The README's way (b): its helm command renders Envoy Gateway's pod with
+// the Redis it gives.
+func TestEnvoyGatewayHelmCommand(t *testing.T) {
+	sec := readmeSection(t, "Replacing Envoy Gateway's rate-limit service")
+	m := regexp.MustCompile(`(?m)^helm install (\S+) \./charts/throttle -n (\S+) \\\n +-f charts/(throttle/values-envoy-gateway\.yaml)((?: \\\n +--set \S+)*)$`).FindStringSubmatch(sec)
+	if m == nil {
+		t.Fatal("the section has no `helm install NAME ./charts/throttle -n NAMESPACE -f charts/throttle/values-envoy-gateway.yaml --set …` command")
+	}
+	var sets []string
+	for _, f := range strings.Fields(strings.ReplaceAll(m[4], "\\\n", " ")) {
+		if f != "--set" {
+			sets = append(sets, f)
+		}
+	}
+	rel := release{m[1], m[2]}
+	r := render(t, rel, input{files: []string{m[3]}, set: sets})
+	checkCommon(t, rel, []owned{{"Secret", "envoy-rate-limit", "tls.crt"}}, r)
+	env := envValues(deployment(t, r).Spec.Template.Spec.Containers[0])
+	for _, s := range sets {
+		if v, ok := strings.CutPrefix(s, "envoyGateway.redis.url="); ok && env["REDIS_URL"] != v {
+			t.Errorf("REDIS_URL %q, want %q from the command", env["REDIS_URL"], v)
+		}
+	}
+	if env["CONFIG_TYPE"] != "GRPC_XDS_SOTW" {
+		t.Errorf("CONFIG_TYPE %q: the command does not render Envoy Gateway's pod", env["CONFIG_TYPE"])
+	}
+}
