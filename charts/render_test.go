@@ -41,9 +41,11 @@ type rendered struct {
 	docs map[string]string
 }
 
-// input is what a user gives helm install: a values file (-f), --set and
+// input is what a user gives helm install: values files (-f, paths
+// relative to this package), then a values file's text, --set and
 // --set-file arguments (paths relative to this package).
 type input struct {
+	files   []string
 	values  string
 	set     []string
 	setFile []string
@@ -51,17 +53,30 @@ type input struct {
 
 // String is the input as text, for messages and for finding names in it.
 func (in input) String() string {
-	return in.values + "\n--set " + strings.Join(in.set, " --set ") + "\n--set-file " + strings.Join(in.setFile, " --set-file ")
+	return "-f " + strings.Join(in.files, " -f ") + "\n" + in.values + "\n--set " + strings.Join(in.set, " --set ") + "\n--set-file " + strings.Join(in.setFile, " --set-file ")
 }
 
 // values parses the input with Helm's own parsers, in helm's order: the
-// values file, then --set, then --set-file.
+// values files (a later one's maps merged over an earlier's), then --set,
+// then --set-file.
 func (in input) parse() (map[string]any, error) {
+	m := map[string]any{}
+	for _, f := range in.files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		vals, err := common.ReadValues(b)
+		if err != nil {
+			return nil, fmt.Errorf("values file %s: %w", f, err)
+		}
+		m = loader.MergeMaps(m, vals.AsMap())
+	}
 	vals, err := common.ReadValues([]byte(in.values))
 	if err != nil {
 		return nil, fmt.Errorf("values file: %w", err)
 	}
-	m := vals.AsMap()
+	m = loader.MergeMaps(m, vals.AsMap())
 	for _, s := range in.set {
 		if err := strvals.ParseInto(s, m); err != nil {
 			return nil, fmt.Errorf("--set %s: %w", s, err)

@@ -325,6 +325,73 @@ podDisruptionBudget: {enabled: false}
 			}
 		},
 	},
+	{
+		name:   "Envoy Gateway's rate-limit pod (values-envoy-gateway.yaml)",
+		rel:    envoyGatewayRelease,
+		in:     input{files: []string{envoyGatewayValues}},
+		theirs: []owned{{"Secret", "envoy-rate-limit", "tls.crt"}},
+		check: func(t *testing.T, r rendered) {
+			checkEnvoyGatewayPod(t, r, "prometheus")
+			for _, want := range []string{"Descriptors: from Envoy Gateway's xDS server envoy-gateway:18001 (node envoy-ratelimit).",
+				"(TLS, Secret envoy-rate-limit)", "Counters:  Redis (REDIS_URL redis.redis-system.svc.cluster.local:6379)", ":19001/metrics"} {
+				if !strings.Contains(r.notes, want) {
+					t.Errorf("NOTES.txt lacks %q:\n%s", want, r.notes)
+				}
+			}
+		},
+	},
+	{
+		name:   "Envoy Gateway's rate-limit pod with the statsd-exporter sidecar",
+		rel:    envoyGatewayRelease,
+		in:     input{files: []string{envoyGatewayValues}, set: []string{"envoyGateway.stats=statsd"}},
+		theirs: []owned{{"Secret", "envoy-rate-limit", "tls.crt"}},
+		check: func(t *testing.T, r rendered) {
+			checkEnvoyGatewayPod(t, r, "statsd")
+		},
+	},
+	{
+		name: "Envoy Gateway's rate-limit pod: its xDS server, node, certificates and Redis given, Redis from Secrets, ServiceMonitor",
+		rel:  release{"rl", "gateways"},
+		in: input{files: []string{envoyGatewayValues}, values: `
+envoyGateway:
+  xds: {serverURL: "envoy-gateway.envoy-gateway-system.svc.cluster.local:18001", nodeID: throttle-ratelimit}
+  certsSecret: throttle-xds-client
+  redis:
+    url: ""
+    existingSecret: {name: redis-conn, key: hostport}
+    auth: {existingSecret: {name: redis-auth, key: password}}
+serviceMonitor: {enabled: true}
+extraEnv: [{name: REDIS_TYPE, value: SENTINEL}]
+`},
+		theirs: []owned{{"Secret", "throttle-xds-client", "tls.crt"}, {"Secret", "redis-conn", "hostport"}, {"Secret", "redis-auth", "password"}},
+		check: func(t *testing.T, r rendered) {
+			env := envValues(deployment(t, r).Spec.Template.Spec.Containers[0])
+			for name, want := range map[string]string{
+				"CONFIG_GRPC_XDS_SERVER_URL": "envoy-gateway.envoy-gateway-system.svc.cluster.local:18001",
+				"CONFIG_GRPC_XDS_NODE_ID":    "throttle-ratelimit",
+				"REDIS_SOCKET_TYPE":          "tcp",
+				"REDIS_URL":                  "secretKeyRef:redis-conn/hostport",
+				"REDIS_AUTH":                 "secretKeyRef:redis-auth/password",
+				"REDIS_TYPE":                 "SENTINEL",
+			} {
+				if env[name] != want {
+					t.Errorf("env %s = %q, want %q", name, env[name], want)
+				}
+			}
+			if m := mountsOf(r, deployment(t, r).Spec.Template.Spec, deployment(t, r).Spec.Template.Spec.Containers[0])["/certs"]; m.Secret != "throttle-xds-client" || !m.ReadOnly {
+				t.Errorf("/certs mounts %+v, want Secret throttle-xds-client read-only", m)
+			}
+			if len(r.set.Secrets) != 0 {
+				t.Errorf("the chart made Secrets %v; Redis comes from the user's", keys(r.set.Secrets))
+			}
+			if m := r.set.ServiceMonitors; len(m) != 1 || m[0].Spec.Endpoints[0].Port != "metrics" {
+				t.Errorf("want one ServiceMonitor scraping the metrics port (the reference's series), got %+v", m)
+			}
+			if !strings.Contains(r.notes, "REDIS_URL from Secret redis-conn") || strings.Contains(r.notes, "WARNING") {
+				t.Errorf("NOTES.txt about Redis from a Secret:\n%s", r.notes)
+			}
+		},
+	},
 }
 
 // owned is an object the user manages, which the chart only refers to: a
@@ -441,10 +508,18 @@ func checkCommon(t *testing.T, rel release, theirs []owned, r rendered) {
 	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
 		t.Error("automountServiceAccountToken should be false (Throttle does not talk to the API server)")
 	}
-	if len(spec.Containers) != 1 {
-		t.Fatalf("want one container, got %d", len(spec.Containers))
-	}
+	// Envoy Gateway's pod runs /bin/ratelimit, the reference's settings,
+	// and may have a statsd-exporter beside it.
 	c := spec.Containers[0]
+	eg := slices.Equal(c.Command, []string{"/bin/ratelimit"})
+	if n := len(spec.Containers); c.Name != "throttle" || n > 2 || n == 2 && !(eg && spec.Containers[1].Name == "statsd-exporter") {
+		t.Fatalf("containers %d, the first %s: want throttle alone, or beside Envoy Gateway's statsd-exporter", n, c.Name)
+	}
+	for _, side := range spec.Containers[1:] {
+		if side.SecurityContext == nil || side.SecurityContext.ReadOnlyRootFilesystem == nil || !*side.SecurityContext.ReadOnlyRootFilesystem {
+			t.Errorf("container %s: readOnlyRootFilesystem must be true", side.Name)
+		}
+	}
 	if c.SecurityContext == nil || c.SecurityContext.ReadOnlyRootFilesystem == nil || !*c.SecurityContext.ReadOnlyRootFilesystem {
 		t.Error("readOnlyRootFilesystem must be true")
 	}
@@ -457,7 +532,13 @@ func checkCommon(t *testing.T, rel release, theirs []owned, r rendered) {
 		ports[p.Name] = p.ContainerPort
 	}
 	env := envOf(t, r)
-	if env["PORT"].Value != strconv.Itoa(int(ports["http"])) || env["GRPC_PORT"].Value != strconv.Itoa(int(ports["grpc"])) || ports["http"] == 0 || ports["grpc"] == 0 {
+	if eg {
+		// Unset, as Envoy Gateway leaves them: the reference's defaults,
+		// which are Throttle's.
+		if _, set := env["PORT"]; set || env["GRPC_PORT"].Name != "" || ports["http"] != 8080 || ports["grpc"] != 8081 {
+			t.Errorf("PORT=%q GRPC_PORT=%q, container ports %v: want them unset, and ports 8080 and 8081", env["PORT"].Value, env["GRPC_PORT"].Value, ports)
+		}
+	} else if env["PORT"].Value != strconv.Itoa(int(ports["http"])) || env["GRPC_PORT"].Value != strconv.Itoa(int(ports["grpc"])) || ports["http"] == 0 || ports["grpc"] == 0 {
 		t.Errorf("PORT=%q GRPC_PORT=%q do not match container ports %v", env["PORT"].Value, env["GRPC_PORT"].Value, ports)
 	}
 	names := map[string]bool{}
@@ -472,9 +553,11 @@ func checkCommon(t *testing.T, rel release, theirs []owned, r rendered) {
 			t.Errorf("GOMEMLIMIT must come from the container's limits.memory, got %+v", env["GOMEMLIMIT"])
 		}
 	}
-	for _, k := range []string{"REDIS_URL", "DATABASE_URL"} {
-		if e, ok := env[k]; ok && e.Value != "" && !strings.HasPrefix(e.Value, "sqlite://") {
-			t.Errorf("%s is a plain value; it must come from a Secret", k)
+	// A URL that may hold a password comes from a Secret; Envoy Gateway's
+	// host:port (its password in REDIS_AUTH) may be plain.
+	for _, k := range []string{"REDIS_URL", "DATABASE_URL", "REDIS_AUTH"} {
+		if e, ok := env[k]; ok && e.Value != "" && !strings.HasPrefix(e.Value, "sqlite://") && !(eg && k == "REDIS_URL" && !strings.ContainsAny(e.Value, "@/?")) {
+			t.Errorf("%s is a plain value %q; it must come from a Secret", k, e.Value)
 		}
 	}
 
@@ -507,19 +590,30 @@ func checkCommon(t *testing.T, rel release, theirs []owned, r rendered) {
 	// health on the gRPC port; HTTPS with REST TLS, startup GET /health
 	// with gRPC TLS (the kubelet's gRPC probe has none), and TCP only with
 	// REST client certificates (the kubelet presents none).
-	checkProbes(t, c, env, ports["grpc"])
+	// Envoy Gateway's pod: every probe GETs /healthcheck (checkEnvoyGatewayPod).
+	if !eg {
+		checkProbes(t, c, env, ports["grpc"])
+	}
 
 	// The Service: REST and gRPC, by port name, with their app protocols.
 	svc := r.set.Services[d.Name]
 	var seen []string
 	for _, p := range svc.Spec.Ports {
-		if p.AppProtocol == nil || *p.AppProtocol != p.Name || p.TargetPort.StrVal != p.Name {
-			t.Errorf("Service port %s: appProtocol %v targetPort %s, want both %s", p.Name, p.AppProtocol, p.TargetPort.String(), p.Name)
+		proto := map[string]string{"metrics": "http"}[p.Name]
+		if proto == "" {
+			proto = p.Name
+		}
+		if p.AppProtocol == nil || *p.AppProtocol != proto || p.TargetPort.StrVal != p.Name {
+			t.Errorf("Service port %s: appProtocol %v targetPort %s, want %s and %s", p.Name, p.AppProtocol, p.TargetPort.String(), proto, p.Name)
 		}
 		seen = append(seen, p.Name)
 	}
-	if slices.Sort(seen); !slices.Equal(seen, []string{"grpc", "http"}) {
-		t.Errorf("Service ports %v, want grpc and http", seen)
+	want := []string{"grpc", "http"}
+	if eg {
+		want = []string{"grpc", "http", "metrics"}
+	}
+	if slices.Sort(seen); !slices.Equal(seen, want) {
+		t.Errorf("Service ports %v, want %v", seen, want)
 	}
 
 	// With a PDB, some pods may always go: minAvailable is below the count

@@ -68,6 +68,22 @@ func TestBadValues(t *testing.T) {
 		{"Secret name not a name", input{set: []string{"tls.http.secretName=My Secret"}}, []string{"/tls/http/secretName"}},
 		{"misspelled TLS value", input{set: []string{"tls.grpc.clientSAN=x"}}, []string{"/tls/grpc", "clientSAN"}},
 		{"extraEnv sets a TLS file", input{values: "extraEnv: [{name: HTTP_TLS_CERT, value: /x}]"}, []string{"extraEnv[0] sets HTTP_TLS_CERT", "tls.http"}},
+		{"unknown Envoy Gateway stats", input{set: []string{"envoyGateway.stats=graphite"}}, []string{"/envoyGateway/stats", "prometheus", "statsd"}},
+		{"Envoy Gateway Redis as a URL", input{set: []string{"envoyGateway.redis.url=redis://r:6379"}}, []string{"/envoyGateway/redis/url"}},
+		{"xDS server without a port", input{set: []string{"envoyGateway.xds.serverURL=envoy-gateway"}}, []string{"/envoyGateway/xds/serverURL"}},
+		{"certs Secret not a name", input{set: []string{"envoyGateway.certsSecret=Envoy Rate Limit"}}, []string{"/envoyGateway/certsSecret"}},
+		{"misspelled Envoy Gateway value", input{set: []string{"envoyGateway.enable=true"}}, []string{"/envoyGateway", "enable"}},
+		{"statsd-exporter image not an image", input{set: []string{"envoyGateway.statsdExporter.image=Prom/statsd exporter"}}, []string{"/envoyGateway/statsdExporter/image"}},
+		{"Envoy Gateway Redis while off", input{set: []string{"envoyGateway.redis.url=r:6379"}}, []string{"envoyGateway.redis is set but envoyGateway.enabled is false"}},
+		{"Envoy Gateway with redis.url", input{files: []string{envoyGatewayValues}, set: []string{"redis.url=redis://r:6379/0"}}, []string{"envoyGateway.enabled takes Redis from envoyGateway.redis"}},
+		{"Envoy Gateway Redis twice", input{files: []string{envoyGatewayValues}, set: []string{"envoyGateway.redis.existingSecret.name=redis"}}, []string{"envoyGateway.redis.url and envoyGateway.redis.existingSecret are both set"}},
+		{"Envoy Gateway Redis password without Redis", input{files: []string{envoyGatewayValues}, set: []string{"envoyGateway.redis.url=", "envoyGateway.redis.auth.existingSecret.name=redis-auth"}}, []string{"envoyGateway.redis.auth is set but there is no Redis"}},
+		{"Envoy Gateway with descriptor files", input{files: []string{envoyGatewayValues}, values: "descriptors: {files: {edge.yaml: 'domain: edge'}}"}, []string{"descriptors.files", "xDS"}},
+		{"Envoy Gateway with tls.grpc", input{files: []string{envoyGatewayValues}, set: []string{"tls.grpc.secretName=throttle-tls"}}, []string{"envoyGateway.certsSecret", "leave tls.* empty"}},
+		{"Envoy Gateway on other ports", input{files: []string{envoyGatewayValues}, set: []string{"containerPorts.grpc=9091"}}, []string{"envoyGateway.enabled needs containerPorts http 8080 and grpc 8081", "9091"}},
+		{"Envoy Gateway and an Istio gateway", input{files: []string{envoyGatewayValues}, set: []string{"istio.envoyFilter.enabled=true"}}, []string{"envoyGateway.enabled and istio.envoyFilter.enabled are both set"}},
+		{"Envoy Gateway and force start twice", input{files: []string{envoyGatewayValues}, set: []string{"config.forceStartWithoutInitialConfig=true"}}, []string{"config.forceStartWithoutInitialConfig", "FORCE_START_WITHOUT_INITIAL_CONFIG=true itself"}},
+		{"extraEnv repeats an Envoy Gateway setting", input{files: []string{envoyGatewayValues}, values: "extraEnv: [{name: CONFIG_GRPC_XDS_NODE_ID, value: other}]"}, []string{"extraEnv[0] sets CONFIG_GRPC_XDS_NODE_ID", "envoyGateway"}},
 		{"extraEnv repeats the operator key", input{values: "extraEnv: [{name: ADMIN_API_KEY, value: operator-key-0123456789}]"}, []string{"extraEnv[0] sets ADMIN_API_KEY", "adminKey"}},
 	}
 	for _, tt := range tests {
@@ -117,17 +133,44 @@ func TestSettings(t *testing.T) {
 		t.Errorf("containerPorts %v, want Throttle's PORT %s and GRPC_PORT %s", ports, settings["PORT"].def, settings["GRPC_PORT"].def)
 	}
 
-	// Every value set: each variable is a setting, Go's GOMEMLIMIT, or one
-	// the values gave in extraEnv.
+	// Every value set: each variable is a setting, one of the reference
+	// service's (which Throttle takes), one Envoy Gateway sets (envoyGateway),
+	// Go's GOMEMLIMIT, or one the values gave in extraEnv.
+	reference := referenceSettings(t)
+	f := loadEGFacts(t)
+	egEnv := union(f.Env, f.Stats["prometheus"].Env, f.Stats["statsd"].Env)
 	for _, vs := range valueSets {
 		r := render(t, vs.rel, vs.in)
 		for name := range envOf(t, r) {
 			_, known := settings[name]
-			if !known && name != "GOMEMLIMIT" && !strings.Contains(vs.in.values, "name: "+name) {
+			ref := reference[name]
+			_, eg := egEnv[name]
+			if !known && !ref && !eg && name != "GOMEMLIMIT" && !strings.Contains(vs.in.values, "name: "+name) {
 				t.Errorf("%s: env %s is not one of Throttle's settings", vs.name, name)
 			}
 		}
 	}
+}
+
+// referenceSettings is every setting of the reference service, by name:
+// docs/moving-from-envoy-ratelimit.md's table, which cmd/throttle's tests
+// generate from the list Throttle accepts them by.
+func referenceSettings(t *testing.T) map[string]bool {
+	t.Helper()
+	doc, err := os.ReadFile("../docs/moving-from-envoy-ratelimit.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, _ := strings.Cut(string(doc), "<!-- reference settings: begin")
+	table, _, _ = strings.Cut(table, "<!-- reference settings: end")
+	names := map[string]bool{}
+	for _, m := range regexp.MustCompile("(?m)^\\| `([A-Z0-9_]+)` \\|").FindAllStringSubmatch(table, -1) {
+		names[m[1]] = true
+	}
+	if len(names) < 50 {
+		t.Fatalf("docs/moving-from-envoy-ratelimit.md: %d settings in the reference table; the parser is wrong", len(names))
+	}
+	return names
 }
 
 // screamingSnake is the chart's config key to variable rule (sprig's
