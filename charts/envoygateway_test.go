@@ -386,9 +386,9 @@ func readmeSection(t *testing.T, title string) string {
 
 // The README's way (a): the EnvoyGateway configuration, in the ConfigMap
 // Envoy Gateway reads, is valid YAML with Envoy Gateway's keys, names
-// Throttle's released image, and gives it the /data emptyDir its read-only
-// root filesystem lacks; the Redis is host:port, as Envoy Gateway passes
-// it to REDIS_URL.
+// Throttle's released image and nothing else (started as ratelimit it
+// writes no file: the read-only root filesystem needs no volume); the Redis
+// is host:port, as Envoy Gateway passes it to REDIS_URL.
 func TestEnvoyGatewayImageSnippet(t *testing.T) {
 	sec := readmeSection(t, "Replacing Envoy Gateway's rate-limit service")
 	m := regexp.MustCompile("(?s)```yaml\n(.*?)```").FindStringSubmatch(sec)
@@ -417,14 +417,8 @@ func TestEnvoyGatewayImageSnippet(t *testing.T) {
 	if repo != image["repository"] || !releaseTag.MatchString(tag) || !egImage.MatchString(d.Container.Image) {
 		t.Errorf("rateLimitDeployment.container.image %q: want %s:TAG with a release tag, in the form Envoy Gateway accepts", d.Container.Image, image["repository"])
 	}
-	var data bool
-	for _, vm := range d.Container.VolumeMounts {
-		for _, v := range d.Pod.Volumes {
-			data = data || vm.MountPath == "/data" && v.Name == vm.Name && v.EmptyDir != nil && !vm.ReadOnly
-		}
-	}
-	if !data || len(d.Container.VolumeMounts) != 1 || len(d.Pod.Volumes) != 1 {
-		t.Errorf("mounts %+v, volumes %+v: want one emptyDir, writable at /data (Throttle's SQLite)", d.Container.VolumeMounts, d.Pod.Volumes)
+	if len(d.Container.VolumeMounts) != 0 || len(d.Pod.Volumes) != 0 {
+		t.Errorf("mounts %+v, volumes %+v: want none (the image alone)", d.Container.VolumeMounts, d.Pod.Volumes)
 	}
 	redis := c.RateLimit.Backend
 	if redis.Type != "Redis" || !regexp.MustCompile(`^[^:/@]+:[0-9]+$`).MatchString(redis.Redis.URL) {
