@@ -17,10 +17,23 @@ import (
 // from its environment variable, else from its default: serveSettings has a
 // row for each, which parses it into its field here.
 type config struct {
-	Port            int
-	GRPCPort        int
-	BindAddress     string
-	RedisURL        string
+	Port        int
+	GRPCPort    int
+	BindAddress string
+	// Redis is the counters' Redis (REDIS_URL and the reference's REDIS_*
+	// settings); PerSecond, with RedisPerSecond, the Redis of the limits
+	// whose window is one second (REDIS_PERSECOND_*).
+	Redis          redisConfig
+	RedisPerSecond bool
+	PerSecond      redisConfig
+	// RedisHealthCheck is REDIS_HEALTH_CHECK_ACTIVE_CONNECTION.
+	RedisHealthCheck bool
+	// ExpirationJitter is EXPIRATION_JITTER_MAX_SECONDS.
+	ExpirationJitter time.Duration
+	// StopIncrementOverLimit is STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT.
+	StopIncrementOverLimit bool
+	// NearLimitRatio is NEAR_LIMIT_RATIO.
+	NearLimitRatio  float64
 	DatabaseURL     string
 	DescriptorsDir  string
 	MergeDomains    bool
@@ -137,9 +150,7 @@ func (c *config) Validate() error {
 	if c.DatabaseURL == "" {
 		errs = append(errs, errors.New("DATABASE_URL: empty; use sqlite://PATH or postgres://…"))
 	}
-	if c.RedisURL != "" && !strings.HasPrefix(c.RedisURL, "redis://") && !strings.HasPrefix(c.RedisURL, "rediss://") {
-		errs = append(errs, errors.New("REDIS_URL: must start with redis:// or rediss://"))
-	}
+	errs = append(errs, c.validateRedis()...)
 	if c.MaxValueStatsKeys < 0 {
 		errs = append(errs, fmt.Errorf("STATS_MAX_VALUE_KEYS: %d must be 0 or more", c.MaxValueStatsKeys))
 	}
@@ -173,7 +184,7 @@ func (c *config) Validate() error {
 	if c.ApproximateInterval < 10*time.Millisecond || c.ApproximateInterval > 10*time.Second {
 		errs = append(errs, fmt.Errorf("APPROXIMATE_SYNC_INTERVAL: %s is not within 10ms-10s", c.ApproximateInterval))
 	}
-	errs = append(errs, c.TLS.validate(c.RedisURL)...)
+	errs = append(errs, c.TLS.validate(c.redisTLSOn())...)
 	return errors.Join(errs...)
 }
 
