@@ -132,13 +132,13 @@ func (s *Split) Clear(ctx context.Context, reqs []algorithms.Request) (int, erro
 	return n, nil
 }
 
-// PerSecondName starts the names of the per-second Redis's masters in
+// perSecondName starts the names of the per-second Redis's masters in
 // Ready: "per-second redis", or "per-second " and a Cluster master's
 // address.
-const PerSecondName = "per-second "
+const perSecondName = "per-second "
 
 // Ready asks both sides whether they answer (Store.Ready): every master by
-// its name, the per-second Redis's after PerSecondName.
+// its name, the per-second Redis's after perSecondName.
 func (s *Split) Ready(ctx context.Context) map[string]error {
 	var fast map[string]error
 	done := make(chan struct{})
@@ -152,7 +152,7 @@ func (s *Split) Ready(ctx context.Context) map[string]error {
 		if err != nil {
 			err = fmt.Errorf("per-second %w", err)
 		}
-		out[PerSecondName+name] = err
+		out[perSecondName+name] = err
 	}
 	return out
 }

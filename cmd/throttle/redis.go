@@ -77,10 +77,18 @@ func parseRedisTarget(rc redisConfig, prefix string) (*redisTarget, error) {
 		t.given["dial_timeout"], t.given["read_timeout"], t.given["write_timeout"] = true, true, true
 	}
 	if rc.Auth != "" {
-		t.opts.Username, t.opts.Password = splitAuth(rc.Auth)
+		user, password := splitAuth(rc.Auth)
+		t.opts.Password = password
+		if user != "" { // else a redis:// URL's user stays
+			t.opts.Username = user
+		}
 	}
 	if rc.SentinelAuth != "" && t.kind == redisSentinel {
-		t.opts.SentinelUsername, t.opts.SentinelPassword = splitAuth(rc.SentinelAuth)
+		user, password := splitAuth(rc.SentinelAuth)
+		t.opts.SentinelPassword = password
+		if user != "" {
+			t.opts.SentinelUsername = user
+		}
 	}
 	t.setDefaults()
 	return t, nil

@@ -83,6 +83,8 @@ func TestRedisSettings(t *testing.T) {
 			target{Kind: "single", Network: "tcp", Addrs: []string{"redis:6379"}}},
 		{"redis:// URL", map[string]string{"REDIS_URL": "redis://u:p@redis:6379/2?pool_size=7&dial_timeout=3s"},
 			target{Kind: "single", Network: "tcp", Addrs: []string{"redis:6379"}, User: "u", Password: "p", DB: 2, Pool: 7, Dial: 3 * time.Second}},
+		{"a redis:// URL's user, REDIS_AUTH's password", map[string]string{"REDIS_URL": "redis://app@redis:6379", "REDIS_AUTH": "p"},
+			target{Kind: "single", Network: "tcp", Addrs: []string{"redis:6379"}, User: "app", Password: "p"}},
 		{"redis:// URL and the settings it leaves out", map[string]string{"REDIS_URL": "rediss://redis:6380", "REDIS_TYPE": "single", "REDIS_SOCKET_TYPE": "tcp", "REDIS_AUTH": "p", "REDIS_TLS": "true", "REDIS_POOL_SIZE": "9", "REDIS_TIMEOUT": "2s"},
 			target{Kind: "single", Network: "tcp", Addrs: []string{"redis:6380"}, Password: "p", TLS: "redis", Pool: 9, Dial: 2 * time.Second, Read: 2 * time.Second, Write: 2 * time.Second}},
 		{"sentinel URL", map[string]string{"REDIS_URL": "redis://:sp@s1:26379/0?master_name=mymaster&addr=s2:26379&password=mp", "REDIS_TYPE": "sentinel"},
