@@ -149,3 +149,31 @@ func Tied(reqs []Request) bool {
 	}
 	return n > 1
 }
+
+// VoidedCounts returns the positions of the requests of reqs (one Check
+// call's batch, decided as ds) whose counted hits must be taken back: when
+// reqs has an all-or-nothing group (Tied) and a request of it was not
+// allowed, every request of the group that was counted — save those that
+// always count, and those the failure policy decided (Degraded: nothing of
+// theirs is on the backend). It is the rule of a batch decided in parts
+// that each count on their own (Redis Cluster masters, two Redis
+// deployments); nil when nothing is to be taken back.
+func VoidedCounts(reqs []Request, ds []Decision) []int {
+	if !Tied(reqs) {
+		return nil
+	}
+	voided := false
+	for i := range reqs {
+		voided = voided || (reqs[i].AllOrNothing && !ds[i].Allowed)
+	}
+	if !voided {
+		return nil
+	}
+	var at []int
+	for i := range reqs {
+		if r := &reqs[i]; r.AllOrNothing && !r.AlwaysCount && ds[i].Counted && !ds[i].Degraded {
+			at = append(at, i)
+		}
+	}
+	return at
+}

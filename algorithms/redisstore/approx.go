@@ -264,16 +264,19 @@ func (t *approxTable) decideAt(r *algorithms.Request, d *algorithms.Decision, lo
 	return true
 }
 
-// undo takes back hits that decide counted for r (its all-or-nothing group
-// was void).
-func (t *approxTable) undo(r *algorithms.Request, at time.Time) {
+// undo takes back hits that decide counted for r at at (its all-or-nothing
+// group was void), and reports whether the table holds r: false when it
+// did not decide r (it was full, and Redis decided).
+func (t *approxTable) undo(r *algorithms.Request, at time.Time) bool {
 	h, sh := t.hash(r)
 	num := at.UnixMicro() / r.Limit.Window.Microseconds()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if e := sh.find(h, r); e != nil && e.cur.num == num {
+	e := sh.find(h, r)
+	if e != nil && e.cur.num == num {
 		e.cur.pending = max(0, e.cur.pending-r.Hits)
 	}
+	return e != nil
 }
 
 // evict drops the entries with nothing left to send whose windows are over

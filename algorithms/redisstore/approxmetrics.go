@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -73,11 +74,23 @@ func (m *approxMetrics) observe(d time.Duration, err error) {
 	m.batches.WithLabelValues(result).Inc()
 }
 
-// register registers every metric on reg.
+// register registers every metric on reg. A second store of the process
+// (the per-second Redis, REDIS_PERSECOND) adds to the first's counters;
+// the gauges, which read one table, stay the first store's.
 func (m *approxMetrics) register(reg prometheus.Registerer) error {
-	cs := append([]prometheus.Collector{m.batches, m.latency, m.decisions, m.overflow}, m.funcs...)
-	for _, c := range cs {
-		if err := reg.Register(c); err != nil {
+	var errs [4]error
+	m.batches, errs[0] = register(reg, m.batches)
+	m.latency, errs[1] = register(reg, m.latency)
+	m.decisions, errs[2] = register(reg, m.decisions)
+	m.overflow, errs[3] = register(reg, m.overflow)
+	if err := errors.Join(errs[:]...); err != nil {
+		return fmt.Errorf("register approximate metrics: %w", err)
+	}
+	m.exact = m.decisions.WithLabelValues("exact")
+	m.approximate = m.decisions.WithLabelValues("approximate")
+	for _, c := range m.funcs {
+		var are prometheus.AlreadyRegisteredError
+		if err := reg.Register(c); err != nil && !errors.As(err, &are) {
 			return fmt.Errorf("register approximate metrics: %w", err)
 		}
 	}

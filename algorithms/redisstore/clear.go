@@ -77,31 +77,42 @@ func (s *Store) clearOn(ctx context.Context, c redis.Cmdable, reqs []algorithms.
 // refundVoided takes back, on a Cluster, what the masters counted for an
 // all-or-nothing batch that another master's request was over: each master
 // decided its own part atomically, but only the whole batch says whether
-// the group is void. Between the counting and the refund (one more round
-// trip) another request can see the count that is then taken back. A refund
-// that fails leaves the hits counted: over-counting, never under. The
-// decisions of the refunded requests say so (Counted false).
+// the group is void (algorithms.VoidedCounts). Between the counting and the
+// refund (one more round trip) another request can see the count that is
+// then taken back.
 func (s *Store) refundVoided(ctx context.Context, reqs []algorithms.Request, ds []algorithms.Decision) {
-	if !algorithms.Tied(reqs) {
-		return
+	if at := algorithms.VoidedCounts(reqs, ds); len(at) > 0 {
+		s.refundAt(ctx, reqs, at, ds)
 	}
-	voided := false
-	for i := range reqs {
-		voided = voided || (reqs[i].AllOrNothing && !ds[i].Allowed)
+}
+
+// refundAt takes back the hits counted for the requests of reqs at
+// positions at, decided as ds: each on its master, at the time of its
+// decision (so from the window that counted it); an approximate one from
+// the table that counted it. A refund that fails leaves the hits counted:
+// over-counting, never under. The decisions of the refunded requests say so
+// (Counted false, Remaining up by their hits).
+func (s *Store) refundAt(ctx context.Context, reqs []algorithms.Request, at []int, ds []algorithms.Decision) {
+	refunded := func(i int) {
+		ds[i].Counted = false
+		ds[i].Remaining = min(ds[i].Limit, ds[i].Remaining+reqs[i].Hits)
 	}
-	if !voided {
-		return
-	}
-	var at []int
-	for i := range reqs {
-		if r := &reqs[i]; r.AllOrNothing && !r.AlwaysCount && ds[i].Counted && !ds[i].Degraded {
-			at = append(at, i)
+	var exact []int
+	for _, i := range at {
+		if approximate(&reqs[i]) && s.approx.undo(&reqs[i], ds[i].Now) {
+			refunded(i)
+			continue
 		}
+		exact = append(exact, i) // Redis decided it (the table was full: overflow)
 	}
-	if len(at) == 0 {
+	if len(exact) == 0 {
 		return
 	}
-	for _, p := range s.split(reqs, at) {
+	parts := []part{{sh: s.single, at: exact}}
+	if s.cluster != nil {
+		parts = s.split(reqs, exact)
+	}
+	for _, p := range parts {
 		// The requests of one master's call share its time; a part sent
 		// again after a redirect may not: one refund per time.
 		for len(p.at) > 0 {
@@ -116,8 +127,7 @@ func (s *Store) refundVoided(ctx context.Context, reqs []algorithms.Request, ds 
 			}
 			if s.refundOn(ctx, p.sh, reqs, same, now) == nil {
 				for _, i := range same {
-					ds[i].Counted = false
-					ds[i].Remaining = min(ds[i].Limit, ds[i].Remaining+reqs[i].Hits)
+					refunded(i)
 				}
 			}
 			p.at = rest

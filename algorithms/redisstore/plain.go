@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -181,7 +182,7 @@ func (s *Store) decidePlain(ctx context.Context, sh *shard, reqs []algorithms.Re
 }
 
 // plainOps returns each request's counter key at nowUS and the TTL it is
-// made with.
+// made with (plus a random part of Options.ExpirationJitter).
 func (s *Store) plainOps(reqs []algorithms.Request, nowUS int64) []plainOp {
 	ops := make([]plainOp, len(reqs))
 	for i := range reqs {
@@ -191,6 +192,9 @@ func (s *Store) plainOps(reqs []algorithms.Request, nowUS int64) []plainOp {
 		ops[i].ttl = time.Duration(left)*time.Microsecond + min(expiryMargin, r.Limit.Window)
 		if r.Limit.Algorithm == algorithms.SlidingWindow {
 			ops[i].ttl += r.Limit.Window // it is the next window's previous one
+		}
+		if j := s.opts.ExpirationJitter; j > 0 {
+			ops[i].ttl += rand.N(j)
 		}
 	}
 	return ops

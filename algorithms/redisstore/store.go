@@ -37,6 +37,14 @@ type Options struct {
 	// ApproximateInterval is how often approximate limits sync with Redis
 	// (APPROXIMATE_SYNC_INTERVAL). Default DefaultApproximateInterval.
 	ApproximateInterval time.Duration
+	// ExpirationJitter, when > 0, adds a random duration below it to the
+	// TTL of each window counter the count-first regime makes (plain.go:
+	// the Envoy path's fixed and sliding windows), so that the counters of
+	// one window do not all expire at once (the reference service's
+	// EXPIRATION_JITTER_MAX_SECONDS). A counter outlives its window longer
+	// (memory), never shorter. The scripts' keys keep their exact TTLs.
+	// Default 0: none.
+	ExpirationJitter time.Duration
 	// ApproximateMaxKeys bounds the approximate limits held at once; past
 	// it a new one is decided exactly. Default DefaultApproximateMaxKeys.
 	ApproximateMaxKeys int

@@ -22,7 +22,7 @@ func TestParseServeDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Port != 8080 || c.GRPCPort != 8081 || c.DatabaseURL != "sqlite://throttle.db" || c.RedisURL != "" || c.FailureMode != "open" || c.RegisterLimit != 10 {
+	if c.Port != 8080 || c.GRPCPort != 8081 || c.DatabaseURL != "sqlite://throttle.db" || c.Redis.URL != "" || c.FailureMode != "open" || c.RegisterLimit != 10 {
 		t.Errorf("defaults = %+v", c)
 	}
 	if c.AdminKey != "" || c.CacheKeyPrefix != "" || c.CountRejectedHits {
@@ -80,7 +80,7 @@ func TestParseServeErrors(t *testing.T) {
 		{map[string]string{"TRUSTED_PROXIES": "10.0.0.0/33"}, `TRUSTED_PROXIES: "10.0.0.0/33" is not a CIDR`},
 		{map[string]string{"LOG_LEVEL": "loud"}, `LOG_LEVEL: "loud" is not one of`},
 		{map[string]string{"BACKEND_TIMEOUT": "fast"}, `BACKEND_TIMEOUT: "fast" is not a positive duration`},
-		{map[string]string{"REDIS_URL": "localhost:6379"}, "REDIS_URL: must start with redis://"},
+		{map[string]string{"REDIS_URL": "http://localhost:6379"}, "REDIS_URL: must start with redis:// or rediss://, or be host:port"},
 		{map[string]string{"REGISTER_LIMIT_PER_HOUR": "0"}, "REGISTER_LIMIT_PER_HOUR: 0 must be at least 1"},
 		{map[string]string{"SHADOW_MODE": "sometimes"}, `SHADOW_MODE: "sometimes" is not true or false`},
 		{map[string]string{"RESPONSE_DYNAMIC_METADATA": "y"}, `RESPONSE_DYNAMIC_METADATA: "y" is not true or false`},

@@ -27,16 +27,29 @@ type config struct {
 	// configuration (HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED).
 	HealthyWithConfig bool
 	LimitHeaders      limitHeadersConfig // LIMIT_RESPONSE_HEADERS_ENABLED and its names
-	RedisURL          string
-	DatabaseURL       string
-	DescriptorsDir    string
-	Runtime           runtimeConfig // the reference's config folder (descriptors.go)
-	MergeDomains      bool
-	ReloadInterval    time.Duration
-	FailureMode       algorithms.FailureMode
-	BackendTimeout    time.Duration // 0: derived from each call's deadline
-	RESTTimeout       time.Duration
-	LocalCacheBytes   int
+	// Redis is the counters' Redis (REDIS_URL and the reference's REDIS_*
+	// settings); PerSecond, with RedisPerSecond, the Redis of the limits
+	// whose window is one second (REDIS_PERSECOND_*).
+	Redis          redisConfig
+	RedisPerSecond bool
+	PerSecond      redisConfig
+	// RedisHealthCheck is REDIS_HEALTH_CHECK_ACTIVE_CONNECTION.
+	RedisHealthCheck bool
+	// ExpirationJitter is EXPIRATION_JITTER_MAX_SECONDS.
+	ExpirationJitter time.Duration
+	// StopIncrementOverLimit is STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT.
+	StopIncrementOverLimit bool
+	// NearLimitRatio is NEAR_LIMIT_RATIO.
+	NearLimitRatio  float64
+	DatabaseURL     string
+	DescriptorsDir  string
+	Runtime         runtimeConfig // the reference's config folder (descriptors.go)
+	MergeDomains    bool
+	ReloadInterval  time.Duration
+	FailureMode     algorithms.FailureMode
+	BackendTimeout  time.Duration // 0: derived from each call's deadline
+	RESTTimeout     time.Duration
+	LocalCacheBytes int
 	// GCPercent is the Go collector's target for serve: defaultGCPercent
 	// unless the environment sets GOGC (then 0: Go's own reading stands).
 	GCPercent         int
@@ -157,9 +170,7 @@ func (c *config) Validate() error {
 	if c.DescriptorsDir != "" && c.runtimeFolder() != "" {
 		errs = append(errs, errors.New("DESCRIPTORS_DIR and RUNTIME_ROOT/RUNTIME_SUBDIRECTORY are both set: give the descriptor folder one way, DESCRIPTORS_DIR or the reference service's RUNTIME_* settings"))
 	}
-	if c.RedisURL != "" && !strings.HasPrefix(c.RedisURL, "redis://") && !strings.HasPrefix(c.RedisURL, "rediss://") {
-		errs = append(errs, errors.New("REDIS_URL: must start with redis:// or rediss://"))
-	}
+	errs = append(errs, c.validateRedis()...)
 	if c.MaxValueStatsKeys < 0 {
 		errs = append(errs, fmt.Errorf("STATS_MAX_VALUE_KEYS: %d must be 0 or more", c.MaxValueStatsKeys))
 	}
@@ -194,7 +205,7 @@ func (c *config) Validate() error {
 		errs = append(errs, fmt.Errorf("APPROXIMATE_SYNC_INTERVAL: %s is not within 10ms-10s", c.ApproximateInterval))
 	}
 	errs = append(errs, c.validateListen()...)
-	errs = append(errs, c.TLS.validate(c.RedisURL)...)
+	errs = append(errs, c.TLS.validate(c.redisTLSOn())...)
 	errs = append(errs, c.XDS.validate()...)
 	return errors.Join(errs...)
 }

@@ -12,37 +12,66 @@ import (
 )
 
 // openCounters builds the counter store: memory without REDIS_URL, else
-// Redis behind the failure policy.
+// Redis behind the failure policy; with REDIS_PERSECOND, the limits of a
+// one-second window in a second Redis behind a policy of its own.
 func (a *app) openCounters(ctx context.Context) error {
 	cfg := a.cfg
-	if cfg.RedisURL == "" {
+	if cfg.Redis.URL == "" {
 		mem := algorithms.NewMemoryStore(algorithms.MemoryOptions{})
 		a.goBG("memory sweep", mem.Run)
 		a.limiter, a.backend = mem, "memory"
 		return nil
 	}
-	rdb, err := newRedis(cfg.RedisURL, a.redisTLS)
+	// go-redis has one process-wide logger; serve is the process.
+	redis.SetLogger(&redisLog{log: a.log, secrets: cfg.redisSecrets()})
+	local := algorithms.NewMemoryStore(algorithms.MemoryOptions{})
+	a.goBG("local sweep", local.Run)
+	main, mainStore, err := a.openGuarded(ctx, cfg.Redis, "REDIS_", "redis", local)
 	if err != nil {
 		return err
 	}
-	// go-redis has one process-wide logger; serve is the process.
-	redis.SetLogger(&redisLog{log: a.log, secrets: urlSecrets(cfg.RedisURL)})
+	a.limiter, a.backend, a.ready = main, "redis", mainStore.Ready
+	if !cfg.RedisPerSecond {
+		return nil
+	}
+	perSecond, _, err := a.openGuarded(ctx, cfg.PerSecond, "REDIS_PERSECOND_", "redis_per_second", local)
+	if err != nil {
+		return err
+	}
+	split, err := redisstore.NewSplit(main, perSecond)
+	if err != nil {
+		return err
+	}
+	a.limiter, a.ready = split, split.Ready
+	return nil
+}
+
+// openGuarded connects to the Redis rc describes (its settings named by
+// prefix) and returns its counter store behind a Guard of its own, whose
+// metrics name it backend; local is FAILURE_MODE=local's fallback.
+func (a *app) openGuarded(ctx context.Context, rc redisConfig, prefix, backend string, local *algorithms.MemoryStore) (*redisstore.Guard, *redisstore.Store, error) {
+	cfg := a.cfg
+	rdb, err := newRedis(rc, prefix, a.redisTLS)
+	if err != nil {
+		return nil, nil, err
+	}
+	secrets := rc.secrets()
 	// Concurrent checks share Redis calls: under load one round trip
 	// decides many requests. Two workers per master, one call out at a
 	// time unless it is slow (the second overtakes a call out for 1 ms): at
 	// 64 Envoy calls in flight a third fewer calls than two always out, and
 	// 1.1 µs less Redis CPU a decision (measured at e03dc16).
 	counters := redisstore.New(rdb, redisstore.Options{Coalesce: 2, MaxBatch: 128, KeyPrefix: cfg.CacheKeyPrefix,
-		ApproximateInterval: cfg.ApproximateInterval,
-		Tracer:              telemetry.Tracer(a.tracer, "github.com/throttle-rl/throttle/algorithms")})
+		ApproximateInterval: cfg.ApproximateInterval, ExpirationJitter: cfg.ExpirationJitter,
+		Tracer: telemetry.Tracer(a.tracer, "github.com/throttle-rl/throttle/algorithms")})
 	if err := counters.RegisterMetrics(a.reg); err != nil {
-		return err
+		return nil, nil, err
 	}
-	a.goBG("redis close", func(ctx context.Context) error {
+	a.goBG(backend+" close", func(ctx context.Context) error {
 		<-ctx.Done() // the servers have stopped: no decision is on its way
 		drainCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 		if err := counters.Drain(drainCtx); err != nil {
-			a.log.Warn("approximate limits: hits not sent to Redis at shutdown", "err", scrub(err, urlSecrets(cfg.RedisURL)))
+			a.log.Warn("approximate limits: hits not sent to Redis at shutdown", "redis", prefix+"URL", "err", scrub(err, secrets))
 		}
 		cancel()
 		counters.Close()
@@ -50,18 +79,25 @@ func (a *app) openCounters(ctx context.Context) error {
 	})
 	pingCtx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	if err := counters.Ping(pingCtx); err != nil {
-		a.log.Warn("Redis does not answer yet; FAILURE_MODE decides until it does", "err", scrub(err, urlSecrets(cfg.RedisURL)), "failure_mode", string(cfg.FailureMode))
+		a.log.Warn("Redis does not answer yet; FAILURE_MODE decides until it does", "redis", prefix+"URL", "err", scrub(err, secrets), "failure_mode", string(cfg.FailureMode))
 	}
 	cancel()
-	local := algorithms.NewMemoryStore(algorithms.MemoryOptions{})
-	a.goBG("local sweep", local.Run)
 	g, err := redisstore.NewGuard(counters, redisstore.GuardOptions{
-		Mode: cfg.FailureMode, Timeout: cfg.BackendTimeout, DefaultTimeout: cfg.RESTTimeout, Local: local, Registerer: a.reg,
+		Mode: cfg.FailureMode, Backend: backend, Timeout: cfg.BackendTimeout, DefaultTimeout: cfg.RESTTimeout, Local: local, Registerer: a.reg,
 	})
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	a.goBG("circuit probe", g.Run)
-	a.limiter, a.backend, a.ready = g, "redis", counters.Ready
-	return nil
+	a.goBG(backend+" circuit probe", g.Run)
+	return g, counters, nil
+}
+
+// redisSecrets are the passwords of every Redis Throttle reaches, for
+// scrubbing messages that may quote them.
+func (c *config) redisSecrets() []string {
+	out := c.Redis.secrets()
+	if c.RedisPerSecond {
+		out = append(out, c.PerSecond.secrets()...)
+	}
+	return out
 }

@@ -20,7 +20,8 @@ import (
 
 // secretFlags are the flags whose values /debug/pprof/cmdline hides: keys,
 // and URLs (whose passwords it hides).
-var secretFlags = map[string]bool{"admin-api-key": true, "otel-exporter-otlp-headers": true, "redis-url": true, "database-url": true}
+var secretFlags = map[string]bool{"admin-api-key": true, "otel-exporter-otlp-headers": true, "redis-url": true, "database-url": true,
+	"redis-auth": true, "redis-sentinel-auth": true, "redis-persecond-url": true, "redis-persecond-auth": true, "redis-persecond-sentinel-auth": true}
 
 // redactArgs is args with the values of secretFlags replaced: a URL's
 // password, anything else whole.

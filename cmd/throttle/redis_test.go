@@ -31,7 +31,7 @@ func decideOnce(t *testing.T, rdb redis.UniversalClient) {
 
 func TestRedisURLCluster(t *testing.T) {
 	addrs := redistest.StartCluster(t)
-	rdb, err := newRedis("redis://"+addrs[0]+"/0?cluster=true&addr="+addrs[1]+"&addr="+addrs[2], nil)
+	rdb, err := newRedis(redisConfig{URL: "redis://" + addrs[0] + "/0?cluster=true&addr=" + addrs[1] + "&addr=" + addrs[2]}, "REDIS_", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +44,7 @@ func TestRedisURLCluster(t *testing.T) {
 
 func TestRedisURLSentinel(t *testing.T) {
 	sentinel := redistest.StartSentinel(t, redistest.Start(t), "mymaster")
-	rdb, err := newRedis("redis://"+sentinel+"/0?master_name=mymaster", nil)
+	rdb, err := newRedis(redisConfig{URL: "redis://" + sentinel + "/0?master_name=mymaster"}, "REDIS_", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +68,7 @@ func TestRedisURLSentinel(t *testing.T) {
 
 func TestRedisURLErrors(t *testing.T) {
 	for _, u := range []string{"redis://localhost:6379/0?bogus=1", "redis://localhost:6379/0?cluster=true&bogus=1", "redis://%zz"} {
-		if _, err := newRedis(u, nil); err == nil || !strings.Contains(err.Error(), "REDIS_URL") {
+		if _, err := newRedis(redisConfig{URL: u}, "REDIS_", nil); err == nil || !strings.Contains(err.Error(), "REDIS_URL") {
 			t.Errorf("newRedis(%q) err = %v, want a REDIS_URL error", u, err)
 		}
 	}

@@ -160,6 +160,7 @@ func listenGRPC(c *config) (net.Listener, error) {
 }
 
 // healthcheck is GET /healthcheck's configuration: with
+// REDIS_HEALTH_CHECK_ACTIVE_CONNECTION, every Redis master must answer; with
 // HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED, a descriptor configuration of at
 // least one domain must have loaded (files or xDS), as the reference's
 // (an empty xDS snapshot is a configuration without domains).
@@ -173,6 +174,9 @@ func (a *app) healthcheck() restapi.Healthcheck {
 			c := a.current()
 			return c != nil && c.DomainCount() > 0
 		}
+	}
+	if a.cfg.RedisHealthCheck && a.ready != nil {
+		h.Redis = a.ready // REDIS_HEALTH_CHECK_ACTIVE_CONNECTION: every master answers
 	}
 	return h
 }

@@ -78,10 +78,10 @@ func isOrigin(o string) bool {
 // so every replica answers a retry alike; without it the REST API keeps
 // them in memory.
 func (a *app) openIdempotency(context.Context) error {
-	if a.cfg.RedisURL == "" {
+	if a.cfg.Redis.URL == "" {
 		return nil
 	}
-	rdb, err := newRedis(a.cfg.RedisURL, a.redisTLS)
+	rdb, err := newRedis(a.cfg.Redis, "REDIS_", a.redisTLS)
 	if err != nil {
 		return err
 	}

@@ -21,8 +21,8 @@ func newQuota(cfg *config, redisTLS func(string) *tls.Config, current func() *de
 		Descriptors: current, Rules: rules, Interval: cfg.RLQSInterval, FailureMode: cfg.FailureMode,
 		KeyPrefix: cfg.CacheKeyPrefix, ShadowMode: cfg.ShadowMode, Log: log, Registerer: reg,
 	}
-	if cfg.RedisURL != "" {
-		rdb, err := newRedis(cfg.RedisURL, redisTLS)
+	if cfg.Redis.URL != "" {
+		rdb, err := newRedis(cfg.Redis, "REDIS_", redisTLS)
 		if err != nil {
 			return nil, err
 		}

@@ -44,9 +44,11 @@ func TestRedactURL(t *testing.T) {
 
 func TestRedactArgs(t *testing.T) {
 	got := redactArgs([]string{"throttle", "serve", "--redis-url", "redis://u:s3cret@h/0", "-admin-api-key=adminkey0123456789",
-		"--database-url=postgres://a:b@c/d", "--otel-exporter-otlp-headers", "k=v", "--port", "9000"})
+		"--database-url=postgres://a:b@c/d", "--otel-exporter-otlp-headers", "k=v", "--port", "9000",
+		"--redis-auth", "user:pw", "--redis-sentinel-auth=spw", "--redis-persecond-url", "rediss://:p@h2", "--redis-persecond-auth=x", "--redis-persecond-sentinel-auth", "y"})
 	want := []string{"throttle", "serve", "--redis-url", "redis://u:xxxxx@h/0", "-admin-api-key=xxxxx",
-		"--database-url=postgres://a:xxxxx@c/d", "--otel-exporter-otlp-headers", "xxxxx", "--port", "9000"}
+		"--database-url=postgres://a:xxxxx@c/d", "--otel-exporter-otlp-headers", "xxxxx", "--port", "9000",
+		"--redis-auth", "xxxxx", "--redis-sentinel-auth=xxxxx", "--redis-persecond-url", "rediss://:xxxxx@h2", "--redis-persecond-auth=xxxxx", "--redis-persecond-sentinel-auth", "xxxxx"}
 	if strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Errorf("redactArgs = %q\nwant %q", got, want)
 	}

@@ -30,14 +30,13 @@ type setting struct {
 // compares them) all come from here. The rows come in groups, each beside
 // the code it configures; the reference service's settings Throttle has no
 // use for are not rows but referenceSettings entries (reference.go).
-var serveSettings = slices.Concat(coreSettings, listenerSettings, runtimeSettings, tlsSettings, tracingSettings, referenceTracingSettings, xdsSettings)
+var serveSettings = slices.Concat(coreSettings, redisSettings, listenerSettings, runtimeSettings, tlsSettings, tracingSettings, referenceTracingSettings, xdsSettings)
 
 // coreSettings are the listeners, the backends and the APIs' knobs.
 var coreSettings = []setting{
 	{"PORT", "port", "8080", "REST listen port", func(c *config, v string) (err error) { c.Port, err = parseInt(v); return }},
 	{"GRPC_PORT", "grpc-port", "8081", "gRPC listen port (Envoy rate-limit service and rate-limit quota service, gRPC health)", func(c *config, v string) (err error) { c.GRPCPort, err = parseInt(v); return }},
 	{"BIND_ADDRESS", "bind-address", "", "address to listen on; empty = all interfaces", func(c *config, v string) error { c.BindAddress = v; return nil }},
-	{"REDIS_URL", "redis-url", "", "counters in Redis: redis://, rediss://; ?master_name=M for Sentinel, ?cluster=true (&addr=host:port…) for Cluster; empty = in memory", func(c *config, v string) error { c.RedisURL = v; return nil }},
 	{"DATABASE_URL", "database-url", "sqlite://throttle.db", "clients, rules, exemptions: postgres://… or sqlite://PATH, or sqlite://:memory: (lost when the process ends; the default when started as ratelimit, the reference service's name)", func(c *config, v string) error { c.DatabaseURL = v; return nil }},
 	{"DESCRIPTORS_DIR", "descriptors-dir", "", "folder of Envoy descriptor YAML files (reloaded on change); empty = none", func(c *config, v string) error { c.DescriptorsDir = v; return nil }},
 	{"MERGE_DOMAIN_CONFIG", "merge-domain-config", "false", "let several descriptor files describe one domain", func(c *config, v string) (err error) { c.MergeDomains, err = parseBool(v); return }},
@@ -81,10 +80,10 @@ var tlsSettings = []setting{
 	{"HTTP_TLS_CERT", "http-tls-cert", "", "PEM file of the certificate (and its chain) of HTTPS on PORT (REST API, dashboard, /metrics, /health), with HTTP_TLS_KEY; read again on change; empty = plain HTTP", func(c *config, v string) error { c.TLS.HTTPCert = v; return nil }},
 	{"HTTP_TLS_KEY", "http-tls-key", "", "PEM file of HTTP_TLS_CERT's private key", func(c *config, v string) error { c.TLS.HTTPKey = v; return nil }},
 	{"HTTP_CLIENT_TLS_CACERT", "http-client-tls-cacert", "", "PEM file of CA certificates: HTTPS clients on PORT (probes too) must present a certificate one of them signed; read again on change; empty = none asked", func(c *config, v string) error { c.TLS.HTTPClientCA = v; return nil }},
-	{"REDIS_TLS_CACERT", "redis-tls-cacert", "", "with a rediss:// REDIS_URL: PEM file of the CA certificates Redis's certificate must chain to (every node, Sentinels too); read again on change; empty = the system's roots", func(c *config, v string) error { c.TLS.RedisCA = v; return nil }},
-	{"REDIS_TLS_CLIENT_CERT", "redis-tls-client-cert", "", "with rediss://: PEM file of the client certificate presented to Redis (tls-auth-clients), with REDIS_TLS_CLIENT_KEY; read again on change", func(c *config, v string) error { c.TLS.RedisCert = v; return nil }},
+	{"REDIS_TLS_CACERT", "redis-tls-cacert", "", "with TLS to Redis (a rediss:// URL, or REDIS_TLS=true): PEM file of the CA certificates Redis's certificate must chain to (every node, Sentinels too); read again on change; empty = the system's roots", func(c *config, v string) error { c.TLS.RedisCA = v; return nil }},
+	{"REDIS_TLS_CLIENT_CERT", "redis-tls-client-cert", "", "with TLS to Redis: PEM file of the client certificate presented to Redis (tls-auth-clients), with REDIS_TLS_CLIENT_KEY; read again on change", func(c *config, v string) error { c.TLS.RedisCert = v; return nil }},
 	{"REDIS_TLS_CLIENT_KEY", "redis-tls-client-key", "", "PEM file of REDIS_TLS_CLIENT_CERT's private key", func(c *config, v string) error { c.TLS.RedisKey = v; return nil }},
-	{"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "redis-tls-skip-hostname-verification", "false", "with rediss://: check that Redis's certificate chains to REDIS_TLS_CACERT, but not that it names the REDIS_URL host (Cluster nodes announced by IP address)", func(c *config, v string) (err error) { c.TLS.RedisSkipHostname, err = parseBool(v); return }},
+	{"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "redis-tls-skip-hostname-verification", "false", "with TLS to Redis: check that Redis's certificate chains to REDIS_TLS_CACERT, but not that it names the REDIS_URL host (Cluster nodes announced by IP address)", func(c *config, v string) (err error) { c.TLS.RedisSkipHostname, err = parseBool(v); return }},
 }
 
 // tracingSettings are OpenTelemetry's standard variables, named by its

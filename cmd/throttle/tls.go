@@ -22,8 +22,9 @@ type tlsConfig struct {
 }
 
 // validate checks that the TLS settings make a whole: a certificate with
-// its key, mTLS only where TLS is on, Redis's only with rediss://.
-func (t *tlsConfig) validate(redisURL string) []error {
+// its key, mTLS only where TLS is on, Redis's only with TLS to Redis
+// (redisTLS: a rediss:// URL or REDIS_TLS=true).
+func (t *tlsConfig) validate(redisTLS bool) []error {
 	var errs []error
 	pair := func(certName, cert, keyName, key string) {
 		switch {
@@ -57,11 +58,11 @@ func (t *tlsConfig) validate(redisURL string) []error {
 	if t.HTTPClientCA != "" && t.HTTPCert == "" {
 		errs = append(errs, errors.New("HTTP_CLIENT_TLS_CACERT: needs HTTP_TLS_CERT and HTTP_TLS_KEY (client certificates are asked over TLS)"))
 	}
-	if !strings.HasPrefix(redisURL, "rediss://") {
+	if !redisTLS {
 		for _, s := range []set{{"REDIS_TLS_CACERT", t.RedisCA != ""}, {"REDIS_TLS_CLIENT_CERT", t.RedisCert != ""},
 			{"REDIS_TLS_CLIENT_KEY", t.RedisKey != ""}, {"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", t.RedisSkipHostname}} {
 			if s.on {
-				errs = append(errs, fmt.Errorf("%s: needs a rediss:// REDIS_URL (TLS to Redis)", s.name))
+				errs = append(errs, fmt.Errorf("%s: needs TLS to Redis (a rediss:// REDIS_URL, or REDIS_TLS=true)", s.name))
 			}
 		}
 	}

@@ -39,8 +39,8 @@ func TestTLSSettings(t *testing.T) {
 		{map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "c.pem", "GRPC_SERVER_TLS_KEY": "k.pem", "GRPC_CLIENT_TLS_SAN": "spiffe://a/b"}, "GRPC_CLIENT_TLS_SAN: needs GRPC_CLIENT_TLS_CACERT"},
 		{map[string]string{"HTTP_TLS_KEY": "k.pem"}, "HTTP_TLS_CERT: empty, but HTTP_TLS_KEY is set (a key needs its certificate)"},
 		{map[string]string{"HTTP_CLIENT_TLS_CACERT": "ca.pem"}, "HTTP_CLIENT_TLS_CACERT: needs HTTP_TLS_CERT and HTTP_TLS_KEY"},
-		{map[string]string{"REDIS_URL": "redis://r:6379", "REDIS_TLS_CACERT": "ca.pem"}, "REDIS_TLS_CACERT: needs a rediss:// REDIS_URL"},
-		{map[string]string{"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "true"}, "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION: needs a rediss:// REDIS_URL"},
+		{map[string]string{"REDIS_URL": "redis://r:6379", "REDIS_TLS_CACERT": "ca.pem"}, "REDIS_TLS_CACERT: needs TLS to Redis (a rediss:// REDIS_URL, or REDIS_TLS=true)"},
+		{map[string]string{"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "true"}, "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION: needs TLS to Redis (a rediss:// REDIS_URL, or REDIS_TLS=true)"},
 		{map[string]string{"REDIS_URL": "rediss://r:6379", "REDIS_TLS_CLIENT_CERT": "c.pem"}, "REDIS_TLS_CLIENT_KEY: empty, but REDIS_TLS_CLIENT_CERT is set"},
 	} {
 		_, err := parseServe(nil, env(tt.env), &bytes.Buffer{})
