@@ -52,8 +52,13 @@ type PrometheusSink struct {
 	closed  bool
 	events  chan event.Events
 	pending event.Events // the counters and gauges of the flush in progress
+	timers  event.Events // response times not sent yet
 	done    chan struct{}
 }
+
+// timerBatch is how many response times are handed to the exporter at
+// once: one hand-over per call cost as much as the call's own mapping.
+const timerBatch = 64
 
 // NewPrometheusSink returns a sink that maps stats by mapping, a mapping in
 // statsd_exporter's YAML format (DefaultMapping, or the contents of
@@ -88,8 +93,8 @@ func (p *PrometheusSink) Handler() http.Handler {
 	return promhttp.InstrumentMetricHandler(p.reg, promhttp.HandlerFor(p.reg, promhttp.HandlerOpts{}))
 }
 
-// Counters and gauges are sent together at the end of a flush; a timer at
-// once.
+// Counters and gauges are sent together at the end of a flush; timers
+// (the response times) in batches of timerBatch, and at every flush.
 
 func (p *PrometheusSink) FlushCounter(name string, value uint64) {
 	p.add(&event.CounterEvent{CMetricName: name, CValue: float64(value), CLabels: map[string]string{}})
@@ -100,7 +105,17 @@ func (p *PrometheusSink) FlushGauge(name string, value uint64) {
 }
 
 func (p *PrometheusSink) FlushTimer(name string, value float64) {
-	p.send(event.Events{&event.ObserverEvent{OMetricName: name, OValue: value, OLabels: map[string]string{}}})
+	e := &event.ObserverEvent{OMetricName: name, OValue: value, OLabels: map[string]string{}}
+	var batch event.Events
+	p.mu.Lock()
+	p.timers = append(p.timers, e)
+	if len(p.timers) >= timerBatch {
+		batch, p.timers = p.timers, make(event.Events, 0, timerBatch)
+	}
+	p.mu.Unlock()
+	if batch != nil {
+		p.send(batch)
+	}
 }
 
 func (p *PrometheusSink) add(e event.Event) {
@@ -109,11 +124,12 @@ func (p *PrometheusSink) add(e event.Event) {
 	p.mu.Unlock()
 }
 
-// Flush sends the counters and gauges of the flush.
+// Flush sends the counters and gauges of the flush, and the response
+// times not sent yet.
 func (p *PrometheusSink) Flush() {
 	p.mu.Lock()
-	es := p.pending
-	p.pending = nil
+	es := append(p.pending, p.timers...)
+	p.pending, p.timers = nil, nil
 	p.mu.Unlock()
 	if len(es) > 0 {
 		p.send(es)

@@ -52,6 +52,7 @@ func TestPrometheusDefaultMapping(t *testing.T) {
 	s.DescriptorCounter("edge", "path_/a", NearLimit).Add(1)
 	s.DescriptorCounter("edge", "generic_key_api.user_id_u1.x", TotalHits).Add(2)
 	s.DescriptorCounter("edge", "path_/a", OverLimitWithLocalCache).Add(1)
+	s.DescriptorCounter("edge", "t.u", OverLimitWithLocalCache).Add(4) // the reference's unanchored expression
 	s.DomainNotFound("nope", 1)
 	s.ServiceError()
 	s.ConfigLoad(nil)
@@ -67,6 +68,7 @@ func TestPrometheusDefaultMapping(t *testing.T) {
 		`ratelimit_service_rate_limit_near_limit{domain="edge",key1="path_/a"} 1`,
 		`ratelimit_service_rate_limit_total_hits{domain="edge",key1="generic_key_api",key2="user_id_u1"} 2`,
 		`ratelimit_service_rate_limit_edge_path__a_over_limit_with_local_cache 1`,
+		`ratelimit_service_rate_limit_over_limit{domain="edge",key1="t",key2="u"} 4`,
 		`ratelimit_service_rate_limit_nope_domain_not_found 1`,
 		`ratelimit_service_should_rate_limit_error{err_type="service_error"} 1`,
 		`ratelimit_service_config_load_success 1`,

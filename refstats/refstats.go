@@ -48,7 +48,7 @@ type Options struct {
 	// for: a request names any domain it likes. Beyond it, a new unknown
 	// domain is not counted here (Throttle's own
 	// throttle_ratelimit_domain_not_found_total counts every one). 0 means
-	// 1000.
+	// 1000; negative, none.
 	MaxDomains int
 }
 
@@ -80,8 +80,11 @@ type methodStats struct {
 
 // New returns Stats that go to sink.
 func New(sink Sink, opts Options) *Stats {
-	if opts.MaxDomains <= 0 {
+	switch {
+	case opts.MaxDomains == 0:
 		opts.MaxDomains = 1000
+	case opts.MaxDomains < 0:
+		opts.MaxDomains = 0
 	}
 	store := gostats.NewStore(sink, false)
 	idle := make(chan struct{}, 1)
