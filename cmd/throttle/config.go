@@ -58,6 +58,7 @@ type config struct {
 	Tracing             tracingConfig
 	TLS                 tlsConfig
 	REST                restAppsConfig // CORS, list format, idempotency (restapps.go)
+	Stats               statsConfig    // the reference service's stats (statssettings.go)
 
 	// IgnoredReference are the settings of the reference service given
 	// that have no meaning here (referenceSettings), by name, for the log.
@@ -100,6 +101,9 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*c
 		return nil, err
 	}
 	c.IgnoredReference = ignoredReferenceSettings(getenv)
+	if err := c.Stats.readEnv(getenv); err != nil {
+		return nil, err
+	}
 	return c, c.Validate()
 }
 
@@ -174,6 +178,7 @@ func (c *config) Validate() error {
 		errs = append(errs, fmt.Errorf("APPROXIMATE_SYNC_INTERVAL: %s is not within 10ms-10s", c.ApproximateInterval))
 	}
 	errs = append(errs, c.TLS.validate(c.RedisURL)...)
+	errs = append(errs, c.Stats.validate(c)...)
 	return errors.Join(errs...)
 }
 

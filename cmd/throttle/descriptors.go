@@ -14,7 +14,7 @@ func (a *app) openDescriptors(context.Context) error {
 	if cfg.DescriptorsDir == "" {
 		return nil
 	}
-	opts := descriptors.Options{MergeDomains: cfg.MergeDomains}
+	opts := descriptors.Options{MergeDomains: cfg.MergeDomains, OnLoad: a.onConfigLoad()}
 	var r *descriptors.Reloader
 	var err error
 	if cfg.ForceStart {
