@@ -48,11 +48,13 @@ func DefaultMapping(responseTimeMilliseconds bool) string {
 type PrometheusSink struct {
 	reg *prometheus.Registry
 
-	mu      sync.RWMutex // held to send, and to close
-	closed  bool
-	events  chan event.Events
+	mu      sync.Mutex
 	pending event.Events // the counters and gauges of the flush in progress
 	timers  event.Events // response times not sent yet
+
+	sending sync.RWMutex // held to send to events, and to close it
+	closed  bool
+	events  chan event.Events
 	done    chan struct{}
 }
 
@@ -138,8 +140,8 @@ func (p *PrometheusSink) Flush() {
 
 // send hands es to the exporter's goroutine; after close, it drops them.
 func (p *PrometheusSink) send(es event.Events) {
-	p.mu.RLock()
-	defer p.mu.RUnlock()
+	p.sending.RLock()
+	defer p.sending.RUnlock()
 	if !p.closed {
 		p.events <- es
 	}
@@ -147,12 +149,12 @@ func (p *PrometheusSink) send(es event.Events) {
 
 // close stops the exporter's goroutine once it has handled what was sent.
 func (p *PrometheusSink) close() error {
-	p.mu.Lock()
+	p.sending.Lock()
 	if !p.closed {
 		p.closed = true
 		close(p.events)
 	}
-	p.mu.Unlock()
+	p.sending.Unlock()
 	<-p.done
 	return nil
 }

@@ -305,11 +305,11 @@ func TestReferenceStatsPrometheus(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, tt := range []struct {
-		name string
-		env  []string
-		want []string
+		name, path string
+		env        []string
+		want       []string
 	}{
-		{"default mapping", nil, []string{
+		{"default mapping", "/metrics", nil, []string{
 			`ratelimit_service_rate_limit_total_hits{domain="edge",key1="generic_key_api"} 7`,
 			`ratelimit_service_rate_limit_within_limit{domain="edge",key1="generic_key_api"} 5`,
 			`ratelimit_service_rate_limit_near_limit{domain="edge",key1="generic_key_api"} 1`,
@@ -321,7 +321,7 @@ func TestReferenceStatsPrometheus(t *testing.T) {
 			`ratelimit_service_total_requests{grpc_method="ShouldRateLimit"} 10`,
 			`ratelimit_service_response_time_seconds_count{grpc_method="ShouldRateLimit"} 10`,
 		}},
-		{"PROMETHEUS_MAPPER_YAML", []string{"PROMETHEUS_MAPPER_YAML=" + mapper}, []string{
+		{"PROMETHEUS_MAPPER_YAML", "/stats/prometheus", []string{"PROMETHEUS_MAPPER_YAML=" + mapper, "PROMETHEUS_PATH=/stats/prometheus"}, []string{
 			`rl_over{descriptor="generic_key_api",ns="edge"} 2`,
 			`ratelimit_service_rate_limit_edge_generic_key_api_total_hits 7`,
 			`ratelimit_server_ShouldRateLimit_total_requests 10`,
@@ -331,10 +331,17 @@ func TestReferenceStatsPrometheus(t *testing.T) {
 			addr := "127.0.0.1:" + strconv.Itoa(testkit.FreePort(t))
 			s, _ := startForStats(t, append([]string{"USE_STATSD=false", "USE_PROMETHEUS=true", "PROMETHEUS_ADDR=" + addr, "STATS_FLUSH_INTERVAL=100ms"}, tt.env...)...)
 			sendStatsCalls(t, s)
-			url := "http://" + addr + "/metrics"
+			url := "http://" + addr + tt.path
 			waitFor(t, "the metrics", func() bool { return hasSamples(scrapeStats(t, url), tt.want) })
-			if t.Failed() {
-				t.Logf("scraped:\n%s", scrapeStats(t, url))
+			if tt.path != "/metrics" {
+				resp, err := http.Get("http://" + addr + "/metrics")
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusNotFound {
+					t.Errorf("GET /metrics beside PROMETHEUS_PATH=%s: %d, want 404", tt.path, resp.StatusCode)
+				}
 			}
 			// Throttle's own /metrics is unchanged.
 			if body := scrapeStats(t, s.URL+"/metrics"); !strings.Contains(body, `throttle_ratelimit_hits_total{domain="edge",key="generic_key_api"} 7`) ||

@@ -63,9 +63,14 @@ func (a *app) prometheusSink() (*refstats.PrometheusSink, error) {
 	if err != nil {
 		return nil, fmt.Errorf("PROMETHEUS_MAPPER_YAML %s: %w", s.PrometheusMapperYAML, err)
 	}
-	mux := http.NewServeMux()
-	mux.Handle("GET "+s.PrometheusPath, p.Handler())
-	a.statsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	path, metrics := s.PrometheusPath, p.Handler()
+	a.statsSrv = &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != path {
+			http.NotFound(w, r)
+			return
+		}
+		metrics.ServeHTTP(w, r)
+	})}
 	return p, nil
 }
 
