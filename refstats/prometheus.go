@@ -39,6 +39,16 @@ func DefaultMapping(responseTimeMilliseconds bool) string {
 	return b.String()
 }
 
+// CheckMapping reports whether mapping, in statsd_exporter's YAML format,
+// loads.
+func CheckMapping(mapping string) error {
+	var m mapper.MetricMapper
+	if err := m.InitFromYAMLString(mapping); err != nil {
+		return fmt.Errorf("statsd_exporter mapping: %w", err)
+	}
+	return nil
+}
+
 // PrometheusSink turns the stats into Prometheus metrics, as statsd_exporter
 // would, received from the reference over statsd: each is mapped by a
 // mapping (DefaultMapping, or PROMETHEUS_MAPPER_YAML's) and counted in a

@@ -114,6 +114,12 @@ func TestDefaultMappingLoads(t *testing.T) {
 	if _, err := NewPrometheusSink("mappings:\n  - match: \"a.*\"\n"); err == nil {
 		t.Error("a mapping without a name: no error")
 	}
+	if err := CheckMapping("mappings:\n  - match: \"a.*\"\n"); err == nil {
+		t.Error("CheckMapping of a mapping without a name: no error")
+	}
+	if err := CheckMapping(DefaultMapping(false)); err != nil {
+		t.Errorf("CheckMapping(DefaultMapping): %v", err)
+	}
 }
 
 // TestPrometheusCustomMapping: a mapping of one's own replaces the default.

@@ -308,6 +308,7 @@ func TestReferenceStatsPrometheus(t *testing.T) {
 		name, path string
 		env        []string
 		want       []string
+		log        string // in the server's log
 	}{
 		{"default mapping", "/metrics", nil, []string{
 			`ratelimit_service_rate_limit_total_hits{domain="edge",key1="generic_key_api"} 7`,
@@ -320,12 +321,15 @@ func TestReferenceStatsPrometheus(t *testing.T) {
 			`ratelimit_service_config_load_success 1`,
 			`ratelimit_service_total_requests{grpc_method="ShouldRateLimit"} 10`,
 			`ratelimit_service_response_time_seconds_count{grpc_method="ShouldRateLimit"} 10`,
-		}},
+		}, ""},
+		{"PROMETHEUS_MAPPER_YAML missing: the default mapping", "/metrics", []string{"PROMETHEUS_MAPPER_YAML=" + mapper + ".missing"}, []string{
+			`ratelimit_service_rate_limit_over_limit{domain="edge",key1="generic_key_api"} 2`,
+		}, "PROMETHEUS_MAPPER_YAML does not load"},
 		{"PROMETHEUS_MAPPER_YAML", "/stats/prometheus", []string{"PROMETHEUS_MAPPER_YAML=" + mapper, "PROMETHEUS_PATH=/stats/prometheus"}, []string{
 			`rl_over{descriptor="generic_key_api",ns="edge"} 2`,
 			`ratelimit_service_rate_limit_edge_generic_key_api_total_hits 7`,
 			`ratelimit_server_ShouldRateLimit_total_requests 10`,
-		}},
+		}, ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			addr := "127.0.0.1:" + strconv.Itoa(testkit.FreePort(t))
@@ -333,6 +337,9 @@ func TestReferenceStatsPrometheus(t *testing.T) {
 			sendStatsCalls(t, s)
 			url := "http://" + addr + tt.path
 			waitFor(t, "the metrics", func() bool { return hasSamples(scrapeStats(t, url), tt.want) })
+			if tt.log != "" && !strings.Contains(s.Logs.String(), tt.log) {
+				t.Errorf("no %q in the log", tt.log)
+			}
 			if tt.path != "/metrics" {
 				resp, err := http.Get("http://" + addr + "/metrics")
 				if err != nil {

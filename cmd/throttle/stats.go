@@ -48,20 +48,28 @@ func (a *app) openStats(context.Context) error {
 
 // prometheusSink is the sink of USE_PROMETHEUS, mapped by
 // PROMETHEUS_MAPPER_YAML or the default mapping, and the server of its
-// PROMETHEUS_PATH.
+// PROMETHEUS_PATH. A mapping file that cannot be read or does not load is
+// logged, and the default mapping serves: the reference starts then too
+// (mapping nothing), and Envoy Gateway mounts its file from a ConfigMap
+// that is optional, which may come after the pod.
 func (a *app) prometheusSink() (*refstats.PrometheusSink, error) {
 	s := &a.cfg.Stats
-	mapping := refstats.DefaultMapping(s.PrometheusResponseTimeMS)
+	def := refstats.DefaultMapping(s.PrometheusResponseTimeMS)
+	mapping := def
 	if s.PrometheusMapperYAML != "" {
 		b, err := os.ReadFile(s.PrometheusMapperYAML)
-		if err != nil {
-			return nil, fmt.Errorf("PROMETHEUS_MAPPER_YAML: %w", err)
+		if err == nil {
+			err = refstats.CheckMapping(string(b))
 		}
-		mapping = string(b)
+		if err != nil {
+			a.log.Error("PROMETHEUS_MAPPER_YAML does not load; the reference stats are mapped by the default mapping", "file", s.PrometheusMapperYAML, "err", err)
+		} else {
+			mapping = string(b)
+		}
 	}
 	p, err := refstats.NewPrometheusSink(mapping)
 	if err != nil {
-		return nil, fmt.Errorf("PROMETHEUS_MAPPER_YAML %s: %w", s.PrometheusMapperYAML, err)
+		return nil, fmt.Errorf("USE_PROMETHEUS: %w", err)
 	}
 	path, metrics := s.PrometheusPath, p.Handler()
 	a.statsSrv = &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

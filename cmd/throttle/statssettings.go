@@ -61,7 +61,7 @@ var statsSettings = []setting{
 	{"USE_PROMETHEUS", "use-prometheus", "false", "serve the reference stats as Prometheus metrics on PROMETHEUS_ADDR (such as ratelimit_service_rate_limit_total_hits{domain,key1}), mapped as statsd_exporter maps them", func(c *config, v string) (err error) { c.Stats.UsePrometheus, err = parseBool(v); return }},
 	{"PROMETHEUS_ADDR", "prometheus-addr", ":9090", "host:port of the USE_PROMETHEUS listener (plain HTTP), apart from PORT's /metrics", func(c *config, v string) error { c.Stats.PrometheusAddr = v; return nil }},
 	{"PROMETHEUS_PATH", "prometheus-path", "/metrics", "path of the USE_PROMETHEUS metrics on PROMETHEUS_ADDR", func(c *config, v string) error { c.Stats.PrometheusPath = v; return nil }},
-	{"PROMETHEUS_MAPPER_YAML", "prometheus-mapper-yaml", "", "statsd_exporter mapping file that replaces the default mapping of the reference stats to metrics; a file that does not load stops the start", func(c *config, v string) error { c.Stats.PrometheusMapperYAML = v; return nil }},
+	{"PROMETHEUS_MAPPER_YAML", "prometheus-mapper-yaml", "", "statsd_exporter mapping file that replaces the default mapping of the reference stats to metrics; one that cannot be read or does not load is logged, and the default mapping serves", func(c *config, v string) error { c.Stats.PrometheusMapperYAML = v; return nil }},
 	{"PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", "prometheus-response-time-as-milliseconds", "false", "with the default mapping: ratelimit_service_response_time_seconds in milliseconds, as its name does not say", func(c *config, v string) (err error) { c.Stats.PrometheusResponseTimeMS, err = parseBool(v); return }},
 }
 
