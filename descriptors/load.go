@@ -29,6 +29,13 @@ type Options struct {
 	// they are a Kubernetes ConfigMap volume's own (..data and the
 	// timestamped folder it points to), which hold the same files again.
 	TreeDotFiles bool
+	// OnLoad, when set, is told of every load a Reloader attempts: nil
+	// for a configuration that loaded and is now in use, the error for
+	// one that did not (once per distinct error, as it is logged and
+	// counted). It feeds the reference service's config_load_success and
+	// config_load_error. It is called with the Reloader's lock held: it
+	// must not call Reload. Load and LoadFiles do not call it.
+	OnLoad func(error)
 }
 
 // Source is the content of one configuration file and the name errors use.

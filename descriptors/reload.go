@@ -148,6 +148,9 @@ func (r *Reloader) Reload() (bool, error) {
 	r.setState(now, &loaded{at: now, files: filesByDomain(srcs, files)}, nil)
 	r.current.Store(c)
 	r.lastErr = ""
+	if r.opts.OnLoad != nil {
+		r.opts.OnLoad(nil)
+	}
 	r.valid.Set(1)
 	r.lastReload.Set(float64(r.now().UnixNano()) / 1e9)
 	if first {
@@ -164,6 +167,9 @@ func (r *Reloader) failed(err error) {
 	}
 	r.lastErr = err.Error()
 	r.loadErrors.Inc()
+	if r.opts.OnLoad != nil {
+		r.opts.OnLoad(err)
+	}
 	r.valid.Set(0)
 	switch {
 	case r.current.Load() != nil:

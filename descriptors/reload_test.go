@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -306,5 +307,47 @@ func TestReloaderWithoutInitialConfig(t *testing.T) {
 
 	if _, err := NewReloaderWithoutInitialConfig(dir, 0, Options{}, log, prometheus.NewRegistry()); err == nil {
 		t.Error("interval 0: no error")
+	}
+}
+
+// TestReloaderOnLoad: OnLoad hears of every load: nil for each
+// configuration that loaded (the first included), the error for each
+// distinct failure.
+func TestReloaderOnLoad(t *testing.T) {
+	var got []string
+	onLoad := func(err error) {
+		if err != nil {
+			got = append(got, "error")
+			return
+		}
+		got = append(got, "ok")
+	}
+	log := slog.New(slog.DiscardHandler)
+	dir := t.TempDir()
+	copyFile(t, runtime+"config/basic.yaml", filepath.Join(dir, "basic.yaml"))
+	r, err := NewReloader(dir, time.Hour, Options{OnLoad: onLoad}, log, prometheus.NewRegistry())
+	must(t, err)
+	_, _ = r.Reload() // no change
+	copyFile(t, runtime+"reload.yaml", filepath.Join(dir, "reload.yaml"))
+	_, _ = r.Reload()
+	writeFile(t, filepath.Join(dir, "basic.yaml"), "domain: basic\ndescriptors:\n  - key: key1\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n")
+	_, _ = r.Reload()
+	_, _ = r.Reload() // the same bad files: told once
+	copyFile(t, runtime+"config/basic.yaml", filepath.Join(dir, "basic.yaml"))
+	_, _ = r.Reload()
+	if want := []string{"ok", "ok", "error", "ok"}; !slices.Equal(got, want) {
+		t.Errorf("OnLoad heard %v, want %v", got, want)
+	}
+
+	// Started before the configuration is there: the failure, then the load.
+	got = nil
+	missing := filepath.Join(t.TempDir(), "later")
+	r, err = NewReloaderWithoutInitialConfig(missing, time.Hour, Options{OnLoad: onLoad}, log, prometheus.NewRegistry())
+	must(t, err)
+	must(t, os.Mkdir(missing, 0o755))
+	copyFile(t, runtime+"config/basic.yaml", filepath.Join(missing, "basic.yaml"))
+	_, _ = r.Reload()
+	if want := []string{"error", "ok"}; !slices.Equal(got, want) {
+		t.Errorf("without initial config: OnLoad heard %v, want %v", got, want)
 	}
 }

@@ -38,6 +38,8 @@ type metrics struct {
 	oversized                                *prometheus.CounterVec
 	latency                                  *prometheus.HistogramVec
 
+	ref ReferenceStats // nil: none
+
 	maxValueKeys int
 	mu           sync.RWMutex
 	valueKeys    map[valueKey]struct{}
@@ -52,7 +54,7 @@ const (
 	oversizedEntries     = "entries"
 )
 
-func newMetrics(reg prometheus.Registerer, maxValueKeys int) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, maxValueKeys int, ref ReferenceStats) (*metrics, error) {
 	labels := []string{"domain", "key"}
 	vec := func(name, help string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
@@ -86,6 +88,7 @@ func newMetrics(reg prometheus.Registerer, maxValueKeys int) (*metrics, error) {
 			Help:    "gRPC request latency by method and status code.",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .02, .05, .1, .5, 1},
 		}, []string{"method", "code"}),
+		ref:          ref,
 		maxValueKeys: maxValueKeys,
 		valueKeys:    map[valueKey]struct{}{},
 	}
@@ -111,22 +114,21 @@ func newMetrics(reg prometheus.Registerer, maxValueKeys int) (*metrics, error) {
 // capped. cached says the local over-limit cache made it.
 func (m *metrics) observe(domain, key, rollup string, hits int64, o outcome, shadow, cached bool) {
 	c := m.countersOf(domain, m.label(domain, key, rollup))
-	h := float64(hits)
-	c.add(m, hitsFamily, h)
+	c.add(m, hitsFamily, hits)
 	switch o {
 	case over:
-		c.add(m, overLimitFamily, h)
+		c.add(m, overLimitFamily, hits)
 		if cached {
-			c.add(m, overLimitLocalCacheFamily, h)
+			c.add(m, overLimitLocalCacheFamily, hits)
 		}
 		if shadow {
-			c.add(m, shadowModeFamily, h)
+			c.add(m, shadowModeFamily, hits)
 		}
 	case near:
-		c.add(m, nearLimitFamily, h)
-		c.add(m, withinLimitFamily, h)
+		c.add(m, nearLimitFamily, hits)
+		c.add(m, withinLimitFamily, hits)
 	default:
-		c.add(m, withinLimitFamily, h)
+		c.add(m, withinLimitFamily, hits)
 	}
 }
 
@@ -148,17 +150,26 @@ const (
 // once: a vector lookup hashes its labels on every call. Each is made when
 // first counted, so /metrics shows no series that never moved (a key only
 // ever within its limit has no over_limit, near_limit or shadow_mode
-// series).
+// series); so is its counter of the reference's stats, when they are on.
 type keyCounters struct {
 	domain, key string
 	once        [families]sync.Once
 	counters    [families]prometheus.Counter
+	refs        [families]interface{ Add(uint64) } // nil: no reference stats
 }
 
-// add adds v to the counter of family f, making it first if need be.
-func (c *keyCounters) add(m *metrics, f family, v float64) {
-	c.once[f].Do(func() { c.counters[f] = m.perKey[f].WithLabelValues(c.domain, c.key) })
-	c.counters[f].Add(v)
+// add adds hits to the counters of family f, making them first if need be.
+func (c *keyCounters) add(m *metrics, f family, hits int64) {
+	c.once[f].Do(func() {
+		c.counters[f] = m.perKey[f].WithLabelValues(c.domain, c.key)
+		if m.ref != nil {
+			c.refs[f] = m.ref.DescriptorCounter(c.domain, c.key, referenceStat[f])
+		}
+	})
+	c.counters[f].Add(float64(hits))
+	if r := c.refs[f]; r != nil {
+		r.Add(uint64(hits))
+	}
 }
 
 // countersOf returns the counters of (domain, key). Keys are bounded by the
@@ -176,7 +187,11 @@ func (m *metrics) countersOf(domain, key string) *keyCounters {
 func (m *metrics) unaryLatency(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	start := time.Now()
 	resp, err := handler(ctx, req)
-	m.latency.WithLabelValues(info.FullMethod, status.Code(err).String()).Observe(time.Since(start).Seconds())
+	took := time.Since(start)
+	m.latency.WithLabelValues(info.FullMethod, status.Code(err).String()).Observe(took.Seconds())
+	if m.ref != nil {
+		m.ref.UnaryCall(info.FullMethod, took)
+	}
 	return resp, err
 }
 

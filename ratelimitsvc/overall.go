@@ -40,7 +40,7 @@ func (s *Server) finish(ctx context.Context, req *rlsv3.RateLimitRequest, resp *
 	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT && s.opts.ShadowMode {
 		// Global shadow mode: the statuses stay as decided, the answer is OK.
 		resp.OverallCode = rlsv3.RateLimitResponse_OK
-		s.metrics.globalShadowMode.Inc()
+		s.metrics.shadowed()
 	}
 	if s.opts.ResponseHeaders {
 		resp.ResponseHeadersToAdd = responseHeaders(s.opts.HeaderSets, resp, prepared)

@@ -21,7 +21,7 @@ func (s *Server) match(domain string, ds []*rlcommon.RateLimitDescriptor) ([]*de
 	dom, _ := s.domain(domain)
 	out := make([]*descriptors.Match, len(ds))
 	if dom == nil {
-		s.metrics.domainNotFound.Inc()
+		s.metrics.notFound(domain, len(ds))
 		return out, false
 	}
 	for i, d := range ds {

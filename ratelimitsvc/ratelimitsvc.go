@@ -109,6 +109,9 @@ type Options struct {
 	// Propagator reads the caller's trace context from the call's metadata.
 	// Default: W3C Trace Context (traceparent, tracestate).
 	Propagator propagation.TextMapPropagator
+	// ReferenceStats receives the reference service's stats
+	// (referencestats.go); optional.
+	ReferenceStats ReferenceStats
 }
 
 // The defaults of Options.MaxDescriptors and Options.MaxDescriptorEntries.
@@ -151,7 +154,7 @@ func New(opts Options) (*Server, error) {
 	if opts.MaxDescriptorEntries <= 0 {
 		opts.MaxDescriptorEntries = DefaultMaxDescriptorEntries
 	}
-	m, err := newMetrics(opts.Registerer, max(opts.MaxValueStatsKeys, 0))
+	m, err := newMetrics(opts.Registerer, max(opts.MaxValueStatsKeys, 0), opts.ReferenceStats)
 	if err != nil {
 		return nil, err
 	}
@@ -163,10 +166,12 @@ func New(opts Options) (*Server, error) {
 // decide.go for how several descriptors and several limits combine).
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	if err := s.validate(req); err != nil {
+		s.metrics.serviceError()
 		return nil, err
 	}
 	domain := req.GetDomain()
 	if err := s.configPending(domain); err != nil {
+		s.metrics.serviceError()
 		return nil, err
 	}
 	prepared := s.prepareAll(domain, req.GetDescriptors(), requestHits(req))
@@ -189,6 +194,9 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	}
 	if err := s.decide(ctx, todo); err != nil {
 		return nil, s.backendError(ctx, domain, err)
+	}
+	if s.metrics.ref != nil && degraded(todo) {
+		s.metrics.redisError()
 	}
 	for _, l := range todo {
 		ls := l.decisive()
@@ -225,14 +233,19 @@ func (s *Server) outcome(ls *limitState) outcome {
 	return within
 }
 
-// backendError is the gRPC error for a failed engine call.
+// backendError is the gRPC error for a failed engine call: counted as the
+// reference's service_error when the request was invalid, as its
+// redis_error when the backend failed or was too slow, not at all when the
+// caller went away.
 func (s *Server) backendError(ctx context.Context, domain string, err error) error {
 	if errors.Is(err, algorithms.ErrInvalid) {
+		s.metrics.serviceError()
 		return status.Errorf(codes.InvalidArgument, "%v", err)
 	}
 	if ctx.Err() != nil {
 		return status.FromContextError(ctx.Err()).Err()
 	}
+	s.metrics.redisError()
 	if errors.Is(err, algorithms.ErrOverloaded) {
 		// No decision within the deadline although Redis answers:
 		// Envoy applies its own failure_mode_deny.

@@ -80,6 +80,7 @@ type config struct {
 	TLS                 tlsConfig
 	REST                restAppsConfig // CORS, list format, idempotency (restapps.go)
 	XDS                 xdsConfig      // CONFIG_TYPE=GRPC_XDS_SOTW (xdssettings.go)
+	Stats               statsConfig    // the reference service's stats (statssettings.go)
 
 	// IgnoredReference are the settings of the reference service given
 	// that have no meaning here (referenceSettings), by name, for the log.
@@ -128,6 +129,9 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*c
 				c.IgnoredReference = append(c.IgnoredReference, name) // the config folder of CONFIG_TYPE=FILE
 			}
 		}
+	}
+	if err := c.Stats.readEnv(getenv); err != nil {
+		return nil, err
 	}
 	return c, c.Validate()
 }
@@ -207,6 +211,7 @@ func (c *config) Validate() error {
 	errs = append(errs, c.validateListen()...)
 	errs = append(errs, c.TLS.validate(c.redisTLSOn())...)
 	errs = append(errs, c.XDS.validate()...)
+	errs = append(errs, c.Stats.validate(c)...)
 	return errors.Join(errs...)
 }
 

@@ -72,6 +72,7 @@ func (a *app) openDescriptors(context.Context) error {
 	if dir == "" {
 		return nil
 	}
+	opts.OnLoad = a.onConfigLoad() // the reference's config_load_success and _error
 	setting := "DESCRIPTORS_DIR"
 	if opts.Tree {
 		setting = "RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY"

@@ -19,9 +19,6 @@ type referenceSetting struct {
 	ignored string
 }
 
-// pending marks a reference setting whose row is being written.
-const pending = "not honoured yet"
-
 // referenceSettings is every setting of the reference service, in the
 // order of its settings.go (at envoyproxy/ratelimit f2fb157, 2026-07-05).
 // TestReferenceSettings checks that each is either a row of serveSettings
@@ -61,19 +58,19 @@ var referenceSettings = []referenceSetting{
 	{"XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "0.5", ""},
 	{"XDS_CLIENT_BACKOFF_JITTER", "true", ""},
 	{"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "", ""},
-	{"USE_DOG_STATSD", "false", pending},
-	{"USE_DOG_STATSD_MOGRIFIERS", "", pending},
-	{"USE_STATSD", "true", pending},
-	{"STATSD_HOST", "localhost", pending},
-	{"STATSD_PORT", "8125", pending},
-	{"EXTRA_TAGS", "", pending},
-	{"STATS_FLUSH_INTERVAL", "10s", pending},
-	{"DISABLE_STATS", "false", pending},
-	{"USE_PROMETHEUS", "false", pending},
-	{"PROMETHEUS_ADDR", ":9090", pending},
-	{"PROMETHEUS_PATH", "/metrics", pending},
-	{"PROMETHEUS_MAPPER_YAML", "", pending},
-	{"PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", "false", pending},
+	{"USE_DOG_STATSD", "false", ""},
+	{"USE_DOG_STATSD_MOGRIFIERS", "", ""},
+	{"USE_STATSD", "true", ""},
+	{"STATSD_HOST", "localhost", ""},
+	{"STATSD_PORT", "8125", ""},
+	{"EXTRA_TAGS", "", ""},
+	{"STATS_FLUSH_INTERVAL", "10s", ""},
+	{"DISABLE_STATS", "false", ""},
+	{"USE_PROMETHEUS", "false", ""},
+	{"PROMETHEUS_ADDR", ":9090", ""},
+	{"PROMETHEUS_PATH", "/metrics", ""},
+	{"PROMETHEUS_MAPPER_YAML", "", ""},
+	{"PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", "false", ""},
 	{"RUNTIME_ROOT", "/srv/runtime_data/current", ""},
 	{"RUNTIME_SUBDIRECTORY", "", ""},
 	{"RUNTIME_APPDIRECTORY", "config", ""},

@@ -26,6 +26,7 @@ import (
 	"github.com/throttle-rl/throttle/internal/tlsreload"
 	"github.com/throttle-rl/throttle/quotasvc"
 	"github.com/throttle-rl/throttle/ratelimitsvc"
+	"github.com/throttle-rl/throttle/refstats"
 	"github.com/throttle-rl/throttle/restapi"
 	"github.com/throttle-rl/throttle/store"
 )
@@ -43,6 +44,7 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer) error {
 		a.openTLS,         // certificate files of the listeners and Redis, re-read on change
 		a.openStore,       // clients, rules, exemptions; their cache; usage
 		a.openTracing,     // OpenTelemetry, when an endpoint is set
+		a.openStats,       // the reference service's stats over statsd, DogStatsD or Prometheus, when set
 		a.openCounters,    // memory, or Redis behind the failure policy
 		a.openDescriptors, // DESCRIPTORS_DIR, reloaded on change
 		a.openXDS,         // CONFIG_TYPE=GRPC_XDS_SOTW: the control plane's domains over the files'
@@ -102,6 +104,11 @@ type app struct {
 
 	// idempotency keeps Idempotency-Key replies; nil: the REST API's memory.
 	idempotency restapi.IdempotencyStore
+
+	// refStats are the reference service's stats; nil: off. statsSrv
+	// serves them on PROMETHEUS_ADDR with USE_PROMETHEUS.
+	refStats *refstats.Stats
+	statsSrv *http.Server
 }
 
 func newApp(cfg *config, logOut io.Writer) (*app, error) {
@@ -224,7 +231,7 @@ func (a *app) openAPIs(context.Context) error {
 		ShadowMode: cfg.ShadowMode, DynamicMetadata: cfg.DynamicMetadata, MaxValueStatsKeys: maxValueKeys(cfg.MaxValueStatsKeys),
 		MaxDescriptors: cfg.MaxDescriptors, MaxDescriptorEntries: cfg.MaxDescriptorEntries, CountRejectedHits: cfg.CountRejectedHits, NearLimitRatio: cfg.NearLimitRatio,
 		LimitHeaders: cfg.limitHeaders(), MaxConnectionAge: cfg.Listen.MaxConnAge, MaxConnectionAgeGrace: cfg.Listen.MaxConnAgeGrace,
-		Log: a.log, Registerer: a.reg, TracerProvider: a.tracer, Propagator: a.propagator,
+		Log: a.log, Registerer: a.reg, TracerProvider: a.tracer, Propagator: a.propagator, ReferenceStats: a.referenceStats(),
 	})
 	if err != nil {
 		return err
@@ -289,7 +296,7 @@ func (a *app) listen(context.Context) error {
 		pages := debugPages{ConfigDump: a.configDump, Gatherer: a.reg}
 		a.goBG("debug server", func(ctx context.Context) error { return serveDebug(ctx, dl, pages) })
 	}
-	return nil
+	return a.listenStats()
 }
 
 // serve serves REST and gRPC until ctx ends or a server fails, then drains

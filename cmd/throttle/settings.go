@@ -30,7 +30,7 @@ type setting struct {
 // compares them) all come from here. The rows come in groups, each beside
 // the code it configures; the reference service's settings Throttle has no
 // use for are not rows but referenceSettings entries (reference.go).
-var serveSettings = slices.Concat(coreSettings, redisSettings, listenerSettings, runtimeSettings, tlsSettings, tracingSettings, referenceTracingSettings, xdsSettings)
+var serveSettings = slices.Concat(coreSettings, redisSettings, listenerSettings, runtimeSettings, tlsSettings, tracingSettings, referenceTracingSettings, xdsSettings, statsSettings)
 
 // coreSettings are the listeners, the backends and the APIs' knobs.
 var coreSettings = []setting{

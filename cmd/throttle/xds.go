@@ -25,6 +25,7 @@ func (a *app) openXDS(ctx context.Context) error {
 		Server: x.ServerURL, NodeID: x.NodeID, NodeMetadata: x.NodeMetadata, Headers: x.Headers, TLS: a.xdsTLS,
 		MaxRecvMsgSize: x.MaxMsgSize, ConnectTimeout: x.ConnectTimeout, Backoff: x.Backoff,
 		Load: descriptors.Options{MergeDomains: a.cfg.MergeDomains}, Log: a.log, Registerer: a.reg,
+		OnLoad: a.onConfigLoad(), // the reference's config_load_success and _error
 	})
 	if err != nil {
 		return fmt.Errorf("CONFIG_TYPE=%s: %w", configTypeXDS, err)
