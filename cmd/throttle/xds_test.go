@@ -2,6 +2,9 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -21,6 +24,7 @@ import (
 	"github.com/throttle-rl/throttle/internal/testkit"
 	"github.com/throttle-rl/throttle/internal/testkit/certtest"
 	"github.com/throttle-rl/throttle/internal/testkit/logbuf"
+	"github.com/throttle-rl/throttle/internal/testkit/redistest"
 	"github.com/throttle-rl/throttle/internal/testkit/throttletest"
 	"github.com/throttle-rl/throttle/internal/testkit/xdstest"
 )
@@ -77,20 +81,55 @@ func wantLimit(t *testing.T, rls rlsv3.RateLimitServiceClient, n int, step strin
 }
 
 // TestXDSEnvoyGateway runs the binary as Envoy Gateway's managed
-// deployment runs the reference service, with its environment: config
-// from the control plane over mTLS, served before the first snapshot.
+// Deployment runs the reference service (its envoy-ratelimit Deployment,
+// internal/infrastructure/kubernetes/ratelimit in envoyproxy/gateway):
+// /bin/ratelimit with its environment word for word, only the addresses
+// moved to the test's (the xDS control plane, an in-test go-control-plane
+// ADS server over mTLS; a real Redis as host:port; statsd on a free port;
+// the certificates in a temp folder): the config folder settings it sets
+// anyway (ignored under xDS, as the reference), TLS on the gRPC port, the
+// xDS client's mTLS, statsd to its sidecar's port. Checked with the
+// generated Envoy client over TLS: the first snapshot, an update, a bad
+// snapshot NACKed with its reason (the last good kept), the control plane
+// stopped and back on its address; GET /healthcheck as its probes ask; the
+// statsd lines of the decisions, over TCP as gostats sends them.
 func TestXDSEnvoyGateway(t *testing.T) {
 	ca := certtest.NewCA(t, "envoy-gateway CA")
-	files := ca.Issue(t, certtest.Leaf{CommonName: "envoy-ratelimit"}).Write(t, t.TempDir(), ca)
+	files := ca.Issue(t, certtest.Leaf{CommonName: "envoy-ratelimit", DNS: []string{"envoy-ratelimit"}, IPs: []string{"127.0.0.1"}}).Write(t, t.TempDir(), ca)
 	srv := xdstest.Start(t, xdstest.Options{TLS: xdstest.MTLS(t, ca)})
+	redis := redistest.Start(t)
+	statsdPort, statsd := listenStatsd(t, "tcp")
 	port, grpcPort := strconv.Itoa(testkit.FreePort(t)), strconv.Itoa(testkit.FreePort(t))
 	s := throttletest.StartReference(t,
-		"PORT="+port, "GRPC_PORT="+grpcPort, "USE_STATSD=false", "LOG_LEVEL=info",
-		"CONFIG_TYPE=GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL="+srv.Addr, "CONFIG_GRPC_XDS_NODE_ID="+egNode,
-		"CONFIG_GRPC_XDS_SERVER_USE_TLS=true", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT="+files.Cert, "CONFIG_GRPC_XDS_CLIENT_TLS_KEY="+files.Key,
-		"CONFIG_GRPC_XDS_SERVER_TLS_CACERT="+files.CA, "FORCE_START_WITHOUT_INITIAL_CONFIG=true",
+		"RUNTIME_ROOT=/data",
+		"RUNTIME_SUBDIRECTORY=ratelimit",
+		"RUNTIME_IGNOREDOTFILES=true",
+		"RUNTIME_WATCH_ROOT=false",
+		"LOG_LEVEL=info",
+		"USE_STATSD=true",
+		"STATSD_PORT="+strconv.Itoa(statsdPort),
+		"CONFIG_TYPE=GRPC_XDS_SOTW",
+		"CONFIG_GRPC_XDS_SERVER_URL="+srv.Addr,
+		"CONFIG_GRPC_XDS_NODE_ID="+egNode,
+		"GRPC_SERVER_USE_TLS=true",
+		"GRPC_SERVER_TLS_CERT="+files.Cert,
+		"GRPC_SERVER_TLS_KEY="+files.Key,
+		"GRPC_SERVER_TLS_CA_CERT="+files.CA,
+		"CONFIG_GRPC_XDS_SERVER_USE_TLS=true",
+		"CONFIG_GRPC_XDS_CLIENT_TLS_CERT="+files.Cert,
+		"CONFIG_GRPC_XDS_CLIENT_TLS_KEY="+files.Key,
+		"CONFIG_GRPC_XDS_SERVER_TLS_CACERT="+files.CA,
+		"FORCE_START_WITHOUT_INITIAL_CONFIG=true",
+		"REDIS_SOCKET_TYPE=tcp",
+		"REDIS_URL="+redis.Addr(),
+		"PORT="+port, "GRPC_PORT="+grpcPort,
 	)
-	rls := rlsClient(t, s)
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca.PEM)
+	rls := rlsv3.NewRateLimitServiceClient(dialGRPC(t, s.GRPCAddr, &tls.Config{RootCAs: pool, ServerName: "envoy-ratelimit"}))
+	if code, body := get(t, s.URL+"/healthcheck"); code != 200 || body != "OK" {
+		t.Errorf("/healthcheck (the readiness probe) = %d %q, want 200 OK", code, body)
+	}
 
 	// Before the first snapshot: as the reference before any configuration.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -128,6 +167,27 @@ func TestXDSEnvoyGateway(t *testing.T) {
 	srv2.Set(t, egNode, "4", egConfig(2, rlsconf.RateLimitUnit_HOUR))
 	srv2.WaitRequest(t, 40*time.Second, "ACK of version 4 after the restart", xdstest.ACK("4"))
 	wantLimit(t, rls, 2, "after the restart")
+
+	// The stats, flushed every STATS_FLUSH_INTERVAL (10s, Envoy Gateway
+	// sets none): 5 users of 3, 5, 5, 5 and 2 OKs and one over each (20
+	// within, 5 over, 25 hits; the early call, before any configuration,
+	// is none), and the configurations: 3 snapshots loaded, 1 NACKed.
+	key := "ratelimit.service.rate_limit.default/eg/http.httproute/default/backend/rule/0/match/0_httproute/default/backend/rule/0/match/0.x-user-id"
+	want := map[string]uint64{
+		key + ".total_hits": 25, key + ".over_limit": 5, key + ".within_limit": 20,
+		"ratelimit.service.config_load_success": 3, "ratelimit.service.config_load_error": 1,
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for got := sums(t, statsd.all(), want); !maps.Equal(got, want); got = sums(t, statsd.all(), want) {
+		if time.Now().After(deadline) {
+			t.Errorf("statsd counters = %v, want %v", got, want)
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if rdb := redistest.NewClient(t, redis.URL()); rdb.DBSize(context.Background()).Val() == 0 {
+		t.Error("nothing counted in REDIS_URL's Redis")
+	}
 
 	logs := s.Logs.String()
 	for line, n := range map[string]int{
