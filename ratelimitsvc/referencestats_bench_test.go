@@ -14,6 +14,8 @@ import (
 	"github.com/throttle-rl/throttle/algorithms"
 	"github.com/throttle-rl/throttle/ratelimitsvc"
 	"github.com/throttle-rl/throttle/refstats"
+
+	"github.com/throttle-rl/throttle/internal/testkit"
 )
 
 // BenchmarkReferenceStats: the cost of the reference's stats per Envoy
@@ -34,13 +36,13 @@ func BenchmarkReferenceStats(b *testing.B) {
 	}{
 		{"off", nil},
 		{"statsd", func(b *testing.B) refstats.Sink {
-			addr := discardUDP(b)
+			addr := testkit.DiscardUDP(b)
 			host, port, _ := net.SplitHostPort(addr)
 			p, _ := strconv.Atoi(port)
 			return refstats.NewStatsdSink(host, p, "udp", slog.New(slog.DiscardHandler))
 		}},
 		{"dogstatsd", func(b *testing.B) refstats.Sink {
-			s, err := refstats.NewDogStatsdSink(discardUDP(b), nil)
+			s, err := refstats.NewDogStatsdSink(testkit.DiscardUDP(b), nil)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -99,24 +101,4 @@ func benchRequest(u int64) *rlsv3.RateLimitRequest {
 	user := strconv.FormatInt(u, 10)
 	return &rlsv3.RateLimitRequest{Domain: "test", Descriptors: []*rlcommon.RateLimitDescriptor{
 		desc("path", "/bench-"+user), desc("generic_key", "api", "user_id", user)}}
-}
-
-// discardUDP is the address of a loopback UDP socket that reads and drops
-// everything, until the benchmark ends.
-func discardUDP(b *testing.B) string {
-	b.Helper()
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { pc.Close() })
-	go func() {
-		buf := make([]byte, 65536)
-		for {
-			if _, _, err := pc.ReadFrom(buf); err != nil {
-				return
-			}
-		}
-	}()
-	return pc.LocalAddr().String()
 }

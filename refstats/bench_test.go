@@ -7,38 +7,25 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/throttle-rl/throttle/internal/testkit"
 )
 
 // BenchmarkUnaryCall: counting one gRPC call and sending its response time
 // to each sink (the only stat sent at once, not at a flush).
 func BenchmarkUnaryCall(b *testing.B) {
-	discard := func(b *testing.B) string {
-		pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { pc.Close() })
-		go func() {
-			buf := make([]byte, 65536)
-			for {
-				if _, _, err := pc.ReadFrom(buf); err != nil {
-					return
-				}
-			}
-		}()
-		return pc.LocalAddr().String()
-	}
+
 	for _, tt := range []struct {
 		name string
 		sink func(b *testing.B) Sink
 	}{
 		{"statsd", func(b *testing.B) Sink {
-			host, port, _ := net.SplitHostPort(discard(b))
+			host, port, _ := net.SplitHostPort(testkit.DiscardUDP(b))
 			p, _ := strconv.Atoi(port)
 			return NewStatsdSink(host, p, "udp", slog.New(slog.DiscardHandler))
 		}},
 		{"dogstatsd", func(b *testing.B) Sink {
-			s, err := NewDogStatsdSink(discard(b), nil)
+			s, err := NewDogStatsdSink(testkit.DiscardUDP(b), nil)
 			if err != nil {
 				b.Fatal(err)
 			}

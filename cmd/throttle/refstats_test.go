@@ -265,21 +265,6 @@ func TestReferenceStatsFlushedAtShutdown(t *testing.T) {
 	waitFor(t, "the stats at shutdown", func() bool { return cmp.Equal(sums(t, got.all(), want), want) })
 }
 
-// scrapeStats returns the text of GET url.
-func scrapeStats(t *testing.T, url string) string {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != 200 {
-		t.Fatalf("GET %s: %d %v", url, resp.StatusCode, err)
-	}
-	return string(b)
-}
-
 // hasSamples reports whether body has every sample of want, line for line.
 func hasSamples(body string, want []string) bool {
 	lines := strings.Split(body, "\n")
@@ -336,7 +321,7 @@ func TestReferenceStatsPrometheus(t *testing.T) {
 			s, _ := startForStats(t, append([]string{"USE_STATSD=false", "USE_PROMETHEUS=true", "PROMETHEUS_ADDR=" + addr, "STATS_FLUSH_INTERVAL=100ms"}, tt.env...)...)
 			sendStatsCalls(t, s)
 			url := "http://" + addr + tt.path
-			waitFor(t, "the metrics", func() bool { return hasSamples(scrapeStats(t, url), tt.want) })
+			waitFor(t, "the metrics", func() bool { return hasSamples(getOK(t, url), tt.want) })
 			if tt.log != "" && !strings.Contains(s.Logs.String(), tt.log) {
 				t.Errorf("no %q in the log", tt.log)
 			}
@@ -351,7 +336,7 @@ func TestReferenceStatsPrometheus(t *testing.T) {
 				}
 			}
 			// Throttle's own /metrics is unchanged.
-			if body := scrapeStats(t, s.URL+"/metrics"); !strings.Contains(body, `throttle_ratelimit_hits_total{domain="edge",key="generic_key_api"} 7`) ||
+			if body := getOK(t, s.URL+"/metrics"); !strings.Contains(body, `throttle_ratelimit_hits_total{domain="edge",key="generic_key_api"} 7`) ||
 				strings.Contains(body, "ratelimit_service_") {
 				t.Error("Throttle's /metrics: no throttle_ratelimit_hits_total of 7, or reference stats in it")
 			}

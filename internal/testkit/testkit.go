@@ -46,3 +46,24 @@ func RandomHex(t testing.TB, n int) string {
 	}
 	return hex.EncodeToString(b)
 }
+
+// DiscardUDP returns the address of a loopback UDP socket that reads and
+// drops everything sent to it (a statsd that listens and keeps nothing),
+// until the test or benchmark ends.
+func DiscardUDP(tb testing.TB) string {
+	tb.Helper()
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { pc.Close() })
+	go func() {
+		buf := make([]byte, 65536)
+		for {
+			if _, _, err := pc.ReadFrom(buf); err != nil {
+				return
+			}
+		}
+	}()
+	return pc.LocalAddr().String()
+}
