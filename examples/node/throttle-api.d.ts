@@ -95,6 +95,46 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/healthcheck": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Health as Envoy's reference service answers it
+         * @description The reference service's health path, which its deployments probe. 200 with the text OK; 500 when HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED is set and no descriptor configuration has loaded, or REDIS_HEALTH_CHECK_ACTIVE_CONNECTION is set and a Redis master does not answer within 500 ms.
+         */
+        get: operations["healthcheck"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/json": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * ShouldRateLimit in JSON, as Envoy's reference service serves it
+         * @description A RateLimitRequest of envoy.service.ratelimit.v3 in protobuf's JSON mapping (as a Lua filter sends it), decided as over gRPC on the domain's descriptors; the reply is the RateLimitResponse in the same mapping, with status 429 when its overall code is OVER_LIMIT.
+         */
+        post: operations["envoyJSON"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/openapi.json": {
         parameters: {
             query?: never;
@@ -540,6 +580,36 @@ export interface components {
         Health: {
             /** @constant */
             status: "ok";
+        };
+        /** @description envoy.service.ratelimit.v3.RateLimitRequest in protobuf's JSON mapping. */
+        EnvoyRateLimitRequest: {
+            domain: string;
+            descriptors: {
+                entries?: {
+                    key?: string;
+                    value?: string;
+                }[];
+                limit?: Record<string, never>;
+                hitsAddend?: number | string;
+            }[];
+            hitsAddend?: number;
+        };
+        /** @description envoy.service.ratelimit.v3.RateLimitResponse in protobuf's JSON mapping (fields at their zero value are left out). */
+        EnvoyRateLimitResponse: {
+            /** @enum {string} */
+            overallCode?: "UNKNOWN" | "OK" | "OVER_LIMIT";
+            statuses?: {
+                /** @enum {string} */
+                code?: "UNKNOWN" | "OK" | "OVER_LIMIT";
+                currentLimit?: Record<string, never>;
+                limitRemaining?: number;
+                durationUntilReset?: string;
+            }[];
+            responseHeadersToAdd?: {
+                key?: string;
+                value?: string;
+            }[];
+            dynamicMetadata?: Record<string, never>;
         };
         Ready: {
             /** @description `ready`, or `unavailable` when a check failed. */
@@ -1209,6 +1279,95 @@ export interface operations {
         responses: {
             /** @description One line per limit; empty without DESCRIPTORS_DIR. */
             200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/plain": string;
+                };
+            };
+        };
+    };
+    healthcheck: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Healthy. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/plain": "OK";
+                };
+            };
+            /** @description Not healthy; the text says which part. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/plain": string;
+                };
+            };
+        };
+    };
+    envoyJSON: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["EnvoyRateLimitRequest"];
+            };
+        };
+        responses: {
+            /** @description The overall code is OK. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EnvoyRateLimitResponse"];
+                };
+            };
+            /** @description Not a RateLimitRequest, or one the service refuses (no domain, no descriptors, too many); the text says why. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/plain": string;
+                };
+            };
+            /** @description A body over 1 MiB. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/plain": string;
+                };
+            };
+            /** @description The overall code is OVER_LIMIT. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EnvoyRateLimitResponse"];
+                };
+            };
+            /** @description No decision (the counter backend failed, or no configuration has loaded yet). */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
