@@ -277,7 +277,11 @@ func checkExpiresAfterWindows(t *testing.T, rdb *redis.Client, key string, w tim
 	}
 	expires := clock.Val().Add(pttl.Val())
 	end := clock.Val().Truncate(w).Add(time.Duration(n) * w)
-	if expires.Before(end) || expires.After(end.Add(expiryMargin+50*time.Millisecond)) {
-		t.Errorf("counter %s expires %v after the end of window %d from now on Redis's clock, want [0, %v]", key, expires.Sub(end), n, expiryMargin+50*time.Millisecond)
+	// The store dates the key by its estimate of Redis's clock, whose error
+	// is up to a round trip of the sample it took: tens of milliseconds on a
+	// machine running the whole suite on two cores (166 ms was seen), so
+	// the bound allows half a second past the margin, and none before.
+	if slack := expiryMargin + 500*time.Millisecond; expires.Before(end) || expires.After(end.Add(slack)) {
+		t.Errorf("counter %s expires %v after the end of window %d from now on Redis's clock, want [0, %v]", key, expires.Sub(end), n, slack)
 	}
 }
