@@ -8,8 +8,14 @@ import (
 	"github.com/throttle-rl/throttle/restapi/ui"
 )
 
+// routeTable is where addRoutes puts the routes: an *http.ServeMux, or
+// the test's list compared with the OpenAPI document.
+type routeTable interface {
+	Handle(pattern string, h http.Handler)
+}
+
 // addRoutes lists the whole REST surface.
-func addRoutes(mux *http.ServeMux, d Deps, m *metrics, tr *tracing) {
+func addRoutes(mux routeTable, d Deps, m *metrics, tr *tracing) {
 	auth := authenticate(d.Cache)
 	check := checkDeps{
 		Cache: d.Cache, Usage: d.Usage, TrustedProxies: d.TrustedProxies, HeaderSets: d.HeaderSets, Now: d.Now,
