@@ -75,11 +75,11 @@ func TestDashboard(t *testing.T) {
 			t.Fatalf("%s: %v\nbrowser console: %q", what, err, console())
 		}
 	}
-	// typeInto focuses the element with id and types text into it as key
+	// typeInto focuses the element sel selects and types text into it as key
 	// presses. (Not chromedp.SendKeys: it reads the node's attributes
 	// without their lock, a data race with DOM updates -race reports.)
-	typeInto := func(id, text string) chromedp.Action[chromedp.Void] {
-		focus := chromedp.Evaluate[bool](fmt.Sprintf(`(() => { const e = document.getElementById(%q); e.focus(); e.select && e.select(); return true })()`, id))
+	typeInto := func(sel, text string) chromedp.Action[chromedp.Void] {
+		focus := chromedp.Evaluate[bool](fmt.Sprintf(`(() => { const e = document.querySelector(%q); e.focus(); e.select && e.select(); return true })()`, sel))
 		return chromedp.Steps(
 			func(ctx context.Context, t *chromedp.Target) (chromedp.Void, error) {
 				_, err := focus(ctx, t)
@@ -109,7 +109,7 @@ func TestDashboard(t *testing.T) {
 	if title := eval("title", `document.title`); title != "Throttle · Dashboard" {
 		t.Errorf("title = %q", title)
 	}
-	do("bad key", typeInto("api-key", "thr_wrong"), chromedp.Click(chromedp.ID("login-submit")))
+	do("bad key", typeInto("#api-key", "thr_wrong"), chromedp.Click(chromedp.ID("login-submit")))
 	waitFor("the bad key refused", `!document.getElementById('login-error').hidden`)
 	if msg := eval("login error", `document.getElementById('login-error').textContent`); !strings.Contains(msg, "INVALID_API_KEY") {
 		t.Errorf("login error = %q, want INVALID_API_KEY", msg)
@@ -129,10 +129,10 @@ func TestDashboard(t *testing.T) {
 	// Create a rule, then edit it.
 	do("create a rule",
 		chromedp.Click(chromedp.ID("rule-new")),
-		typeInto("rule-name", "api_default"),
-		chromedp.SetValue(chromedp.ID("rule-algorithm"), "fixed_window"),
-		typeInto("rule-limit", "5"),
-		typeInto("rule-window", "3600"),
+		typeInto("#rule-name", "api_default"),
+		chromedp.SetValue(chromedp.CSS(firstLimit("algorithm")), "fixed_window"),
+		typeInto(firstLimit("limit"), "5"),
+		typeInto(firstLimit("window"), "3600"),
 		chromedp.Click(chromedp.ID("rule-submit")),
 		chromedp.WaitVisible(chromedp.CSS(`tr[data-rule="api_default"]`)),
 	)
@@ -148,7 +148,7 @@ func TestDashboard(t *testing.T) {
 	do("edit the rule",
 		chromedp.Click(chromedp.CSS(`tr[data-rule="api_default"] button[data-action="edit"]`)),
 		chromedp.WaitVisible(chromedp.ID("rule-form")),
-		chromedp.SetValue(chromedp.ID("rule-limit"), "20"),
+		chromedp.SetValue(chromedp.CSS(firstLimit("limit")), "20"),
 		chromedp.Click(chromedp.ID("rule-submit")),
 	)
 	waitFor("the edited limit", `(document.querySelector('tr[data-rule="api_default"] td[data-field="limit"]') || {}).textContent === '20'`)
@@ -160,11 +160,11 @@ func TestDashboard(t *testing.T) {
 	waitFor("acme's override removed", `document.querySelectorAll('tr[data-rule="api_default"] .override').length === 1`)
 	do("create a descriptor rule",
 		chromedp.Click(chromedp.ID("rule-new")),
-		typeInto("rule-name", "login"),
-		chromedp.SetValue(chromedp.ID("rule-algorithm"), "token_bucket"),
-		typeInto("rule-limit", "5"),
-		typeInto("rule-refill", "0.1"),
-		typeInto("rule-descriptors", "path=/login, remote_address"),
+		typeInto("#rule-name", "login"),
+		chromedp.SetValue(chromedp.CSS(firstLimit("algorithm")), "token_bucket"),
+		typeInto(firstLimit("limit"), "5"),
+		typeInto(firstLimit("refill_rate"), "0.1"),
+		typeInto("#rule-descriptors", "path=/login, remote_address"),
 		chromedp.Click(chromedp.ID("rule-submit")),
 		chromedp.WaitVisible(chromedp.CSS(`tr[data-rule="login"]`)),
 	)
@@ -172,19 +172,19 @@ func TestDashboard(t *testing.T) {
 	// second always counting.
 	do("create a rule of two limits",
 		chromedp.Click(chromedp.ID("rule-new")),
-		typeInto("rule-name", "search"),
-		chromedp.SetValue(chromedp.ID("rule-algorithm"), "fixed_window"),
-		typeInto("rule-limit", "10"),
-		typeInto("rule-window", "1"),
-		typeInto("rule-descriptors", "path=/search"),
+		typeInto("#rule-name", "search"),
+		chromedp.SetValue(chromedp.CSS(firstLimit("algorithm")), "fixed_window"),
+		typeInto(firstLimit("limit"), "10"),
+		typeInto(firstLimit("window"), "1"),
+		typeInto("#rule-descriptors", "path=/search"),
 		chromedp.Click(chromedp.ID("rule-add-limit")),
-		chromedp.WaitVisible(chromedp.CSS(`#rule-more .limit-row`)),
-		chromedp.SetValue(chromedp.CSS(`#rule-more [data-field="name"]`), "daily"),
-		chromedp.SetValue(chromedp.CSS(`#rule-more [data-field="algorithm"]`), "sliding_window"),
-		chromedp.SetValue(chromedp.CSS(`#rule-more [data-field="accuracy"]`), "approximate"),
-		chromedp.SetValue(chromedp.CSS(`#rule-more [data-field="limit"]`), "1000"),
-		chromedp.SetValue(chromedp.CSS(`#rule-more [data-field="window"]`), "86400"),
-		chromedp.Click(chromedp.CSS(`#rule-more [data-field="always_count"]`)),
+		chromedp.WaitVisible(chromedp.CSS(secondLimit(""))),
+		chromedp.SetValue(chromedp.CSS(secondLimit("name")), "daily"),
+		chromedp.SetValue(chromedp.CSS(secondLimit("algorithm")), "sliding_window"),
+		chromedp.SetValue(chromedp.CSS(secondLimit("accuracy")), "approximate"),
+		chromedp.SetValue(chromedp.CSS(secondLimit("limit")), "1000"),
+		chromedp.SetValue(chromedp.CSS(secondLimit("window")), "86400"),
+		chromedp.Click(chromedp.CSS(secondLimit("always_count"))),
 		chromedp.Click(chromedp.ID("rule-submit")),
 		chromedp.WaitVisible(chromedp.CSS(`tr[data-rule="search"]`)),
 	)
@@ -193,10 +193,10 @@ func TestDashboard(t *testing.T) {
 	}
 	do("edit the rule of two limits",
 		chromedp.Click(chromedp.CSS(`tr[data-rule="search"] button[data-action="edit"]`)),
-		chromedp.WaitVisible(chromedp.CSS(`#rule-more .limit-row`)),
+		chromedp.WaitVisible(chromedp.CSS(secondLimit(""))),
 	)
-	if got := eval("the form of two limits", `[document.getElementById('rule-more').dataset.count, document.querySelector('#rule-more [data-field="name"]').value, document.querySelector('#rule-more [data-field="limit"]').value, String(document.querySelector('#rule-more [data-field="always_count"]').checked), document.querySelector('#rule-more [data-field="accuracy"]').value].join('|')`); got != "1|daily|1000|true|approximate" {
-		t.Errorf("the edit form of the rule of two limits = %q, want 1|daily|1000|true|approximate", got)
+	if got := eval("the form of two limits", `[document.getElementById('rule-limits').dataset.count, document.querySelector('`+secondLimit("name")+`').value, document.querySelector('`+secondLimit("limit")+`').value, String(document.querySelector('`+secondLimit("always_count")+`').checked), document.querySelector('`+secondLimit("accuracy")+`').value, document.querySelector('`+firstLimit("limit")+`').value].join('|')`); got != "2|daily|1000|true|approximate|10" {
+		t.Errorf("the edit form of the rule of two limits = %q, want 2|daily|1000|true|approximate|10", got)
 	}
 	shot("02-two-limits.png")
 	do("save it unchanged", chromedp.Click(chromedp.ID("rule-submit")))
@@ -205,11 +205,11 @@ func TestDashboard(t *testing.T) {
 	// the server's reason in the form.
 	do("create an approximate rule",
 		chromedp.Click(chromedp.ID("rule-new")),
-		typeInto("rule-name", "feed"),
-		chromedp.SetValue(chromedp.ID("rule-algorithm"), "fixed_window"),
-		chromedp.SetValue(chromedp.ID("rule-accuracy"), "approximate"),
-		typeInto("rule-limit", "6400"),
-		typeInto("rule-window", "3600"),
+		typeInto("#rule-name", "feed"),
+		chromedp.SetValue(chromedp.CSS(firstLimit("algorithm")), "fixed_window"),
+		chromedp.SetValue(chromedp.CSS(firstLimit("accuracy")), "approximate"),
+		typeInto(firstLimit("limit"), "6400"),
+		typeInto(firstLimit("window"), "3600"),
 		chromedp.Click(chromedp.ID("rule-submit")),
 		chromedp.WaitVisible(chromedp.CSS(`tr[data-rule="feed"]`)),
 	)
@@ -217,16 +217,16 @@ func TestDashboard(t *testing.T) {
 		t.Errorf("approximate rule row = %q, want feed fixed_window approximate 6,400 3,600 s", got)
 	}
 	do("edit the approximate rule", chromedp.Click(chromedp.CSS(`tr[data-rule="feed"] button[data-action="edit"]`)), chromedp.WaitVisible(chromedp.ID("rule-form")))
-	if got := eval("the edit form's accuracy", `document.getElementById('rule-accuracy').value`); got != "approximate" {
+	if got := eval("the edit form's accuracy", `document.querySelector('`+firstLimit("accuracy")+`').value`); got != "approximate" {
 		t.Errorf("the edit form of feed shows accuracy %q, want approximate", got)
 	}
 	do("cancel", chromedp.Click(chromedp.ID("rule-cancel")))
 	do("try an approximate token bucket",
 		chromedp.Click(chromedp.ID("rule-new")),
-		typeInto("rule-name", "bucket"),
-		chromedp.SetValue(chromedp.ID("rule-algorithm"), "token_bucket"),
-		chromedp.SetValue(chromedp.ID("rule-accuracy"), "approximate"),
-		typeInto("rule-limit", "10"),
+		typeInto("#rule-name", "bucket"),
+		chromedp.SetValue(chromedp.CSS(firstLimit("algorithm")), "token_bucket"),
+		chromedp.SetValue(chromedp.CSS(firstLimit("accuracy")), "approximate"),
+		typeInto(firstLimit("limit"), "10"),
 		chromedp.Click(chromedp.ID("rule-submit")),
 	)
 	waitFor("the refusal", `!document.getElementById('rule-error').hidden`)
@@ -245,8 +245,8 @@ func TestDashboard(t *testing.T) {
 
 	// An exemption.
 	do("add an exemption",
-		typeInto("exemption-identifier", "internal-service"),
-		typeInto("exemption-reason", "health checker"),
+		typeInto("#exemption-identifier", "internal-service"),
+		typeInto("#exemption-reason", "health checker"),
 		chromedp.Click(chromedp.ID("exemption-submit")),
 		chromedp.WaitVisible(chromedp.CSS(`tr[data-exemption="internal-service"]`)),
 	)
@@ -411,3 +411,16 @@ func getJSONList(t *testing.T, url, key string) []map[string]any {
 	}
 	return list
 }
+
+// limitField selects the input of field in row i of the rule form's
+// limits (0: the rule's own limit), or the row itself when field is "".
+func limitField(i int, field string) string {
+	row := fmt.Sprintf(`#rule-limits .limit-row[data-limit="%d"]`, i)
+	if field == "" {
+		return row
+	}
+	return row + ` [data-field="` + field + `"]`
+}
+
+func firstLimit(field string) string  { return limitField(0, field) }
+func secondLimit(field string) string { return limitField(1, field) }

@@ -9,10 +9,11 @@ import (
 	"github.com/throttle-rl/throttle/algorithms"
 )
 
-// TestAlgorithmsMatchEngine: the rule editor offers exactly the engine's
-// algorithms, in its order, and every one has its pill colour.
+// TestAlgorithmsMatchEngine: the rule form's one list of algorithms
+// (app.js's ALGORITHMS) is the engine's, in its order, and every one has
+// its pill colour.
 func TestAlgorithmsMatchEngine(t *testing.T) {
-	page, err := static.ReadFile("static/index.html")
+	script, err := static.ReadFile("static/app.js")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -20,12 +21,15 @@ func TestAlgorithmsMatchEngine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sel := regexp.MustCompile(`(?s)<select name="algorithm" id="rule-algorithm">(.*?)</select>`).FindSubmatch(page)
-	if sel == nil {
-		t.Fatal(`index.html has no <select id="rule-algorithm">`)
+	list := regexp.MustCompile(`const ALGORITHMS = \[(.*?)\];`).FindSubmatch(script)
+	if list == nil {
+		t.Fatal(`app.js has no const ALGORITHMS = [...];`)
+	}
+	if n := strings.Count(string(script), "'fixed_window'"); n != 1 {
+		t.Errorf("app.js names 'fixed_window' %d times, want once (in ALGORITHMS)", n)
 	}
 	var got []string
-	for _, m := range regexp.MustCompile(`<option value="([a-z_]+)">`).FindAllSubmatch(sel[1], -1) {
+	for _, m := range regexp.MustCompile(`'([a-z_]+)'`).FindAllSubmatch(list[1], -1) {
 		got = append(got, string(m[1]))
 	}
 	var want []string

@@ -9,6 +9,9 @@
   const DESCRIPTORS_EVERY_MS = 10000;
   const SLOTS = 60; // samples the chart shows (2 minutes at 2 s)
   const SVG = 'http://www.w3.org/2000/svg';
+  // The engine's algorithms, in its order: the rule form's one list
+  // (TestAlgorithmsMatchEngine compares it with algorithms.Algorithms).
+  const ALGORITHMS = ['fixed_window', 'sliding_window', 'token_bucket', 'gcra'];
 
   const $ = (id) => document.getElementById(id);
   const nf = new Intl.NumberFormat('en-US');
@@ -443,22 +446,15 @@
     $('rule-form-title').textContent = rule ? 'Edit rule ' + rule.name : 'New rule';
     $('rule-submit').textContent = rule ? 'Save changes' : 'Create rule';
     $('rule-name').disabled = !!rule;
-    $('rule-more').replaceChildren();
+    $('rule-limits').replaceChildren();
     if (rule) {
-      const [first, ...more] = limitsOf(rule);
       $('rule-name').value = rule.name;
-      $('rule-algorithm').value = first.algorithm;
-      $('rule-limit').value = first.limit;
-      $('rule-window').value = first.window || '';
-      $('rule-refill').value = first.refill_rate || '';
-      $('rule-always').checked = !!first.always_count;
-      $('rule-accuracy').value = first.accuracy || 'exact';
       $('rule-descriptors').value = descriptorsText(rule.descriptors);
-      for (const l of more) addLimitRow(l);
     }
+    for (const l of rule ? limitsOf(rule) : [null]) addLimitRow(l);
     for (const tr of $('rules').tBodies[0].rows) tr.classList.toggle('editing', !!rule && tr.dataset.rule === rule.name);
     form.hidden = false;
-    (rule ? $('rule-limit') : $('rule-name')).focus();
+    (rule ? $('rule-limits').querySelector('[data-field="limit"]') : $('rule-name')).focus();
   }
 
   function closeRuleForm() {
@@ -467,47 +463,52 @@
     for (const tr of $('rules').tBodies[0].rows) tr.classList.remove('editing');
   }
 
-  // addLimitRow adds a row for one more limit of the rule (rate_limits),
-  // filled from l when given.
+  // addLimitRow adds the form's row of one limit of the rule, filled
+  // from l when given. The first row is the rule's limit; each more makes
+  // the rule one of rate_limits, with an optional name and a Remove button.
   function addLimitRow(l) {
-    const more = $('rule-more');
-    const i = more.children.length + 1;
-    const select = el('select', { 'data-field': 'algorithm' },
-      el('option', { value: '', text: 'client default' }),
-      ...['fixed_window', 'sliding_window', 'token_bucket', 'gcra'].map((a) => el('option', { value: a, text: a })));
+    const rows = $('rule-limits');
+    const i = rows.children.length;
     const input = (field, attrs) => el('input', Object.assign({ 'data-field': field }, attrs));
+    const algorithm = el('select', { 'data-field': 'algorithm' },
+      el('option', { value: '', text: 'client default' }),
+      ...ALGORITHMS.map((a) => el('option', { value: a, text: a })));
+    const accuracy = accuracySelect({ 'data-field': 'accuracy',
+      title: 'approximate: decided from memory and synced to Redis in the background, within a bounded error (fixed_window and sliding_window; it matters with Redis only)' });
     const always = input('always_count', { type: 'checkbox' });
-    const accuracy = accuracySelect({ 'data-field': 'accuracy' });
     const row = el('div', { class: 'limit-row', 'data-limit': String(i) },
-      el('label', {}, 'Limit ' + (i + 1) + ' name', input('name', { maxlength: '100', placeholder: 'optional, e.g. daily' })),
-      el('label', {}, 'Algorithm', select),
+      i ? el('label', {}, 'Limit ' + (i + 1) + ' name', input('name', { maxlength: '100', placeholder: 'optional, e.g. daily' }))
+        : el('span', { class: 'limit-title', text: 'Limit' }),
+      el('label', {}, 'Algorithm', algorithm),
       el('label', {}, 'Accuracy', accuracy),
-      el('label', {}, 'Limit', input('limit', { type: 'number', min: '1', step: '1', required: '', placeholder: '1000' })),
-      el('label', {}, 'Window (s)', input('window', { type: 'number', min: '1', step: '1', placeholder: '86400' })),
+      el('label', {}, 'Limit', input('limit', { type: 'number', min: '1', step: '1', required: '', placeholder: i ? '1000' : '100' })),
+      el('label', {}, 'Window (s)', input('window', { type: 'number', min: '1', step: '1', placeholder: i ? '86400' : '60' })),
       el('label', {}, 'Refill rate (/s)', input('refill_rate', { type: 'number', min: '0', step: 'any', placeholder: 'token_bucket only' })),
-      el('label', { class: 'check' }, always, 'Always count'),
-      el('button', { type: 'button', class: 'btn small danger', text: 'Remove', onclick: () => { row.remove(); renumberLimitRows(); } }));
+      el('label', { class: 'check', title: 'charge costs reported after the response even past the limit' }, always, 'Always count'),
+      i ? el('button', { type: 'button', class: 'btn small danger', text: 'Remove', onclick: () => { row.remove(); renumberLimitRows(); } }) : null);
     if (l) {
-      row.querySelector('[data-field="name"]').value = l.name || '';
-      select.value = l.algorithm || '';
+      if (i) row.querySelector('[data-field="name"]').value = l.name || '';
+      algorithm.value = l.algorithm || '';
       row.querySelector('[data-field="limit"]').value = l.limit;
       row.querySelector('[data-field="window"]').value = l.window || '';
       row.querySelector('[data-field="refill_rate"]').value = l.refill_rate || '';
       always.checked = !!l.always_count;
       accuracy.value = l.accuracy || 'exact';
     }
-    more.append(row);
-    more.dataset.count = String(more.children.length);
+    rows.append(row);
+    rows.dataset.count = String(rows.children.length);
     return row;
   }
 
+  // renumberLimitRows numbers the rows again after one was removed (the
+  // first, the rule's own limit, is never removed).
   function renumberLimitRows() {
-    const more = $('rule-more');
-    [...more.children].forEach((row, k) => {
-      row.dataset.limit = String(k + 1);
-      row.querySelector('label').firstChild.textContent = 'Limit ' + (k + 2) + ' name';
+    const rows = $('rule-limits');
+    [...rows.children].forEach((row, k) => {
+      row.dataset.limit = String(k);
+      if (k) row.querySelector('label').firstChild.textContent = 'Limit ' + (k + 1) + ' name';
     });
-    more.dataset.count = String(more.children.length);
+    rows.dataset.count = String(rows.children.length);
   }
 
   async function submitRule(ev) {
@@ -525,14 +526,12 @@
       if (accuracy !== 'exact') l.accuracy = accuracy; // exact is the default
       return l;
     };
-    const first = limitOf($('rule-algorithm').value, $('rule-limit').value, $('rule-window').value, $('rule-refill').value,
-      $('rule-always').checked, $('rule-accuracy').value);
-    const more = [...$('rule-more').children].map((row) => {
+    const limits = [...$('rule-limits').children].map((row) => {
       const f = (name) => row.querySelector('[data-field="' + name + '"]');
       return limitOf(f('algorithm').value, f('limit').value, f('window').value, f('refill_rate').value, f('always_count').checked,
-        f('accuracy').value, f('name').value.trim());
+        f('accuracy').value, f('name') ? f('name').value.trim() : '');
     });
-    const body = more.length ? { rate_limits: [first, ...more] } : first;
+    const body = limits.length > 1 ? { rate_limits: limits } : limits[0];
     const desc = parseDescriptors($('rule-descriptors').value);
     if (desc.length) body.descriptors = desc;
     const editing = state.editing;
