@@ -67,15 +67,14 @@ func (a *app) openGuarded(ctx context.Context, rc redisConfig, prefix, backend s
 	if err := counters.RegisterMetrics(a.reg); err != nil {
 		return nil, nil, err
 	}
-	a.goBG(backend+" close", func(ctx context.Context) error {
-		<-ctx.Done() // the servers have stopped: no decision is on its way
+	a.onClose(func() { // the servers have stopped: no decision is on its way
 		drainCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 		if err := counters.Drain(drainCtx); err != nil {
 			a.log.Warn("approximate limits: hits not sent to Redis at shutdown", "redis", prefix+"URL", "err", scrub(err, secrets))
 		}
 		cancel()
 		counters.Close()
-		return rdb.Close()
+		rdb.Close()
 	})
 	pingCtx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	if err := counters.Ping(pingCtx); err != nil {

@@ -86,10 +86,7 @@ func (a *app) openIdempotency(context.Context) error {
 		return err
 	}
 	a.idempotency = idempotency.NewRedis(rdb, a.cfg.CacheKeyPrefix)
-	a.goBG("idempotency redis close", func(ctx context.Context) error {
-		<-ctx.Done()
-		return rdb.Close()
-	})
+	a.onClose(func() { rdb.Close() })
 	return nil
 }
 

@@ -1,41 +1,29 @@
 package main
 
-import (
-	"context"
-	"crypto/tls"
-	"log/slog"
-
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/throttle-rl/throttle/descriptors"
-	"github.com/throttle-rl/throttle/quotasvc"
-	"github.com/throttle-rl/throttle/store"
-)
+import "github.com/throttle-rl/throttle/quotasvc"
 
 // newQuota builds the rate-limit quota service (RLQS) over the same domains
 // as ShouldRateLimit. With REDIS_URL it shares demands through a Redis
 // client of its own, so its reassignments never queue behind the rate-limit
-// path's calls (over TLS as that one, redisTLS).
-func newQuota(cfg *config, redisTLS func(string) *tls.Config, current func() *descriptors.Config, rules *store.Cache, log *slog.Logger, reg prometheus.Registerer, goBG func(string, func(context.Context) error)) (*quotasvc.Server, error) {
+// path's calls (over TLS as that one, a.redisTLS).
+func (a *app) newQuota() (*quotasvc.Server, error) {
+	cfg := a.cfg
 	opts := quotasvc.Options{
-		Descriptors: current, Rules: rules, Interval: cfg.RLQSInterval, FailureMode: cfg.FailureMode,
-		KeyPrefix: cfg.CacheKeyPrefix, ShadowMode: cfg.ShadowMode, Log: log, Registerer: reg,
+		Descriptors: a.current, Rules: a.cache, Interval: cfg.RLQSInterval, FailureMode: cfg.FailureMode,
+		KeyPrefix: cfg.CacheKeyPrefix, ShadowMode: cfg.ShadowMode, Log: a.log, Registerer: a.reg,
 	}
 	if cfg.Redis.URL != "" {
-		rdb, err := newRedis(cfg.Redis, "REDIS_", redisTLS)
+		rdb, err := newRedis(cfg.Redis, "REDIS_", a.redisTLS)
 		if err != nil {
 			return nil, err
 		}
-		goBG("rlqs redis close", func(ctx context.Context) error {
-			<-ctx.Done()
-			return rdb.Close()
-		})
+		a.onClose(func() { rdb.Close() })
 		opts.Redis = rdb
 	}
 	q, err := quotasvc.New(opts)
 	if err != nil {
 		return nil, err
 	}
-	goBG("rlqs", q.Run)
+	a.goBG("rlqs", q.Run)
 	return q, nil
 }

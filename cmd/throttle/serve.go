@@ -69,13 +69,10 @@ type app struct {
 	reg *prometheus.Registry
 
 	// closers undo what the open* steps did, run last to first by close.
+	// They are the one way anything stops: a background task's closer
+	// (goBG) ends it and waits for it, so it stops before what it uses
+	// closes.
 	closers []func()
-	// Background work has one owner: bg ends it, wg waits for it (one
-	// closer, registered before the first task starts).
-	bg        context.Context
-	stopBG    context.CancelFunc
-	wg        sync.WaitGroup
-	bgStarted bool
 
 	db         *store.DB
 	cache      *store.Cache
@@ -126,7 +123,6 @@ func newApp(cfg *config, logOut io.Writer) (*app, error) {
 			return nil, err
 		}
 	}
-	a.bg, a.stopBG = context.WithCancel(context.Background())
 	return a, nil
 }
 
@@ -139,28 +135,25 @@ func (a *app) close() {
 	for i := len(a.closers) - 1; i >= 0; i-- {
 		a.closers[i]()
 	}
-	a.stopBG() // when no step started background work
 }
 
-// goBG runs f in the background until close; the first call registers the
-// closer that ends and waits for all of them.
+// goBG runs f in the background until close, whose closer ends it (its
+// context) and waits for it before anything registered earlier closes.
 func (a *app) goBG(name string, f func(context.Context) error) {
-	if !a.bgStarted {
-		a.bgStarted = true
-		a.onClose(func() { a.stopBG(); a.wg.Wait() })
-	}
-	a.wg.Add(1)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
 	go func() {
-		defer a.wg.Done()
-		if err := f(a.bg); err != nil {
+		defer close(done)
+		if err := f(ctx); err != nil {
 			a.log.Error("background task stopped", "task", name, "err", err)
 		}
 	}()
+	a.onClose(func() { cancel(); <-done })
 }
 
 // openStore opens the database, the cache of clients and rules that spares
-// /check the database, and the usage recorder, which is flushed last, after
-// the servers drained (its own goroutine, closed after the background's).
+// /check the database, and the usage recorder, which is flushed after the
+// servers drained and the tasks started after it stopped.
 func (a *app) openStore(ctx context.Context) error {
 	openCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	db, err := store.Open(openCtx, a.cfg.DatabaseURL, a.log)
@@ -174,15 +167,7 @@ func (a *app) openStore(ctx context.Context) error {
 		return err
 	}
 	a.usage = store.NewUsageRecorder(db, time.Second, a.log)
-	usageCtx, stopUsage := context.WithCancel(context.Background())
-	usageDone := make(chan struct{})
-	go func() {
-		defer close(usageDone)
-		if err := a.usage.Run(usageCtx); err != nil {
-			a.log.Error("usage recorder stopped", "err", err)
-		}
-	}()
-	a.onClose(func() { stopUsage(); <-usageDone })
+	a.goBG("usage recorder", a.usage.Run)
 	a.cache = store.NewCache(db, a.cfg.CacheRefresh, a.log)
 	if err := a.cache.Refresh(ctx); err != nil {
 		return fmt.Errorf("load clients and rules: %w", err)
@@ -242,7 +227,7 @@ func (a *app) openAPIs(context.Context) error {
 	}
 	a.grpcSrv, a.health = ratelimitsvc.NewGRPCServer(rls, grpcOpts...)
 	// Envoy's rate-limit quota service (RLQS), on the same port.
-	if a.quota, err = newQuota(cfg, a.redisTLS, a.current, a.cache, a.log, a.reg, a.goBG); err != nil {
+	if a.quota, err = a.newQuota(); err != nil {
 		return err
 	}
 	a.quota.Register(a.grpcSrv, a.health)
