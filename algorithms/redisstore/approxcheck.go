@@ -61,7 +61,8 @@ func (s *Store) checkAccuracy(ctx context.Context, reqs []algorithms.Request, ex
 				continue
 			}
 		}
-		if !s.approx.decide(r, &m.out[i]) {
+		local, nowUS := s.approx.nowUS()
+		if !s.approxDecide(ctx, r, &m.out[i], local, nowUS) {
 			s.approxMetrics.overflow.Inc()
 			m.exactAt = append(m.exactAt, i)
 			continue
@@ -97,12 +98,13 @@ func approximate(r *algorithms.Request) bool {
 }
 
 // decideApprox decides a batch of approximate requests alone, none tied,
-// from the table (by exact where the table is full, one at a time).
+// from the table (by exact where the table is full or the replica count is
+// not known yet, one at a time).
 func (s *Store) decideApprox(ctx context.Context, reqs []algorithms.Request, exact exactCheck) ([]algorithms.Decision, error) {
 	out := make([]algorithms.Decision, len(reqs))
 	local, nowUS := s.approx.nowUS()
 	for i := range reqs {
-		if !s.approx.decideAt(&reqs[i], &out[i], local, nowUS) {
+		if !s.approxDecide(ctx, &reqs[i], &out[i], local, nowUS) {
 			s.approxMetrics.overflow.Inc()
 			ds, err := exact(ctx, withExact(reqs[i:i+1]))
 			if err != nil {
