@@ -48,7 +48,7 @@ const approxShards = 64
 const DefaultApproximateInterval = 100 * time.Millisecond
 
 // DefaultApproximateMaxKeys bounds the table: the approximate limits a
-// replica holds at once (about 200 bytes each, with its key).
+// replica holds at once (about 350 bytes each, with its key).
 const DefaultApproximateMaxKeys = 1 << 20
 
 // approxTable is this replica's view of the approximate limits it decides.

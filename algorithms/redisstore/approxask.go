@@ -31,9 +31,9 @@ type approxAskCounters struct {
 
 // approxDecide decides r (approximate, valid) into d from the table,
 // asking Redis when the lease is spent, and reports false when r must be
-// decided exactly: the table is full, or the registry has not been read
-// (a replica decides approximately only once it knows how many replicas
-// share a limit).
+// decided exactly: the table is full (throttle_approximate_overflow_total),
+// or the registry has not been read (a replica decides approximately only
+// once it knows how many replicas share a limit).
 func (s *Store) approxDecide(ctx context.Context, r *algorithms.Request, d *algorithms.Decision, local time.Time, nowUS int64) bool {
 	t := s.approx
 	if t.replicas.Load() == 0 {
@@ -46,6 +46,7 @@ func (s *Store) approxDecide(ctx context.Context, r *algorithms.Request, d *algo
 		e := t.entryAt(sh, h, r, nowUS, local.UnixNano())
 		if e == nil {
 			sh.mu.Unlock()
+			s.approxMetrics.overflow.Inc()
 			return false
 		}
 		w := &e.cur

@@ -63,7 +63,6 @@ func (s *Store) checkAccuracy(ctx context.Context, reqs []algorithms.Request, ex
 		}
 		local, nowUS := s.approx.nowUS()
 		if !s.approxDecide(ctx, r, &m.out[i], local, nowUS) {
-			s.approxMetrics.overflow.Inc()
 			m.exactAt = append(m.exactAt, i)
 			continue
 		}
@@ -105,7 +104,6 @@ func (s *Store) decideApprox(ctx context.Context, reqs []algorithms.Request, exa
 	local, nowUS := s.approx.nowUS()
 	for i := range reqs {
 		if !s.approxDecide(ctx, &reqs[i], &out[i], local, nowUS) {
-			s.approxMetrics.overflow.Inc()
 			ds, err := exact(ctx, withExact(reqs[i:i+1]))
 			if err != nil {
 				return nil, err
@@ -149,7 +147,7 @@ func (m *mixed) decideExact(ctx context.Context, reqs []algorithms.Request, exac
 	peeked := make([]bool, len(sub))
 	for j := range sub {
 		r := &sub[j]
-		r.Limit.Accuracy = algorithms.Exact // the table's overflow
+		r.Limit.Accuracy = algorithms.Exact // the table's overflow, or before the registry was read
 		if m.voided && m.tied && r.AllOrNothing && !r.AlwaysCount {
 			peeked[j], r.Hits = true, 0
 		}

@@ -1,10 +1,6 @@
 package redisstore
 
-import (
-	"time"
-
-	"github.com/throttle-rl/throttle/algorithms"
-)
+import "github.com/throttle-rl/throttle/algorithms"
 
 // The decision of an approximate request from memory: within this
 // replica's lease, or within the blind budget of a window no answer
@@ -46,11 +42,16 @@ func (t *approxTable) decideIn(e *approxEntry, r *algorithms.Request, d *algorit
 	w := &e.cur
 	f := algorithms.Found{Count: w.view(), Prev: e.prevView()}
 	algorithms.Decide(r, &f, nowUS, d)
-	if r.Hits == 0 {
-		return decided // a read: what the count this replica knows leaves
+	if r.Hits == 0 || r.Hits > r.Limit.Limit {
+		// A read, or never within the limit: as the count this replica
+		// knows says (counted all the same when AlwaysCount).
+		if d.Counted {
+			w.pending += r.Hits
+		}
+		return decided
 	}
 	if first {
-		w.demand += r.Hits
+		e.demand += r.Hits
 	}
 	unsent, counted := w.unsent(), false
 	switch {
@@ -86,12 +87,4 @@ func (t *approxTable) queueDue(sh *approxShard, e *approxEntry) {
 	if t.due(&e.cur, e, false) || t.due(&e.prev, e, false) {
 		sh.enqueue(e)
 	}
-}
-
-// nowAt is nowUS at local time local.
-func (t *approxTable) nowAt(local time.Time) int64 {
-	if t.fixedNow {
-		return local.UnixMicro()
-	}
-	return local.UnixMicro() + t.offsetUS.Load()
 }

@@ -16,6 +16,11 @@ type approxEntry struct {
 	cur, prev approxWindow
 	next      *approxEntry // another entry of the same hash
 	queued    bool         // in its shard's queue
+	// demand is the hits asked of this limit here since the current
+	// window's last call (admitted or not), since when (local ns);
+	// demandPrev and sincePrev, the gap before: a lease is about two
+	// intervals of that rate, which carries over into the next window.
+	demand, since, demandPrev, sincePrev int64
 }
 
 // is reports whether e is the entry of r.
@@ -37,10 +42,6 @@ type approxWindow struct {
 	// answer read it; -1 until then.
 	prevCount int64
 	syncedAt  int64 // local Unix ns of the last answer; 0 = never
-	// demand is the hits asked of this window here since the last call
-	// (admitted or not), since when; demandPrev and sincePrev, the gap
-	// before: a lease is about two intervals of that rate.
-	demand, since, demandPrev, sincePrev int64
 	// exhausted: the last answer left nothing of the limit to grant; a
 	// request past the lease is refused here until the next answer.
 	exhausted bool
@@ -68,13 +69,13 @@ func (w *approxWindow) view() int64 { return max(0, w.global-w.held) + w.unsent(
 func (w *approxWindow) uncovered() int64 { return max(0, w.unsent()-w.held) }
 
 // target is the lease to ask for at localNS: about two intervals of the
-// demand of the last two gaps between calls (at least a millisecond of
-// it). It starts a new gap.
-func (w *approxWindow) target(localNS, intervalNS int64) int64 {
-	elapsed := max(localNS-w.sincePrev, 1e6)
-	t := int64(math.Ceil(float64(w.demand+w.demandPrev) * float64(2*intervalNS) / float64(elapsed)))
-	w.demandPrev, w.sincePrev = w.demand, w.since
-	w.demand, w.since = 0, localNS
+// demand of the last two gaps between the current window's calls (at
+// least a millisecond of it). It starts a new gap.
+func (e *approxEntry) target(localNS, intervalNS int64) int64 {
+	elapsed := max(localNS-e.sincePrev, 1e6)
+	t := int64(math.Ceil(float64(e.demand+e.demandPrev) * float64(2*intervalNS) / float64(elapsed)))
+	e.demandPrev, e.sincePrev = e.demand, e.since
+	e.demand, e.since = 0, localNS
 	return t
 }
 
@@ -92,8 +93,11 @@ func (e *approxEntry) roll(num, localNS int64) (dropped int64) {
 	if e.prev.syncedAt != 0 {
 		dropped = e.prev.uncovered() // (never synced: never due to be sent)
 	}
+	if e.cur.num == 0 { // a new entry: its demand starts now
+		e.since, e.sincePrev = localNS, localNS
+	}
 	e.prev = e.cur
-	e.cur = approxWindow{num: num, prevCount: -1, since: localNS, sincePrev: localNS}
+	e.cur = approxWindow{num: num, prevCount: -1}
 	if e.prev.num != num-1 {
 		// Not the window before: its hits still go to Redis, but it
 		// weighs nothing on this one.

@@ -233,3 +233,94 @@ func counterValue(t *testing.T, c prometheus.Counter) float64 {
 	}
 	return m.GetCounter().GetValue()
 }
+
+// TestApproximateLeaseScript: approx.lua's arithmetic, call by call, for
+// two replicas (a and b) of one limit of 100: a lease is capped by what is
+// left divided among the replicas (at least what an ask needs, never past
+// what is left); reported hits come out of the lease first, the rest are
+// added; the unused part of a lease goes back; a counter reset takes its
+// leases with it.
+func TestApproximateLeaseScript(t *testing.T) {
+	ctx := context.Background()
+	rdb := newRedisClient(t, 0)
+	a, b := New(rdb, Options{}), New(rdb, Options{})
+	t.Cleanup(a.Close)
+	t.Cleanup(b.Close)
+	req := algorithms.Request{Key: algorithms.Key{Scope: uniqueScope(t), Identifier: "u"}, Unindexed: true,
+		Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 100, Window: time.Hour, Accuracy: algorithms.Approximate}}
+	num := time.Now().UnixMicro() / time.Hour.Microseconds()
+	e := &approxEntry{req: req}
+	call := func(s *Store, hits, target, need int64) [2]int64 {
+		t.Helper()
+		s.approx.replicas.Store(2)
+		s.approx.settled.Store(true)
+		ops := []approxOp{{e: e, num: num, hits: hits, target: target, need: need, ttlMS: 60_000,
+			key: s.windowKey(&req, num*time.Hour.Microseconds()), leaseKey: s.leaseKey(&req, num)}}
+		res, err := s.syncer.call(ctx, s.single, ops, []int{0})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return [2]int64{res[2], res[3]} // the counter, the lease
+	}
+	steps := []struct {
+		name               string
+		s                  *Store
+		hits, target, need int64
+		want               [2]int64
+	}{
+		{"a wants 80: capped at half of 100", a, 0, 80, 0, [2]int64{50, 50}},
+		{"a spent 30 of it and wants 10: 10 go back", a, 30, 10, 0, [2]int64{40, 10}},
+		{"a spent 15 (10 leased, 5 blind) and wants 100: half of 55", a, 15, 100, 0, [2]int64{73, 28}},
+		{"b wants 100: half of the 27 left", b, 0, 100, 0, [2]int64{87, 14}},
+		{"b spent its 14 and asks, needing 20: all 13 left", b, 14, 20, 20, [2]int64{100, 13}},
+		{"a spent its 28 and asks with nothing left: nothing", a, 28, 20, 1, [2]int64{100, 0}},
+		{"b leaves, 3 of its 13 spent: 10 go back", b, 3, 0, 0, [2]int64{90, 0}},
+		{"a wants 50: half of the 10 left", a, 0, 50, 0, [2]int64{95, 5}},
+	}
+	for _, st := range steps {
+		if got := call(st.s, st.hits, st.target, st.need); got != st.want {
+			t.Fatalf("%s: counter, lease = %v, want %v", st.name, got, st.want)
+		}
+	}
+	// A reset: the counter gone, a's lease is gone with it; what b
+	// reports next is added.
+	if err := rdb.Del(ctx, a.windowKey(&req, num*time.Hour.Microseconds())).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := call(b, 5, 0, 0), [2]int64{5, 0}; got != want {
+		t.Errorf("b reports 5 after a reset: counter, lease = %v, want %v", got, want)
+	}
+	if n := rdb.HLen(ctx, a.leaseKey(&req, num)).Val(); n != 0 {
+		t.Errorf("after the reset the lease hash has %d fields, want 0", n)
+	}
+
+	// A sliding window: what is left is the limit less the previous
+	// window's count, weighted by how much of it still overlaps (all of
+	// it at the window's start, none once the window is over).
+	sliding := req
+	sliding.Limit.Algorithm = algorithms.SlidingWindow
+	wUS := time.Hour.Microseconds()
+	for _, tc := range []struct {
+		name string
+		num  int64
+		want int64
+	}{
+		{"at its start", num + 1, 20}, // (a window Redis's clock has not reached: elapsed 0)
+		{"once over", num - 1, 50},
+	} {
+		prev := a.windowKey(&sliding, (tc.num-1)*wUS)
+		if err := rdb.Set(ctx, prev, 60, time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+		ops := []approxOp{{e: &approxEntry{req: sliding}, num: tc.num, target: 100, ttlMS: 60_000,
+			key: a.windowKey(&sliding, tc.num*wUS), prevKey: prev, leaseKey: a.leaseKey(&sliding, tc.num)}}
+		res, err := a.syncer.call(ctx, a.single, ops, []int{0})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := res[3]; got != tc.want || res[4] != 60 {
+			t.Errorf("sliding, previous window 60 of 100, %s: lease %d (previous %d), want %d (60)", tc.name, got, res[4], tc.want)
+		}
+		rdb.Del(ctx, prev, ops[0].key, ops[0].leaseKey)
+	}
+}

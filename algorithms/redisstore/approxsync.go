@@ -200,7 +200,7 @@ func (y *approxSyncer) take(e *approxEntry, w *approxWindow, nowUS, localNS, nee
 	wUS := l.Window.Microseconds()
 	op := approxOp{e: e, num: w.num, hits: w.pending, need: need, covered: min(w.pending, max(0, w.held-w.inflight))}
 	if w == &e.cur {
-		op.target = w.target(localNS, y.t.interval.Nanoseconds())
+		op.target = e.target(localNS, y.t.interval.Nanoseconds())
 		if y.stopping.Load() {
 			op.target = 0 // leaving: no lease past what an ask needs
 		}
@@ -252,7 +252,7 @@ func (t *approxTable) due(w *approxWindow, e *approxEntry, final bool) bool {
 		return true
 	}
 	if w.pending == 0 {
-		return !final && w == &e.cur && w.syncedAt != 0 && w.demand > 0
+		return !final && w == &e.cur && w.syncedAt != 0 && e.demand > 0
 	}
 	return 2*w.pending >= t.blind(e.req.Limit.Limit)
 }
