@@ -24,8 +24,9 @@ import (
 
 // Approximate limits through the built binary: replicas on a real Redis
 // (and a Redis Cluster) keep one limit within 1 % on uneven traffic, Redis
-// stopped and started again loses no admitted hit, and a replica killed
-// with kill -9 loses none (its unspent lease lapses with the window).
+// stopped and started again loses no admitted hit, a replica killed
+// with kill -9 loses none (its unspent lease lapses with the window), and
+// a key below its limit is never refused, however fast its hits come.
 // approxband_test.go measures the band at every rate.
 
 const approxDescriptors = `domain: approx
@@ -331,4 +332,62 @@ func TestApproximateKillLosesNothing(t *testing.T) {
 	if leased < 0 || leased > 1000 {
 		t.Errorf("%d admitted, %d in Redis: want every admitted hit in Redis, and at most 1,000 more (its lease: ~200)", admitted.Load(), inRedis)
 	}
+}
+
+// TestApproximateNoFalseRefusals: a key whose hits stay below its limit is
+// never refused, however fast they come: half the limit (1,000 of 2,000 a
+// minute) at once across 2 replicas, fixed and sliding windows, all
+// admitted — on replicas just started (the first burst: exact until they
+// know the replica count) and on settled ones (a fresh key: the leases
+// grow with the burst, and a replica whose lease is spent asks Redis).
+func TestApproximateNoFalseRefusals(t *testing.T) {
+	srv := redistest.Start(t)
+	_, clients := approxReplicas(t, srv.URL(), 2, "APPROXIMATE_SYNC_INTERVAL=100ms")
+	for round, value := range []string{"fresh", "settled"} {
+		if round == 1 {
+			time.Sleep(time.Second) // the replicas have synced and count each other
+		}
+		for _, key := range []string{"user", "sliding"} {
+			began := time.Now()
+			admitted, err := burstOf(clients, key, value, 1000, 32)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%s %s: %d of 1000 admitted in %s", value, key, admitted, time.Since(began))
+			if admitted != 1000 {
+				t.Errorf("%s %s: %d of 1000 admitted (half the limit), want all", value, key, admitted)
+			}
+		}
+	}
+}
+
+// burstOf makes n calls of key=value as fast as the clients answer,
+// through workers goroutines on each, and returns how many were admitted.
+func burstOf(clients []rlsv3.RateLimitServiceClient, key, value string, n int64, workers int) (int64, error) {
+	var calls, admitted atomic.Int64
+	var failed atomic.Value
+	var wg sync.WaitGroup
+	for _, c := range clients {
+		for range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for calls.Add(1) <= n {
+					ok, err := approxCall(c, key, value)
+					if err != nil {
+						failed.Store(err)
+						return
+					}
+					if ok {
+						admitted.Add(1)
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	if err, ok := failed.Load().(error); ok {
+		return admitted.Load(), err
+	}
+	return admitted.Load(), nil
 }
