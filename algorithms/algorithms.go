@@ -137,12 +137,13 @@ const (
 	// Exact decides every request on the shared count: no replica admits
 	// past the limit. With Redis, every decision waits on it.
 	Exact Accuracy = ""
-	// Approximate decides from memory and never waits on Redis: each
-	// replica decides on the shared count it last read plus its own hits
-	// since, spends at most its share of what is left until its next sync,
-	// and syncs its hits in the background (the Redis store; the memory
-	// store, one process, decides it exactly). The error is bounded:
-	// docs/algorithms.md. Fixed and sliding windows only.
+	// Approximate decides from memory within a lease of the limit each
+	// replica takes from Redis (Redis never grants past the limit what the
+	// replicas admitted and hold), reports its hits and resizes its lease
+	// in the background, and asks Redis at once when its lease runs out
+	// (the Redis store; the memory store, one process, decides it
+	// exactly). The error is bounded: docs/algorithms.md. Fixed and
+	// sliding windows only.
 	Approximate Accuracy = "approximate"
 )
 

@@ -11,32 +11,35 @@ import (
 	"github.com/throttle-rl/throttle/algorithms"
 )
 
-// Approximate limits (algorithms.Approximate): decisions from memory, one
-// global limit kept through batched Redis syncs.
+// Approximate limits (algorithms.Approximate): decisions from memory
+// within a lease of the limit taken from Redis, one global limit kept.
 //
-// Each replica keeps, per approximate limit and window, the shared count it
-// last read from Redis (global), the hits it admitted since and has not sent
-// (pending), and those a sync has on its way (inflight). A request is
-// decided on global + pending + inflight, by the algorithm's arithmetic, and
-// within a budget: the most this replica may have admitted without Redis
-// having seen it. The syncer (approxsync.go) sends pending hits every
-// interval, reads the totals back, and sets each budget to this replica's
-// share of what is left: (limit − global) / replicas, where replicas is how
-// many replicas decide approximate limits (they count themselves in Redis).
-// So every replica spends at most its share of what is left until its next
-// sync, and the sum of the shares is what is left: over-admission does not
-// grow with replicas × interval. What remains of it comes from the shares
-// being read at different moments (at most what the others synced within
-// the last interval, divided among the replicas) and from replicas that
-// decide a window without having synced it: a blind budget of limit /
-// (blindParts × replicas) each. docs/algorithms.md has the bound and the
-// measurements.
+// Redis holds, per approximate limit and window, a counter of what every
+// replica admitted plus every replica's lease not yet spent, and never
+// grants a lease past the limit (approx.lua). Each replica keeps, per
+// window, the counter it last read (global), its lease (held), and the
+// hits it admitted since its last call (pending, and inflight while the
+// call is out). A request is admitted from memory while the lease covers
+// it (approxdecide.go); past it the replica asks Redis at once, one round
+// trip its concurrent callers share (approxask.go), and refuses only when
+// Redis has nothing left to grant. Every interval the syncer
+// (approxsync.go) reports each busy window's hits and resizes its lease to
+// about two intervals of this replica's own demand, capped by what is left
+// divided among the replicas (they count themselves in a registry,
+// approxregistry.go), so an idle replica holds nothing and the unused part
+// goes back. A window no answer has covered yet (a new key) has a blind
+// budget of limit / (blindParts × replicas), so distinct keys far below
+// their limit cost Redis nothing: over all replicas less than 1 % of the
+// limit, the most that can be admitted past it. docs/algorithms.md has the
+// bound and the measurements.
 
-// blindParts bounds what a replica admits on a window it has not synced
-// (a new key, or Redis unreachable for two intervals): limit / (blindParts
-// × replicas). A window is sent once half of that is pending, so a key far
-// below its limit (a new identifier each request) costs Redis nothing.
-const blindParts = 64
+// blindParts bounds what a replica admits on a window no answer has
+// covered (a new key, or Redis not answering): limit / (blindParts ×
+// replicas), 0 when that is below 1 (then its first hit asks). A window is
+// sent once half of that is pending, so a key far below its limit (a new
+// identifier each request) costs Redis nothing. Over all replicas the
+// blind budgets are below limit / blindParts: under 1 %.
+const blindParts = 128
 
 // approxShards is the number of locks of the table.
 const approxShards = 64
@@ -45,7 +48,7 @@ const approxShards = 64
 const DefaultApproximateInterval = 100 * time.Millisecond
 
 // DefaultApproximateMaxKeys bounds the table: the approximate limits a
-// replica holds at once (about 200 bytes each, with its key).
+// replica holds at once (about 350 bytes each, with its key).
 const DefaultApproximateMaxKeys = 1 << 20
 
 // approxTable is this replica's view of the approximate limits it decides.
@@ -55,9 +58,14 @@ type approxTable struct {
 	interval time.Duration
 	maxKeys  int // per lock
 	// replicas is how many replicas decide approximate limits, as the
-	// registry last said; 0 until it has (taken as 1). rank is this
-	// replica's place among them, 0..replicas-1.
-	replicas, rank atomic.Int64
+	// registry last said; 0 until it has: approximate limits are then
+	// decided exactly. settled: the registry was read an interval after
+	// this replica joined it, so the others count it too; until then
+	// windows have no blind budget (their first hit asks).
+	replicas atomic.Int64
+	settled  atomic.Bool
+	// asks counts the asks by result; nil in table-only tests.
+	asks *approxAskCounters
 	// clock keeps the best sample of Redis's clock; offsetUS is its offset.
 	clock redisClock
 	// offsetUS is Redis's clock minus the local one, from the syncs'
@@ -156,8 +164,18 @@ func (t *approxTable) nowUS() (local time.Time, us int64) {
 	return local, local.UnixMicro() + t.offsetUS.Load()
 }
 
-// n is the replica count the shares divide by.
+// n is the replica count the blind budgets divide by.
 func (t *approxTable) n() int64 { return max(1, t.replicas.Load()) }
+
+// shares is how many shares a lease is capped to one of: the replica
+// count, one more until it has settled (replicas that started together
+// may not all have joined the registry yet: none takes more than half).
+func (t *approxTable) shares() int64 {
+	if !t.settled.Load() {
+		return t.n() + 1
+	}
+	return t.n()
+}
 
 // sample notes Redis's time t, asked between sent and got.
 func (t *approxTable) sample(sent, got, at time.Time) {
@@ -185,86 +203,33 @@ func (t *approxTable) unsent() int64 {
 	for i := range t.shards {
 		sh := &t.shards[i]
 		sh.mu.Lock()
-		sh.each(func(e *approxEntry) {
-			n += e.cur.pending + e.cur.inflight + e.prev.pending + e.prev.inflight
-		})
+		sh.each(func(e *approxEntry) { n += e.cur.unsent() + e.prev.unsent() })
 		sh.mu.Unlock()
 	}
 	return n
 }
 
-// blind is a window's budget before it has synced: limit / (blindParts ×
-// replicas), at least 1.
+// blind is a window's budget before an answer has covered it: limit /
+// (blindParts × replicas), rounded down; 0 until the replica count has
+// settled.
 func (t *approxTable) blind(limit int64) int64 {
-	return max(1, limit/(blindParts*t.n()))
+	if !t.settled.Load() {
+		return 0
+	}
+	return limit / (blindParts * t.n())
 }
 
-// allowance is how much of w may be unsent at localNS: the budget of its
-// last sync while that is fresh (within two intervals), else the blind
-// budget (a window whose budget ran out sends nothing, so it is not synced
-// again until it has spent some of that).
-func (t *approxTable) allowance(w *approxWindow, limit, localNS int64) int64 {
-	if w.syncedAt != 0 && localNS-w.syncedAt <= 2*t.interval.Nanoseconds() {
-		return w.budget
+// extra is what w may admit past its lease: its blind budget while no
+// answer covers it (never answered, or its ask got no answer, or offline:
+// the caller cannot wait for one); else nothing.
+func (t *approxTable) extra(w *approxWindow, limit int64, offline bool) int64 {
+	if w.syncedAt == 0 || offline || w.askFailed {
+		return t.blind(limit)
 	}
-	return t.blind(limit)
+	return 0
 }
 
-// decide decides r (approximate, valid) into d and counts it locally when it
-// is within its limit and this replica's budget. It reports false when the
-// table is full and r must be decided exactly.
-func (t *approxTable) decide(r *algorithms.Request, d *algorithms.Decision) bool {
-	local, nowUS := t.nowUS()
-	return t.decideAt(r, d, local, nowUS)
-}
-
-// decideAt is decide at local time local, Redis's nowUS (a batch reads the
-// clock once).
-func (t *approxTable) decideAt(r *algorithms.Request, d *algorithms.Decision, local time.Time, nowUS int64) bool {
-	h, sh := t.hash(r)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	e := sh.find(h, r)
-	if e == nil {
-		if sh.n >= t.maxKeys && !sh.evict(nowUS) {
-			return false
-		}
-		e = &approxEntry{req: algorithms.Request{Key: r.Key, Limit: r.Limit, Unindexed: r.Unindexed}}
-		sh.add(h, e)
-	}
-	wUS := r.Limit.Window.Microseconds()
-	t.dropped.Add(e.roll(nowUS / wUS))
-	if e.prev.pending > 0 {
-		sh.enqueue(e) // the window before is sent as soon as it is over
-	}
-	w := &e.cur
-	f := algorithms.Found{Count: w.global + w.pending + w.inflight, Prev: e.prevView()}
-	algorithms.Decide(r, &f, nowUS, d)
-	unsent := w.pending + w.inflight
-	allow := t.allowance(w, r.Limit.Limit, local.UnixNano())
-	switch {
-	case !d.Counted:
-		// A read, or over the limit: what this replica would admit now.
-		d.Remaining = max(0, min(d.Remaining, allow-unsent))
-	case unsent+r.Hits > allow && !r.AlwaysCount:
-		// Within the limit as far as this replica knows, but over its
-		// share: refused until the next sync brings a new one.
-		d.Allowed, d.Counted = false, false
-		d.Remaining = max(0, allow-unsent)
-		d.RetryAfter = min(t.interval, d.ResetAfter)
-	default:
-		w.pending += r.Hits
-		d.Remaining = max(0, min(d.Remaining, allow-unsent-r.Hits))
-	}
-	// Due now, or refused and due once the replica count grew (which
-	// shrinks the blind budget): queued either way.
-	if t.due(w, e, false) {
-		sh.enqueue(e)
-	}
-	return true
-}
-
-// undo takes back hits that decide counted for r at at (its all-or-nothing
+// undo takes back hits that decideIn counted for r at at (its all-or-nothing
 // group was void), and reports whether the table holds r: false when it
 // did not decide r (it was full, and Redis decided).
 func (t *approxTable) undo(r *algorithms.Request, at time.Time) bool {
@@ -348,4 +313,18 @@ func (t *approxTable) forgetRequest(r *algorithms.Request) {
 	sh.mu.Lock()
 	sh.drop(h, func(e *approxEntry) bool { return e.is(r) })
 	sh.mu.Unlock()
+}
+
+// leased is how much of their leases the windows hold unspent.
+func (t *approxTable) leased() int64 {
+	var n int64
+	for i := range t.shards {
+		sh := &t.shards[i]
+		sh.mu.Lock()
+		sh.each(func(e *approxEntry) {
+			n += max(0, e.cur.held-e.cur.unsent()) + max(0, e.prev.held-e.prev.unsent())
+		})
+		sh.mu.Unlock()
+	}
+	return n
 }

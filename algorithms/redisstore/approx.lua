@@ -1,16 +1,24 @@
--- The sync of approximate limits (approxsync.go): adds to each window's
--- counter the hits one replica admitted since its last sync, and returns the
--- totals, so the replica sees every replica's hits.
--- KEYS: the counters, each followed by its previous window's counter when
--- that is asked for, and by its identifier's index when it has one (a REST
--- limit, which Reset finds through it); on a Cluster only the first key is
+-- The call of approximate limits (approxsync.go, approxask.go): one
+-- replica reports the hits it admitted in each window since its last call,
+-- and takes a new lease of it. A window's counter holds what every replica
+-- admitted plus every replica's lease not yet spent, never more than the
+-- limit by a lease; its lease hash holds each replica's lease. A report's
+-- hits come out of the replica's lease first (already counted), the rest
+-- are added; then the replica's lease becomes its target, capped by what is
+-- left divided among the replicas (at least what an ask needs), never past
+-- what is left: the unused part of the old lease goes back.
+-- KEYS per counter: the counter; its previous window's counter (a sliding
+-- window); its lease hash; its identifier's index when it has one (a REST
+-- limit, which Reset finds through it). On a Cluster only the first key is
 -- declared (to route the call) and all of them are in ARGV.
 -- ARGV[1]: "" when the keys are KEYS, else how many keys follow in ARGV.
--- Then per counter: the hits, the TTL in ms of a counter this call makes,
--- "1" when its previous counter follows it, and its member in the index
--- ("" for none).
--- Reply: Redis TIME (s, µs), then per counter: its total, and the previous
--- counter's (-1 when not asked).
+-- Then: the replica's id, how many replicas there are. Then per counter:
+-- the hits, the TTL in ms of the keys this call makes, the limit, the
+-- window in µs for a sliding window ("0": a fixed one, no previous
+-- counter), the window's number, the target lease, the least lease an ask
+-- needs, and its member in the index ("" for none).
+-- Reply: Redis TIME (s, µs), then per counter: its count after the call,
+-- the replica's lease, and the previous counter's count (-1: none).
 local keys = KEYS
 local at = 2
 if ARGV[1] ~= '' then
@@ -19,30 +27,63 @@ if ARGV[1] ~= '' then
   for i = 1, n do keys[i] = ARGV[1 + i] end
   at = 2 + n
 end
+local id, replicas = ARGV[at], tonumber(ARGV[at + 1])
 local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local out = {tonumber(t[1]), tonumber(t[2])}
 local k = 1
-for i = at, #ARGV, 4 do
-  local hits = tonumber(ARGV[i])
-  local total = redis.call('INCRBY', keys[k], hits)
-  if total == hits then
-    redis.call('PEXPIRE', keys[k], ARGV[i + 1])
-  end
+for i = at + 2, #ARGV, 8 do
+  local hits, ttl, limit = tonumber(ARGV[i]), ARGV[i + 1], tonumber(ARGV[i + 2])
+  local window, num = tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4])
+  local target, need, member = tonumber(ARGV[i + 5]), tonumber(ARGV[i + 6]), ARGV[i + 7]
+  local key = keys[k]
   k = k + 1
-  local prev = -1
-  if ARGV[i + 2] == '1' then
+  local prev, weight = -1, 0
+  if window > 0 then
     prev = tonumber(redis.call('GET', keys[k]) or '0')
     k = k + 1
+    local elapsed = math.min(math.max(now - num * window, 0), window)
+    weight = math.ceil(prev * (window - elapsed) / window)
   end
-  if ARGV[i + 3] ~= '' then
-    local ttl = tonumber(ARGV[i + 1])
-    redis.call('SADD', keys[k], ARGV[i + 3])
-    if redis.call('PTTL', keys[k]) < ttl then
+  local lease = keys[k]
+  k = k + 1
+  local before = redis.call('GET', key)
+  local existed, held = before ~= false, 0
+  if existed then
+    held = tonumber(redis.call('HGET', lease, id) or '0')
+  else
+    redis.call('DEL', lease) -- a counter reset or expired: its leases are gone
+  end
+  before = tonumber(before or '0')
+  local covered = math.min(hits, held)
+  held = held - covered
+  local count = before + hits - covered
+  local room = limit - weight - count + held -- what this replica may hold
+  local grant = math.min(target, math.max(math.ceil(room / replicas), need), room)
+  grant = math.max(grant, 0)
+  count = math.max(count - held + grant, 0)
+  if count ~= before then
+    if not existed then
+      redis.call('SET', key, count, 'PX', ttl)
+    else
+      redis.call('INCRBY', key, count - before)
+    end
+  end
+  if grant > 0 then
+    redis.call('HSET', lease, id, grant)
+    redis.call('PEXPIRE', lease, ttl)
+  elseif held + covered > 0 then
+    redis.call('HDEL', lease, id)
+  end
+  if member ~= '' then
+    redis.call('SADD', keys[k], member)
+    if redis.call('PTTL', keys[k]) < tonumber(ttl) then
       redis.call('PEXPIRE', keys[k], ttl)
     end
     k = k + 1
   end
-  out[#out + 1] = total
+  out[#out + 1] = count
+  out[#out + 1] = grant
   out[#out + 1] = prev
 end
 return out

@@ -140,11 +140,13 @@ func redisCount(rdb redis.UniversalClient, s *Store, req *algorithms.Request, st
 }
 
 // TestApproximateReset: an approximate limit of a REST rule (indexed) is in
-// its identifier's index once synced, so Reset deletes it in Redis and in
-// the table; Clear too.
+// its identifier's index once synced, so Reset deletes it in Redis (its
+// counter and its leases) and in the table; Clear too. The hits counted
+// after either are all Redis counts once drained.
 func TestApproximateReset(t *testing.T) {
 	ctx := context.Background()
-	s := New(newRedisClient(t, 0), Options{ApproximateInterval: 10 * time.Millisecond})
+	rdb := newRedisClient(t, 0)
+	s := New(rdb, Options{ApproximateInterval: 10 * time.Millisecond})
 	defer s.Close()
 	req := algorithms.Request{Key: algorithms.Key{Scope: uniqueScope(t), Identifier: "u", Name: "rule"}, Hits: 1,
 		Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 640, Window: time.Hour, Accuracy: algorithms.Approximate}}
@@ -158,30 +160,74 @@ func TestApproximateReset(t *testing.T) {
 		}
 		return ds[0]
 	}
-	for range 8 { // past half the blind budget (640 / 64 / 2 = 5): sent
+	waitSettled(t, s)
+	num := time.Now().UnixMicro() / time.Hour.Microseconds()
+	keys := []string{s.windowKey(&req, num*time.Hour.Microseconds()), s.leaseKey(&req, num)}
+	for range 8 { // past the blind budget (640 / 128 = 5): a lease
 		check(1)
 	}
-	time.Sleep(100 * time.Millisecond)
-	if d := check(0); d.Remaining == 640 {
-		t.Fatalf("after 8 hits: %+v", d)
+	if n := rdb.Exists(ctx, keys...).Val(); n != 2 {
+		t.Fatalf("after 8 hits, %d of the counter and the lease hash exist, want 2", n)
 	}
 	n, err := s.Reset(ctx, req.Key.Scope, req.Key.Identifier, "")
 	if err != nil || n != 1 {
 		t.Fatalf("Reset = %d, %v; want 1 limit reset", n, err)
 	}
-	if d := check(0); d.Remaining != 10 { // a fresh window's blind budget: 640 / 64
-		t.Errorf("after Reset: remaining %d, want 10 (nothing counted; the blind budget of a new window)", d.Remaining)
+	if n := rdb.Exists(ctx, keys...).Val(); n != 0 {
+		t.Errorf("after Reset, %d of the counter and the lease hash exist, want 0", n)
+	}
+	if d := check(0); d.Remaining != 640 {
+		t.Errorf("after Reset: remaining %d, want 640 (nothing counted)", d.Remaining)
 	}
 	for range 8 {
 		check(1)
 	}
-	time.Sleep(100 * time.Millisecond)
 	if n, err := s.Clear(ctx, []algorithms.Request{req}); err != nil || n != 1 {
 		t.Fatalf("Clear = %d, %v; want 1", n, err)
 	}
-	if d := check(0); d.Remaining != 10 {
-		t.Errorf("after Clear: remaining %d, want 10", d.Remaining)
+	if n := rdb.Exists(ctx, keys...).Val(); n != 0 {
+		t.Errorf("after Clear, %d of the counter and the lease hash exist, want 0", n)
 	}
+	if d := check(0); d.Remaining != 640 {
+		t.Errorf("after Clear: remaining %d, want 640", d.Remaining)
+	}
+	for range 3 {
+		check(1)
+	}
+	if err := s.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := redisCount(rdb, s, &req, num*time.Hour.Microseconds()); err != nil || c != 3 {
+		t.Errorf("drained after Clear and 3 hits: Redis counts %d (%v), want 3", c, err)
+	}
+}
+
+// waitSettled waits until s's replica count has settled (its blind
+// budgets are on), deciding an approximate request to start its syncer.
+func waitSettled(t *testing.T, s *Store) {
+	t.Helper()
+	r := algorithms.Request{Key: algorithms.Key{Scope: uniqueScope(t), Identifier: "settle"}, Unindexed: true,
+		Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 1, Window: time.Hour, Accuracy: algorithms.Approximate}}
+	if _, err := s.Check(context.Background(), []algorithms.Request{r}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); !s.approx.settled.Load(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the replica count has not settled in 10 s")
+		}
+	}
+}
+
+// decideLocal decides r from tb alone, as a replica that cannot ask
+// Redis, and queues its entry when due.
+func decideLocal(tb *approxTable, r *algorithms.Request, d *algorithms.Decision) {
+	local, nowUS := tb.nowUS()
+	h, sh := tb.hash(r)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := tb.entryAt(sh, h, r, nowUS, local.UnixNano())
+	tb.decideIn(e, r, d, nowUS, true, false, false)
+	tb.queueDue(sh, e)
 }
 
 // TestApproximateQueuesWhatBecomesDue: a window whose pending hits were not
@@ -190,15 +236,16 @@ func TestApproximateReset(t *testing.T) {
 // decision, even a refused one, queues it for the sync, and so does a
 // sweep without any decision.
 func TestApproximateQueuesWhatBecomesDue(t *testing.T) {
-	l := algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 1920, Window: time.Hour, Accuracy: algorithms.Approximate}
+	l := algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 3840, Window: time.Hour, Accuracy: algorithms.Approximate}
 	for _, via := range []string{"decision", "sweep"} {
 		t.Run(via, func(t *testing.T) {
 			tb := newApproxTable(time.Second, 1024, nil)
-			tb.replicas.Store(1) // blind budget 30: due at 15 pending
+			tb.replicas.Store(1) // blind budget 3840 / 128 = 30: due at 15 pending
+			tb.settled.Store(true)
 			r := algorithms.Request{Key: algorithms.Key{Scope: "s", Identifier: "u"}, Limit: l, Hits: 1}
 			var d algorithms.Decision
 			for range 12 {
-				tb.decide(&r, &d)
+				decideLocal(tb, &r, &d)
 			}
 			_, sh := tb.hash(&r)
 			if len(sh.queue) != 0 {
@@ -206,7 +253,7 @@ func TestApproximateQueuesWhatBecomesDue(t *testing.T) {
 			}
 			tb.replicas.Store(3) // blind budget 10: 12 pending is past half of it
 			if via == "decision" {
-				tb.decide(&r, &d)
+				decideLocal(tb, &r, &d)
 				if d.Allowed {
 					t.Errorf("13 unsent hits of a blind budget of 10 admitted: %+v", d)
 				}

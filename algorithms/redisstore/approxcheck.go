@@ -61,8 +61,8 @@ func (s *Store) checkAccuracy(ctx context.Context, reqs []algorithms.Request, ex
 				continue
 			}
 		}
-		if !s.approx.decide(r, &m.out[i]) {
-			s.approxMetrics.overflow.Inc()
+		local, nowUS := s.approx.nowUS()
+		if !s.approxDecide(ctx, r, &m.out[i], local, nowUS) {
 			m.exactAt = append(m.exactAt, i)
 			continue
 		}
@@ -97,13 +97,13 @@ func approximate(r *algorithms.Request) bool {
 }
 
 // decideApprox decides a batch of approximate requests alone, none tied,
-// from the table (by exact where the table is full, one at a time).
+// from the table (by exact where the table is full or the replica count is
+// not known yet, one at a time).
 func (s *Store) decideApprox(ctx context.Context, reqs []algorithms.Request, exact exactCheck) ([]algorithms.Decision, error) {
 	out := make([]algorithms.Decision, len(reqs))
 	local, nowUS := s.approx.nowUS()
 	for i := range reqs {
-		if !s.approx.decideAt(&reqs[i], &out[i], local, nowUS) {
-			s.approxMetrics.overflow.Inc()
+		if !s.approxDecide(ctx, &reqs[i], &out[i], local, nowUS) {
 			ds, err := exact(ctx, withExact(reqs[i:i+1]))
 			if err != nil {
 				return nil, err
@@ -147,7 +147,7 @@ func (m *mixed) decideExact(ctx context.Context, reqs []algorithms.Request, exac
 	peeked := make([]bool, len(sub))
 	for j := range sub {
 		r := &sub[j]
-		r.Limit.Accuracy = algorithms.Exact // the table's overflow
+		r.Limit.Accuracy = algorithms.Exact // the table's overflow, or before the registry was read
 		if m.voided && m.tied && r.AllOrNothing && !r.AlwaysCount {
 			peeked[j], r.Hits = true, 0
 		}

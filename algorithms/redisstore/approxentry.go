@@ -6,8 +6,8 @@ import (
 	"github.com/throttle-rl/throttle/algorithms"
 )
 
-// One approximate limit on one identifier: its windows, and what they
-// hold of the shared count.
+// One approximate limit on one identifier: its windows, what they hold of
+// the shared count, and this replica's lease of it.
 
 // approxEntry is what a replica keeps of one approximate limit: its
 // current window and, until it is sent, the one before.
@@ -16,6 +16,11 @@ type approxEntry struct {
 	cur, prev approxWindow
 	next      *approxEntry // another entry of the same hash
 	queued    bool         // in its shard's queue
+	// demand is the hits asked of this limit here since the current
+	// window's last call (admitted or not), since when (local ns);
+	// demandPrev and sincePrev, the gap before: a lease is about two
+	// intervals of that rate, which carries over into the next window.
+	demand, since, demandPrev, sincePrev int64
 }
 
 // is reports whether e is the entry of r.
@@ -23,23 +28,62 @@ func (e *approxEntry) is(r *algorithms.Request) bool {
 	return e.req.Key == r.Key && e.req.Limit == r.Limit
 }
 
-// approxWindow is one window of an approximate limit.
+// approxWindow is one window of an approximate limit. Redis holds its
+// counter (what every replica admitted, plus every replica's lease not yet
+// spent) and each replica's lease; this replica spends its lease here,
+// and reports what it admitted at its next call (approx.lua).
 type approxWindow struct {
 	num      int64 // the window's number: its start / its length; 0 = none
-	global   int64 // the shared count the last sync read, own synced hits included
-	pending  int64 // hits admitted here and not sent
-	inflight int64 // hits a sync has sent and not heard back about
-	// prevCount is a sliding window's previous window's shared count as
-	// a sync read it; -1 until then.
+	global   int64 // the counter as the last answer read it: admitted + every lease
+	held     int64 // this replica's lease as of the last answer (its own admitted hits since are pending)
+	pending  int64 // hits admitted here and not reported
+	inflight int64 // hits the call in flight reports
+	// prevCount is a sliding window's previous window's counter as an
+	// answer read it; -1 until then.
 	prevCount int64
-	syncedAt  int64 // local Unix ns of the last sync's answer; 0 = never
-	budget    int64 // the most that may be unsent (pending + inflight): set at sync
+	syncedAt  int64 // local Unix ns of the last answer; 0 = never
+	// exhausted: the last answer left nothing of the limit to grant; a
+	// request past the lease is refused here until the next answer.
+	exhausted bool
+	// askFailed: an ask of this window got no answer; until an answer
+	// comes the window is decided from memory (its lease and blind budget).
+	askFailed bool
+	flight    *approxFlight // the call to Redis in flight, nil when none
 }
 
-// roll makes window num the current one: the one before becomes prev
-// (kept until its hits are sent); an older one's unsent hits are given up.
-// It returns the hits given up.
-func (e *approxEntry) roll(num int64) (dropped int64) {
+// approxFlight is a window's call to Redis in flight (a sync's or an
+// ask's): a window has one at a time, so each answer follows the one
+// before; callers that would ask wait for it.
+type approxFlight struct{ done chan struct{} }
+
+// unsent is what this replica admitted in w and has not had answered.
+func (w *approxWindow) unsent() int64 { return w.pending + w.inflight }
+
+// view is w's count as this replica knows it: the last counter read, less
+// this replica's lease, plus what it admitted since (the others' leases
+// count as spent).
+func (w *approxWindow) view() int64 { return max(0, w.global-w.held) + w.unsent() }
+
+// uncovered is what w admitted that no lease Redis knows of covers (blind
+// hits): what is lost when they cannot be sent.
+func (w *approxWindow) uncovered() int64 { return max(0, w.unsent()-w.held) }
+
+// target is the lease to ask for at localNS: about two intervals of the
+// demand of the last two gaps between the current window's calls (at
+// least a millisecond of it). It starts a new gap.
+func (e *approxEntry) target(localNS, intervalNS int64) int64 {
+	elapsed := max(localNS-e.sincePrev, 1e6)
+	t := int64(math.Ceil(float64(e.demand+e.demandPrev) * float64(2*intervalNS) / float64(elapsed)))
+	e.demandPrev, e.sincePrev = e.demand, e.since
+	e.demand, e.since = 0, localNS
+	return t
+}
+
+// roll makes window num the current one at localNS: the one before
+// becomes prev (kept until its hits and lease are sent); an older one's
+// unsent hits are given up. It returns the hits given up (those no lease
+// covers).
+func (e *approxEntry) roll(num, localNS int64) (dropped int64) {
 	if e.cur.num == num {
 		return 0
 	}
@@ -47,7 +91,10 @@ func (e *approxEntry) roll(num int64) (dropped int64) {
 		return 0 // a clock step back: stay in the window we have
 	}
 	if e.prev.syncedAt != 0 {
-		dropped = e.prev.pending // (never synced: never due to be sent)
+		dropped = e.prev.uncovered() // (never synced: never due to be sent)
+	}
+	if e.cur.num == 0 { // a new entry: its demand starts now
+		e.since, e.sincePrev = localNS, localNS
 	}
 	e.prev = e.cur
 	e.cur = approxWindow{num: num, prevCount: -1}
@@ -60,42 +107,46 @@ func (e *approxEntry) roll(num int64) (dropped int64) {
 }
 
 // prevView is a sliding window's previous count as this replica knows it:
-// what a sync read, or at least its own view of that window.
+// what an answer read, or at least its own view of that window.
 func (e *approxEntry) prevView() int64 {
 	if e.prev.num != e.cur.num-1 {
 		return max(0, e.cur.prevCount)
 	}
-	return max(e.cur.prevCount, e.prev.global+e.prev.pending+e.prev.inflight)
+	return max(e.cur.prevCount, e.prev.view())
 }
 
 // over reports whether e's windows are over at nowUS (a sliding window
-// weighs on the next one) with nothing left to send.
+// weighs on the next one) with nothing left to send (a lease of a window
+// that is over lapses with its counter).
 func (e *approxEntry) over(nowUS int64) bool {
+	return e.end(&e.cur) <= nowUS && e.cur.unsent()+e.prev.unsent() == 0 &&
+		e.cur.flight == nil && e.prev.flight == nil
+}
+
+// end is when w's counter expires, in µs: the window's end (a sliding
+// window's, the next one's).
+func (e *approxEntry) end(w *approxWindow) int64 {
 	wUS := e.req.Limit.Window.Microseconds()
-	end := (e.cur.num + 1) * wUS
+	end := (w.num + 1) * wUS
 	if e.req.Limit.Algorithm == algorithms.SlidingWindow {
 		end += wUS
 	}
-	return end <= nowUS && e.cur.pending+e.cur.inflight+e.prev.pending+e.prev.inflight == 0
+	return end
 }
 
-// dropExpired forgets the unsent hits of e's windows whose counters would
-// have expired by nowUS (the window is over; a sliding window's, the next
-// one too), and counts them as given up when they were due: a window below
-// half its blind budget is never sent. sh.mu is held.
+// dropExpired forgets the unsent hits and the lease of e's windows whose
+// counters would have expired by nowUS, and counts the hits as given up
+// when they were due and no lease covered them: a window below half its
+// blind budget is never sent. sh.mu is held.
 func (e *approxEntry) dropExpired(t *approxTable, nowUS int64) {
-	wUS := e.req.Limit.Window.Microseconds()
 	for _, w := range []*approxWindow{&e.prev, &e.cur} {
-		end := (w.num + 1) * wUS
-		if e.req.Limit.Algorithm == algorithms.SlidingWindow {
-			end += wUS
+		if w.num == 0 || w.flight != nil || e.end(w) > nowUS {
+			continue
 		}
-		if w.num != 0 && w.pending > 0 && end <= nowUS {
-			if w.syncedAt != 0 || 2*w.pending >= t.blind(e.req.Limit.Limit) {
-				t.dropped.Add(w.pending)
-			}
-			w.pending = 0
+		if w.pending > 0 && (w.syncedAt != 0 || 2*w.pending >= t.blind(e.req.Limit.Limit)) {
+			t.dropped.Add(w.uncovered())
 		}
+		w.pending, w.held = 0, 0
 	}
 }
 
@@ -110,9 +161,9 @@ func (e *approxEntry) window(num int64) *approxWindow {
 	return nil
 }
 
-// left is what is left of the limit in w at nowUS (µs), as the last sync
-// says: the limit less the window's shared count and, for a sliding
-// window, the previous window's weight.
+// left is what is left of the limit in w at nowUS (µs), neither admitted
+// nor leased, as the last answer says: the limit less the window's
+// counter and, for a sliding window, the previous window's weight.
 func (e *approxEntry) left(w *approxWindow, nowUS int64) int64 {
 	l := &e.req.Limit
 	left := l.Limit - w.global

@@ -13,10 +13,13 @@ type approxMetrics struct {
 	batches   *prometheus.CounterVec // by result: ok, error
 	latency   prometheus.Histogram
 	decisions *prometheus.CounterVec // by accuracy: exact, approximate
-	// exact and approximate are decisions' two counters, resolved once:
-	// a label lookup costs more than an approximate decision.
+	// exact and approximate are decisions' two counters, askCounters the
+	// asks', resolved once: a label lookup costs more than an approximate
+	// decision.
 	exact, approximate prometheus.Counter
+	askCounters        approxAskCounters
 	overflow           prometheus.Counter
+	asks               *prometheus.CounterVec // by result: granted, exhausted, error
 	// funcs read the table at scrape time.
 	funcs []prometheus.Collector
 }
@@ -40,28 +43,49 @@ func newApproxMetrics(t *approxTable) *approxMetrics {
 			Name: "throttle_approximate_overflow_total",
 			Help: "Approximate requests decided exactly (through Redis) because the table of approximate limits was full.",
 		}),
+		asks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "throttle_approximate_asks_total",
+			Help: "Asks of approximate limits: a replica whose lease of a window was spent asked Redis for more at once, by result: granted, exhausted (Redis had less left than the request needed) or error (no answer: decided from memory).",
+		}, []string{"result"}),
 		funcs: []prometheus.Collector{
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "throttle_approximate_pending_hits",
 				Help: "Hits of approximate limits admitted here and not yet in Redis (pending and in flight).",
 			}, func() float64 { return float64(t.unsent()) }),
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "throttle_approximate_leased_hits",
+				Help: "Hits of approximate limits this replica holds leased from Redis and has not spent (Redis counts them as taken until they are spent or go back).",
+			}, func() float64 { return float64(t.leased()) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "throttle_approximate_limits",
 				Help: "Approximate limits (a limit on an identifier) this replica holds.",
 			}, func() float64 { return float64(t.size()) }),
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "throttle_approximate_replicas",
-				Help: "Replicas deciding approximate limits, as the registry in Redis last said: the shares of what is left divide by it.",
-			}, func() float64 { return float64(t.n()) }),
+				Help: "Replicas deciding approximate limits, as the registry in Redis last said: leases and blind budgets divide what is left by it. 0 until the count has settled, an interval after this replica joined the registry (before it reads the registry, approximate limits are decided exactly; then, until it settles, a window has no blind budget).",
+			}, func() float64 {
+				if !t.settled.Load() {
+					return 0
+				}
+				return float64(t.replicas.Load())
+			}),
 			prometheus.NewCounterFunc(prometheus.CounterOpts{
 				Name: "throttle_approximate_dropped_hits_total",
 				Help: "Hits of approximate limits given up: Redis could not be told before their window was over.",
 			}, func() float64 { return float64(t.dropped.Load()) }),
 		},
 	}
+	m.resolve()
+	t.asks = &m.askCounters
+	return m
+}
+
+// resolve resolves the labels of the counters used on every decision
+// or ask.
+func (m *approxMetrics) resolve() {
 	m.exact = m.decisions.WithLabelValues("exact")
 	m.approximate = m.decisions.WithLabelValues("approximate")
-	return m
+	m.askCounters = approxAskCounters{m.asks.WithLabelValues("granted"), m.asks.WithLabelValues("exhausted"), m.asks.WithLabelValues("error")}
 }
 
 // observe notes one sync call.
@@ -78,16 +102,16 @@ func (m *approxMetrics) observe(d time.Duration, err error) {
 // (the per-second Redis, REDIS_PERSECOND) adds to the first's counters;
 // the gauges, which read one table, stay the first store's.
 func (m *approxMetrics) register(reg prometheus.Registerer) error {
-	var errs [4]error
+	var errs [5]error
 	m.batches, errs[0] = register(reg, m.batches)
 	m.latency, errs[1] = register(reg, m.latency)
 	m.decisions, errs[2] = register(reg, m.decisions)
 	m.overflow, errs[3] = register(reg, m.overflow)
+	m.asks, errs[4] = register(reg, m.asks)
 	if err := errors.Join(errs[:]...); err != nil {
 		return fmt.Errorf("register approximate metrics: %w", err)
 	}
-	m.exact = m.decisions.WithLabelValues("exact")
-	m.approximate = m.decisions.WithLabelValues("approximate")
+	m.resolve() // (the table's asks point at askCounters, updated in place)
 	for _, c := range m.funcs {
 		var are prometheus.AlreadyRegisteredError
 		if err := reg.Register(c); err != nil && !errors.As(err, &are) {

@@ -7,7 +7,10 @@ import (
 )
 
 // register notes this replica in the registry (or takes it out) and reads
-// the replica count and this replica's rank.
+// the replica count. The count settles once a read was sent an interval
+// after this replica joined: replicas that started together count each
+// other by then, so their blind budgets add up to less than limit /
+// blindParts.
 func (y *approxSyncer) register(ctx context.Context, leave bool) error {
 	sh := y.s.single
 	if y.s.cluster != nil {
@@ -22,16 +25,20 @@ func (y *approxSyncer) register(ctx context.Context, leave bool) error {
 	if leave {
 		flag = "1"
 	}
+	sent := time.Now()
 	res, err := y.reg.Run(ctx, sh.client, []string{y.regKey}, y.id, ttl, flag).Int64Slice()
 	if err != nil {
 		return fmt.Errorf("redis: approximate registry: %w", err)
 	}
-	if len(res) != 2 {
-		return fmt.Errorf("redis: approximate registry: %d values in the reply, want 2", len(res))
+	if len(res) != 1 {
+		return fmt.Errorf("redis: approximate registry: %d values in the reply, want 1", len(res))
 	}
 	if !leave {
-		y.t.replicas.Store(res[0])
-		y.t.rank.Store(res[1])
+		y.joined.CompareAndSwap(0, sent.UnixNano())
+		y.t.replicas.Store(max(1, res[0]))
+		if sent.UnixNano()-y.joined.Load() >= y.t.interval.Nanoseconds() {
+			y.t.settled.Store(true)
+		}
 	}
 	return nil
 }

@@ -6,8 +6,6 @@ import (
 	_ "embed"
 	"encoding/hex"
 	"errors"
-	"fmt"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,16 +28,19 @@ const approxBatch = 512
 // sweepParts is how many rounds a sweep of the whole table takes.
 const sweepParts = 8
 
-// The syncer of approximate limits. Every interval it sends each window's
-// pending hits to its Redis master (one script call per master, per 512
-// counters), reads the totals back, and sets the window's new budget;
-// beside it, it notes this replica in the registry and reads the replica
-// count. A window is sent when it has pending hits and has synced before,
-// or once half its blind budget is pending (so a key far below its limit
-// is never sent), and always at the last flush. A window's hits that could
-// not be sent before its counter would have expired are given up
-// (counted). The syncer starts with the first approximate decision and
-// stops with Drain or Close.
+// The syncer of approximate limits. Every interval it calls each busy
+// window's Redis master (one script call per master, per 512 counters):
+// it reports the hits admitted since the window's last call and resizes
+// its lease to about two intervals of this replica's demand (the unused
+// part goes back; a window of a replica gone idle holds nothing); beside
+// it, it notes this replica in the registry and reads the replica count.
+// A window is sent when it holds a lease, or has pending hits and has had
+// an answer before, or once half its blind budget is pending (so a key far
+// below its limit is never sent), or when requests it refused want more,
+// and always at the last flush. A window's hits that could not be sent
+// before its counter would have expired are given up (counted, those no
+// lease covered). The syncer starts with the first approximate decision
+// and stops with Drain or Close.
 type approxSyncer struct {
 	s       *Store
 	t       *approxTable
@@ -56,6 +57,12 @@ type approxSyncer struct {
 	// nextSweep is the next lock sweepShards sweeps; the loop's alone.
 	nextSweep int
 	metrics   *approxMetrics
+	// joined is when this replica first noted itself in the registry
+	// (Unix ns; 0: not yet).
+	joined atomic.Int64
+	// stopping: Drain has begun; leases go back and asks take only what
+	// they need.
+	stopping atomic.Bool
 }
 
 func newApproxSyncer(s *Store, t *approxTable, m *approxMetrics) *approxSyncer {
@@ -112,6 +119,7 @@ func (y *approxSyncer) drain(ctx context.Context) error {
 	var err error
 	y.stopped.Do(func() {
 		y.start.Do(func() {}) // from now on ensure starts nothing
+		y.stopping.Store(true)
 		close(y.stop)
 		if !y.started.Load() {
 			return
@@ -121,22 +129,6 @@ func (y *approxSyncer) drain(ctx context.Context) error {
 		y.register(ctx, true)
 	})
 	return err
-}
-
-// approxOp is one window's hits on their way to Redis.
-type approxOp struct {
-	e        *approxEntry
-	num      int64 // the window
-	hits     int64
-	key      string // its counter
-	ttlMS    int64
-	prevKey  string // a sliding window's previous counter, when its count is asked for
-	index    string // the identifier's index, for an indexed request; member, its member there
-	member   string
-	sh       *shard
-	total    int64
-	prev     int64
-	answered bool
 }
 
 // syncOnce runs one round: the registry, then every due window, each
@@ -160,25 +152,26 @@ func (y *approxSyncer) syncOnce(ctx context.Context, final bool) error {
 		i++
 	}
 	wg.Wait()
-	y.apply(ops)
+	y.apply(ops, false)
 	return errors.Join(append(errs, regErr)...)
 }
 
 // collect moves every due window's pending hits in flight and returns them.
 func (y *approxSyncer) collect(final bool) []approxOp {
 	var ops []approxOp
-	_, nowUS := y.t.nowUS()
+	local, nowUS := y.t.nowUS()
+	localNS := local.UnixNano()
 	for i := range y.t.shards {
 		sh := &y.t.shards[i]
 		sh.mu.Lock()
 		if final {
-			sh.each(func(e *approxEntry) { ops = y.take(e, nowUS, true, ops) })
+			sh.each(func(e *approxEntry) { ops = y.takeDue(e, nowUS, localNS, true, ops) })
 		} else {
 			q := sh.queue
 			sh.queue = nil
 			for _, e := range q {
 				e.queued = false
-				ops = y.take(e, nowUS, false, ops)
+				ops = y.takeDue(e, nowUS, localNS, false, ops)
 			}
 		}
 		sh.mu.Unlock()
@@ -186,34 +179,51 @@ func (y *approxSyncer) collect(final bool) []approxOp {
 	return ops
 }
 
-// take moves e's due windows' pending hits in flight and appends their ops
-// to ops. Its shard's lock is held.
-func (y *approxSyncer) take(e *approxEntry, nowUS int64, final bool, ops []approxOp) []approxOp {
-	l := &e.req.Limit
-	wUS := l.Window.Microseconds()
+// takeDue appends to ops the calls of e's due windows. Its shard's lock
+// is held.
+func (y *approxSyncer) takeDue(e *approxEntry, nowUS, localNS int64, final bool, ops []approxOp) []approxOp {
 	e.dropExpired(y.t, nowUS)
 	for _, w := range []*approxWindow{&e.prev, &e.cur} {
-		if !y.t.due(w, e, final) {
-			continue
+		if y.t.due(w, e, final) {
+			ops = append(ops, y.take(e, w, nowUS, localNS, 0))
 		}
-		op := approxOp{e: e, num: w.num, hits: w.pending}
-		op.key = y.s.windowKey(&e.req, w.num*wUS)
-		op.ttlMS = ((w.num+1)*wUS-nowUS)/1000 + min(expiryMargin, l.Window).Milliseconds()
-		if l.Algorithm == algorithms.SlidingWindow {
-			op.ttlMS += l.Window.Milliseconds()
-			if w == &e.cur && w.prevCount < 0 {
-				op.prevKey = y.s.windowKey(&e.req, (w.num-1)*wUS)
-			}
-		}
-		if !e.req.Unindexed {
-			op.index = y.s.indexKey(e.req.Key.Scope, e.req.Key.Identifier)
-			op.member = algorithms.StateName(&e.req)
-		}
-		w.inflight += w.pending
-		w.pending = 0
-		ops = append(ops, op)
 	}
 	return ops
+}
+
+// take starts the call of w, a window of e, at nowUS (localNS): its
+// pending hits go in flight, and its target lease is two intervals of its
+// demand, at least need (an ask's hits), or nothing for a window that is
+// over or the last flush. Its shard's lock is held.
+func (y *approxSyncer) take(e *approxEntry, w *approxWindow, nowUS, localNS, need int64) approxOp {
+	l := &e.req.Limit
+	wUS := l.Window.Microseconds()
+	op := approxOp{e: e, num: w.num, hits: w.pending, need: need, covered: min(w.pending, max(0, w.held-w.inflight))}
+	if w == &e.cur {
+		op.target = e.target(localNS, y.t.interval.Nanoseconds())
+		if y.stopping.Load() {
+			op.target = 0 // leaving: no lease past what an ask needs
+		}
+		op.target = max(op.target, need)
+	} else {
+		op.need = 0 // over: its lease goes back
+	}
+	op.key = y.s.windowKey(&e.req, w.num*wUS)
+	op.leaseKey = y.s.leaseKey(&e.req, w.num)
+	op.ttlMS = ((w.num+1)*wUS-nowUS)/1000 + min(expiryMargin, l.Window).Milliseconds()
+	if l.Algorithm == algorithms.SlidingWindow {
+		op.ttlMS += l.Window.Milliseconds()
+		op.prevKey = y.s.windowKey(&e.req, (w.num-1)*wUS)
+	}
+	if !e.req.Unindexed {
+		op.index = y.s.indexKey(e.req.Key.Scope, e.req.Key.Identifier)
+		op.member = algorithms.StateName(&e.req)
+	}
+	w.inflight += w.pending
+	w.pending = 0
+	w.flight = &approxFlight{done: make(chan struct{})}
+	op.flight = w.flight
+	return op
 }
 
 // sweepShards sweeps approxShards/sweepParts of the table's locks, the next
@@ -229,129 +239,20 @@ func (y *approxSyncer) sweepShards() {
 	}
 }
 
-// due reports whether w is sent in this round: it has pending hits, and it
-// has synced before, or half its blind budget is pending, or it is the
-// previous window, or this is the last flush.
+// due reports whether w is sent in this round: no call of it is in
+// flight, and it holds a lease (to resize, or to give back), or it has
+// pending hits and has had an answer before, or half its blind budget is
+// pending, or it is the previous window, or this is the last flush; or
+// requests it refused since its last answer want a lease.
 func (t *approxTable) due(w *approxWindow, e *approxEntry, final bool) bool {
-	if w.num == 0 || w.pending == 0 {
+	if w.num == 0 || w.flight != nil {
 		return false
 	}
-	return final || w == &e.prev || w.syncedAt != 0 || 2*w.pending >= t.blind(e.req.Limit.Limit)
-}
-
-// byShard groups ops by the Redis master of their keys.
-func (y *approxSyncer) byShard(ctx context.Context, ops []approxOp) map[*shard][]int {
-	out := map[*shard][]int{}
-	if y.s.cluster != nil {
-		y.s.cluster.ready(ctx)
+	if w.held > 0 || (w.pending > 0 && (final || w == &e.prev || w.syncedAt != 0)) {
+		return true
 	}
-	for i := range ops {
-		sh := y.s.single
-		if y.s.cluster != nil {
-			sh = y.s.cluster.shardOf(y.s.indexKey(ops[i].e.req.Key.Scope, ops[i].e.req.Key.Identifier))
-		}
-		ops[i].sh = sh
-		out[sh] = append(out[sh], i)
+	if w.pending == 0 {
+		return !final && w == &e.cur && w.syncedAt != 0 && e.demand > 0
 	}
-	return out
-}
-
-// send runs the sync script on sh for the ops at positions at, in calls
-// of up to approxBatch counters, and notes the answers in the ops.
-func (y *approxSyncer) send(ctx context.Context, sh *shard, ops []approxOp, at []int) error {
-	if sh == nil {
-		return fmt.Errorf("redis: approximate sync: %w", errNoMaster)
-	}
-	if sh.client == nil { // slots no master serves: down like a dead one
-		sh.approxFailed(time.Now())
-		return fmt.Errorf("redis: approximate sync: %w", errNoMaster)
-	}
-	for len(at) > 0 {
-		part := at[:min(len(at), approxBatch)]
-		at = at[len(part):]
-		sent := time.Now()
-		res, err := y.call(ctx, sh, ops, part)
-		got := time.Now()
-		y.metrics.observe(got.Sub(sent), err)
-		if err != nil {
-			sh.approxFailed(got)
-			return fmt.Errorf("redis: approximate sync: %w", err)
-		}
-		sh.approxAnswered(got)
-		if len(res) != 2+2*len(part) {
-			return fmt.Errorf("redis: approximate sync: %d values in the reply, want %d", len(res), 2+2*len(part))
-		}
-		if !y.t.fixedNow {
-			y.t.sample(sent, got, time.Unix(res[0], res[1]*1000))
-		}
-		for j, i := range part {
-			ops[i].total, ops[i].prev, ops[i].answered = res[2+2*j], res[3+2*j], true
-		}
-	}
-	return nil
-}
-
-// call is one script call for the ops at positions part.
-func (y *approxSyncer) call(ctx context.Context, sh *shard, ops []approxOp, part []int) ([]int64, error) {
-	keys := make([]string, 0, len(part))
-	args := make([]any, 0, 1+4*len(part))
-	args = append(args, "")
-	for _, i := range part {
-		op := &ops[i]
-		keys = append(keys, op.key)
-		prev := "0"
-		if op.prevKey != "" {
-			keys = append(keys, op.prevKey)
-			prev = "1"
-		}
-		if op.index != "" {
-			keys = append(keys, op.index)
-		}
-		args = append(args, strconv.FormatInt(op.hits, 10), strconv.FormatInt(max(op.ttlMS, 1), 10), prev, op.member)
-	}
-	if y.s.cluster != nil {
-		// Only the first key routes the call; the others ride in ARGV.
-		head := make([]any, 0, 1+len(keys)+len(args))
-		head = append(head, strconv.Itoa(len(keys)))
-		for _, k := range keys {
-			head = append(head, k)
-		}
-		args = append(head, args[1:]...)
-		keys = keys[:1]
-	}
-	return y.sync.Run(ctx, sh.client, keys, args...).Int64Slice()
-}
-
-// apply notes each op's answer in its window: the shared total, a sliding
-// window's previous count, and the new budget, this replica's share of
-// what is left; an op not answered puts its hits back to pending.
-func (y *approxSyncer) apply(ops []approxOp) {
-	local, nowUS := y.t.nowUS()
-	n, rank := y.t.n(), min(y.t.rank.Load(), y.t.n()-1)
-	for i := range ops {
-		op := &ops[i]
-		_, sh := y.t.hash(&op.e.req)
-		sh.mu.Lock()
-		if e := op.e; e != nil {
-			w := e.window(op.num)
-			switch {
-			case w == nil && !op.answered:
-				y.t.dropped.Add(op.hits) // its window is gone: given up
-			case w == nil: // rolled past meanwhile; the hits are in Redis
-			case !op.answered:
-				w.inflight -= op.hits
-				w.pending += op.hits
-				sh.enqueue(e)
-			default:
-				w.inflight -= op.hits
-				w.global = op.total
-				if op.prev >= 0 {
-					w.prevCount = op.prev
-				}
-				w.syncedAt = local.UnixNano()
-				w.budget = max(0, (e.left(w, nowUS)+rank)/n)
-			}
-		}
-		sh.mu.Unlock()
-	}
+	return 2*w.pending >= t.blind(e.req.Limit.Limit)
 }

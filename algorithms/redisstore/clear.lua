@@ -24,7 +24,9 @@ while pos <= #blob do
     -- A window's counters: the current one, and for the sliding window
     -- the one before (a fixed window never reads it).
     local num = (now - now % window) / window
-    n = redis.call("DEL", key .. ":" .. string.format("%d", num), key .. ":" .. string.format("%d", num - 1))
+    local cur, prev = key .. ":" .. string.format("%d", num), key .. ":" .. string.format("%d", num - 1)
+    n = redis.call("DEL", cur, prev)
+    redis.call("DEL", cur .. ":l", prev .. ":l") -- an approximate limit's leases
   else
     n = redis.call("DEL", key)
   end

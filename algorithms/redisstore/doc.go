@@ -14,8 +14,10 @@
 //     all-or-nothing group the other voided had counted (refundAt).
 //  3. guard.go: Guard.Check validates the batch; approxcheck.go sends its
 //     approximate requests (algorithms.Approximate) to the table of
-//     approx.go, which decides them from memory (by the failure policy when
-//     their master's syncs have failed for a while), and the rest on to
+//     approx.go, which decides them from memory within this replica's
+//     lease (approxdecide.go), asking Redis at once when the lease runs out
+//     (approxask.go; by the failure policy when their master's syncs have
+//     failed for a while), and the rest on to
 //     Redis: Guard.checkExact takes the call's budget
 //     from the caller's deadline and, per master, asks its circuit breaker
 //     (breaker.go) whether to call Redis or to answer by the failure policy
@@ -47,9 +49,10 @@
 //     group another master voided is refunded (refundVoided); Clear and
 //     Reset (store.go) delete state.
 //
-// Apart from these stages, approxsync.go's syncer sends the approximate
-// limits' hits to each master every interval and reads back the totals and
-// how many replicas share them (approx.lua, approx_replicas.lua); and
+// Apart from these stages, approxsync.go's syncer reports the approximate
+// limits' hits to each master every interval and resizes this replica's
+// leases (approxcall.go, approx.lua), and reads how many replicas share
+// them (approxregistry.go, approx_replicas.lua); and
 // readiness: ready.go's Store.Ready asks each
 // master itself whether it answers, through no breaker and counting nothing.
 //

@@ -53,3 +53,12 @@ func (s *Store) windowKey(r *algorithms.Request, nowUS int64) string {
 	b := append(s.appendStateKey(buf[:0], r), ':')
 	return string(strconv.AppendInt(b, nowUS/r.Limit.Window.Microseconds(), 10))
 }
+
+// leaseKey is the hash of the replicas' leases of r's window num, an
+// approximate limit's (approx.lua): its counter's key and ":l".
+func (s *Store) leaseKey(r *algorithms.Request, num int64) string {
+	var buf [160]byte
+	b := append(s.appendStateKey(buf[:0], r), ':')
+	b = strconv.AppendInt(b, num, 10)
+	return string(append(b, ":l"...))
+}

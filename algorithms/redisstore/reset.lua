@@ -22,7 +22,9 @@ for _, m in ipairs(members) do
     local n
     if window then
       local num = (now - now % window) / window
-      n = redis.call("DEL", prefix .. m .. ":" .. num, prefix .. m .. ":" .. (num - 1))
+      local cur, prev = prefix .. m .. ":" .. num, prefix .. m .. ":" .. (num - 1)
+      n = redis.call("DEL", cur, prev)
+      redis.call("DEL", cur .. ":l", prev .. ":l") -- an approximate limit's leases
     else
       n = redis.call("DEL", prefix .. m)
     end

@@ -1,0 +1,126 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/throttle-rl/throttle/algorithms"
+)
+
+// The ask: a replica whose lease of a window is spent asks Redis at once
+// for more — one call of approx.lua for that window, which reports what
+// it admitted and takes a new lease — rather than refuse what Redis would
+// admit. The callers of one window share the call: a window has one call
+// in flight at a time (an ask's or a sync's), and a caller that finds one
+// waits for its answer and decides again.
+
+// maxAsks bounds the asks of one request. A request asks again when the
+// lease an answer brought was spent by the other callers before its turn
+// and Redis had more left: near the limit, where a lease is what is left
+// divided among the replicas, callers of a busy replica may need a few
+// rounds (each round admits some of them).
+const maxAsks = 16
+
+// approxAskCounters counts the asks by result.
+type approxAskCounters struct {
+	granted, exhausted, failed prometheus.Counter
+}
+
+// approxDecide decides r (approximate, valid) into d from the table,
+// asking Redis when the lease is spent, and reports false when r must be
+// decided exactly: the table is full (throttle_approximate_overflow_total),
+// or the registry has not been read (a replica decides approximately only
+// once it knows how many replicas share a limit).
+func (s *Store) approxDecide(ctx context.Context, r *algorithms.Request, d *algorithms.Decision, local time.Time, nowUS int64) bool {
+	t := s.approx
+	if t.replicas.Load() == 0 {
+		return false
+	}
+	h, sh := t.hash(r)
+	sh.mu.Lock()
+	offline := false
+	for asks := 0; ; asks++ {
+		e := t.entryAt(sh, h, r, nowUS, local.UnixNano())
+		if e == nil {
+			sh.mu.Unlock()
+			s.approxMetrics.overflow.Inc()
+			return false
+		}
+		w := &e.cur
+		if t.decideIn(e, r, d, nowUS, asks == 0, asks < maxAsks, offline) == decided {
+			t.queueDue(sh, e)
+			sh.mu.Unlock()
+			return true
+		}
+		f, lead := w.flight, w.flight == nil
+		var op approxOp
+		if lead {
+			op = s.syncer.take(e, w, nowUS, local.UnixNano(), r.Hits)
+			f = w.flight
+		}
+		sh.mu.Unlock()
+		if lead {
+			s.syncer.ask(ctx, &op)
+		} else {
+			select {
+			case <-f.done:
+			case <-ctx.Done():
+				offline = true // the caller cannot wait: from memory
+			}
+		}
+		local, nowUS = t.nowUS()
+		sh.mu.Lock()
+	}
+}
+
+// ask runs op, one window's call, on its master within the caller's
+// deadline (less the margin to answer by), and notes the answer; when
+// none comes, the window is decided from memory until the next answer.
+// An ask does not mark its master failing: only the syncer does.
+func (y *approxSyncer) ask(ctx context.Context, op *approxOp) {
+	ctx, cancel := askContext(ctx, y.callTimeout())
+	defer cancel()
+	ops := []approxOp{*op}
+	var err error
+	sh := y.s.shardOfRequest(&op.e.req)
+	switch {
+	case sh == nil || sh.client == nil:
+		err = errNoMaster
+	case sh.syncFailing.Load() != 0:
+		err = fmt.Errorf("its syncs fail: %w", errNoMaster)
+	default:
+		sent := time.Now()
+		var res []int64
+		res, err = y.call(ctx, sh, ops, []int{0})
+		if err == nil {
+			err = y.note(ops, []int{0}, res, sent, time.Now())
+		}
+		if err == nil {
+			sh.answered.Store(time.Now().UnixNano())
+		}
+	}
+	y.apply(ops, true)
+	if c := y.t.asks; c != nil {
+		switch {
+		case err != nil:
+			c.failed.Inc()
+		case ops[0].held >= op.need:
+			c.granted.Inc()
+		default:
+			c.exhausted.Inc()
+		}
+	}
+}
+
+// askContext bounds an ask by bound and by the caller's deadline less the
+// margin the caller needs to answer (Guard.budget's).
+func askContext(ctx context.Context, bound time.Duration) (context.Context, context.CancelFunc) {
+	if dl, ok := ctx.Deadline(); ok {
+		left := time.Until(dl)
+		bound = min(bound, left-DeadlineMargin(left))
+	}
+	return context.WithTimeout(ctx, bound)
+}

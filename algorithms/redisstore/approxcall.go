@@ -1,0 +1,176 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// One call of approx.lua: the ops of one master's windows, their
+// arguments, and their answers noted in the table.
+
+// approxOp is one window's call on its way to Redis.
+type approxOp struct {
+	e        *approxEntry
+	num      int64 // the window
+	hits     int64 // admitted since the window's last call
+	target   int64 // the lease asked for
+	need     int64 // the least lease an ask needs (0: a sync)
+	key      string
+	prevKey  string // a sliding window's previous counter ("" for a fixed one)
+	leaseKey string
+	ttlMS    int64
+	index    string // the identifier's index, for an indexed request; member, its member there
+	member   string
+	covered  int64 // of hits, those the lease covered when the call began
+	flight   *approxFlight
+	sh       *shard
+	total    int64 // the answer: the counter, the lease, the previous counter
+	held     int64
+	prev     int64
+	answered bool
+}
+
+// byShard groups ops by the Redis master of their keys.
+func (y *approxSyncer) byShard(ctx context.Context, ops []approxOp) map[*shard][]int {
+	out := map[*shard][]int{}
+	if y.s.cluster != nil {
+		y.s.cluster.ready(ctx)
+	}
+	for i := range ops {
+		sh := y.s.single
+		if y.s.cluster != nil {
+			sh = y.s.cluster.shardOf(y.s.indexKey(ops[i].e.req.Key.Scope, ops[i].e.req.Key.Identifier))
+		}
+		ops[i].sh = sh
+		out[sh] = append(out[sh], i)
+	}
+	return out
+}
+
+// send runs the sync script on sh for the ops at positions at, in calls
+// of up to approxBatch counters, and notes the answers in the ops.
+func (y *approxSyncer) send(ctx context.Context, sh *shard, ops []approxOp, at []int) error {
+	if sh == nil {
+		return fmt.Errorf("redis: approximate sync: %w", errNoMaster)
+	}
+	if sh.client == nil { // slots no master serves: down like a dead one
+		sh.approxFailed(time.Now())
+		return fmt.Errorf("redis: approximate sync: %w", errNoMaster)
+	}
+	for len(at) > 0 {
+		part := at[:min(len(at), approxBatch)]
+		at = at[len(part):]
+		sent := time.Now()
+		res, err := y.call(ctx, sh, ops, part)
+		got := time.Now()
+		y.metrics.observe(got.Sub(sent), err)
+		if err != nil {
+			sh.approxFailed(got)
+			return fmt.Errorf("redis: approximate sync: %w", err)
+		}
+		sh.approxAnswered(got)
+		if err := y.note(ops, part, res, sent, got); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// note notes in the ops at positions part the reply res of their call,
+// sent and answered at those local times.
+func (y *approxSyncer) note(ops []approxOp, part []int, res []int64, sent, got time.Time) error {
+	if len(res) != 2+3*len(part) {
+		return fmt.Errorf("redis: approximate sync: %d values in the reply, want %d", len(res), 2+3*len(part))
+	}
+	if !y.t.fixedNow {
+		y.t.sample(sent, got, time.Unix(res[0], res[1]*1000))
+	}
+	for j, i := range part {
+		v := res[2+3*j:]
+		ops[i].total, ops[i].held, ops[i].prev, ops[i].answered = v[0], v[1], v[2], true
+	}
+	return nil
+}
+
+// call is one script call for the ops at positions part.
+func (y *approxSyncer) call(ctx context.Context, sh *shard, ops []approxOp, part []int) ([]int64, error) {
+	keys := make([]string, 0, 3*len(part))
+	args := make([]any, 0, 3+8*len(part))
+	args = append(args, "", y.id, strconv.FormatInt(y.t.shares(), 10))
+	for _, i := range part {
+		op := &ops[i]
+		keys = append(keys, op.key)
+		window := "0"
+		if op.prevKey != "" {
+			keys = append(keys, op.prevKey)
+			window = strconv.FormatInt(op.e.req.Limit.Window.Microseconds(), 10)
+		}
+		keys = append(keys, op.leaseKey)
+		if op.index != "" {
+			keys = append(keys, op.index)
+		}
+		args = append(args, strconv.FormatInt(op.hits, 10), strconv.FormatInt(max(op.ttlMS, 1), 10),
+			strconv.FormatInt(op.e.req.Limit.Limit, 10), window, strconv.FormatInt(op.num, 10),
+			strconv.FormatInt(op.target, 10), strconv.FormatInt(op.need, 10), op.member)
+	}
+	if y.s.cluster != nil {
+		// Only the first key routes the call; the others ride in ARGV.
+		head := make([]any, 0, 1+len(keys)+len(args))
+		head = append(head, strconv.Itoa(len(keys)))
+		for _, k := range keys {
+			head = append(head, k)
+		}
+		args = append(head, args[1:]...)
+		keys = keys[:1]
+	}
+	return y.sync.Run(ctx, sh.client, keys, args...).Int64Slice()
+}
+
+// apply notes each op's answer in its window (approxTable.answer) and
+// ends its flight; an op not answered puts its hits back to pending, and
+// when it was an ask (asked), the window is decided from memory until an
+// answer comes.
+func (y *approxSyncer) apply(ops []approxOp, asked bool) {
+	local, nowUS := y.t.nowUS()
+	for i := range ops {
+		op := &ops[i]
+		_, sh := y.t.hash(&op.e.req)
+		sh.mu.Lock()
+		e := op.e
+		w := e.window(op.num)
+		switch {
+		case w == nil && !op.answered:
+			y.t.dropped.Add(op.hits - op.covered) // its window is gone: given up
+		case w == nil: // rolled past meanwhile; the hits are in Redis
+		case !op.answered:
+			w.inflight -= op.hits
+			w.pending += op.hits
+			w.askFailed = w.askFailed || asked
+			sh.enqueue(e)
+		default:
+			w.inflight -= op.hits
+			y.t.answer(e, w, op, local.UnixNano(), nowUS)
+		}
+		if w != nil && w.flight == op.flight {
+			w.flight = nil
+		}
+		close(op.flight.done)
+		y.t.queueDue(sh, e)
+		sh.mu.Unlock()
+	}
+}
+
+// answer notes in w, a window of e, the answer to op at localNS (nowUS):
+// the counter, this replica's lease, a sliding window's previous count,
+// and whether anything is left to grant. sh.mu is held.
+func (t *approxTable) answer(e *approxEntry, w *approxWindow, op *approxOp, localNS, nowUS int64) {
+	w.global, w.held = op.total, op.held
+	if op.prev >= 0 && w == &e.cur {
+		w.prevCount = op.prev
+	}
+	w.syncedAt = localNS
+	w.askFailed = false
+	w.exhausted = e.left(w, nowUS) < 1
+}

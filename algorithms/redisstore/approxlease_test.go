@@ -1,0 +1,326 @@
+package redisstore
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/throttle-rl/throttle/algorithms"
+	"github.com/throttle-rl/throttle/internal/testkit/redistest"
+)
+
+// Leases under bursts: replicas started together right before a burst
+// offered as fast as they answer admit the limit, not more than the blind
+// budgets past it, and Redis never holds more than the limit admitted and
+// leased; half the limit in a moment across two replicas is all admitted.
+
+// burst sends req through the stores as fast as they answer:
+// weights[i % len(weights)] callers on store i, until calls are sent in
+// all, and for at least d. It returns how many were admitted, and the most
+// the window's counter held while it ran (sampled on rdb).
+func burst(t *testing.T, stores []*Store, weights []int, req algorithms.Request, calls int, d time.Duration, rdb redis.UniversalClient, key string) (admitted, most int64) {
+	t.Helper()
+	end := time.Now().Add(d)
+	var sent, ok atomic.Int64
+	var failed atomic.Value
+	var wg sync.WaitGroup
+	for i, s := range stores {
+		for range weights[i%len(weights)] {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for sent.Add(1) <= int64(calls) || time.Now().Before(end) {
+					ds, err := s.Check(context.Background(), []algorithms.Request{req})
+					if err != nil {
+						failed.Store(err)
+						return
+					}
+					if ds[0].Allowed {
+						ok.Add(1)
+					}
+				}
+			}()
+		}
+	}
+	stop := make(chan struct{})
+	sampled := make(chan int64)
+	go func() {
+		var most int64
+		for {
+			if n, err := rdb.Get(context.Background(), key).Int64(); err == nil {
+				most = max(most, n)
+			}
+			select {
+			case <-stop:
+				sampled <- most
+				return
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}()
+	wg.Wait()
+	close(stop)
+	most = <-sampled
+	if err, isErr := failed.Load().(error); isErr {
+		t.Fatal(err)
+	}
+	return ok.Load(), most
+}
+
+// roomIn waits, when less than need is left of the current window, for the
+// next one to start.
+func roomIn(window, need time.Duration) {
+	now := time.Now()
+	if end := now.Truncate(window).Add(window); end.Sub(now) < need {
+		time.Sleep(time.Until(end) + 10*time.Millisecond)
+	}
+}
+
+// TestApproximateBurst: 1, 3 and 8 replicas started together, the calls
+// split 1:3:5 over them, offered as fast as they answer for four sync
+// intervals (a lease is about two intervals of a replica's rate: a burst
+// that stops sooner leaves leases unspent until they go back at the next
+// sync), on one Redis and a Cluster, fixed and sliding windows, syncing
+// every 100 ms and 500 ms: the window admits the limit within 1 %, never
+// more than the blind budgets (limit / 128) past it; while it runs Redis
+// never counts more than that admitted and leased; drained, it counts
+// exactly what was admitted.
+func TestApproximateBurst(t *testing.T) {
+	const limit = 2000
+	single := func(t *testing.T) redis.UniversalClient { return newRedisClient(t, 0) }
+	cluster := func(t *testing.T) redis.UniversalClient {
+		cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: redistest.StartCluster(t), ContextTimeoutEnabled: true})
+		t.Cleanup(func() { cc.Close() })
+		return cc
+	}
+	cases := []struct {
+		name     string
+		replicas int
+		alg      algorithms.Algorithm
+		interval time.Duration
+		client   func(t *testing.T) redis.UniversalClient
+	}{
+		{"1 replica", 1, algorithms.FixedWindow, 100 * time.Millisecond, single},
+		{"3 replicas", 3, algorithms.FixedWindow, 100 * time.Millisecond, single},
+		{"8 replicas", 8, algorithms.FixedWindow, 100 * time.Millisecond, single},
+		{"3 replicas sliding", 3, algorithms.SlidingWindow, 100 * time.Millisecond, single},
+		{"8 replicas sliding", 8, algorithms.SlidingWindow, 100 * time.Millisecond, single},
+		{"3 replicas 500ms", 3, algorithms.FixedWindow, 500 * time.Millisecond, single},
+		{"8 replicas sliding 500ms", 8, algorithms.SlidingWindow, 500 * time.Millisecond, single},
+		{"3 replicas on a cluster", 3, algorithms.FixedWindow, 100 * time.Millisecond, cluster},
+		{"3 replicas sliding on a cluster 500ms", 3, algorithms.SlidingWindow, 500 * time.Millisecond, cluster},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			rdb := tc.client(t)
+			req := algorithms.Request{Key: algorithms.Key{Scope: uniqueScope(t), Identifier: "hot"}, Hits: 1, Unindexed: true,
+				Limit: algorithms.Limit{Algorithm: tc.alg, Limit: limit, Window: time.Minute, Accuracy: algorithms.Approximate}}
+			roomIn(time.Minute, 20*time.Second)
+			var stores []*Store
+			for range tc.replicas {
+				s := New(rdb, Options{ApproximateInterval: tc.interval})
+				t.Cleanup(s.Close)
+				stores = append(stores, s)
+			}
+			start := time.Now().UnixMicro()
+			key := stores[0].windowKey(&req, start)
+			admitted, most := burst(t, stores, []int{1, 3, 5}, req, 6*limit, 4*tc.interval, rdb, key)
+			for _, s := range stores {
+				if err := s.Drain(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			inRedis, err := rdb.Get(context.Background(), key).Int64()
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("admitted %d of %d (%+.2f %%); Redis counted at most %d while it ran, %d drained", admitted, limit, float64(admitted-limit)*100/limit, most, inRedis)
+			if blind := int64(limit / blindParts); admitted < limit*99/100 || admitted > limit+blind {
+				t.Errorf("admitted %d, want %d..%d (1 %% under, the blind budgets over)", admitted, limit*99/100, limit+blind)
+			}
+			if most > limit+limit/blindParts {
+				t.Errorf("Redis counted %d admitted and leased, over the limit %d by more than the blind budgets", most, limit)
+			}
+			if inRedis != admitted {
+				t.Errorf("drained, Redis counts %d, the replicas admitted %d", inRedis, admitted)
+			}
+		})
+	}
+}
+
+// TestApproximateNoFalseRefusals: a key whose hits stay below its limit is
+// never refused, however fast they come: half the limit at once across 2
+// replicas, each asking Redis as its lease runs out, is all admitted — on
+// replicas just started (exact until they know the replica count, then no
+// blind budget until it settles) and on settled ones.
+func TestApproximateNoFalseRefusals(t *testing.T) {
+	const limit = 2000
+	rdb := newRedisClient(t, 0)
+	for _, settled := range []bool{false, true} {
+		for _, alg := range []algorithms.Algorithm{algorithms.FixedWindow, algorithms.SlidingWindow} {
+			stores := []*Store{New(rdb, Options{}), New(rdb, Options{})}
+			for _, s := range stores {
+				t.Cleanup(s.Close)
+				if settled {
+					waitSettled(t, s)
+				}
+			}
+			req := algorithms.Request{Key: algorithms.Key{Scope: uniqueScope(t), Identifier: "half"}, Hits: 1, Unindexed: true,
+				Limit: algorithms.Limit{Algorithm: alg, Limit: limit, Window: time.Minute, Accuracy: algorithms.Approximate}}
+			roomIn(time.Minute, 10*time.Second)
+			began := time.Now()
+			admitted, _ := burst(t, stores, []int{8}, req, limit/2, 0, rdb, stores[0].windowKey(&req, began.UnixMicro()))
+			t.Logf("settled %v, %s: %d of %d admitted in %s", settled, alg, admitted, limit/2, time.Since(began))
+			if admitted != limit/2 {
+				t.Errorf("settled %v, %s: %d of %d admitted, want all", settled, alg, admitted, limit/2)
+			}
+		}
+	}
+}
+
+// TestApproximateAskShared: callers of one key whose lease is spent share
+// the ask in flight: with Redis paused while it is out, 50 callers who
+// come meanwhile wait for its answer rather than each ask, and all are
+// admitted once it comes.
+func TestApproximateAskShared(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := redistest.NewClient(t, srv.URL())
+	s := New(rdb, Options{})
+	t.Cleanup(s.Close)
+	waitSettled(t, s)
+	req := algorithms.Request{Key: algorithms.Key{Scope: uniqueScope(t), Identifier: "shared"}, Hits: 1, Unindexed: true,
+		Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 100, Window: time.Hour, Accuracy: algorithms.Approximate}}
+	// A limit of 100: no blind budget (100 / 128 < 1), the first hit asks.
+	if err := rdb.Do(context.Background(), "CLIENT", "PAUSE", "300", "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ds, err := s.Check(context.Background(), []algorithms.Request{req})
+			if err == nil && ds[0].Allowed {
+				admitted.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	c := s.approxMetrics.askCounters
+	asks := counterValue(t, c.granted) + counterValue(t, c.exhausted) + counterValue(t, c.failed)
+	t.Logf("50 callers: %d admitted, %v asks", admitted.Load(), asks)
+	if admitted.Load() != 50 {
+		t.Errorf("%d of 50 admitted, want all (100 is the limit)", admitted.Load())
+	}
+	if asks > 5 {
+		t.Errorf("50 callers of one key made %v asks, want them to share (at most 5)", asks)
+	}
+}
+
+// counterValue is c's value.
+func counterValue(t *testing.T, c prometheus.Counter) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
+}
+
+// TestApproximateLeaseScript: approx.lua's arithmetic, call by call, for
+// two replicas (a and b) of one limit of 100: a lease is capped by what is
+// left divided among the replicas (at least what an ask needs, never past
+// what is left); reported hits come out of the lease first, the rest are
+// added; the unused part of a lease goes back; a counter reset takes its
+// leases with it.
+func TestApproximateLeaseScript(t *testing.T) {
+	ctx := context.Background()
+	rdb := newRedisClient(t, 0)
+	a, b := New(rdb, Options{}), New(rdb, Options{})
+	t.Cleanup(a.Close)
+	t.Cleanup(b.Close)
+	req := algorithms.Request{Key: algorithms.Key{Scope: uniqueScope(t), Identifier: "u"}, Unindexed: true,
+		Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 100, Window: time.Hour, Accuracy: algorithms.Approximate}}
+	num := time.Now().UnixMicro() / time.Hour.Microseconds()
+	e := &approxEntry{req: req}
+	call := func(s *Store, hits, target, need int64) [2]int64 {
+		t.Helper()
+		s.approx.replicas.Store(2)
+		s.approx.settled.Store(true)
+		ops := []approxOp{{e: e, num: num, hits: hits, target: target, need: need, ttlMS: 60_000,
+			key: s.windowKey(&req, num*time.Hour.Microseconds()), leaseKey: s.leaseKey(&req, num)}}
+		res, err := s.syncer.call(ctx, s.single, ops, []int{0})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return [2]int64{res[2], res[3]} // the counter, the lease
+	}
+	steps := []struct {
+		name               string
+		s                  *Store
+		hits, target, need int64
+		want               [2]int64
+	}{
+		{"a wants 80: capped at half of 100", a, 0, 80, 0, [2]int64{50, 50}},
+		{"a spent 30 of it and wants 10: 10 go back", a, 30, 10, 0, [2]int64{40, 10}},
+		{"a spent 15 (10 leased, 5 blind) and wants 100: half of 55", a, 15, 100, 0, [2]int64{73, 28}},
+		{"b wants 100: half of the 27 left", b, 0, 100, 0, [2]int64{87, 14}},
+		{"b spent its 14 and asks, needing 20: all 13 left", b, 14, 20, 20, [2]int64{100, 13}},
+		{"a spent its 28 and asks with nothing left: nothing", a, 28, 20, 1, [2]int64{100, 0}},
+		{"b leaves, 3 of its 13 spent: 10 go back", b, 3, 0, 0, [2]int64{90, 0}},
+		{"a wants 50: half of the 10 left", a, 0, 50, 0, [2]int64{95, 5}},
+	}
+	for _, st := range steps {
+		if got := call(st.s, st.hits, st.target, st.need); got != st.want {
+			t.Fatalf("%s: counter, lease = %v, want %v", st.name, got, st.want)
+		}
+	}
+	// A reset: the counter gone, a's lease is gone with it; what b
+	// reports next is added.
+	if err := rdb.Del(ctx, a.windowKey(&req, num*time.Hour.Microseconds())).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := call(b, 5, 0, 0), [2]int64{5, 0}; got != want {
+		t.Errorf("b reports 5 after a reset: counter, lease = %v, want %v", got, want)
+	}
+	if n := rdb.HLen(ctx, a.leaseKey(&req, num)).Val(); n != 0 {
+		t.Errorf("after the reset the lease hash has %d fields, want 0", n)
+	}
+
+	// A sliding window: what is left is the limit less the previous
+	// window's count, weighted by how much of it still overlaps (all of
+	// it at the window's start, none once the window is over).
+	sliding := req
+	sliding.Limit.Algorithm = algorithms.SlidingWindow
+	wUS := time.Hour.Microseconds()
+	for _, tc := range []struct {
+		name string
+		num  int64
+		want int64
+	}{
+		{"at its start", num + 1, 20}, // (a window Redis's clock has not reached: elapsed 0)
+		{"once over", num - 1, 50},
+	} {
+		prev := a.windowKey(&sliding, (tc.num-1)*wUS)
+		if err := rdb.Set(ctx, prev, 60, time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+		ops := []approxOp{{e: &approxEntry{req: sliding}, num: tc.num, target: 100, ttlMS: 60_000,
+			key: a.windowKey(&sliding, tc.num*wUS), prevKey: prev, leaseKey: a.leaseKey(&sliding, tc.num)}}
+		res, err := a.syncer.call(ctx, a.single, ops, []int{0})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := res[3]; got != tc.want || res[4] != 60 {
+			t.Errorf("sliding, previous window 60 of 100, %s: lease %d (previous %d), want %d (60)", tc.name, got, res[4], tc.want)
+		}
+		rdb.Del(ctx, prev, ops[0].key, ops[0].leaseKey)
+	}
+}
