@@ -77,7 +77,7 @@ func handleRegister(db *store.DB, cache *store.Cache, limiter algorithms.Store, 
 		}
 
 		ip := clientIP(r, trusted)
-		dec, err := checkOne(ctx, limiter, algorithms.Request{Key: algorithms.Key{Scope: "_register", Identifier: ip}, Limit: limit, Hits: 1})
+		dec, err := checkOne(ctx, limiter, algorithms.Request{Key: algorithms.Key{Scope: algorithms.RegistrationScope, Identifier: ip}, Limit: limit, Hits: 1})
 		if err != nil {
 			writeError(w, r, err)
 			return
