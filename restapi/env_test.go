@@ -75,6 +75,8 @@ type testEnv struct {
 	limiter algorithms.Store
 	reg     *prometheus.Registry
 	logs    *logbuf.Buffer
+	// adminKey is the handler's operator key (Deps.AdminKey).
+	adminKey string
 }
 
 // newEnv starts the API in backend b; opts may change the Deps first.
@@ -145,6 +147,7 @@ func newEnvAt(t *testing.T, dbURL string, b backend, opts ...func(*Deps)) *testE
 		RegisterLimit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 100_000, Window: time.Hour},
 		Now:           testClock,
 		Idempotency:   idem,
+		AdminKey:      testAdminKey,
 	}
 	for _, o := range opts {
 		o(&d)
@@ -153,7 +156,7 @@ func newEnvAt(t *testing.T, dbURL string, b backend, opts ...func(*Deps)) *testE
 	// Every exchange of the suite must be one the OpenAPI document describes.
 	srv := httptest.NewServer(contract(t).Handler(t, h))
 	t.Cleanup(srv.Close)
-	return &testEnv{srv: srv, handler: h, db: d.DB, cache: d.Cache, usage: d.Usage, limiter: d.Limiter, reg: reg, logs: logs}
+	return &testEnv{srv: srv, handler: h, db: d.DB, cache: d.Cache, usage: d.Usage, limiter: d.Limiter, reg: reg, logs: logs, adminKey: d.AdminKey}
 }
 
 // contract is the validator of the embedded OpenAPI document, loaded once.
@@ -256,13 +259,22 @@ type client struct {
 	Key string
 }
 
+// testAdminKey is the operator key (Deps.AdminKey) of newEnv's handlers.
+const testAdminKey = "restapi-test-operator-key"
+
 // register creates a client named name with extra JSON fields (such as
-// `"default_algorithm":"token_bucket"`).
+// `"default_algorithm":"token_bucket"`); one asking for a domain is
+// registered with the operator key, which grants it (a handler without one
+// must have the domain claimable).
 func (e *testEnv) register(t *testing.T, name string, extra ...string) client {
 	t.Helper()
 	fields := []string{`"name":"` + name + `"`, `"email":"` + name + "-" + testkit.RandomHex(t, 4) + `@example.com"`}
 	fields = append(fields, extra...)
-	r := e.call(t, "POST", "/register", "", "{"+strings.Join(fields, ",")+"}")
+	key := ""
+	if strings.Contains(strings.Join(extra, ","), `"domain"`) {
+		key = e.adminKey
+	}
+	r := e.call(t, "POST", "/register", key, "{"+strings.Join(fields, ",")+"}")
 	if r.status != http.StatusCreated {
 		t.Fatalf("register %s: status %d %s", name, r.status, r.body)
 	}

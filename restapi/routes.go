@@ -24,7 +24,10 @@ func addRoutes(mux *http.ServeMux, d Deps, m *metrics, tr *tracing) {
 	mux.Handle("GET /rlconfig", handleConfigDump(d.ConfigDump))
 	mux.Handle("GET /openapi.json", handleOpenAPI())
 
-	mux.Handle("POST /register", handleRegister(d.DB, d.Cache, d.Limiter, d.RegisterLimit, d.TrustedProxies, d.HeaderSets))
+	mux.Handle("POST /register", handleRegister(registerDeps{
+		DB: d.DB, Cache: d.Cache, Limiter: d.Limiter, Limit: d.RegisterLimit, TrustedProxies: d.TrustedProxies, HeaderSets: d.HeaderSets,
+		Grants: newDomainGrants(d.ClaimableDomains, d.ReservedDomain, d.AdminKey),
+	}))
 	mux.Handle("GET /me", auth(handleMe()))
 
 	once := idempotent(d.Idempotency, d.IdempotencyTTL) // with an Idempotency-Key

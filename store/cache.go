@@ -117,7 +117,9 @@ func newIndex(s Snapshot) *index {
 	}
 	for _, ck := range s.Clients {
 		ix.byKeyHash[ck.KeyHash] = ck
-		ix.byDomain[ck.Client.Domain] = ck.Client
+		if ck.Client.Domain != "" {
+			ix.byDomain[ck.Client.Domain] = ck.Client
+		}
 		ix.byID[ck.Client.ID] = ck.Client
 	}
 	for _, r := range s.Rules { // in creation order within a client
@@ -155,7 +157,8 @@ func (c *Cache) ClientByKeyHash(h [32]byte) (Client, bool) {
 	return ck.Client, true
 }
 
-// ClientByDomain returns the client that owns the Envoy domain.
+// ClientByDomain returns the client that owns the Envoy domain (none owns
+// "").
 func (c *Cache) ClientByDomain(domain string) (Client, bool) {
 	cl, ok := c.load().byDomain[domain]
 	return cl, ok

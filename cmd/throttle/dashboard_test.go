@@ -42,8 +42,11 @@ func TestDashboard(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(descDir, "edge.yaml"), edgeYAML, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	s := throttletest.Start(t, "DESCRIPTORS_DIR="+descDir)
-	code, _, reg := doJSON(t, "POST", s.URL+"/register", "", `{"name":"Edge gateway","email":"edge-ops@example.com","domain":"edge","default_algorithm":"sliding_window"}`)
+	const admin = "dashboard-operator-key"
+	s := throttletest.Start(t, "DESCRIPTORS_DIR="+descDir, "ADMIN_API_KEY="+admin)
+	// The operator grants the shop gateway its domain (the YAML's edge is
+	// the operator's own).
+	code, _, reg := doJSON(t, "POST", s.URL+"/register", admin, `{"name":"Shop gateway","email":"shop-ops@example.com","domain":"shop","default_algorithm":"sliding_window"}`)
 	key, _ := reg["api_key"].(string)
 	if code != 201 || !strings.HasPrefix(key, "thr_") {
 		t.Fatalf("register: %d %v", code, reg)
@@ -118,8 +121,8 @@ func TestDashboard(t *testing.T) {
 	shot("01-login.png")
 	do("sign in", chromedp.Click(chromedp.ID("login-submit")))
 	waitFor("the dashboard", `document.getElementById('app').dataset.state === 'ready'`)
-	if who := eval("client", `document.getElementById('client-name').textContent + ' ' + document.getElementById('client-domain').textContent`); who != "Edge gateway edge" {
-		t.Errorf("signed in as %q, want Edge gateway edge", who)
+	if who := eval("client", `document.getElementById('client-name').textContent + ' ' + document.getElementById('client-domain').textContent`); who != "Shop gateway shop" {
+		t.Errorf("signed in as %q, want Shop gateway shop", who)
 	}
 	// The key is in this tab's session only: not in local storage, cookies or the URL.
 	if got := eval("storage", `[sessionStorage.getItem('throttle.apiKey') === `+strconv.Quote(key)+`, localStorage.length, document.cookie, location.href].join('|')`); got != "true|0||"+s.URL+"/ui/" {
@@ -305,9 +308,10 @@ func TestDashboard(t *testing.T) {
 		t.Errorf("rejected stat = %q, want %d", got, rejected)
 	}
 
-	// The descriptor YAML of the client's domain, loaded.
-	if got := eval("descriptors", `document.getElementById('desc-badge').textContent + '|' + document.querySelector('pre[data-file="edge.yaml"]').textContent`); got != "loaded|"+string(edgeYAML) {
-		t.Errorf("descriptors panel = %q, want loaded and edge.yaml", got)
+	// The descriptor YAML is loaded and does not name the client's domain:
+	// its rules decide it. The YAML itself is the operator's, never shown.
+	if got := eval("descriptors", `document.getElementById('desc-badge').textContent + '|' + document.getElementById('desc-facts').textContent`); !strings.HasPrefix(got, "loaded|DomainshopSourceNo YAML file names this domain: your rules with descriptors apply") || strings.Contains(got, "generic_key") {
+		t.Errorf("descriptors panel = %q, want loaded, shop decided by its rules, no YAML shown", got)
 	}
 	final := shot("04-dashboard.png")
 	if os.Getenv("THROTTLE_UPDATE_SCREENSHOT") == "1" {

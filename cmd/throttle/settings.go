@@ -30,7 +30,7 @@ type setting struct {
 // compares them) all come from here. The rows come in groups, each beside
 // the code it configures; the reference service's settings Throttle has no
 // use for are not rows but referenceSettings entries (reference.go).
-var serveSettings = slices.Concat(coreSettings, redisSettings, listenerSettings, runtimeSettings, tlsSettings, tracingSettings, referenceTracingSettings, xdsSettings, statsSettings)
+var serveSettings = slices.Concat(coreSettings, redisSettings, listenerSettings, runtimeSettings, tlsSettings, tracingSettings, referenceTracingSettings, xdsSettings, statsSettings, tenancySettings)
 
 // coreSettings are the listeners, the backends and the APIs' knobs.
 var coreSettings = []setting{
@@ -59,7 +59,7 @@ var coreSettings = []setting{
 	{"CACHE_REFRESH_INTERVAL", "cache-refresh-interval", "2s", "how often rules, exemptions and keys changed on other replicas are picked up", func(c *config, v string) (err error) { c.CacheRefresh, err = parseDuration(v); return }},
 	{"REGISTER_LIMIT_PER_HOUR", "register-limit-per-hour", "10", "POST /register calls allowed per client IP per hour", func(c *config, v string) (err error) { c.RegisterLimit, err = parseInt64(v); return }},
 	{"SHUTDOWN_TIMEOUT", "shutdown-timeout", "15s", "how long SIGTERM waits for in-flight requests", func(c *config, v string) (err error) { c.ShutdownTimeout, err = parseDuration(v); return }},
-	{"ADMIN_API_KEY", "admin-api-key", "", "operator key (at least 16 characters, not a client's thr_ key) for POST /descriptors/{domain}/counters and …/reset: reads and resets the Envoy counters of any domain, the YAML's included; no other route takes it; empty = no operator access", func(c *config, v string) error { c.AdminKey = v; return nil }},
+	{"ADMIN_API_KEY", "admin-api-key", "", "operator key (at least 16 characters, not a client's thr_ key) for POST /descriptors/{domain}/counters and …/reset, which read and reset the Envoy counters of any domain, the YAML's included, and for POST /register, which then gives the new client the domain it asks for (one the descriptor configuration does not name) and counts no registration limit; no other route takes it; empty = no operator access", func(c *config, v string) error { c.AdminKey = v; return nil }},
 	{"CACHE_KEY_PREFIX", "cache-key-prefix", "", "with REDIS_URL: put before every Redis key, so several deployments share one Redis or Redis Cluster (the reference service's setting); no '{', '}', spaces or control characters, at most 64 bytes", func(c *config, v string) error { c.CacheKeyPrefix = v; return nil }},
 	{"COUNT_REJECTED_HITS", "count-rejected-hits", "false", "count every hit of every descriptor of a gRPC rate-limit request, admitted or not, as the reference service does; by default a rejected request consumes nothing, from any of its descriptors", func(c *config, v string) (err error) { c.CountRejectedHits, err = parseBool(v); return }},
 	{"CORS_ALLOWED_ORIGIN", "cors-allowed-origin", "", "comma-separated origins (https://app.example.com, or *) whose browser pages may call the REST API: preflights answered, rate-limit headers exposed; empty = no cross-origin access", func(c *config, v string) (err error) { c.REST.CORSAllowedOrigins, err = parseOrigins(v); return }},

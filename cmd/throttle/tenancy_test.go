@@ -1,8 +1,14 @@
 package main
 
 import (
+	"encoding/json"
+	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/throttle-rl/throttle/internal/testkit/throttletest"
 )
@@ -71,5 +77,150 @@ func TestCounterScopesApart(t *testing.T) {
 				t.Errorf("A's k=v after B's check: %v, want remaining 1: B's counter is not A's", limits)
 			}
 		})
+	}
+}
+
+// TestDomainsAreTheOperators: a client gets an Envoy domain only when the
+// operator grants it, never one the descriptor configuration names, and
+// loses one the configuration names later, for good. Before, any
+// registration took any unused domain ("edge" of the YAML included, or by
+// its name alone), and a client whose domain's YAML went away decided that
+// domain's Envoy traffic with its own rules.
+func TestDomainsAreTheOperators(t *testing.T) {
+	for name, env := range tenancySetups(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			writeFile(t, filepath.Join(dir, "edge.yaml"), mustRead(t, "testdata/edge.yaml"))
+			s := throttletest.Start(t, append(env, "DESCRIPTORS_DIR="+dir, "DESCRIPTORS_RELOAD_INTERVAL=200ms", "CLAIMABLE_DOMAINS=tenant-*")...)
+			for _, tc := range []struct {
+				what, key, body string
+				status          int
+				code, domain    string
+			}{
+				{"the YAML's domain", "", `{"name":"x","email":"x@example.com","domain":"edge"}`, 409, "DOMAIN_RESERVED", ""},
+				{"the YAML's domain, by the operator", tenancyAdminKey, `{"name":"x","email":"x@example.com","domain":"edge"}`, 409, "DOMAIN_RESERVED", ""},
+				{"an ungranted domain", "", `{"name":"x","email":"x@example.com","domain":"shop"}`, 403, "DOMAIN_NOT_GRANTED", ""},
+				{"with a client's key", "thr_" + strings.Repeat("0", 64), `{"name":"x","email":"x@example.com","domain":"shop"}`, 403, "DOMAIN_NOT_GRANTED", ""},
+				{"a claimable domain", "", `{"name":"x","email":"x@example.com","domain":"tenant-a"}`, 201, "", "tenant-a"},
+				{"a name like the YAML's domain", "", `{"name":"edge","email":"x@example.com"}`, 201, "", ""},
+				{"the operator's grant", tenancyAdminKey, `{"name":"shop","email":"x@example.com","domain":"shop"}`, 201, "", "shop"},
+				{"a granted domain again", tenancyAdminKey, `{"name":"shop","email":"y@example.com","domain":"shop"}`, 409, "CONFLICT", ""},
+			} {
+				status, reply := register(t, s, tc.key, tc.body)
+				if status != tc.status || (tc.code != "" && reply["code"] != tc.code) || (status == 201 && reply["domain"] != tc.domain) {
+					t.Errorf("%s: %d %v, want %d %s domain %q", tc.what, status, reply, tc.status, tc.code, tc.domain)
+				}
+			}
+
+			// The operator grants "shop"; its client limits it with a rule
+			// of 1 a minute. Then the YAML names "shop" too: the client
+			// loses the domain, for good — when the YAML goes, no client
+			// decides "shop" (nothing limits it).
+			shop := mustRegister(t, s, tenancyAdminKey, `{"name":"shop owner","email":"o@example.com","domain":"shop-2"}`)
+			key := shop["api_key"].(string)
+			if status, _, body := doJSON(t, "POST", s.URL+"/rules", key, `{"name":"one","algorithm":"fixed_window","limit":1,"window":60,"descriptors":[{"key":"k"}]}`); status != 201 {
+				t.Fatalf("rule: %d %v", status, body)
+			}
+			rls := rlsClient(t, s)
+			twice := func() string {
+				return outcome(askRLS(t, rls, "shop-2", rlsDesc("k", "v"))) + ", " + outcome(askRLS(t, rls, "shop-2", rlsDesc("k", "v")))
+			}
+			if got := twice(); got != "OK ok:0, OVER_LIMIT over:0" {
+				t.Fatalf("shop-2 twice by its client's rule: %s", got)
+			}
+			shopYAML := filepath.Join(dir, "shop.yaml")
+			writeFile(t, shopYAML, []byte("domain: shop-2\ndescriptors:\n  - key: other\n    rate_limit: {unit: minute, requests_per_unit: 5}\n"))
+			waitUntil(t, "the client to lose shop-2", func() bool {
+				_, _, me := doJSON(t, "GET", s.URL+"/me", key, "")
+				return me["domain"] == ""
+			})
+			if err := os.Remove(shopYAML); err != nil {
+				t.Fatal(err)
+			}
+			waitUntil(t, "shop-2's YAML to go", func() bool { return !strings.Contains(mustGetText(t, s.URL+"/rlconfig"), "shop-2") })
+			if got := twice(); got != "OK ok:0, OK ok:0" {
+				t.Errorf("shop-2 twice once its YAML went: %s, want OK twice (no client decides it)", got)
+			}
+			if !strings.Contains(s.Logs.String(), "lost its Envoy domain") {
+				t.Errorf("the release is not logged:\n%s", s.Logs)
+			}
+		})
+	}
+}
+
+// TestRegisterJSONOnly: POST /register takes JSON only — a form, text or
+// a body without a type is 415, which no web page can make a browser send
+// without a preflight — and an email is no account: two registrations of
+// one email both succeed, so none tells whether an email is registered.
+// Before, a form registered (201) and the second email was a 409 naming it.
+func TestRegisterJSONOnly(t *testing.T) {
+	for name, env := range tenancySetups(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			s := throttletest.Start(t, env...)
+			for _, ct := range []string{"application/x-www-form-urlencoded", "text/plain", "multipart/form-data; boundary=x", ""} {
+				req, _ := http.NewRequest("POST", s.URL+"/register", strings.NewReader(`{"name":"form","email":"form@example.com"}`))
+				if ct != "" {
+					req.Header.Set("Content-Type", ct)
+				}
+				res, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var e map[string]any
+				json.NewDecoder(res.Body).Decode(&e)
+				res.Body.Close()
+				if res.StatusCode != http.StatusUnsupportedMediaType || e["code"] != "UNSUPPORTED_MEDIA_TYPE" {
+					t.Errorf("Content-Type %q: %d %v, want 415 UNSUPPORTED_MEDIA_TYPE", ct, res.StatusCode, e)
+				}
+			}
+			for i := range 2 {
+				status, reply := register(t, s, "", `{"name":"same","email":"same@example.com"}`)
+				if status != http.StatusCreated {
+					t.Errorf("registration %d of one email: %d %v, want 201", i+1, status, reply)
+				}
+			}
+			mustRegister(t, s, tenancyAdminKey, `{"name":"a","email":"secret-a@example.com","domain":"taken"}`)
+			status, reply := register(t, s, tenancyAdminKey, `{"name":"b","email":"b@example.com","domain":"taken"}`)
+			if status != http.StatusConflict || strings.Contains(fmt.Sprint(reply), "secret-a") {
+				t.Errorf("a taken domain: %d %v, want 409 naming no other client's email", status, reply)
+			}
+		})
+	}
+}
+
+// writeFile writes data to path (0644), failing the test on error.
+func writeFile(t *testing.T, path string, data []byte) {
+	t.Helper()
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// mustRead reads path, failing the test on error.
+func mustRead(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// mustGetText GETs url and returns the body.
+func mustGetText(t *testing.T, url string) string {
+	t.Helper()
+	_, _, body := getText(t, url)
+	return body
+}
+
+// waitUntil polls cond every 100ms for up to 15s.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(15 * time.Second); !cond(); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
 	}
 }

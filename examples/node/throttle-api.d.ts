@@ -95,6 +95,46 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/healthcheck": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Health as Envoy's reference service answers it
+         * @description The reference service's health path, which its deployments probe. 200 with the text OK; 500 when HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED is set and no descriptor configuration has loaded, or REDIS_HEALTH_CHECK_ACTIVE_CONNECTION is set and a Redis master does not answer within 500 ms.
+         */
+        get: operations["healthcheck"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/json": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * ShouldRateLimit in JSON, as Envoy's reference service serves it
+         * @description A RateLimitRequest of envoy.service.ratelimit.v3 in protobuf's JSON mapping (as a Lua filter sends it), decided as over gRPC on the domain's descriptors; the reply is the RateLimitResponse in the same mapping, with status 429 when its overall code is OVER_LIMIT.
+         */
+        post: operations["envoyJSON"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/openapi.json": {
         parameters: {
             query?: never;
@@ -124,7 +164,15 @@ export interface paths {
         /**
          * Register an application and get its API key (shown once)
          * @description Limited per client IP (REGISTER_LIMIT_PER_HOUR, default 10 an hour); the 201 and the
-         *     429 carry that limit's rate-limit headers, its policy named `register`.
+         *     429 carry that limit's rate-limit headers, its policy named `register`. The body must be
+         *     `application/json` (415 otherwise, a missing Content-Type included): no web page can
+         *     make a browser send that without a CORS preflight.
+         *
+         *     A client gets an Envoy `domain` only when the operator grants it: sent with the
+         *     operator key (ADMIN_API_KEY, as `X-API-Key` or a bearer token; such registrations
+         *     count no limit), or a domain a CLAIMABLE_DOMAINS pattern allows. A domain the descriptor
+         *     configuration (YAML or xDS) names is never a client's (409 `DOMAIN_RESERVED`). An email
+         *     is a contact, not an account: several clients may share one.
          */
         post: operations["register"];
         delete?: never;
@@ -434,7 +482,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** The Envoy descriptor YAML of your domain */
+        /** Whether the Envoy descriptor YAML decides your domain */
         get: operations["descriptors"];
         put?: never;
         post?: never;
@@ -541,6 +589,36 @@ export interface components {
             /** @constant */
             status: "ok";
         };
+        /** @description envoy.service.ratelimit.v3.RateLimitRequest in protobuf's JSON mapping. */
+        EnvoyRateLimitRequest: {
+            domain: string;
+            descriptors: {
+                entries?: {
+                    key?: string;
+                    value?: string;
+                }[];
+                limit?: Record<string, never>;
+                hitsAddend?: number | string;
+            }[];
+            hitsAddend?: number;
+        };
+        /** @description envoy.service.ratelimit.v3.RateLimitResponse in protobuf's JSON mapping (fields at their zero value are left out). */
+        EnvoyRateLimitResponse: {
+            /** @enum {string} */
+            overallCode?: "UNKNOWN" | "OK" | "OVER_LIMIT";
+            statuses?: {
+                /** @enum {string} */
+                code?: "UNKNOWN" | "OK" | "OVER_LIMIT";
+                currentLimit?: Record<string, never>;
+                limitRemaining?: number;
+                durationUntilReset?: string;
+            }[];
+            responseHeadersToAdd?: {
+                key?: string;
+                value?: string;
+            }[];
+            dynamicMetadata?: Record<string, never>;
+        };
         Ready: {
             /** @description `ready`, or `unavailable` when a check failed. */
             status: string;
@@ -551,11 +629,14 @@ export interface components {
         };
         RegisterRequest: {
             name: string;
-            /** @description Unique; one `@`. */
+            /** @description One `@`; a contact, not unique. */
             email: string;
             /** @description The algorithm of checks and rules that name none; default sliding_window. */
             default_algorithm?: components["schemas"]["Algorithm"];
-            /** @description The Envoy domain your descriptor rules govern; default a slug of the name. */
+            /**
+             * @description The Envoy domain your descriptor rules govern, as the operator grants it (the operator
+             *     key, or CLAIMABLE_DOMAINS); default none.
+             */
             domain?: string;
         };
         Registered: {
@@ -565,6 +646,7 @@ export interface components {
             api_key: string;
             name: string;
             email: string;
+            /** @description Empty when the client has no domain. */
             domain: string;
             default_algorithm: components["schemas"]["Algorithm"];
             created_at: components["schemas"]["Time"];
@@ -794,8 +876,9 @@ export interface components {
             domain: string;
             /** @description The server has a DESCRIPTORS_DIR. */
             configured: boolean;
-            /** @description A file describes your domain (then the YAML decides its Envoy requests). */
+            /** @description A file describes your domain (then the YAML decides its Envoy requests, and your client loses the domain within a second: it is the operator's). */
             yaml: boolean;
+            /** @description Always empty; the YAML's files are the operator's. */
             files: {
                 name: string;
                 content: string;
@@ -803,6 +886,7 @@ export interface components {
             loaded_at?: components["schemas"]["Time"];
             checked_at?: components["schemas"]["Time"];
             valid: boolean;
+            /** @description Always empty; the YAML's problems are the operator's. */
             problems: string[];
         };
         CounterEntry: {
@@ -876,7 +960,7 @@ export interface components {
         } & components["schemas"]["Error"];
         ForbiddenError: {
             /** @enum {unknown} */
-            code?: "FORBIDDEN" | "FORBIDDEN_DOMAIN" | "OPERATOR_KEY_REQUIRED";
+            code?: "FORBIDDEN" | "FORBIDDEN_DOMAIN" | "OPERATOR_KEY_REQUIRED" | "DOMAIN_NOT_GRANTED";
         } & components["schemas"]["Error"];
         NotFoundError: {
             /** @enum {unknown} */
@@ -884,7 +968,7 @@ export interface components {
         } & components["schemas"]["Error"];
         ConflictError: {
             /** @enum {unknown} */
-            code?: "CONFLICT" | "RULE_EXISTS" | "DESCRIPTORS_EXIST" | "EXEMPTION_EXISTS" | "IDEMPOTENCY_KEY_IN_PROGRESS" | "TOO_MANY_OVERRIDES";
+            code?: "CONFLICT" | "DOMAIN_RESERVED" | "RULE_EXISTS" | "DESCRIPTORS_EXIST" | "EXEMPTION_EXISTS" | "IDEMPOTENCY_KEY_IN_PROGRESS" | "TOO_MANY_OVERRIDES";
         } & components["schemas"]["Error"];
         UnprocessableError: {
             /** @constant */
@@ -1218,6 +1302,95 @@ export interface operations {
             };
         };
     };
+    healthcheck: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Healthy. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/plain": "OK";
+                };
+            };
+            /** @description Not healthy; the text says which part. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/plain": string;
+                };
+            };
+        };
+    };
+    envoyJSON: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["EnvoyRateLimitRequest"];
+            };
+        };
+        responses: {
+            /** @description The overall code is OK. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EnvoyRateLimitResponse"];
+                };
+            };
+            /** @description Not a RateLimitRequest, or one the service refuses (no domain, no descriptors, too many); the text says why. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/plain": string;
+                };
+            };
+            /** @description A body over 1 MiB. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/plain": string;
+                };
+            };
+            /** @description The overall code is OVER_LIMIT. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EnvoyRateLimitResponse"];
+                };
+            };
+            /** @description No decision (the counter backend failed, or no configuration has loaded yet). */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/plain": string;
+                };
+            };
+        };
+    };
     openapi: {
         parameters: {
             query?: never;
@@ -1266,7 +1439,19 @@ export interface operations {
                 };
             };
             400: components["responses"]["BadRequest"];
-            /** @description The email or the domain is taken (`CONFLICT`). */
+            /** @description The domain needs the operator's grant (`DOMAIN_NOT_GRANTED`). */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ForbiddenError"];
+                };
+            };
+            /**
+             * @description The domain is another client's (`CONFLICT`), or the descriptor configuration names it
+             *     (`DOMAIN_RESERVED`).
+             */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -1845,7 +2030,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description The YAML of your domain and its reload status. */
+            /** @description Whether the YAML describes your domain, and its reload status (never its files). */
             200: {
                 headers: {
                     [name: string]: unknown;

@@ -150,7 +150,7 @@
     sessionStorage.setItem(KEY_STORE, key);
     $('api-key').value = '';
     $('client-name').textContent = me.name;
-    $('client-domain').textContent = me.domain;
+    $('client-domain').textContent = me.domain || 'none';
     $('login').hidden = true;
     $('dashboard').hidden = false;
     $('session').hidden = false;
@@ -622,8 +622,12 @@
       return;
     }
     const badge = $('desc-badge');
-    const facts = [['Domain', el('code', { text: d.domain })]];
-    if (!d.configured) {
+    const facts = [['Domain', d.domain ? el('code', { text: d.domain }) : el('span', { class: 'muted', text: 'none' })]];
+    if (!d.domain) {
+      badge.textContent = 'no domain';
+      badge.className = 'badge off';
+      facts.push(['Source', document.createTextNode('Your client has no Envoy domain: the operator grants them (ADMIN_API_KEY or CLAIMABLE_DOMAINS at registration).')]);
+    } else if (!d.configured) {
       badge.textContent = 'no YAML directory';
       badge.className = 'badge off';
       facts.push(['Source', document.createTextNode('This server has no DESCRIPTORS_DIR: your rules with descriptors decide Envoy requests on your domain.')]);
@@ -631,21 +635,15 @@
       badge.textContent = d.valid ? 'loaded' : 'reload failed';
       badge.className = 'badge ' + (d.valid ? 'ok' : 'bad');
       facts.push(['Source', document.createTextNode(d.yaml
-        ? 'YAML (' + d.files.length + ' file' + (d.files.length === 1 ? '' : 's') + '); it overrides your rules with descriptors'
+        ? "The operator's YAML names this domain: it decides its Envoy requests, and your client loses the domain"
         : 'No YAML file names this domain: your rules with descriptors apply')]);
       if (d.loaded_at) facts.push(['Loaded', document.createTextNode(dateTimeOf(d.loaded_at))]);
       if (d.checked_at) facts.push(['Checked', document.createTextNode(dateTimeOf(d.checked_at) + ' (' + ago(d.checked_at) + ')')]);
       if (!d.valid) {
-        facts.push(['Status', document.createTextNode(d.problems.length
-          ? 'The files on disk were refused; the last good configuration is still serving.'
-          : "Another domain's file (or the directory) failed to load; the last good configuration is still serving.")]);
+        facts.push(['Status', document.createTextNode('A descriptor file (or the directory) failed to load; the last good configuration is still serving.')]);
       }
     }
     $('desc-facts').replaceChildren(...facts.flatMap(([k, v]) => [el('dt', { text: k }), el('dd', {}, v)]));
-    $('desc-problems').replaceChildren(...d.problems.map((p) => el('li', { text: p })));
-    $('desc-files').replaceChildren(...d.files.flatMap((f) => [
-      el('div', { class: 'file-name', text: f.name }),
-      el('pre', { class: 'yaml', 'data-file': f.name, text: f.content })]));
   }
 
   // ---- wiring ----------------------------------------------------------
