@@ -182,9 +182,13 @@ type errorReply struct {
 func errorResponse(err error) (status int, code, message string) {
 	var ae *apiError
 	var be *backendError
+	var qe *store.QuotaError
 	switch {
 	case errors.As(err, &ae):
 		return ae.status, ae.code, ae.message
+	case errors.As(err, &qe):
+		return http.StatusConflict, "TOO_MANY_" + strings.ToUpper(qe.What),
+			fmt.Sprintf("your client has %d %s, the most a client may have (MAX_%s_PER_CLIENT): delete some first", qe.Max, qe.What, strings.ToUpper(qe.What))
 	case errors.Is(err, algorithms.ErrOverloaded):
 		return http.StatusServiceUnavailable, "OVERLOADED", "Throttle could not decide within its deadline; no decision was made, try again"
 	case errors.As(err, &be):

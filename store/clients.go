@@ -80,7 +80,7 @@ func (db *DB) insertClient(ctx context.Context, c Client, keyHash [32]byte) erro
 		if err != nil {
 			return err
 		}
-		return db.bumpRevision(ctx, tx)
+		return db.bumpRevision(ctx, tx, c.ID)
 	})
 }
 
@@ -99,7 +99,7 @@ func (db *DB) ReleaseDomain(ctx context.Context, domain string) (_ Client, err e
 		if err != nil {
 			return fmt.Errorf("release domain %q: %w", domain, err)
 		}
-		return db.bumpRevision(ctx, tx)
+		return db.bumpRevision(ctx, tx, c.ID)
 	})
 	if err != nil {
 		return Client{}, err

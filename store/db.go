@@ -39,6 +39,8 @@ type DB struct {
 	// unavailable counts the operations that failed with ErrUnavailable,
 	// by operation; RegisterMetrics registers it.
 	unavailable *prometheus.CounterVec
+	// quotas cap each client's rows (SetQuotas); zero: none.
+	quotas Quotas
 }
 
 // Open connects to databaseURL and applies pending migrations.
@@ -226,15 +228,6 @@ func (db *DB) inTx(ctx context.Context, opts *sql.TxOptions, fn func(*sql.Tx) er
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("commit: %w", err)
-	}
-	return nil
-}
-
-// bumpRevision increments the revision inside tx; every write to clients,
-// rules and exemptions calls it so caches know to reload.
-func (db *DB) bumpRevision(ctx context.Context, tx *sql.Tx) error {
-	if _, err := tx.ExecContext(ctx, db.q(`UPDATE revision SET value = value + 1 WHERE id = 1`)); err != nil {
-		return fmt.Errorf("bump revision: %w", err)
 	}
 	return nil
 }

@@ -174,6 +174,7 @@ func (a *app) openStore(ctx context.Context) error {
 	if err := db.RegisterMetrics(a.reg); err != nil {
 		return err
 	}
+	db.SetQuotas(a.cfg.Tenancy.Quotas)
 	a.usage = store.NewUsageRecorder(db, time.Second, a.log)
 	usageCtx, stopUsage := context.WithCancel(context.Background())
 	usageDone := make(chan struct{})
@@ -185,6 +186,9 @@ func (a *app) openStore(ctx context.Context) error {
 	}()
 	a.onClose(func() { stopUsage(); <-usageDone })
 	a.cache = store.NewCache(db, a.cfg.CacheRefresh, a.log)
+	if err := a.cache.RegisterMetrics(a.reg); err != nil {
+		return err
+	}
 	if err := a.cache.Refresh(ctx); err != nil {
 		return fmt.Errorf("load clients and rules: %w", err)
 	}

@@ -21,6 +21,9 @@ type tenancyConfig struct {
 	// ClaimableDomains are the domain patterns a registration may claim
 	// without the operator key (CLAIMABLE_DOMAINS).
 	ClaimableDomains []string
+	// Quotas cap each client's rules, exemptions and overrides
+	// (MAX_*_PER_CLIENT).
+	Quotas store.Quotas
 }
 
 // tenancySettings are the rows of the tenants' lanes.
@@ -29,6 +32,9 @@ var tenancySettings = []setting{
 		c.Tenancy.ClaimableDomains, err = parseDomainPatterns(v)
 		return
 	}},
+	{"MAX_RULES_PER_CLIENT", "max-rules-per-client", "1000", "most rules one client may have; one more is refused 409 TOO_MANY_RULES (every replica's cache holds every client's rules)", func(c *config, v string) (err error) { c.Tenancy.Quotas.Rules, err = parsePositive(v); return }},
+	{"MAX_EXEMPTIONS_PER_CLIENT", "max-exemptions-per-client", "10000", "most exemptions one client may have; one more is refused 409 TOO_MANY_EXEMPTIONS", func(c *config, v string) (err error) { c.Tenancy.Quotas.Exemptions, err = parsePositive(v); return }},
+	{"MAX_OVERRIDES_PER_CLIENT", "max-overrides-per-client", "10000", "most overrides one client may have over all its rules (and 10000 per rule); one more is refused 409 TOO_MANY_OVERRIDES", func(c *config, v string) (err error) { c.Tenancy.Quotas.Overrides, err = parsePositive(v); return }},
 }
 
 // domainPattern is a domain (store's syntax), a prefix of one ending in

@@ -224,3 +224,107 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 		}
 	}
 }
+
+// TestTenantQuotas: a client has at most MAX_RULES_PER_CLIENT rules,
+// MAX_EXEMPTIONS_PER_CLIENT exemptions and MAX_OVERRIDES_PER_CLIENT
+// overrides; one more is a 409 naming the quota, and another client is
+// not affected. Before, there was no cap (but 10,000 overrides per rule).
+func TestTenantQuotas(t *testing.T) {
+	for name, env := range tenancySetups(t, "MAX_RULES_PER_CLIENT=3", "MAX_EXEMPTIONS_PER_CLIENT=2", "MAX_OVERRIDES_PER_CLIENT=2") {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			s := throttletest.Start(t, env...)
+			a := newRESTClient(t, s, s.Register(t, "quota-a-"+name))
+			b := newRESTClient(t, s, s.Register(t, "quota-b-"+name))
+			for _, c := range []*restClient{a, b} {
+				for i := range 3 {
+					if status, _ := c.do(t, "POST", "/rules", fmt.Sprintf(`{"name":"r%d","algorithm":"fixed_window","limit":5,"window":60}`, i), nil); status != http.StatusCreated {
+						t.Fatalf("rule %d: %d", i, status)
+					}
+				}
+			}
+			for _, w := range []struct {
+				path       string
+				oks        []string // within the quota (A has its 3 rules already)
+				over, code string
+			}{
+				{"/rules", nil, `{"name":"r3","limit":1,"window":60}`, "TOO_MANY_RULES"},
+				{"/exemptions", []string{`{"identifier":"x1"}`, `{"identifier":"x2"}`}, `{"identifier":"x3"}`, "TOO_MANY_EXEMPTIONS"},
+				{"/rules/r0/overrides", []string{`{"identifier":"u1","limit":1}`, `{"identifier":"u2","limit":1}`}, `{"identifier":"u3","limit":1}`, "TOO_MANY_OVERRIDES"},
+			} {
+				for _, body := range w.oks {
+					if status, _ := a.do(t, "POST", w.path, body, nil); status != http.StatusCreated {
+						t.Fatalf("POST %s %s within the quota: %d", w.path, body, status)
+					}
+				}
+				var e struct{ Code, Error string }
+				if status, _ := a.do(t, "POST", w.path, w.over, &e); status != http.StatusConflict || e.Code != w.code {
+					t.Errorf("POST %s past the quota: %d %s %q, want 409 %s", w.path, status, e.Code, e.Error, w.code)
+				}
+			}
+			if status, _ := b.do(t, "POST", "/exemptions", `{"identifier":"x1"}`, nil); status != http.StatusCreated {
+				t.Errorf("another client's exemption: %d, want 201", status)
+			}
+		})
+	}
+}
+
+// TestWritesLoadOnlyTheirClient: a write reloads, on every replica, the
+// rows of its own client, never every client's: with ten clients of five
+// rules each, one client's new exemption reads that client's few rows
+// (throttle_cache_rows_loaded_total), and no replica reloads whole after
+// its start (throttle_cache_loads_total{kind="full"} stays 1). On Redis +
+// PostgreSQL the second replica learns of the write by its poll. Before,
+// each write reloaded every client's rows on every replica.
+func TestWritesLoadOnlyTheirClient(t *testing.T) {
+	for name, env := range tenancySetups(t, "CACHE_REFRESH_INTERVAL=200ms") {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			servers := []*throttletest.Server{throttletest.Start(t, env...)}
+			if name != "embedded" {
+				servers = append(servers, throttletest.Start(t, env...))
+			}
+			s := servers[0]
+			var keys []string
+			for i := range 10 {
+				key := s.Register(t, fmt.Sprintf("tenant-%d-%s", i, name))
+				keys = append(keys, key)
+				for r := range 5 {
+					if status, _, body := doJSON(t, "POST", s.URL+"/rules", key, fmt.Sprintf(`{"name":"r%d","algorithm":"fixed_window","limit":5,"window":60}`, r)); status != http.StatusCreated {
+						t.Fatalf("rule: %d %v", status, body)
+					}
+				}
+			}
+			last := servers[len(servers)-1]
+			waitUntil(t, "the last replica to know the last client's rules", func() bool {
+				status, _, body := doJSON(t, "POST", last.URL+"/check", keys[9], `{"identifier":"u","rule":"r4","hits":0}`)
+				return status == http.StatusOK && body["rule"] == "r4"
+			})
+			before := make([]float64, len(servers))
+			for i, r := range servers {
+				before[i] = r.Metric(t, "throttle_cache_rows_loaded_total")
+			}
+			if status, _, body := doJSON(t, "POST", s.URL+"/exemptions", keys[3], `{"identifier":"vip"}`); status != http.StatusCreated {
+				t.Fatalf("exemption: %d %v", status, body)
+			}
+			waitUntil(t, "every replica to know the exemption", func() bool {
+				for _, r := range servers {
+					if _, _, body := doJSON(t, "POST", r.URL+"/check", keys[3], `{"identifier":"vip","rule":"r0"}`); body["exempted"] != true {
+						return false
+					}
+				}
+				return true
+			})
+			for i, r := range servers {
+				// One client, its five rules and its exemption: 7 rows.
+				if got := r.Metric(t, "throttle_cache_rows_loaded_total") - before[i]; got < 1 || got > 7 {
+					t.Errorf("replica %d read %v rows for one client's write, want its client's 7 at most (not the 60 of every client)", i, got)
+				}
+				if full, changes := metricWith(t, r, "throttle_cache_loads_total", map[string]string{"kind": "full"}),
+					metricWith(t, r, "throttle_cache_loads_total", map[string]string{"kind": "changes"}); full != 1 || changes < 1 {
+					t.Errorf("replica %d: %v full loads, %v loads of changes; want 1 full (its start), the rest changes", i, full, changes)
+				}
+			}
+		})
+	}
+}

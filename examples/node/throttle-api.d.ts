@@ -363,7 +363,8 @@ export interface paths {
          *     matches every identifier). A check through the rule takes the override whose pattern
          *     matches: exact beats a pattern, the longest prefix a shorter one; its reply names it
          *     (`override`). The algorithm is always the rule's; `window` left out is the rule's.
-         *     At most 10,000 per rule. Creates (201) or replaces (200).
+         *     At most 10,000 per rule, and MAX_OVERRIDES_PER_CLIENT (default 10,000) over all your
+         *     rules. Creates (201) or replaces (200).
          */
         post: operations["putOverride"];
         delete?: never;
@@ -968,7 +969,7 @@ export interface components {
         } & components["schemas"]["Error"];
         ConflictError: {
             /** @enum {unknown} */
-            code?: "CONFLICT" | "DOMAIN_RESERVED" | "RULE_EXISTS" | "DESCRIPTORS_EXIST" | "EXEMPTION_EXISTS" | "IDEMPOTENCY_KEY_IN_PROGRESS" | "TOO_MANY_OVERRIDES";
+            code?: "CONFLICT" | "DOMAIN_RESERVED" | "RULE_EXISTS" | "DESCRIPTORS_EXIST" | "EXEMPTION_EXISTS" | "IDEMPOTENCY_KEY_IN_PROGRESS" | "TOO_MANY_RULES" | "TOO_MANY_EXEMPTIONS" | "TOO_MANY_OVERRIDES";
         } & components["schemas"]["Error"];
         UnprocessableError: {
             /** @constant */
@@ -1043,7 +1044,11 @@ export interface components {
                 "application/json": components["schemas"]["NotFoundError"];
             };
         };
-        /** @description The name is taken (`RULE_EXISTS`), or another rule has the same descriptors (`DESCRIPTORS_EXIST`). */
+        /**
+         * @description The name is taken (`RULE_EXISTS`), another rule has the same descriptors
+         *     (`DESCRIPTORS_EXIST`), or your client has as many rules as a client may
+         *     (`TOO_MANY_RULES`, MAX_RULES_PER_CLIENT).
+         */
         RuleConflict: {
             headers: {
                 [name: string]: unknown;
@@ -1833,7 +1838,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["RuleNotFound"];
-            /** @description The rule has 10,000 overrides (`TOO_MANY_OVERRIDES`). */
+            /** @description The rule has 10,000 overrides, or your client as many as a client may (`TOO_MANY_OVERRIDES`). */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -1909,7 +1914,10 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
-            /** @description Already exempt (`EXEMPTION_EXISTS`). */
+            /**
+             * @description Already exempt (`EXEMPTION_EXISTS`), or your client has as many exemptions as a client
+             *     may (`TOO_MANY_EXEMPTIONS`, MAX_EXEMPTIONS_PER_CLIENT).
+             */
             409: {
                 headers: {
                     [name: string]: unknown;
