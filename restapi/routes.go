@@ -6,11 +6,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/throttle-rl/throttle/restapi/ui"
+	"github.com/throttle-rl/throttle/store"
 )
 
 // addRoutes lists the whole REST surface.
 func addRoutes(mux *http.ServeMux, d Deps, m *metrics, tr *tracing) {
-	auth := authenticate(d.Cache)
+	auth := authenticate(d.Cache)                        // the client's own key
+	checkAuth := authenticate(d.Cache, store.ScopeCheck) // or a check-only key
 	check := checkDeps{
 		Cache: d.Cache, Usage: d.Usage, TrustedProxies: d.TrustedProxies, HeaderSets: d.HeaderSets, Now: d.Now,
 		Limiter: tr.decisions(d.Limiter), // /check and /check/ip decide in a span of their own when traced
@@ -29,11 +31,14 @@ func addRoutes(mux *http.ServeMux, d Deps, m *metrics, tr *tracing) {
 		Grants: newDomainGrants(d.ClaimableDomains, d.ReservedDomain, d.AdminKey),
 	}))
 	mux.Handle("GET /me", auth(handleMe()))
+	mux.Handle("POST /keys", auth(handleKeyCreate(d.DB, d.Cache)))
+	mux.Handle("GET /keys", auth(handleKeyList(d.DB, d.ListObjects)))
+	mux.Handle("DELETE /keys/{id}", auth(handleKeyDelete(d.DB, d.Cache)))
 
 	once := idempotent(d.Idempotency, d.IdempotencyTTL) // with an Idempotency-Key
-	mux.Handle("POST /check", auth(once(handleCheck(check, m, false))))
-	mux.Handle("POST /check/ip", auth(once(handleCheck(check, m, true))))
-	mux.Handle("POST /check/batch", auth(once(handleCheckBatch(check, m))))
+	mux.Handle("POST /check", checkAuth(once(handleCheck(check, m, false))))
+	mux.Handle("POST /check/ip", checkAuth(once(handleCheck(check, m, true))))
+	mux.Handle("POST /check/batch", checkAuth(once(handleCheckBatch(check, m))))
 	mux.Handle("POST /reset", auth(handleReset(d.Limiter)))
 
 	mux.Handle("POST /rules", auth(handleRuleCreate(d.DB, d.Cache)))

@@ -134,16 +134,30 @@ func (c *Cache) ClientRevision(clientID string) int64 {
 	return -1
 }
 
-// ClientByKeyHash returns the client whose API key hashes to h. The stored
-// hash is confirmed with a constant-time comparison, so the answer's timing
-// says nothing about how much of a hash matched.
+// ClientByKeyHash returns the client whose own API key (the one made at
+// registration, which may do everything) hashes to h; a scoped key is not
+// found here (see KeyByHash).
 func (c *Cache) ClientByKeyHash(h [32]byte) (Client, bool) {
-	ix := c.load()
-	t := ix.tenants[ix.byKeyHash[h]]
-	if t == nil || subtle.ConstantTimeCompare(t.keyHash[:], h[:]) != 1 {
+	cl, scope, ok := c.KeyByHash(h)
+	if !ok || scope != "" {
 		return Client{}, false
 	}
-	return t.client, true
+	return cl, true
+}
+
+// KeyByHash returns the client of the API key that hashes to h and the
+// key's scope: "" for the client's own key, else the scope it was minted
+// with (ScopeCheck). The stored hash is confirmed with a constant-time
+// comparison, so the answer's timing says nothing about how much of a hash
+// matched.
+func (c *Cache) KeyByHash(h [32]byte) (_ Client, scope string, ok bool) {
+	ix := c.load()
+	ref := ix.byKeyHash[h]
+	t := ix.tenants[ref.clientID]
+	if t == nil || subtle.ConstantTimeCompare(ref.hash[:], h[:]) != 1 {
+		return Client{}, "", false
+	}
+	return t.client, ref.scope, true
 }
 
 // ClientByDomain returns the client that owns the Envoy domain (none owns

@@ -7,7 +7,7 @@ package store
 type index struct {
 	revision  int64
 	tenants   map[string]*tenant  // by client id
-	byKeyHash map[[32]byte]string // API key hash → client id
+	byKeyHash map[[32]byte]keyRef // API key hash → client and scope
 	byDomain  map[string]string   // Envoy domain → client id
 }
 
@@ -18,10 +18,19 @@ type tenant struct {
 	// revision is the revision that last changed the tenant's rows (the
 	// whole index's, for a tenant of a full load).
 	revision        int64
+	keys            []Key // minted with a scope (CreateKey)
 	rules           map[string]Rule
 	descriptorRules []Rule // in creation order
 	exempt          map[string]struct{}
 	overrides       map[string]*overrideSet // by rule name
+}
+
+// keyRef is what an API key's hash leads to: its client, and its scope
+// ("" for the client's own key, which may do everything).
+type keyRef struct {
+	clientID string
+	scope    string
+	hash     [32]byte
 }
 
 // emptyIndex is the index before the first load.
@@ -32,7 +41,7 @@ func newIndex(s Snapshot) *index {
 	ix := &index{
 		revision:  s.Revision,
 		tenants:   make(map[string]*tenant, len(s.Clients)),
-		byKeyHash: make(map[[32]byte]string, len(s.Clients)),
+		byKeyHash: make(map[[32]byte]keyRef, len(s.Clients)),
 		byDomain:  make(map[string]string, len(s.Clients)),
 	}
 	for _, t := range newTenants(s) {
@@ -48,7 +57,7 @@ func (ix *index) with(s Snapshot, changed []string) *index {
 	next := &index{
 		revision:  s.Revision,
 		tenants:   make(map[string]*tenant, len(ix.tenants)+len(changed)),
-		byKeyHash: make(map[[32]byte]string, len(ix.byKeyHash)+len(changed)),
+		byKeyHash: make(map[[32]byte]keyRef, len(ix.byKeyHash)+len(changed)),
 		byDomain:  make(map[string]string, len(ix.byDomain)+len(changed)),
 	}
 	gone := make(map[string]bool, len(changed))
@@ -69,7 +78,10 @@ func (ix *index) with(s Snapshot, changed []string) *index {
 // add puts t into ix's maps (ix is being built).
 func (ix *index) add(t *tenant) {
 	ix.tenants[t.client.ID] = t
-	ix.byKeyHash[t.keyHash] = t.client.ID
+	ix.byKeyHash[t.keyHash] = keyRef{clientID: t.client.ID, hash: t.keyHash}
+	for _, k := range t.keys {
+		ix.byKeyHash[k.keyHash] = keyRef{clientID: t.client.ID, scope: k.Scope, hash: k.keyHash}
+	}
 	if t.client.Domain != "" {
 		ix.byDomain[t.client.Domain] = t.client.ID
 	}
@@ -98,6 +110,11 @@ func newTenants(s Snapshot) []*tenant {
 			t.exempt[e.Identifier] = struct{}{}
 		}
 	}
+	for _, k := range s.Keys {
+		if t := byID[k.ClientID]; t != nil {
+			t.keys = append(t.keys, k)
+		}
+	}
 	for k, set := range newOverrideSets(s.Overrides) {
 		if t := byID[k.clientID]; t != nil {
 			if t.overrides == nil {
@@ -111,5 +128,5 @@ func newTenants(s Snapshot) []*tenant {
 
 // rows is how many rows s holds, for the cache's metrics.
 func rows(s Snapshot) int {
-	return len(s.Clients) + len(s.Rules) + len(s.Exemptions) + len(s.Overrides)
+	return len(s.Clients) + len(s.Rules) + len(s.Exemptions) + len(s.Overrides) + len(s.Keys)
 }

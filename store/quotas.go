@@ -13,6 +13,7 @@ type Quotas struct {
 	Rules      int // rules per client
 	Exemptions int // exemptions per client
 	Overrides  int // overrides per client, over all its rules (each rule also has MaxOverridesPerRule)
+	Keys       int // minted API keys per client (CreateKey)
 }
 
 // SetQuotas sets the caps of every later write. Call it before serving.
@@ -21,7 +22,7 @@ func (db *DB) SetQuotas(q Quotas) { db.quotas = q }
 // QuotaError is a write refused because the client has as many rows of a
 // kind as its quota allows. It wraps ErrTooMany.
 type QuotaError struct {
-	What string // "rules", "exemptions", "overrides"
+	What string // "rules", "exemptions", "overrides", "keys"
 	Max  int
 }
 

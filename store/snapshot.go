@@ -19,8 +19,8 @@ func (db *DB) Revision(ctx context.Context) (_ int64, err error) {
 	return rev, nil
 }
 
-// Snapshot reads every client (with its key hash), rule, exemption and
-// override, and the revision they belong to, in one consistent read.
+// Snapshot reads every client (with its key hash), rule, exemption,
+// override and minted key, and the revision they belong to, in one consistent read.
 // Clients come in creation order, rules by client then creation order,
 // exemptions by client then identifier.
 func (db *DB) Snapshot(ctx context.Context) (_ Snapshot, err error) {
@@ -78,7 +78,11 @@ func (db *DB) readRows(ctx context.Context, tx *sql.Tx, ids []string, s *Snapsho
 		return err
 	}
 	rows, qerr = query("rule_overrides", overrideColumns, "client_id", "client_id, rule_name, identifier")
-	s.Overrides, err = queryAll(rows, qerr, scanOverride, "snapshot overrides")
+	if s.Overrides, err = queryAll(rows, qerr, scanOverride, "snapshot overrides"); err != nil {
+		return err
+	}
+	rows, qerr = query("api_keys", keyColumns, "client_id", "client_id, created_at, id")
+	s.Keys, err = queryAll(rows, qerr, scanKey, "snapshot keys")
 	return err
 }
 

@@ -123,6 +123,7 @@ type Snapshot struct {
 	Rules      []Rule
 	Exemptions []Exemption
 	Overrides  []Override
+	Keys       []Key
 }
 
 // ClientKey pairs a client with the SHA-256 hash of its API key.

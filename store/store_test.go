@@ -451,6 +451,10 @@ func TestSnapshot(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		kb, err := db.CreateKey(ctx, b.ID, ScopeCheck, keyHash("check-Beta"))
+		if err != nil {
+			t.Fatal(err)
+		}
 		got, err := db.Snapshot(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -462,9 +466,10 @@ func TestSnapshot(t *testing.T) {
 			Rules:      []Rule{ra, rb},
 			Exemptions: []Exemption{ea},
 			Overrides:  []Override{},
+			Keys:       []Key{kb},
 		}
 		sortRules := cmpopts.SortSlices(func(x, y Rule) bool { return x.ClientID < y.ClientID })
-		if diff := cmp.Diff(want, got, sortRules); diff != "" {
+		if diff := cmp.Diff(want, got, sortRules, cmp.AllowUnexported(Key{})); diff != "" {
 			t.Errorf("Snapshot (-want +got):\n%s", diff)
 		}
 	})

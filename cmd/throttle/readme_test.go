@@ -50,6 +50,8 @@ var curlDocs = []curlDoc{
 			`"allowed":false`,
 			`"code":"METHOD_NOT_ALLOWED"`,
 			`"code":"UNKNOWN_FIELD"`,
+			`"code":"KEY_SCOPE"`,
+			`{"message":"Key revoked","id":"`,
 			`"keys_deleted":`,
 			`"rate_limits":[{"name":"burst"`,
 			`"matched":true,"key":"path_/search","limits":[{"name":"burst","requests_per_unit":10,"unit":"SECOND","unit_multiplier":1,"window":1,"algorithm":"fixed_window","remaining":10,`,

@@ -21,7 +21,7 @@ type tenancyConfig struct {
 	// ClaimableDomains are the domain patterns a registration may claim
 	// without the operator key (CLAIMABLE_DOMAINS).
 	ClaimableDomains []string
-	// Quotas cap each client's rules, exemptions and overrides
+	// Quotas cap each client's rules, exemptions, overrides and keys
 	// (MAX_*_PER_CLIENT).
 	Quotas store.Quotas
 }
@@ -34,6 +34,7 @@ var tenancySettings = []setting{
 	}},
 	{"MAX_RULES_PER_CLIENT", "max-rules-per-client", "1000", "most rules one client may have; one more is refused 409 TOO_MANY_RULES (every replica's cache holds every client's rules)", func(c *config, v string) (err error) { c.Tenancy.Quotas.Rules, err = parsePositive(v); return }},
 	{"MAX_EXEMPTIONS_PER_CLIENT", "max-exemptions-per-client", "10000", "most exemptions one client may have; one more is refused 409 TOO_MANY_EXEMPTIONS", func(c *config, v string) (err error) { c.Tenancy.Quotas.Exemptions, err = parsePositive(v); return }},
+	{"MAX_KEYS_PER_CLIENT", "max-keys-per-client", "100", "most check-only API keys one client may mint (POST /keys); one more is refused 409 TOO_MANY_KEYS", func(c *config, v string) (err error) { c.Tenancy.Quotas.Keys, err = parsePositive(v); return }},
 	{"MAX_OVERRIDES_PER_CLIENT", "max-overrides-per-client", "10000", "most overrides one client may have over all its rules (and 10000 per rule); one more is refused 409 TOO_MANY_OVERRIDES", func(c *config, v string) (err error) { c.Tenancy.Quotas.Overrides, err = parsePositive(v); return }},
 }
 

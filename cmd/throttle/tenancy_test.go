@@ -328,3 +328,84 @@ func TestWritesLoadOnlyTheirClient(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckOnlyKeys: a client mints a check-only key (POST /keys
+// {"scope":"check"}, the secret as api_key), which decides /check,
+// /check/ip and /check/batch on the client's counters and is 403
+// KEY_SCOPE anywhere else (it cannot mint keys either); GET /keys lists it
+// without its secret, DELETE /keys/{id} revokes it (401 after), and
+// MAX_KEYS_PER_CLIENT caps how many a client has. Before, every key could
+// do everything.
+func TestCheckOnlyKeys(t *testing.T) {
+	for name, env := range tenancySetups(t, "MAX_KEYS_PER_CLIENT=2") {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			s := throttletest.Start(t, env...)
+			own := s.Register(t, "keys-"+name)
+			status, _, minted := doJSON(t, "POST", s.URL+"/keys", own, `{"scope":"check"}`)
+			checkKey, _ := minted["api_key"].(string)
+			if status != http.StatusCreated || !strings.HasPrefix(checkKey, "thr_") || minted["scope"] != "check" {
+				t.Fatalf("POST /keys: %d %v", status, minted)
+			}
+			for _, c := range []struct{ path, body string }{
+				{"/check", `{"identifier":"u","limit":2,"window":60}`},
+				{"/check/ip", `{"limit":2,"window":60}`},
+				{"/check/batch", `{"checks":[{"identifier":"u","limit":2,"window":60}]}`},
+			} {
+				if status, _, body := doJSON(t, "POST", s.URL+c.path, checkKey, c.body); status != http.StatusOK {
+					t.Errorf("POST %s with the check key: %d %v, want 200", c.path, status, body)
+				}
+			}
+			// The check key spent the client's own counter: u is at 2 of 2.
+			if _, _, body := doJSON(t, "POST", s.URL+"/check", own, `{"identifier":"u","limit":2,"window":60}`); body["allowed"] != false {
+				t.Errorf("the client's own check after two with its check key: %v, want refused", body)
+			}
+			for _, c := range []struct{ method, path, body string }{
+				{"GET", "/me", ""}, {"POST", "/rules", `{"name":"r","limit":1,"window":60}`}, {"GET", "/rules/list", ""},
+				{"POST", "/exemptions", `{"identifier":"x"}`}, {"POST", "/reset", `{"identifier":"u"}`},
+				{"POST", "/keys", `{"scope":"check"}`}, {"GET", "/keys", ""}, {"GET", "/descriptors", ""},
+			} {
+				if status, _, body := doJSON(t, c.method, s.URL+c.path, checkKey, c.body); status != http.StatusForbidden || body["code"] != "KEY_SCOPE" {
+					t.Errorf("%s %s with the check key: %d %v, want 403 KEY_SCOPE", c.method, c.path, status, body)
+				}
+			}
+			listed := listKeys(t, s, own)
+			if len(listed) != 1 || listed[0]["id"] != minted["id"] || listed[0]["api_key"] != nil {
+				t.Errorf("GET /keys: %v, want the one key, without its secret", listed)
+			}
+			if status, _, body := doJSON(t, "POST", s.URL+"/keys", own, `{"scope":"admin"}`); status != http.StatusBadRequest || body["code"] != "INVALID_SCOPE" {
+				t.Errorf("POST /keys scope admin: %d %v, want 400 INVALID_SCOPE", status, body)
+			}
+			doJSON(t, "POST", s.URL+"/keys", own, `{"scope":"check"}`)
+			if status, _, body := doJSON(t, "POST", s.URL+"/keys", own, `{"scope":"check"}`); status != http.StatusConflict || body["code"] != "TOO_MANY_KEYS" {
+				t.Errorf("a third key with MAX_KEYS_PER_CLIENT=2: %d %v, want 409 TOO_MANY_KEYS", status, body)
+			}
+			if status, _, body := doJSON(t, "DELETE", s.URL+"/keys/"+minted["id"].(string), own, ""); status != http.StatusOK {
+				t.Fatalf("DELETE /keys/{id}: %d %v", status, body)
+			}
+			if status, _, body := doJSON(t, "POST", s.URL+"/check", checkKey, `{"identifier":"v","limit":2,"window":60}`); status != http.StatusUnauthorized {
+				t.Errorf("the revoked key's check: %d %v, want 401", status, body)
+			}
+			if status, _, _ := doJSON(t, "DELETE", s.URL+"/keys/"+minted["id"].(string), own, ""); status != http.StatusNotFound {
+				t.Errorf("revoking it again: %d, want 404", status)
+			}
+		})
+	}
+}
+
+// listKeys returns GET /keys's list.
+func listKeys(t *testing.T, s *throttletest.Server, key string) []map[string]any {
+	t.Helper()
+	req, _ := http.NewRequest("GET", s.URL+"/keys", nil)
+	req.Header.Set("X-API-Key", key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var list []map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /keys: %d %v", resp.StatusCode, err)
+	}
+	return list
+}

@@ -198,6 +198,55 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/keys": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List the keys your client minted, oldest first (without their secrets)
+         * @description A bare JSON array by default; `{"keys": [...]}` when the server runs with
+         *     LIST_RESPONSE_FORMAT=object.
+         */
+        get: operations["listKeys"];
+        put?: never;
+        /**
+         * Mint a check-only API key
+         * @description A key of your client with scope `check`: it may call POST /check, /check/ip and
+         *     /check/batch, and is refused 403 `KEY_SCOPE` anywhere else, so a browser app can embed
+         *     it without being able to change or read your rules. The secret, `api_key`, is in this
+         *     reply only; only its hash is stored. Only your client's own key may mint, list and
+         *     revoke keys. A client has at most MAX_KEYS_PER_CLIENT (100) keys.
+         */
+        post: operations["createKey"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/keys/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The key's id (from POST /keys or GET /keys). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /** Revoke a minted key */
+        delete: operations["deleteKey"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/check": {
         parameters: {
             query?: never;
@@ -832,6 +881,34 @@ export interface components {
             identifier: components["schemas"]["Identifier"];
             reason?: string;
         };
+        KeyRequest: {
+            /**
+             * @description `check`: POST /check, /check/ip and /check/batch only.
+             * @constant
+             */
+            scope: "check";
+        };
+        Key: {
+            id: string;
+            /** @constant */
+            scope: "check";
+            created_at: components["schemas"]["Time"];
+        };
+        NewKey: {
+            id: string;
+            /** @constant */
+            scope: "check";
+            /** @description The secret (`thr_…`), shown this once: send it as X-API-Key. */
+            api_key: string;
+            created_at: components["schemas"]["Time"];
+        };
+        KeyList: components["schemas"]["Key"][] | {
+            keys: components["schemas"]["Key"][];
+        };
+        KeyDeleted: {
+            message: string;
+            id: string;
+        };
         Exemption: {
             identifier: string;
             reason: string;
@@ -953,7 +1030,7 @@ export interface components {
         };
         BadRequestError: {
             /** @enum {unknown} */
-            code?: "INVALID_JSON" | "UNKNOWN_FIELD" | "MISSING_FIELD" | "INVALID_FIELD" | "INVALID_LIMIT" | "INVALID_DESCRIPTORS" | "INVALID_IDEMPOTENCY_KEY";
+            code?: "INVALID_JSON" | "UNKNOWN_FIELD" | "MISSING_FIELD" | "INVALID_FIELD" | "INVALID_LIMIT" | "INVALID_DESCRIPTORS" | "INVALID_IDEMPOTENCY_KEY" | "INVALID_SCOPE";
         } & components["schemas"]["Error"];
         UnauthorizedError: {
             /** @enum {unknown} */
@@ -961,15 +1038,15 @@ export interface components {
         } & components["schemas"]["Error"];
         ForbiddenError: {
             /** @enum {unknown} */
-            code?: "FORBIDDEN" | "FORBIDDEN_DOMAIN" | "OPERATOR_KEY_REQUIRED" | "DOMAIN_NOT_GRANTED";
+            code?: "FORBIDDEN" | "FORBIDDEN_DOMAIN" | "OPERATOR_KEY_REQUIRED" | "DOMAIN_NOT_GRANTED" | "KEY_SCOPE";
         } & components["schemas"]["Error"];
         NotFoundError: {
             /** @enum {unknown} */
-            code?: "NOT_FOUND" | "RULE_NOT_FOUND" | "EXEMPTION_NOT_FOUND" | "DOMAIN_NOT_FOUND" | "OVERRIDE_NOT_FOUND";
+            code?: "NOT_FOUND" | "RULE_NOT_FOUND" | "EXEMPTION_NOT_FOUND" | "DOMAIN_NOT_FOUND" | "OVERRIDE_NOT_FOUND" | "KEY_NOT_FOUND";
         } & components["schemas"]["Error"];
         ConflictError: {
             /** @enum {unknown} */
-            code?: "CONFLICT" | "DOMAIN_RESERVED" | "RULE_EXISTS" | "DESCRIPTORS_EXIST" | "EXEMPTION_EXISTS" | "IDEMPOTENCY_KEY_IN_PROGRESS" | "TOO_MANY_RULES" | "TOO_MANY_EXEMPTIONS" | "TOO_MANY_OVERRIDES";
+            code?: "CONFLICT" | "DOMAIN_RESERVED" | "RULE_EXISTS" | "DESCRIPTORS_EXIST" | "EXEMPTION_EXISTS" | "IDEMPOTENCY_KEY_IN_PROGRESS" | "TOO_MANY_RULES" | "TOO_MANY_EXEMPTIONS" | "TOO_MANY_OVERRIDES" | "TOO_MANY_KEYS";
         } & components["schemas"]["Error"];
         UnprocessableError: {
             /** @constant */
@@ -1033,6 +1110,15 @@ export interface components {
             };
             content: {
                 "application/json": components["schemas"]["UnauthorizedError"];
+            };
+        };
+        /** @description A check-only key (`KEY_SCOPE`, see POST /keys) may only call /check, /check/ip and /check/batch. */
+        KeyScope: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ForbiddenError"];
             };
         };
         /** @description You have no rule of that name (`RULE_NOT_FOUND`). */
@@ -1505,7 +1591,108 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["KeyScope"];
             500: components["responses"]["Internal"];
+        };
+    };
+    listKeys: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Your minted keys. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["KeyList"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["KeyScope"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    createKey: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["KeyRequest"];
+            };
+        };
+        responses: {
+            /** @description Minted. */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["NewKey"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["KeyScope"];
+            /** @description Your client has as many keys as a client may (`TOO_MANY_KEYS`, MAX_KEYS_PER_CLIENT). */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ConflictError"];
+                };
+            };
+            413: components["responses"]["TooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    deleteKey: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The key's id (from POST /keys or GET /keys). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Revoked; every replica refuses the key once its cache caught up (this one at once). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["KeyDeleted"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["KeyScope"];
+            /** @description Your client has no such key (`KEY_NOT_FOUND`). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["NotFoundError"];
+                };
+            };
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
         };
     };
     check: {
@@ -1652,6 +1839,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["KeyScope"];
             413: components["responses"]["TooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             500: components["responses"]["Internal"];
@@ -1682,6 +1870,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["KeyScope"];
             409: components["responses"]["RuleConflict"];
             413: components["responses"]["TooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
@@ -1708,6 +1897,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["KeyScope"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
         };
@@ -1739,6 +1929,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["KeyScope"];
             404: components["responses"]["RuleNotFound"];
             409: components["responses"]["RuleConflict"];
             413: components["responses"]["TooLarge"];
@@ -1769,6 +1960,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["KeyScope"];
             404: components["responses"]["RuleNotFound"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
@@ -1796,6 +1988,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["KeyScope"];
             404: components["responses"]["RuleNotFound"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
@@ -1837,6 +2030,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["KeyScope"];
             404: components["responses"]["RuleNotFound"];
             /** @description The rule has 10,000 overrides, or your client as many as a client may (`TOO_MANY_OVERRIDES`). */
             409: {
@@ -1877,6 +2071,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["KeyScope"];
             /** @description No such override (`OVERRIDE_NOT_FOUND`). */
             404: {
                 headers: {
@@ -1914,6 +2109,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["KeyScope"];
             /**
              * @description Already exempt (`EXEMPTION_EXISTS`), or your client has as many exemptions as a client
              *     may (`TOO_MANY_EXEMPTIONS`, MAX_EXEMPTIONS_PER_CLIENT).
@@ -1951,6 +2147,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["KeyScope"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
         };
@@ -1977,6 +2174,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["KeyScope"];
             /** @description Not exempt (`EXEMPTION_NOT_FOUND`). */
             404: {
                 headers: {
@@ -2048,6 +2246,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["KeyScope"];
             500: components["responses"]["Internal"];
         };
     };

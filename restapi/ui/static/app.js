@@ -156,7 +156,7 @@
     $('session').hidden = false;
     $('app').dataset.state = 'signed-in';
     drawChart();
-    await Promise.all([loadRules(), loadExemptions(), pollStats(), loadDescriptors()]);
+    await Promise.all([loadRules(), loadExemptions(), loadKeys(), pollStats(), loadDescriptors()]);
     state.timers.push(setInterval(pollStats, STATS_EVERY_MS));
     state.timers.push(setInterval(loadDescriptors, DESCRIPTORS_EVERY_MS));
     $('app').dataset.state = 'ready';
@@ -170,7 +170,8 @@
     $('session').hidden = true;
     $('login').hidden = false;
     $('app').dataset.state = 'signed-out';
-    for (const id of ['rules', 'exemptions', 'identifiers']) $(id).tBodies[0].replaceChildren();
+    for (const id of ['rules', 'exemptions', 'identifiers', 'keys']) $(id).tBodies[0].replaceChildren();
+    $('key-minted').hidden = true;
     closeRuleForm();
     showError('login-error', message || null);
     $('api-key').focus();
@@ -610,6 +611,56 @@
     await loadExemptions();
   }
 
+  // ---- check-only keys -------------------------------------------------
+
+  async function loadKeys() {
+    let list;
+    try {
+      list = listOf(await api('GET', '/keys'), 'keys');
+    } catch (err) {
+      if (!handleAuth(err)) toast('Keys: ' + describe(err), true);
+      return;
+    }
+    $('keys').tBodies[0].replaceChildren(...list.map((k) => el('tr', { 'data-key': k.id },
+      el('td', { class: 'ident', title: k.id, text: k.id }),
+      el('td', { text: k.scope }),
+      el('td', { class: 'muted', text: dateTimeOf(k.created_at) }),
+      el('td', { class: 'actions' }, confirmButton('Revoke', () => revokeKey(k.id))))));
+    $('keys-empty').hidden = list.length > 0;
+  }
+
+  async function mintKey() {
+    showError('key-error', null);
+    let k;
+    try {
+      k = await api('POST', '/keys', { scope: 'check' });
+    } catch (err) {
+      if (!handleAuth(err)) showError('key-error', err);
+      return;
+    }
+    $('key-secret').textContent = k.api_key;
+    $('key-snippet').textContent = "const res = await fetch('" + location.origin + "/check', {\n" +
+      "  method: 'POST',\n" +
+      "  headers: { 'X-API-Key': '" + k.api_key + "', 'Content-Type': 'application/json' },\n" +
+      "  body: JSON.stringify({ identifier: userId, limit: 100, window: 60 }),\n" +
+      '});\n' +
+      'const { allowed, retry_after } = await res.json();';
+    $('key-minted').hidden = false;
+    await loadKeys();
+  }
+
+  async function revokeKey(id) {
+    try {
+      await api('DELETE', '/keys/' + encodeURIComponent(id));
+    } catch (err) {
+      if (!handleAuth(err)) toast('Revoke ' + id + ': ' + describe(err), true);
+      return;
+    }
+    toast('Key ' + id + ' revoked');
+    $('key-minted').hidden = true;
+    await loadKeys();
+  }
+
   // ---- descriptors -----------------------------------------------------
 
   async function loadDescriptors() {
@@ -660,6 +711,7 @@
     $('rule-cancel').addEventListener('click', closeRuleForm);
     $('rule-form').addEventListener('submit', submitRule);
     $('exemption-form').addEventListener('submit', submitExemption);
+    $('key-new').addEventListener('click', mintKey);
     const saved = sessionStorage.getItem(KEY_STORE);
     if (saved) signIn(saved, true);
     else $('api-key').focus();
