@@ -77,6 +77,8 @@ type testEnv struct {
 	logs    *logbuf.Buffer
 	// adminKey is the handler's operator key (Deps.AdminKey).
 	adminKey string
+	// idempotency is the memory store of idempotent checks (nil on Redis).
+	idempotency *memoryIdempotency
 }
 
 // newEnv starts the API in backend b; opts may change the Deps first.
@@ -114,15 +116,18 @@ func newEnvAt(t *testing.T, dbURL string, b backend, opts ...func(*Deps)) *testE
 	usage := store.NewUsageRecorder(db, time.Hour, log)
 
 	var limiter algorithms.Store
-	var idem IdempotencyStore                        // nil: memory
+	var idem IdempotencyStore // the memory store, or Redis
+	var memIdem *memoryIdempotency
 	var ready func(context.Context) map[string]error // memory: none, always ready
 	switch b.limiter {
 	case "memory":
 		limiter = algorithms.NewMemoryStore(algorithms.MemoryOptions{Now: testClock})
+		memIdem = newMemoryIdempotency(time.Now, IdempotencyQuota{Records: DefaultIdempotencyRecords, Bytes: DefaultIdempotencyBytes})
+		idem = memIdem
 	case "redis":
 		rs := redisstore.New(redisClient(t), redisstore.Options{Now: testClock})
 		limiter, ready = rs, rs.Ready
-		idem = idempotency.NewRedis(redisClient(t), "test-"+testkit.RandomHex(t, 8)+":")
+		idem = idempotency.NewRedis(redisClient(t), "test-"+testkit.RandomHex(t, 8)+":", idempotency.Quota{Records: DefaultIdempotencyRecords, Bytes: DefaultIdempotencyBytes})
 	default:
 		t.Fatalf("unknown limiter %q", b.limiter)
 	}
@@ -156,7 +161,7 @@ func newEnvAt(t *testing.T, dbURL string, b backend, opts ...func(*Deps)) *testE
 	// Every exchange of the suite must be one the OpenAPI document describes.
 	srv := httptest.NewServer(contract(t).Handler(t, h))
 	t.Cleanup(srv.Close)
-	return &testEnv{srv: srv, handler: h, db: d.DB, cache: d.Cache, usage: d.Usage, limiter: d.Limiter, reg: reg, logs: logs, adminKey: d.AdminKey}
+	return &testEnv{srv: srv, handler: h, db: d.DB, cache: d.Cache, usage: d.Usage, limiter: d.Limiter, reg: reg, logs: logs, adminKey: d.AdminKey, idempotency: memIdem}
 }
 
 // contract is the validator of the embedded OpenAPI document, loaded once.

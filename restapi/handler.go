@@ -129,6 +129,11 @@ type Deps struct {
 	// IdempotencyTTL is how long a first reply is kept (setting
 	// IDEMPOTENCY_TTL). Default DefaultIdempotencyTTL, 24 hours.
 	IdempotencyTTL time.Duration
+	// IdempotencyQuota bounds each client's records in the memory store
+	// (settings IDEMPOTENCY_MAX_RECORDS_PER_CLIENT and
+	// IDEMPOTENCY_MAX_BYTES_PER_CLIENT; the Redis store takes its own).
+	// Default DefaultIdempotencyRecords, DefaultIdempotencyBytes.
+	IdempotencyQuota IdempotencyQuota
 }
 
 // maxBodyBytes is the largest request body accepted (413 above it).
@@ -150,8 +155,11 @@ func NewHandler(d Deps) http.Handler {
 	if d.ConfigDump == nil {
 		d.ConfigDump = func() string { return "" }
 	}
+	if d.IdempotencyQuota == (IdempotencyQuota{}) {
+		d.IdempotencyQuota = IdempotencyQuota{Records: DefaultIdempotencyRecords, Bytes: DefaultIdempotencyBytes}
+	}
 	if d.Idempotency == nil {
-		d.Idempotency = newMemoryIdempotency(time.Now)
+		d.Idempotency = newMemoryIdempotency(time.Now, d.IdempotencyQuota)
 	}
 	if d.IdempotencyTTL <= 0 {
 		d.IdempotencyTTL = DefaultIdempotencyTTL

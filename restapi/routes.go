@@ -35,9 +35,10 @@ func addRoutes(mux *http.ServeMux, d Deps, m *metrics, tr *tracing) {
 	mux.Handle("GET /keys", auth(handleKeyList(d.DB, d.ListObjects)))
 	mux.Handle("DELETE /keys/{id}", auth(handleKeyDelete(d.DB, d.Cache)))
 
-	once := idempotent(d.Idempotency, d.IdempotencyTTL) // with an Idempotency-Key
+	once := idempotent(d.Idempotency, d.IdempotencyTTL, nil) // with an Idempotency-Key
+	address := func(r *http.Request) string { return clientIP(r, d.TrustedProxies) }
 	mux.Handle("POST /check", checkAuth(once(handleCheck(check, m, false))))
-	mux.Handle("POST /check/ip", checkAuth(once(handleCheck(check, m, true))))
+	mux.Handle("POST /check/ip", checkAuth(idempotent(d.Idempotency, d.IdempotencyTTL, address)(handleCheck(check, m, true))))
 	mux.Handle("POST /check/batch", checkAuth(once(handleCheckBatch(check, m))))
 	mux.Handle("POST /reset", auth(handleReset(d.Limiter)))
 

@@ -327,7 +327,8 @@ func TestOverridePrecedence(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			s := throttletest.Start(t, append(env, "CLAIMABLE_DOMAINS=overrides-*")...)
-			c := newRESTClient(t, s, s.RegisterDomain(t, "overrides-"+name, "overrides-"+name, ""))
+			domain := "overrides-" + strings.ReplaceAll(name, "+", "-") // a domain has no '+'
+			c := newRESTClient(t, s, s.RegisterDomain(t, "overrides-"+name, domain, ""))
 			var me struct{ Domain string }
 			c.do(t, "GET", "/me", "", &me)
 			for _, body := range []string{

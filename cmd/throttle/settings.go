@@ -65,6 +65,12 @@ var coreSettings = []setting{
 	{"CORS_ALLOWED_ORIGIN", "cors-allowed-origin", "", "comma-separated origins (https://app.example.com, or *) whose browser pages may call the REST API: preflights answered, rate-limit headers exposed; empty = no cross-origin access", func(c *config, v string) (err error) { c.REST.CORSAllowedOrigins, err = parseOrigins(v); return }},
 	{"LIST_RESPONSE_FORMAT", "list-response-format", "array", "GET /rules/list and /exemptions/list answer bare arrays (array), or {\"rules\": [...]} and {\"exemptions\": [...]} as the original service did (object)", func(c *config, v string) (err error) { c.REST.ListObjects, err = parseListFormat(v); return }},
 	{"IDEMPOTENCY_TTL", "idempotency-ttl", "24h", "how long a REST check's first reply is kept for its Idempotency-Key (in Redis with REDIS_URL, else in memory)", func(c *config, v string) (err error) { c.REST.IdempotencyTTL, err = parseIdempotencyTTL(v); return }},
+	{"IDEMPOTENCY_MAX_RECORDS_PER_CLIENT", "idempotency-max-records-per-client", "1000", "most Idempotency-Key replies one client keeps (in Redis or memory); one more evicts that client's oldest, whose retry is then decided anew", func(c *config, v string) (err error) { c.REST.IdempotencyQuota.Records, err = parsePositive(v); return }},
+	{"IDEMPOTENCY_MAX_BYTES_PER_CLIENT", "idempotency-max-bytes-per-client", "1048576", "most bytes of Idempotency-Key replies one client keeps (replies are stored compressed); past it that client's oldest are evicted", func(c *config, v string) (err error) {
+		n, err := parsePositive(v)
+		c.REST.IdempotencyQuota.Bytes = int64(n)
+		return err
+	}},
 	{"RLQS_INTERVAL", "rlqs-interval", "1s", "how often the rate-limit quota service (RLQS, on GRPC_PORT) reassigns every Envoy's share of each limit (100ms-1h); set the Envoy filter's reporting_interval to a third of it", func(c *config, v string) (err error) { c.RLQSInterval, err = parseDuration(v); return }},
 	{"APPROXIMATE_SYNC_INTERVAL", "approximate-sync-interval", "100ms", "with REDIS_URL: how often limits with accuracy: approximate send this replica's hits to Redis and read the totals (10ms-10s); decisions never wait on Redis, a replica spends at most its share of what is left until its next sync", func(c *config, v string) (err error) { c.ApproximateInterval, err = parseDuration(v); return }},
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/throttle-rl/throttle/internal/testkit/redistest"
 	"github.com/throttle-rl/throttle/internal/testkit/throttletest"
 )
 
@@ -408,4 +409,105 @@ func listKeys(t *testing.T, s *throttletest.Server, key string) []map[string]any
 		t.Fatalf("GET /keys: %d %v", resp.StatusCode, err)
 	}
 	return list
+}
+
+// doIdem posts body to path with key and an Idempotency-Key, and any more
+// headers (name, value, …); it returns the status, whether the reply was a
+// replay, and the body.
+func doIdem(t *testing.T, s *throttletest.Server, key, path, ikey, body string, headers ...string) (int, bool, map[string]any) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", s.URL+path, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-API-Key", key)
+	req.Header.Set("Idempotency-Key", ikey)
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	json.NewDecoder(resp.Body).Decode(&out)
+	return resp.StatusCode, resp.Header.Get("Idempotent-Replayed") == "true", out
+}
+
+// TestIdempotencyQuotas: a client keeps at most
+// IDEMPOTENCY_MAX_RECORDS_PER_CLIENT replies, its oldest evicted first (a
+// retry of it is decided anew), and never evicts another client's; a batch
+// reply kept compactly replays as it was; on Redis the records are the
+// client's own keys under throttle:idem:{<client>} with a TTL. And /check/ip's
+// fingerprint holds the resolved address: another address replaying a
+// first one's Idempotency-Key is 422, not the first one's decision. Before,
+// every reply was kept whole for 24 h, unbounded, and the second address
+// got the first one's "allowed".
+func TestIdempotencyQuotas(t *testing.T) {
+	for name, env := range tenancySetups(t, "IDEMPOTENCY_MAX_RECORDS_PER_CLIENT=3", "TRUSTED_PROXIES=127.0.0.1/32") {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			s := throttletest.Start(t, env...)
+			a, b := s.Register(t, "idem-a-"+name), s.Register(t, "idem-b-"+name)
+			check := func(id string) string { return `{"identifier":"` + id + `","limit":100,"window":60}` }
+			if status, _, _ := doIdem(t, s, b, "/check", "k0", check("b")); status != http.StatusOK {
+				t.Fatalf("B's check: %d", status)
+			}
+			batch := `{"checks":[` + check(strings.Repeat("x", 200)) + `,` + check(strings.Repeat("y", 200)) + `]}`
+			doIdem(t, s, a, "/check/batch", "batch", batch)
+			for i := range 3 {
+				if status, replayed, _ := doIdem(t, s, a, "/check", fmt.Sprint("k", i), check(fmt.Sprint("u", i))); status != http.StatusOK || replayed {
+					t.Fatalf("A's k%d: %d replayed %v", i, status, replayed)
+				}
+			}
+			// A keeps k0..k2; the batch, its oldest, was evicted.
+			_, replayed, anew := doIdem(t, s, a, "/check/batch", "batch", batch)
+			if results, _ := anew["results"].([]any); replayed || len(results) != 2 || results[0].(map[string]any)["remaining"] != float64(98) {
+				t.Fatalf("A's batch after 3 newer replies: replayed %v %v, want evicted: decided anew, remaining 98", replayed, anew)
+			}
+			// The batch is kept again (k0 evicted), and replays what it decided.
+			if _, replayed, got := doIdem(t, s, a, "/check/batch", "batch", batch); !replayed || fmt.Sprint(got) != fmt.Sprint(anew) {
+				t.Errorf("A's batch retried: replayed %v %v", replayed, got)
+			}
+			if _, replayed, _ := doIdem(t, s, a, "/check", "k2", check("u2")); !replayed {
+				t.Errorf("A's k2 (among its 3 newest): not replayed")
+			}
+			if _, replayed, _ := doIdem(t, s, b, "/check", "k0", check("b")); !replayed {
+				t.Errorf("B's k0 after A's flood: not replayed; A evicted B's record")
+			}
+			if name != "embedded" {
+				rdb := redistest.NewClient(t, redistest.SharedURL(t))
+				aID := clientID(t, s, a)
+				if n := rdb.ZCard(t.Context(), "throttle:idem:{"+aID+"}#index").Val(); n != 3 {
+					t.Errorf("A's records in Redis: %d, want 3", n)
+				}
+				keys := rdb.Keys(t.Context(), "throttle:idem:{"+aID+"}:*").Val()
+				for _, k := range keys {
+					if ttl := rdb.PTTL(t.Context(), k).Val(); ttl <= 0 {
+						t.Errorf("%s has no TTL (%v)", k, ttl)
+					}
+				}
+			}
+			ip := `{"limit":1,"window":60}`
+			if status, _, got := doIdem(t, s, a, "/check/ip", "ip-1", ip, "X-Forwarded-For", "192.0.2.1"); status != http.StatusOK || got["allowed"] != true {
+				t.Fatalf("the first address: %d %v", status, got)
+			}
+			if status, replayed, got := doIdem(t, s, a, "/check/ip", "ip-1", ip, "X-Forwarded-For", "192.0.2.2"); status != http.StatusUnprocessableEntity || replayed || got["code"] != "IDEMPOTENCY_KEY_REUSED" {
+				t.Errorf("another address with the first one's key: %d replayed %v %v, want 422 IDEMPOTENCY_KEY_REUSED", status, replayed, got)
+			}
+			if _, replayed, _ := doIdem(t, s, a, "/check/ip", "ip-1", ip, "X-Forwarded-For", "192.0.2.1"); !replayed {
+				t.Errorf("the first address's retry: not replayed")
+			}
+		})
+	}
+}
+
+// clientID returns the id of key's client (GET /me).
+func clientID(t *testing.T, s *throttletest.Server, key string) string {
+	t.Helper()
+	_, _, me := doJSON(t, "GET", s.URL+"/me", key, "")
+	id, _ := me["client_id"].(string)
+	if id == "" {
+		t.Fatalf("GET /me: %v", me)
+	}
+	return id
 }

@@ -1171,7 +1171,7 @@ export interface components {
                 "application/json": components["schemas"]["ConflictError"];
             };
         };
-        /** @description This Idempotency-Key came with another request body (`IDEMPOTENCY_KEY_REUSED`). */
+        /** @description This Idempotency-Key came with another request body or route, or on /check/ip from another address (`IDEMPOTENCY_KEY_REUSED`). */
         IdempotencyKeyReused: {
             headers: {
                 [name: string]: unknown;
