@@ -298,6 +298,7 @@ func TestDashboard(t *testing.T) {
 	}
 	waitFor(fmt.Sprintf("the chart to count %d allowed and %d rejected", allowed, rejected),
 		fmt.Sprintf(`(c => c.dataset.allowed === '%d' && c.dataset.rejected === '%d')(document.getElementById('chart'))`, allowed, rejected))
+
 	if n := eval("chart bars", `String(document.querySelectorAll('#chart rect.bar-bad').length)`); n == "0" {
 		t.Error("the chart draws no rejected bar")
 	}
@@ -320,6 +321,24 @@ func TestDashboard(t *testing.T) {
 		}
 	}
 
+	// A check-only key for a browser app: minted in the UI, shown once
+	// with a snippet, listed; it checks and does nothing else.
+	do("mint a check-only key",
+		chromedp.Click(chromedp.ID("key-new")),
+		chromedp.WaitVisible(chromedp.CSS(`tr[data-key]`)),
+	)
+	waitFor("the minted key shown", `!document.getElementById('key-minted').hidden`)
+	checkKey := eval("the minted key", `document.getElementById('key-secret').textContent`)
+	snippet := eval("its snippet", `document.getElementById('key-snippet').textContent`)
+	if !strings.HasPrefix(checkKey, "thr_") || !strings.Contains(snippet, checkKey) || !strings.Contains(snippet, "/check") {
+		t.Errorf("the minted key %q and its snippet %q", checkKey, snippet)
+	}
+	if code, _, body := doJSON(t, "POST", s.URL+"/check", checkKey, `{"identifier":"browser","limit":5,"window":60}`); code != 200 {
+		t.Errorf("the check-only key's check: %d %v", code, body)
+	}
+	if code, _, body := doJSON(t, "GET", s.URL+"/rules/list", checkKey, ""); code != 403 || body["code"] != "KEY_SCOPE" {
+		t.Errorf("the check-only key's /rules/list: %d %v, want 403 KEY_SCOPE", code, body)
+	}
 	// A reload of the tab keeps the session; signing out forgets the key.
 	do("reload", chromedp.Reload())
 	waitFor("the dashboard after a reload", `document.getElementById('app').dataset.state === 'ready'`)
