@@ -28,6 +28,9 @@ type restAppsConfig struct {
 	// IdempotencyQuota bounds each client's kept replies
 	// (IDEMPOTENCY_MAX_RECORDS_PER_CLIENT, IDEMPOTENCY_MAX_BYTES_PER_CLIENT).
 	IdempotencyQuota restapi.IdempotencyQuota
+	// IdempotencyMemoryPercent: no reply is kept in a Redis this full
+	// (IDEMPOTENCY_REDIS_MEMORY_PERCENT; 100: no budget).
+	IdempotencyMemoryPercent int
 }
 
 // parseOrigins reads CORS_ALLOWED_ORIGIN: comma-separated origins, a
@@ -90,7 +93,7 @@ func (a *app) openIdempotency(context.Context) error {
 		return err
 	}
 	q := a.cfg.REST.IdempotencyQuota
-	a.idempotency = idempotency.NewRedis(rdb, a.cfg.CacheKeyPrefix, idempotency.Quota{Records: q.Records, Bytes: q.Bytes})
+	a.idempotency = idempotency.NewRedis(rdb, a.cfg.CacheKeyPrefix, idempotency.Quota{Records: q.Records, Bytes: q.Bytes, MemoryPercent: a.cfg.REST.IdempotencyMemoryPercent % 100})
 	a.goBG("idempotency redis close", func(ctx context.Context) error {
 		<-ctx.Done()
 		return rdb.Close()

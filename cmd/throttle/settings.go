@@ -71,6 +71,7 @@ var coreSettings = []setting{
 		c.REST.IdempotencyQuota.Bytes = int64(n)
 		return err
 	}},
+	{"IDEMPOTENCY_REDIS_MEMORY_PERCENT", "idempotency-redis-memory-percent", "80", "no Idempotency-Key reply is kept in Redis while its used memory is at or past this percent of its maxmemory, so the records never take the counters' room (with maxmemory-policy noeviction); 100 turns the budget off", func(c *config, v string) (err error) { c.REST.IdempotencyMemoryPercent, err = parsePercent(v); return }},
 	{"RLQS_INTERVAL", "rlqs-interval", "1s", "how often the rate-limit quota service (RLQS, on GRPC_PORT) reassigns every Envoy's share of each limit (100ms-1h); set the Envoy filter's reporting_interval to a third of it", func(c *config, v string) (err error) { c.RLQSInterval, err = parseDuration(v); return }},
 	{"APPROXIMATE_SYNC_INTERVAL", "approximate-sync-interval", "100ms", "with REDIS_URL: how often limits with accuracy: approximate send this replica's hits to Redis and read the totals (10ms-10s); decisions never wait on Redis, a replica spends at most its share of what is left until its next sync", func(c *config, v string) (err error) { c.ApproximateInterval, err = parseDuration(v); return }},
 }
@@ -153,6 +154,15 @@ func parseInt(v string) (int, error) {
 	n, err := strconv.Atoi(v)
 	if err != nil {
 		return 0, fmt.Errorf("%q is not a number", v)
+	}
+	return n, nil
+}
+
+// parsePercent reads an integer from 1 to 100.
+func parsePercent(v string) (int, error) {
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > 100 {
+		return 0, fmt.Errorf("%q is not a percent from 1 to 100", v)
 	}
 	return n, nil
 }

@@ -511,3 +511,31 @@ func clientID(t *testing.T, s *throttletest.Server, key string) string {
 	}
 	return id
 }
+
+// TestIdempotencyRedisBudget: past IDEMPOTENCY_REDIS_MEMORY_PERCENT of
+// Redis's maxmemory no reply is kept (a retry is decided anew) while
+// checks go on counting; without the budget the same Redis keeps it.
+// Before, records were kept until Redis refused or evicted counters.
+func TestIdempotencyRedisBudget(t *testing.T) {
+	srv := redistest.Start(t, "--maxmemory", "64mb", "--maxmemory-policy", "noeviction")
+	for _, tt := range []struct {
+		percent string
+		kept    bool
+	}{{"1", false}, {"100", true}} {
+		t.Run(tt.percent, func(t *testing.T) {
+			s := throttletest.Start(t, "REDIS_URL="+srv.URL(), "DATABASE_URL="+freshPostgres(t), "IDEMPOTENCY_REDIS_MEMORY_PERCENT="+tt.percent)
+			key := s.Register(t, "budget-"+tt.percent)
+			body := `{"identifier":"u","limit":5,"window":60}`
+			if status, _, got := doIdem(t, s, key, "/check", "k", body); status != http.StatusOK || got["remaining"] != float64(4) {
+				t.Fatalf("first: %d %v", status, got)
+			}
+			status, replayed, got := doIdem(t, s, key, "/check", "k", body)
+			if status != http.StatusOK || replayed != tt.kept {
+				t.Errorf("retry: %d replayed %v %v, want replayed %v", status, replayed, got, tt.kept)
+			}
+			if !tt.kept && got["remaining"] != float64(3) {
+				t.Errorf("retry past the budget: %v, want decided anew (remaining 3)", got)
+			}
+		})
+	}
+}

@@ -34,10 +34,13 @@ var (
 )
 
 // Quota bounds what one client keeps: at most Records records of at most
-// Bytes bytes (0: no bound).
+// Bytes bytes (0: no bound); and what all keep: no reply is kept on a
+// Redis node whose used memory is at or past MemoryPercent of its
+// maxmemory (0: no bound), so records never take the counters' room.
 type Quota struct {
-	Records int
-	Bytes   int64
+	Records       int
+	Bytes         int64
+	MemoryPercent int
 }
 
 // Redis is a restapi.IdempotencyStore in Redis (single, Sentinel or
@@ -46,12 +49,13 @@ type Redis struct {
 	rdb    redis.UniversalClient
 	prefix string
 	quota  Quota
+	budget *budget
 }
 
 // NewRedis returns the store over rdb; prefix goes before every key
 // (CACHE_KEY_PREFIX); quota bounds each client's kept replies.
 func NewRedis(rdb redis.UniversalClient, prefix string, quota Quota) *Redis {
-	return &Redis{rdb: rdb, prefix: prefix, quota: quota}
+	return &Redis{rdb: rdb, prefix: prefix, quota: quota, budget: &budget{percent: quota.MemoryPercent}}
 }
 
 // clientPrefix is what every key of client starts with.
@@ -87,9 +91,17 @@ func (s *Redis) Claim(ctx context.Context, client, key string, pending []byte, t
 }
 
 // Put stores value under key for ttl and evicts the client's oldest kept
-// replies past its quota.
+// replies past its quota. Past the memory budget it stores nothing and
+// returns ErrBudget (the pending claim expires by itself).
 func (s *Redis) Put(ctx context.Context, client, key string, value []byte, ttl time.Duration) error {
-	err := putScript.Run(ctx, s.rdb, s.keys(client, key), value, ttl.Milliseconds(), key,
+	keys := s.keys(client, key)
+	if err := s.budget.check(ctx, s.rdb, keys[0]); err != nil {
+		if errors.Is(err, ErrBudget) {
+			_ = s.Release(ctx, client, key)
+		}
+		return err
+	}
+	err := putScript.Run(ctx, s.rdb, keys, value, ttl.Milliseconds(), key,
 		s.clientPrefix(client)+":", s.quota.Records, s.quota.Bytes).Err()
 	if err != nil {
 		return fmt.Errorf("idempotency: store: %w", err)

@@ -3,6 +3,7 @@ package idempotency
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -81,5 +82,32 @@ func TestRedisQuota(t *testing.T) {
 	}
 	if ttl := rdb.PTTL(ctx, prefix+"throttle:idem:{a}#sizes").Val(); ttl <= 0 || ttl > time.Minute {
 		t.Errorf("sizes TTL = %v, want within a minute", ttl)
+	}
+}
+
+// TestRedisBudget: past MemoryPercent of Redis's maxmemory no reply is
+// kept (ErrBudget, its claim released), so a counter still has room.
+func TestRedisBudget(t *testing.T) {
+	srv := redistest.Start(t, "--maxmemory", "4mb", "--maxmemory-policy", "noeviction")
+	rdb := redistest.NewClient(t, srv.URL())
+	s := NewRedis(rdb, "", Quota{MemoryPercent: 50})
+	ctx := context.Background()
+	value := bytes.Repeat([]byte("r"), 50_000)
+	var err error
+	n := 0
+	for ; n < 400; n++ { // 20 MB at most, far past the budget
+		if err = s.Put(ctx, fmt.Sprint("c", n), "k", value, time.Minute); err != nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !errors.Is(err, ErrBudget) {
+		t.Fatalf("after %d replies of 50 kB: %v, want ErrBudget", n, err)
+	}
+	if got := rdb.Exists(ctx, "throttle:idem:{c"+fmt.Sprint(n)+"}:k").Val(); got != 0 {
+		t.Errorf("the refused reply was kept")
+	}
+	if err := rdb.Set(ctx, "throttle:{client/x}:counter", 1, time.Minute).Err(); err != nil {
+		t.Errorf("a counter past the records' budget: %v, want room", err)
 	}
 }
