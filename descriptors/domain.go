@@ -3,6 +3,8 @@ package descriptors
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 )
 
@@ -43,6 +45,14 @@ func (c *Config) Domain(name string) *Domain {
 		return nil
 	}
 	return c.domains[name]
+}
+
+// Domains returns the names of the domains, sorted.
+func (c *Config) Domains() []string {
+	if c == nil {
+		return nil
+	}
+	return slices.Sorted(maps.Keys(c.domains))
 }
 
 // DomainCount returns the number of domains.

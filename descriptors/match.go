@@ -121,12 +121,12 @@ type Match struct {
 	Counter string
 }
 
-// Key returns the engine key of the match's counter: scope the domain,
-// identifier Counter. Name is left empty so the limit itself (algorithm,
+// Key returns the engine key of the match's counter: scope the domain's
+// (algorithms.DomainScope), identifier Counter. Name is left empty so the limit itself (algorithm,
 // limit, window, refill) also names the state, and a limit changed by a
 // reload starts from fresh state instead of reusing a different window's.
 func (m *Match) Key() algorithms.Key {
-	return algorithms.Key{Scope: m.Domain, Identifier: m.Counter}
+	return algorithms.Key{Scope: algorithms.DomainScope(m.Domain), Identifier: m.Counter}
 }
 
 // Match returns the limit for the request descriptor entries, or nil when

@@ -364,7 +364,7 @@ func TestCounterUnambiguous(t *testing.T) {
 	if a, b := d.Match(entries("a", "b_c")), d.Match(entries("a", "b_c")); a.Key() != b.Key() {
 		t.Errorf("one request, two keys: %v, %v", a.Key(), b.Key())
 	}
-	if got, want := d.Match(entries("a", "v")).Key(), (algorithms.Key{Scope: "d", Identifier: "1:a1:v"}); got != want {
+	if got, want := d.Match(entries("a", "v")).Key(), (algorithms.Key{Scope: "domain/d", Identifier: "1:a1:v"}); got != want {
 		t.Errorf("Key() = %+v, want %+v", got, want)
 	}
 }

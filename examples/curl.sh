@@ -18,8 +18,8 @@ echo
 
 key=${THROTTLE_API_KEY:-}
 if [ -z "$key" ]; then
-	# A name and email of this run's own: the server keeps its clients
-	# (./throttle.db), and both must be unique.
+	# A name and email of this run's own, to tell its client from the
+	# others the server keeps (./throttle.db).
 	run="$(date +%s)-$$"
 	echo "# POST $url/register"
 	reply=$(curl -sS -X POST "$url/register" -w '\n%{http_code}' \

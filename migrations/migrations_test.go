@@ -96,7 +96,9 @@ func upDownUp(t *testing.T, source fs.FS, name string, driver database.Driver) {
 }
 
 func TestSQLiteUpDownUp(t *testing.T) {
-	db, err := sql.Open("sqlite", filepath.Join(t.TempDir(), "m.db")+"?_pragma=foreign_keys(1)")
+	// Foreign keys off, as store.Migrate connects: migration 0007 copies
+	// the clients table, and refuses to run with them on.
+	db, err := sql.Open("sqlite", filepath.Join(t.TempDir(), "m.db")+"?_pragma=foreign_keys(0)")
 	if err != nil {
 		t.Fatal(err)
 	}

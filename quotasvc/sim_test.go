@@ -374,7 +374,8 @@ func TestSimulatedDataPlane(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := &simCluster{}
-	env := []string{"REDIS_URL=" + rs.URL(), "DESCRIPTORS_DIR=" + dir, "RLQS_INTERVAL=" + simInterval.String()}
+	// CLAIMABLE_DOMAINS: the REST client below may have its domain.
+	env := []string{"REDIS_URL=" + rs.URL(), "DESCRIPTORS_DIR=" + dir, "RLQS_INTERVAL=" + simInterval.String(), "CLAIMABLE_DOMAINS=simrest"}
 	if os.Getenv("SIM_DEBUG") != "" {
 		env = append(env, "LOG_LEVEL=debug")
 		t.Cleanup(func() {
@@ -388,7 +389,7 @@ func TestSimulatedDataPlane(t *testing.T) {
 	}
 
 	// A REST client's descriptor rules are limits too.
-	key := c.replicas[0].Register(t, "simrest")
+	key := c.replicas[0].RegisterDomain(t, "simrest", "simrest", "")
 	req, _ := http.NewRequest(http.MethodPost, c.replicas[0].URL+"/rules", strings.NewReader(
 		`{"name": "rest", "algorithm": "token_bucket", "limit": 100, "refill_rate": 50, "descriptors": [{"key": "scenario", "value": "rest"}]}`))
 	req.Header.Set("X-API-Key", key)

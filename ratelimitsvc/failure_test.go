@@ -94,7 +94,7 @@ func TestRESTRuleDomains(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	client, err := db.CreateClient(ctx, store.Client{Name: "Shop Front", Email: "ops@shop.example"}, [32]byte{1})
+	client, err := db.CreateClient(ctx, store.Client{Name: "Shop Front", Email: "ops@shop.example", Domain: "shop-front"}, [32]byte{1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -249,7 +249,7 @@ func TestConfigPending(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	if _, err := db.CreateClient(ctx, store.Client{Name: "Shop Front", Email: "ops@shop.example"}, [32]byte{2}); err != nil {
+	if _, err := db.CreateClient(ctx, store.Client{Name: "Shop Front", Email: "ops@shop.example", Domain: "shop-front"}, [32]byte{2}); err != nil {
 		t.Fatal(err)
 	}
 	cache := store.NewCache(db, time.Hour, quietLog())

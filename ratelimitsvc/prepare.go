@@ -79,7 +79,7 @@ func (s *Server) prepare(domain string, known bool, d *rlcommon.RateLimitDescrip
 func fromOverride(domain string, d *rlcommon.RateLimitDescriptor, o *rlcommon.RateLimitDescriptor_RateLimitOverride, index int, hits int64) *limited {
 	rl := descriptors.RateLimit{RequestsPerUnit: o.GetRequestsPerUnit(), Unit: descriptors.Unit(o.GetUnit()), UnitMultiplier: o.GetUnitMultiplier().GetValue()}
 	l := &limited{index: index, statsKey: fullKey(d), rollup: keysOnly(d), hits: hits,
-		key: algorithms.Key{Scope: domain, Identifier: overrideCounter(d)}}
+		key: algorithms.Key{Scope: algorithms.DomainScope(domain), Identifier: overrideCounter(d)}}
 	ls := limitState{limit: rl, unit: rlsv3.RateLimitResponse_RateLimit_Unit(o.GetUnit())}
 	if !rl.AlwaysOverLimit() {
 		if rl.Unit.Window() <= 0 {

@@ -268,7 +268,7 @@ func redisFlushDomains(t *testing.T, domains ...string) {
 	rdb := redistest.NewClient(t, redistest.SharedURL(t))
 	ctx := context.Background()
 	for _, d := range domains {
-		iter := rdb.Scan(ctx, 0, "throttle:{"+d+":*", 1000).Iterator()
+		iter := rdb.Scan(ctx, 0, "throttle:{domain/"+d+":*", 1000).Iterator()
 		for iter.Next(ctx) {
 			rdb.Del(ctx, iter.Val())
 		}

@@ -171,7 +171,7 @@ func decideChecks(ctx context.Context, d checkDeps, m *metrics, c store.Client, 
 			out[i].reply, out[i].reset = ch.exemptReply(d.Now()), -1
 			continue
 		}
-		key := algorithms.Key{Scope: c.ID, Identifier: ch.identifier, Name: ch.counter}
+		key := algorithms.Key{Scope: algorithms.ClientScope(c.ID), Identifier: ch.identifier, Name: ch.counter}
 		reqs = append(reqs, algorithms.Request{Key: key, Limit: ch.limit, Hits: ch.hits, AlwaysCount: ch.alwaysCount})
 		at = append(at, i)
 	}

@@ -169,6 +169,9 @@ func authorizeCounters(ctx context.Context, counters envoyCounters, domain strin
 		return nil
 	}
 	c := clientFrom(ctx)
+	if c.Domain == "" {
+		return fmt.Errorf("this API key's client has no Envoy domain (the operator grants them): it cannot read or reset the counters of domain %q: %w", domain, errForeignDomain)
+	}
 	if c.Domain != domain {
 		return fmt.Errorf("this API key's domain is %q: it cannot read or reset the counters of domain %q: %w", c.Domain, domain, errForeignDomain)
 	}

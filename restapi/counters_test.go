@@ -148,7 +148,7 @@ func TestEnvoyCounters(t *testing.T) {
 // YAML domain's counters, and an empty key is no key.
 func TestEnvoyCountersWithoutAdminKey(t *testing.T) {
 	var rls *ratelimitsvc.Server
-	e := newEnv(t, backends()[0], withCounters(t, "", &rls))
+	e := newEnv(t, backends()[0], withCounters(t, "", &rls), func(d *Deps) { d.ClaimableDomains = []string{"edge"} })
 	edge := e.register(t, "edge", `"domain":"edge"`)
 	bob := `{"descriptors":[{"entries":[{"key":"path","value":"/login"},{"key":"user","value":"bob"}]}]}`
 	wantError(t, e.call(t, "POST", "/descriptors/edge/counters", edge.Key, bob), http.StatusForbidden, "OPERATOR_KEY_REQUIRED")

@@ -5,12 +5,13 @@ import (
 	"time"
 )
 
-// DescriptorStatus is the Envoy descriptor YAML (DESCRIPTORS_DIR) of one
-// domain, as the server's reloader has it.
+// DescriptorStatus is what GET /descriptors tells a client of the Envoy
+// descriptor YAML (DESCRIPTORS_DIR) of its domain, as the server's reloader
+// has it: whether the YAML describes the domain, and when it was loaded,
+// never the files or their problems (they are the operator's).
 type DescriptorStatus struct {
-	// Files are the loaded files that describe the domain, by base name;
-	// none when the YAML does not describe it.
-	Files []DescriptorFile
+	// YAML reports whether loaded files describe the domain.
+	YAML bool
 	// LoadedAt is when the configuration in use was loaded.
 	LoadedAt time.Time
 	// CheckedAt is when the directory was last read.
@@ -18,17 +19,12 @@ type DescriptorStatus struct {
 	// Valid reports whether the files on disk are the ones in use (false
 	// while a bad edit of any file is kept out).
 	Valid bool
-	// Problems are those of the domain's own files on disk, each
-	// "file:line: path: message".
-	Problems []string
 }
 
-// DescriptorFile is one descriptor YAML file.
-type DescriptorFile struct {
-	Name    string
-	Content string
-}
-
+// descriptorsReply is the reply of GET /descriptors. Files and Problems
+// are always empty: the YAML's files and problems are the operator's
+// (they were shown before issue 38; the fields stay for the clients that
+// read them).
 type descriptorsReply struct {
 	Domain     string               `json:"domain"`
 	Configured bool                 `json:"configured"`
@@ -45,8 +41,10 @@ type descriptorFileJSON struct {
 	Content string `json:"content"`
 }
 
-// handleDescriptors shows the descriptor YAML of the caller's domain and
-// whether the latest files loaded. status is nil when the server has no
+// handleDescriptors says how Envoy requests on the caller's domain are
+// decided: by the descriptor YAML (the operator's: a client only ever
+// learns that it is there, never its files or their problems), or by the
+// client's descriptor rules. status is nil when the server has no
 // DESCRIPTORS_DIR: then nothing is configured, and every Envoy request on
 // the domain is decided by the client's descriptor rules.
 func handleDescriptors(status func(domain string) DescriptorStatus) http.Handler {
@@ -56,10 +54,7 @@ func handleDescriptors(status func(domain string) DescriptorStatus) http.Handler
 		if status != nil && c.Domain != "" {
 			s := status(c.Domain)
 			reply.Configured = true
-			reply.YAML = len(s.Files) > 0
-			for _, f := range s.Files {
-				reply.Files = append(reply.Files, descriptorFileJSON{Name: f.Name, Content: f.Content})
-			}
+			reply.YAML = s.YAML
 			if !s.LoadedAt.IsZero() {
 				t := s.LoadedAt.UTC()
 				reply.LoadedAt = &t
@@ -69,7 +64,6 @@ func handleDescriptors(status func(domain string) DescriptorStatus) http.Handler
 				reply.CheckedAt = &t
 			}
 			reply.Valid = s.Valid
-			reply.Problems = append(reply.Problems, s.Problems...)
 		}
 		encode(w, r, http.StatusOK, reply)
 	})

@@ -21,11 +21,7 @@ func TestDescriptors(t *testing.T) {
 		mu.Unlock()
 		switch domain {
 		case "edge":
-			return DescriptorStatus{
-				Files:    []DescriptorFile{{Name: "edge.yaml", Content: "domain: edge\n"}},
-				LoadedAt: loaded, CheckedAt: loaded.Add(time.Minute),
-				Problems: []string{`edge.yaml:4: domain "edge" › descriptors[0] › rate_limit: invalid rate limit unit 'minutes'`},
-			}
+			return DescriptorStatus{YAML: true, LoadedAt: loaded, CheckedAt: loaded.Add(time.Minute)}
 		default:
 			return DescriptorStatus{LoadedAt: loaded, CheckedAt: loaded.Add(time.Minute), Valid: true}
 		}
@@ -39,8 +35,10 @@ func TestDescriptors(t *testing.T) {
 		key  string
 		want string
 	}{
-		{"a domain in the YAML, with a bad edit", edge.Key,
-			`{"domain":"edge","configured":true,"yaml":true,"files":[{"name":"edge.yaml","content":"domain: edge\n"}],"loaded_at":"2031-03-04T05:00:00Z","checked_at":"2031-03-04T05:01:00Z","valid":false,"problems":["edge.yaml:4: domain \"edge\" › descriptors[0] › rate_limit: invalid rate limit unit 'minutes'"]}`},
+		// (A client whose domain the YAML names loses it within a second,
+		// cmd/throttle's releaseReserved; until then it learns only that.)
+		{"a domain in the YAML, with a bad edit: never its files or problems", edge.Key,
+			`{"domain":"edge","configured":true,"yaml":true,"files":[],"loaded_at":"2031-03-04T05:00:00Z","checked_at":"2031-03-04T05:01:00Z","valid":false,"problems":[]}`},
 		{"a domain not in the YAML", other.Key,
 			`{"domain":"other","configured":true,"yaml":false,"files":[],"loaded_at":"2031-03-04T05:00:00Z","checked_at":"2031-03-04T05:01:00Z","valid":true,"problems":[]}`},
 	} {
@@ -60,7 +58,7 @@ func TestDescriptors(t *testing.T) {
 
 	// Without DESCRIPTORS_DIR.
 	plain := newEnv(t, backends()[0])
-	c := plain.register(t, "plain")
+	c := plain.register(t, "plain", `"domain":"plain"`)
 	r := plain.call(t, "GET", "/descriptors", c.Key, "")
 	if want := `{"domain":"plain","configured":false,"yaml":false,"files":[],"valid":true,"problems":[]}`; r.status != http.StatusOK || strings.TrimSpace(r.body) != want {
 		t.Errorf("GET /descriptors without DESCRIPTORS_DIR = %d %s, want 200 %s", r.status, r.body, want)

@@ -86,6 +86,21 @@ func decodeIdentified[T any](w http.ResponseWriter, r *http.Request, id func(T) 
 
 var errBodyTooLarge = &apiError{http.StatusRequestEntityTooLarge, "BODY_TOO_LARGE", fmt.Sprintf("request body is larger than %d bytes", maxBodyBytes)}
 
+// checkJSONOnly refuses any Content-Type but JSON, a missing one
+// included, for a route (what) a web page must not reach without a CORS
+// preflight: browsers send a form, text/plain or a typeless body from any
+// page without asking, never application/json.
+func checkJSONOnly(ct, what string) error {
+	mt, _, err := mime.ParseMediaType(ct)
+	if err == nil && (mt == "application/json" || strings.HasSuffix(mt, "+json")) {
+		return nil
+	}
+	if ct == "" {
+		ct = "none"
+	}
+	return &apiError{http.StatusUnsupportedMediaType, "UNSUPPORTED_MEDIA_TYPE", fmt.Sprintf("%s takes only Content-Type: application/json, not %s", what, ct)}
+}
+
 func checkContentType(ct string) error {
 	if ct == "" {
 		return nil
@@ -167,9 +182,13 @@ type errorReply struct {
 func errorResponse(err error) (status int, code, message string) {
 	var ae *apiError
 	var be *backendError
+	var qe *store.QuotaError
 	switch {
 	case errors.As(err, &ae):
 		return ae.status, ae.code, ae.message
+	case errors.As(err, &qe):
+		return http.StatusConflict, "TOO_MANY_" + strings.ToUpper(qe.What),
+			fmt.Sprintf("your client has %d %s, the most a client may have (MAX_%s_PER_CLIENT): delete some first", qe.Max, qe.What, strings.ToUpper(qe.What))
 	case errors.Is(err, algorithms.ErrOverloaded):
 		return http.StatusServiceUnavailable, "OVERLOADED", "Throttle could not decide within its deadline; no decision was made, try again"
 	case errors.As(err, &be):

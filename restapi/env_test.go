@@ -75,6 +75,10 @@ type testEnv struct {
 	limiter algorithms.Store
 	reg     *prometheus.Registry
 	logs    *logbuf.Buffer
+	// adminKey is the handler's operator key (Deps.AdminKey).
+	adminKey string
+	// idempotency is the memory store of idempotent checks (nil on Redis).
+	idempotency *memoryIdempotency
 }
 
 // newEnv starts the API in backend b; opts may change the Deps first.
@@ -112,15 +116,18 @@ func newEnvAt(t *testing.T, dbURL string, b backend, opts ...func(*Deps)) *testE
 	usage := store.NewUsageRecorder(db, time.Hour, log)
 
 	var limiter algorithms.Store
-	var idem IdempotencyStore                        // nil: memory
+	var idem IdempotencyStore // the memory store, or Redis
+	var memIdem *memoryIdempotency
 	var ready func(context.Context) map[string]error // memory: none, always ready
 	switch b.limiter {
 	case "memory":
 		limiter = algorithms.NewMemoryStore(algorithms.MemoryOptions{Now: testClock})
+		memIdem = newMemoryIdempotency(time.Now, IdempotencyQuota{Records: DefaultIdempotencyRecords, Bytes: DefaultIdempotencyBytes})
+		idem = memIdem
 	case "redis":
 		rs := redisstore.New(redisClient(t), redisstore.Options{Now: testClock})
 		limiter, ready = rs, rs.Ready
-		idem = idempotency.NewRedis(redisClient(t), "test-"+testkit.RandomHex(t, 8)+":")
+		idem = idempotency.NewRedis(redisClient(t), "test-"+testkit.RandomHex(t, 8)+":", idempotency.Quota{Records: DefaultIdempotencyRecords, Bytes: DefaultIdempotencyBytes})
 	default:
 		t.Fatalf("unknown limiter %q", b.limiter)
 	}
@@ -145,6 +152,7 @@ func newEnvAt(t *testing.T, dbURL string, b backend, opts ...func(*Deps)) *testE
 		RegisterLimit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 100_000, Window: time.Hour},
 		Now:           testClock,
 		Idempotency:   idem,
+		AdminKey:      testAdminKey,
 	}
 	for _, o := range opts {
 		o(&d)
@@ -153,7 +161,7 @@ func newEnvAt(t *testing.T, dbURL string, b backend, opts ...func(*Deps)) *testE
 	// Every exchange of the suite must be one the OpenAPI document describes.
 	srv := httptest.NewServer(contract(t).Handler(t, h))
 	t.Cleanup(srv.Close)
-	return &testEnv{srv: srv, handler: h, db: d.DB, cache: d.Cache, usage: d.Usage, limiter: d.Limiter, reg: reg, logs: logs}
+	return &testEnv{srv: srv, handler: h, db: d.DB, cache: d.Cache, usage: d.Usage, limiter: d.Limiter, reg: reg, logs: logs, adminKey: d.AdminKey, idempotency: memIdem}
 }
 
 // contract is the validator of the embedded OpenAPI document, loaded once.
@@ -256,13 +264,22 @@ type client struct {
 	Key string
 }
 
+// testAdminKey is the operator key (Deps.AdminKey) of newEnv's handlers.
+const testAdminKey = "restapi-test-operator-key"
+
 // register creates a client named name with extra JSON fields (such as
-// `"default_algorithm":"token_bucket"`).
+// `"default_algorithm":"token_bucket"`); one asking for a domain is
+// registered with the operator key, which grants it (a handler without one
+// must have the domain claimable).
 func (e *testEnv) register(t *testing.T, name string, extra ...string) client {
 	t.Helper()
 	fields := []string{`"name":"` + name + `"`, `"email":"` + name + "-" + testkit.RandomHex(t, 4) + `@example.com"`}
 	fields = append(fields, extra...)
-	r := e.call(t, "POST", "/register", "", "{"+strings.Join(fields, ",")+"}")
+	key := ""
+	if strings.Contains(strings.Join(extra, ","), `"domain"`) {
+		key = e.adminKey
+	}
+	r := e.call(t, "POST", "/register", key, "{"+strings.Join(fields, ",")+"}")
 	if r.status != http.StatusCreated {
 		t.Fatalf("register %s: status %d %s", name, r.status, r.body)
 	}

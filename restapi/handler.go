@@ -92,8 +92,19 @@ type Deps struct {
 	EnvoyCounters envoyCounters
 	// AdminKey is the operator credential (setting ADMIN_API_KEY): on the
 	// counters routes it acts on every domain, those of the descriptor YAML
-	// included; everywhere else it is no key at all. Default "": none.
+	// included; on POST /register it grants the new client the domain it
+	// asks for (domains.go); everywhere else it is no key at all. Default
+	// "": none.
 	AdminKey string
+	// ClaimableDomains are the patterns of the Envoy domains a registration
+	// may claim without the operator key (setting CLAIMABLE_DOMAINS): a
+	// domain, or a prefix ending in '*' ("*": any domain). Default none:
+	// only the operator grants domains.
+	ClaimableDomains []string
+	// ReservedDomain reports whether the descriptor configuration in use
+	// (YAML files, xDS) names a domain: no client may have it. Default nil:
+	// none is reserved.
+	ReservedDomain func(domain string) bool
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
 	// TracerProvider, when set, traces requests with OpenTelemetry (see
@@ -118,6 +129,11 @@ type Deps struct {
 	// IdempotencyTTL is how long a first reply is kept (setting
 	// IDEMPOTENCY_TTL). Default DefaultIdempotencyTTL, 24 hours.
 	IdempotencyTTL time.Duration
+	// IdempotencyQuota bounds each client's records in the memory store
+	// (settings IDEMPOTENCY_MAX_RECORDS_PER_CLIENT and
+	// IDEMPOTENCY_MAX_BYTES_PER_CLIENT; the Redis store takes its own).
+	// Default DefaultIdempotencyRecords, DefaultIdempotencyBytes.
+	IdempotencyQuota IdempotencyQuota
 }
 
 // maxBodyBytes is the largest request body accepted (413 above it).
@@ -139,8 +155,11 @@ func NewHandler(d Deps) http.Handler {
 	if d.ConfigDump == nil {
 		d.ConfigDump = func() string { return "" }
 	}
+	if d.IdempotencyQuota == (IdempotencyQuota{}) {
+		d.IdempotencyQuota = IdempotencyQuota{Records: DefaultIdempotencyRecords, Bytes: DefaultIdempotencyBytes}
+	}
 	if d.Idempotency == nil {
-		d.Idempotency = newMemoryIdempotency(time.Now)
+		d.Idempotency = newMemoryIdempotency(time.Now, d.IdempotencyQuota)
 	}
 	if d.IdempotencyTTL <= 0 {
 		d.IdempotencyTTL = DefaultIdempotencyTTL

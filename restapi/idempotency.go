@@ -2,10 +2,12 @@ package restapi
 
 import (
 	"bytes"
+	"compress/flate"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -23,20 +25,44 @@ import (
 // IDEMPOTENCY_KEY_IN_PROGRESS), so two concurrent requests with one key
 // count once. A 5xx reply is not kept: the retry is decided anew. When the
 // store itself fails the request is decided without it (logged).
+//
+// What identifies the request's subject is part of its fingerprint: for
+// /check/ip the address the identifier is resolved from, so another
+// address replaying a first one's key is 422, never the first one's
+// decision. Replies are kept compactly (the body deflated), and each
+// client keeps at most IdempotencyQuota's records and bytes: storing one
+// more evicts that client's oldest first (a retry of an evicted key is
+// decided anew), so no client can fill memory or Redis for the others.
 
 // IdempotencyStore keeps the records of idempotent checks: opaque values by
-// key, each with a time to live. Implementations: memory (the default) and
-// Redis (internal/idempotency).
+// client and key, each with a time to live. Implementations: memory (the
+// default) and Redis (internal/idempotency).
 type IdempotencyStore interface {
-	// Claim stores pending under key, for ttl, unless key holds a value:
-	// it returns true when it stored it, else the value held (nil when
-	// there was none by the time it looked: claim again).
-	Claim(ctx context.Context, key string, pending []byte, ttl time.Duration) (bool, []byte, error)
-	// Put stores value under key for ttl, whatever key held.
-	Put(ctx context.Context, key string, value []byte, ttl time.Duration) error
-	// Release deletes key.
-	Release(ctx context.Context, key string) error
+	// Claim stores pending under client's key, for ttl, unless key holds
+	// a value: it returns true when it stored it, else the value held (nil
+	// when there was none by the time it looked: claim again). Pending
+	// claims are small and short-lived, and count in no quota.
+	Claim(ctx context.Context, client, key string, pending []byte, ttl time.Duration) (bool, []byte, error)
+	// Put stores value under client's key for ttl, whatever key held, and
+	// evicts client's oldest records while it has more than its quota's
+	// records or bytes.
+	Put(ctx context.Context, client, key string, value []byte, ttl time.Duration) error
+	// Release deletes client's key.
+	Release(ctx context.Context, client, key string) error
 }
+
+// IdempotencyQuota bounds what one client keeps: at most Records records
+// of at most Bytes bytes in all (a zero field: no bound).
+type IdempotencyQuota struct {
+	Records int
+	Bytes   int64
+}
+
+// Default quota of a client's idempotency records.
+const (
+	DefaultIdempotencyRecords = 1000
+	DefaultIdempotencyBytes   = 1 << 20
+)
 
 const (
 	idempotencyHeader = "Idempotency-Key"
@@ -56,18 +82,19 @@ const (
 )
 
 // idempotencyRecord is what the store keeps of a key: the request's
-// fingerprint, and once decided, the reply.
+// fingerprint, and once decided, the reply (Body deflated).
 type idempotencyRecord struct {
-	Fingerprint string      `json:"fingerprint"`
-	Done        bool        `json:"done,omitempty"`
-	Status      int         `json:"status,omitempty"`
-	Header      http.Header `json:"header,omitempty"`
-	Body        []byte      `json:"body,omitempty"`
+	Fingerprint string      `json:"f"`
+	Done        bool        `json:"d,omitempty"`
+	Status      int         `json:"s,omitempty"`
+	Header      http.Header `json:"h,omitempty"`
+	Body        []byte      `json:"b,omitempty"`
 }
 
 // idempotent makes next (a check route, behind authenticate) idempotent
-// per Idempotency-Key.
-func idempotent(store IdempotencyStore, ttl time.Duration) func(http.Handler) http.Handler {
+// per Idempotency-Key. subject, when not nil, returns what identifies the
+// request's subject beyond its body (the resolved address of /check/ip).
+func idempotent(store IdempotencyStore, ttl time.Duration, subject func(*http.Request) string) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			ikey, ok := r.Header[idempotencyHeader]
@@ -86,20 +113,24 @@ func idempotent(store IdempotencyStore, ttl time.Duration) func(http.Handler) ht
 			}
 			r.Body = io.NopCloser(bytes.NewReader(body))
 			sum := sha256.Sum256([]byte(ikey[0]))
-			key := clientFrom(r.Context()).ID + ":" + hex.EncodeToString(sum[:])
-			serveIdempotent(w, r, next, store, ttl, key, fingerprint(r, body))
+			var subj string
+			if subject != nil {
+				subj = subject(r)
+			}
+			k := idemKey{client: clientFrom(r.Context()).ID, key: hex.EncodeToString(sum[:])}
+			serveIdempotent(w, r, next, store, ttl, k, fingerprint(r, subj, body))
 		})
 	}
 }
 
 // serveIdempotent claims key and decides the request, or replays the reply
 // of the request that claimed it first.
-func serveIdempotent(w http.ResponseWriter, r *http.Request, next http.Handler, store IdempotencyStore, ttl time.Duration, key, fp string) {
+func serveIdempotent(w http.ResponseWriter, r *http.Request, next http.Handler, store IdempotencyStore, ttl time.Duration, key idemKey, fp string) {
 	pending, _ := json.Marshal(idempotencyRecord{Fingerprint: fp})
 	deadline := time.Now().Add(idempotencyWait)
 	for {
 		ctx, cancel := context.WithTimeout(r.Context(), storeTimeout)
-		claimed, held, err := store.Claim(ctx, key, pending, pendingTTL)
+		claimed, held, err := store.Claim(ctx, key.client, key.key, pending, pendingTTL)
 		cancel()
 		switch {
 		case err != nil:
@@ -136,17 +167,17 @@ func serveIdempotent(w http.ResponseWriter, r *http.Request, next http.Handler, 
 
 // decideAndKeep runs the request and keeps its reply under key; a 5xx is
 // not kept (the key is released for a retry).
-func decideAndKeep(w http.ResponseWriter, r *http.Request, next http.Handler, store IdempotencyStore, ttl time.Duration, key, fp string) {
+func decideAndKeep(w http.ResponseWriter, r *http.Request, next http.Handler, store IdempotencyStore, ttl time.Duration, key idemKey, fp string) {
 	rec := httptest.NewRecorder()
 	next.ServeHTTP(rec, r)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), storeTimeout)
 	defer cancel()
 	var err error
 	if rec.Code >= 500 {
-		err = store.Release(ctx, key)
+		err = store.Release(ctx, key.client, key.key)
 	} else {
-		done, _ := json.Marshal(idempotencyRecord{Fingerprint: fp, Done: true, Status: rec.Code, Header: rec.Header(), Body: rec.Body.Bytes()})
-		err = store.Put(ctx, key, done, ttl)
+		done, _ := json.Marshal(idempotencyRecord{Fingerprint: fp, Done: true, Status: rec.Code, Header: rec.Header(), Body: deflate(rec.Body.Bytes())})
+		err = store.Put(ctx, key.client, key.key, done, ttl)
 	}
 	if err != nil {
 		logFrom(r.Context()).Warn("idempotency store: reply not kept", "err", err)
@@ -156,9 +187,32 @@ func decideAndKeep(w http.ResponseWriter, r *http.Request, next http.Handler, st
 
 // replay writes a kept reply again, marked Idempotent-Replayed.
 func replay(w http.ResponseWriter, r *http.Request, rec idempotencyRecord) {
+	body, err := inflate(rec.Body)
+	if err != nil { // a damaged record: the request may have counted, so no new decision
+		writeError(w, r, fmt.Errorf("idempotency record: %w", err))
+		return
+	}
 	w.Header().Set(replayedHeader, "true")
 	logFrom(r.Context()).Debug("idempotent replay", "status", rec.Status)
-	writeRecorded(w, rec.Status, rec.Header, rec.Body)
+	writeRecorded(w, rec.Status, rec.Header, body)
+}
+
+// idemKey names a record: the client's, under the hash of its
+// Idempotency-Key.
+type idemKey struct{ client, key string }
+
+// deflate compresses a reply's body: a batch's hundred results repeat their
+// field names, and shrink several times over.
+func deflate(b []byte) []byte {
+	var buf bytes.Buffer
+	zw, _ := flate.NewWriter(&buf, flate.BestSpeed) // never fails for a valid level
+	_, _ = zw.Write(b)
+	_ = zw.Close()
+	return buf.Bytes()
+}
+
+func inflate(b []byte) ([]byte, error) {
+	return io.ReadAll(io.LimitReader(flate.NewReader(bytes.NewReader(b)), maxBodyBytes*64))
 }
 
 func writeRecorded(w http.ResponseWriter, status int, h http.Header, body []byte) {
@@ -169,10 +223,11 @@ func writeRecorded(w http.ResponseWriter, status int, h http.Header, body []byte
 	_, _ = w.Write(body)
 }
 
-// fingerprint identifies a request's route and body, byte for byte.
-func fingerprint(r *http.Request, body []byte) string {
+// fingerprint identifies a request's route, subject and body, byte for
+// byte.
+func fingerprint(r *http.Request, subject string, body []byte) string {
 	h := sha256.New()
-	io.WriteString(h, r.Method+" "+r.URL.Path+"\n")
+	io.WriteString(h, r.Method+" "+r.URL.Path+"\n"+subject+"\n")
 	h.Write(body)
 	return hex.EncodeToString(h.Sum(nil))
 }

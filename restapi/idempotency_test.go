@@ -1,10 +1,14 @@
 package restapi
 
 import (
+	"bytes"
+	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 func TestIdempotentCheck(t *testing.T) {
@@ -98,4 +102,70 @@ func TestIdempotencyKeyRefused(t *testing.T) {
 	if r := e.call(t, "POST", "/check", c.Key, body, "Idempotency-Key", strings.Repeat("k", 255)); r.status != 200 {
 		t.Errorf("a key of 255 characters: %d %s", r.status, r.body)
 	}
+}
+
+// TestMemoryIdempotencyQuota: a client keeps at most its quota's records
+// and bytes, its oldest evicted first; released and expired records leave
+// its count; another client keeps its own.
+func TestMemoryIdempotencyQuota(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	s := newMemoryIdempotency(func() time.Time { return now }, IdempotencyQuota{Records: 3, Bytes: 100})
+	ctx := context.Background()
+	held := func(client, key string) bool {
+		_, ok := s.m[idemKey{client, key}]
+		return ok
+	}
+	for i := range 5 {
+		s.Put(ctx, "a", fmt.Sprint("k", i), []byte("0123456789"), time.Minute)
+	}
+	s.Put(ctx, "b", "k0", []byte("x"), time.Minute)
+	for i, want := range []bool{false, false, true, true, true} {
+		if got := held("a", fmt.Sprint("k", i)); got != want {
+			t.Errorf("a's k%d kept = %v, want %v (the three newest)", i, got, want)
+		}
+	}
+	if !held("b", "k0") {
+		t.Errorf("b's record evicted by a's")
+	}
+	s.Release(ctx, "a", "k4")
+	if q := s.clients["a"]; q.records != 2 || q.bytes != 20 {
+		t.Errorf("a after a release: %d records, %d bytes; want 2, 20", q.records, q.bytes)
+	}
+	s.Put(ctx, "a", "big1", bytes.Repeat([]byte("x"), 60), time.Minute)
+	s.Put(ctx, "a", "big2", bytes.Repeat([]byte("x"), 60), time.Minute)
+	if q := s.clients["a"]; q.records != 1 || q.bytes != 60 || !held("a", "big2") {
+		t.Errorf("a after two 60-byte replies: %d records, %d bytes; want big2 alone", q.records, q.bytes)
+	}
+	// A claim is no kept reply: it counts in no quota.
+	s.Claim(ctx, "c", "p", []byte("pending"), time.Minute)
+	if s.clients["c"] != nil {
+		t.Errorf("a pending claim counted in c's quota")
+	}
+}
+
+// TestIdempotentBatchStoredCompactly: a 100-check batch's reply, with long
+// identifiers, is kept in a fraction of its size (127 KB before).
+func TestIdempotentBatchStoredCompactly(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		if b.limiter != "memory" {
+			t.Skip("the memory store's records are read here")
+		}
+		e := newEnv(t, b)
+		c := e.register(t, "compact")
+		var checks []string
+		for i := range 100 {
+			checks = append(checks, fmt.Sprintf(`{"identifier":"%s-%03d","limit":5,"window":60}`, strings.Repeat("i", 200), i))
+		}
+		batch := `{"checks":[` + strings.Join(checks, ",") + `]}`
+		first := e.call(t, "POST", "/check/batch", c.Key, batch, "Idempotency-Key", "big")
+		again := e.call(t, "POST", "/check/batch", c.Key, batch, "Idempotency-Key", "big")
+		if first.status != 200 || again.body != first.body || again.header.Get("Idempotent-Replayed") != "true" {
+			t.Fatalf("batch and retry: %d, replayed %q", first.status, again.header.Get("Idempotent-Replayed"))
+		}
+		q := e.idempotency.clients[c.ID]
+		if q == nil || q.records != 1 || q.bytes > int64(len(first.body))/4 {
+			t.Errorf("kept: %+v for a %d-byte reply; want one record of at most a quarter of it", q, len(first.body))
+		}
+		t.Logf("a %d-byte batch reply kept in %d bytes", len(first.body), q.bytes)
+	})
 }

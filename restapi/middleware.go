@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -263,8 +264,9 @@ func (w *muxErrorWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter 
 // authenticate admits requests carrying a known API key, in X-API-Key or as
 // "Authorization: Bearer <key>", and puts the key's client in the context.
 // Keys are looked up by SHA-256 in the cache, never in the database, and
-// never logged.
-func authenticate(cache *store.Cache) func(http.Handler) http.Handler {
+// never logged. It admits a client's own key; a scoped key only when its
+// scope is one of scopes (a check-only key elsewhere is 403 KEY_SCOPE).
+func authenticate(cache *store.Cache, scopes ...string) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			key := apiKey(r)
@@ -273,10 +275,14 @@ func authenticate(cache *store.Cache) func(http.Handler) http.Handler {
 				writeError(w, r, &apiError{http.StatusUnauthorized, "MISSING_API_KEY", "an API key is required: send it in the X-API-Key header"})
 				return
 			}
-			c, ok := cache.ClientByKeyHash(sha256.Sum256([]byte(key)))
+			c, scope, ok := cache.KeyByHash(sha256.Sum256([]byte(key)))
 			if !ok {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="throttle", error="invalid_token"`)
 				writeError(w, r, &apiError{http.StatusUnauthorized, "INVALID_API_KEY", "the API key is not valid"})
+				return
+			}
+			if scope != "" && !slices.Contains(scopes, scope) {
+				writeError(w, r, &apiError{http.StatusForbidden, "KEY_SCOPE", fmt.Sprintf("this API key has scope %q: it may only call POST /check, /check/ip and /check/batch; use the client's own key", scope)})
 				return
 			}
 			st := stateFrom(r.Context())

@@ -80,9 +80,13 @@ func parseOverride(w http.ResponseWriter, r *http.Request, rule string) (store.O
 	return o, nil
 }
 
-// overrideError maps the store's refusals of overrides.
+// overrideError maps the store's refusals of overrides (a client's quota is
+// errorResponse's).
 func overrideError(rule string, err error) error {
+	var qe *store.QuotaError
 	switch {
+	case errors.As(err, &qe):
+		return err
 	case errors.Is(err, store.ErrNotFound):
 		return &apiError{http.StatusNotFound, "RULE_NOT_FOUND", fmt.Sprintf("rule %q not found", rule)}
 	case errors.Is(err, store.ErrTooMany):

@@ -47,60 +47,47 @@ type registerReply struct {
 // the backend's failure: the counter backend could not count it.
 var errRegisterDegraded = errors.New("the registration limit could not be counted: the failure policy (FAILURE_MODE) refused it")
 
+// registerDeps is what POST /register uses.
+type registerDeps struct {
+	DB             *store.DB
+	Cache          *store.Cache
+	Limiter        algorithms.Store
+	Limit          algorithms.Limit
+	TrustedProxies []netip.Prefix
+	HeaderSets     ratelimitheader.Sets
+	Grants         domainGrants
+}
+
 // handleRegister creates a client and returns its API key, the only time the
-// key is ever shown: only its SHA-256 is stored. Registrations are limited per
-// client IP by limit; both the 201 and the 429 carry that limit's rate-limit
-// headers (the sets that sets chooses; the 429 always has Retry-After). When
-// the counter backend is down and the failure policy refuses (FAILURE_MODE
-// closed, or local over this replica's count), it is a 503
-// BACKEND_UNAVAILABLE: the caller is not to blame.
-func handleRegister(db *store.DB, cache *store.Cache, limiter algorithms.Store, limit algorithms.Limit, trusted []netip.Prefix, sets ratelimitheader.Sets) http.Handler {
+// key is ever shown: only its SHA-256 is stored. The body must be JSON
+// (Content-Type application/json: a form, or a body without a type, could
+// be any web page's, sent by its visitors' browsers without a preflight).
+// A client gets a domain only as domainGrants allows. Registrations are
+// limited per client IP by d.Limit (the operator's are not); both the 201
+// and the 429 carry that limit's rate-limit headers (the sets that
+// d.HeaderSets chooses; the 429 always has Retry-After). When the counter
+// backend is down and the failure policy refuses (FAILURE_MODE closed, or
+// local over this replica's count), it is a 503 BACKEND_UNAVAILABLE: the
+// caller is not to blame.
+func handleRegister(d registerDeps) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx := r.Context()
-		req, err := decode[registerRequest](w, r)
+		operator := d.Grants.operator(r)
+		req, err := parseRegister(w, r)
+		if err == nil {
+			err = d.Grants.authorize(r, req.Domain, operator)
+		}
 		if err != nil {
 			writeError(w, r, err)
 			return
 		}
-		switch {
-		case req.Name == "":
-			writeError(w, r, missingField("name is required"))
-			return
-		case req.Email == "":
-			writeError(w, r, missingField("email is required"))
-			return
-		case req.DefaultAlgorithm != "":
-			if _, err := algorithms.ParseAlgorithm(req.DefaultAlgorithm); err != nil {
-				writeError(w, r, invalidField("default_algorithm must be "+algorithms.Names()))
-				return
-			}
-		}
-
-		ip := clientIP(r, trusted)
-		dec, err := checkOne(ctx, limiter, algorithms.Request{Key: algorithms.Key{Scope: "_register", Identifier: ip}, Limit: limit, Hits: 1})
-		if err != nil {
-			writeError(w, r, err)
+		if operator {
+			asOperator(ctx)
+		} else if !allowRegistration(w, r, d) {
 			return
 		}
-		if !dec.Allowed && dec.Degraded {
-			// FAILURE_MODE refused it, not the caller's count: the backend
-			// is down (503 BACKEND_UNAVAILABLE, never 429).
-			writeError(w, r, &backendError{errRegisterDegraded})
-			return
-		}
-		lh := limitHeaders{policy: registerPolicy, limit: limit, remaining: dec.Remaining,
-			resetAt: ceilUnix(dec.ResetAt()), reset: ceilSeconds(dec.ResetAfter)}
-		if !dec.Allowed {
-			retry := max(ceilSeconds(dec.RetryAfter), 1)
-			lh.retryAfter = retry
-			setLimitHeaders(w.Header(), sets, lh)
-			writeError(w, r, &apiError{http.StatusTooManyRequests, "RATE_LIMITED",
-				fmt.Sprintf("too many registrations from %s; retry in %d seconds", ip, retry)})
-			return
-		}
-
 		key := newAPIKey()
-		c, err := db.CreateClient(ctx, store.Client{
+		c, err := d.DB.CreateClient(ctx, store.Client{
 			Name:             req.Name,
 			Email:            req.Email,
 			Domain:           req.Domain,
@@ -110,9 +97,8 @@ func handleRegister(db *store.DB, cache *store.Cache, limiter algorithms.Store, 
 			writeError(w, r, err)
 			return
 		}
-		refresh(r, cache)
+		refresh(r, d.Cache)
 		logFrom(ctx).Info("client registered", "client_id", c.ID, "domain", c.Domain)
-		setLimitHeaders(w.Header(), sets, lh)
 		w.Header().Set("Cache-Control", "no-store")
 		encode(w, r, http.StatusCreated, registerReply{
 			ClientID:         c.ID,
@@ -124,6 +110,61 @@ func handleRegister(db *store.DB, cache *store.Cache, limiter algorithms.Store, 
 			CreatedAt:        c.CreatedAt.UTC(),
 		})
 	})
+}
+
+// parseRegister reads and checks the body of POST /register: JSON only.
+func parseRegister(w http.ResponseWriter, r *http.Request) (registerRequest, error) {
+	if err := checkJSONOnly(r.Header.Get("Content-Type"), "POST /register"); err != nil {
+		return registerRequest{}, err
+	}
+	req, err := decode[registerRequest](w, r)
+	switch {
+	case err != nil:
+		return req, err
+	case req.Name == "":
+		return req, missingField("name is required")
+	case req.Email == "":
+		return req, missingField("email is required")
+	}
+	if err := store.CheckDomain(req.Domain); err != nil {
+		return req, err
+	}
+	if req.DefaultAlgorithm != "" {
+		if _, err := algorithms.ParseAlgorithm(req.DefaultAlgorithm); err != nil {
+			return req, invalidField("default_algorithm must be " + algorithms.Names())
+		}
+	}
+	return req, nil
+}
+
+// allowRegistration counts a registration against the limit of its client
+// IP and sets the limit's headers; when it is refused it writes the reply
+// and returns false.
+func allowRegistration(w http.ResponseWriter, r *http.Request, d registerDeps) bool {
+	ip := clientIP(r, d.TrustedProxies)
+	dec, err := checkOne(r.Context(), d.Limiter, algorithms.Request{Key: algorithms.Key{Scope: algorithms.RegistrationScope, Identifier: ip}, Limit: d.Limit, Hits: 1})
+	if err != nil {
+		writeError(w, r, err)
+		return false
+	}
+	if !dec.Allowed && dec.Degraded {
+		// FAILURE_MODE refused it, not the caller's count: the backend
+		// is down (503 BACKEND_UNAVAILABLE, never 429).
+		writeError(w, r, &backendError{errRegisterDegraded})
+		return false
+	}
+	lh := limitHeaders{policy: registerPolicy, limit: d.Limit, remaining: dec.Remaining,
+		resetAt: ceilUnix(dec.ResetAt()), reset: ceilSeconds(dec.ResetAfter)}
+	if !dec.Allowed {
+		retry := max(ceilSeconds(dec.RetryAfter), 1)
+		lh.retryAfter = retry
+		setLimitHeaders(w.Header(), d.HeaderSets, lh)
+		writeError(w, r, &apiError{http.StatusTooManyRequests, "RATE_LIMITED",
+			fmt.Sprintf("too many registrations from %s; retry in %d seconds", ip, retry)})
+		return false
+	}
+	setLimitHeaders(w.Header(), d.HeaderSets, lh)
+	return true
 }
 
 // refresh reloads the cache after a write so the next request sees it. When

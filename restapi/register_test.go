@@ -94,8 +94,8 @@ func TestRegister(t *testing.T) {
 		if !regexp.MustCompile(`^[0-9a-f-]{36}$`).MatchString(got.ClientID) {
 			t.Errorf("client_id = %q, want a UUID", got.ClientID)
 		}
-		if got.Name != "My App" || got.Email != "dev@example.com" || got.Domain != "my-app" || got.DefaultAlgorithm != "token_bucket" {
-			t.Errorf("reply = %+v, want name My App, email dev@example.com, domain my-app, token_bucket", got)
+		if got.Name != "My App" || got.Email != "dev@example.com" || got.Domain != "" || got.DefaultAlgorithm != "token_bucket" {
+			t.Errorf("reply = %+v, want name My App, email dev@example.com, no domain, token_bucket", got)
 		}
 		if got.CreatedAt.Before(before) || got.CreatedAt.After(time.Now().Add(time.Second)) {
 			t.Errorf("created_at = %v, want about now", got.CreatedAt)
@@ -114,12 +114,13 @@ func TestRegister(t *testing.T) {
 			t.Errorf("GET /me shows the key: %s", me.body)
 		}
 		gotMe := decodeReply[meReply](t, me)
-		if gotMe.ClientID != got.ClientID || gotMe.Name != "My App" || gotMe.Email != "dev@example.com" || gotMe.Domain != "my-app" || gotMe.DefaultAlgorithm != "token_bucket" || !gotMe.CreatedAt.Equal(got.CreatedAt) {
+		if gotMe.ClientID != got.ClientID || gotMe.Name != "My App" || gotMe.Email != "dev@example.com" || gotMe.Domain != "" || gotMe.DefaultAlgorithm != "token_bucket" || !gotMe.CreatedAt.Equal(got.CreatedAt) {
 			t.Errorf("GET /me = %+v, want the registered client %+v", gotMe, got)
 		}
 
-		// The default algorithm defaults to sliding_window; a domain may be chosen.
-		r = e.call(t, "POST", "/register", "", `{"name":"Other","email":"other@example.com","domain":"edge.example"}`)
+		// The default algorithm defaults to sliding_window; the operator
+		// grants a domain (domains_test.go).
+		r = e.call(t, "POST", "/register", testAdminKey, `{"name":"Other","email":"other@example.com","domain":"edge.example"}`)
 		other := decodeReply[registerReply](t, r)
 		if r.status != http.StatusCreated || other.DefaultAlgorithm != "sliding_window" || other.Domain != "edge.example" {
 			t.Errorf("POST /register = %d %s, want 201, sliding_window, domain edge.example", r.status, r.body)
@@ -133,7 +134,6 @@ func TestRegister(t *testing.T) {
 			status     int
 			code       string
 		}{
-			{"duplicate email", `{"name":"Again","email":"dev@example.com"}`, 409, "CONFLICT"},
 			{"duplicate domain", `{"name":"Again","email":"again@example.com","domain":"edge.example"}`, 409, "CONFLICT"},
 			{"missing name", `{"email":"x@example.com"}`, 400, "MISSING_FIELD"},
 			{"missing email", `{"name":"x"}`, 400, "MISSING_FIELD"},
@@ -143,15 +143,21 @@ func TestRegister(t *testing.T) {
 			{"unknown field", `{"name":"x","email":"x@example.com","emial":"y"}`, 400, "UNKNOWN_FIELD"},
 			{"wrong type", `{"name":7,"email":"x@example.com"}`, 400, "INVALID_FIELD"},
 			{"not JSON", `name=x`, 400, "INVALID_JSON"},
+			{"JSON sent as a form", `{"name":"x","email":"x@example.com"}`, 415, "UNSUPPORTED_MEDIA_TYPE"},
 			{"truncated", `{"name":"x"`, 400, "INVALID_JSON"},
 			{"array", `[]`, 400, "INVALID_JSON"},
 			{"two objects", `{"name":"x","email":"x@example.com"}{}`, 400, "INVALID_JSON"},
 		} {
 			t.Run(tt.name, func(t *testing.T) {
-				wantError(t, e.call(t, "POST", "/register", "", tt.body), tt.status, tt.code)
+				var hdr []string
+				if tt.status == 415 {
+					hdr = []string{"Content-Type", "application/x-www-form-urlencoded"}
+				}
+				wantError(t, e.call(t, "POST", "/register", testAdminKey, tt.body, hdr...), tt.status, tt.code)
 			})
 		}
-		wantError(t, e.call(t, "POST", "/register", "", ""), 400, "INVALID_JSON")
+		wantError(t, e.call(t, "POST", "/register", "", "", "Content-Type", "application/json"), 400, "INVALID_JSON")
+		wantError(t, e.call(t, "POST", "/register", "", ""), 415, "UNSUPPORTED_MEDIA_TYPE")
 	})
 }
 

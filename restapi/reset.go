@@ -36,7 +36,7 @@ func handleReset(limiter algorithms.Store) http.Handler {
 				return
 			}
 		}
-		n, err := limiter.Reset(r.Context(), c.ID, req.Identifier, alg)
+		n, err := limiter.Reset(r.Context(), algorithms.ClientScope(c.ID), req.Identifier, alg)
 		if err != nil {
 			writeError(w, r, limiterError(err))
 			return

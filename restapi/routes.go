@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/throttle-rl/throttle/restapi/ui"
+	"github.com/throttle-rl/throttle/store"
 )
 
 // routeTable is where addRoutes puts the routes: an *http.ServeMux, or
@@ -16,7 +17,8 @@ type routeTable interface {
 
 // addRoutes lists the whole REST surface.
 func addRoutes(mux routeTable, d Deps, m *metrics, tr *tracing) {
-	auth := authenticate(d.Cache)
+	auth := authenticate(d.Cache)                        // the client's own key
+	checkAuth := authenticate(d.Cache, store.ScopeCheck) // or a check-only key
 	check := checkDeps{
 		Cache: d.Cache, Usage: d.Usage, TrustedProxies: d.TrustedProxies, HeaderSets: d.HeaderSets, Now: d.Now,
 		Limiter: tr.decisions(d.Limiter), // /check and /check/ip decide in a span of their own when traced
@@ -30,13 +32,20 @@ func addRoutes(mux routeTable, d Deps, m *metrics, tr *tracing) {
 	mux.Handle("GET /rlconfig", handleConfigDump(d.ConfigDump))
 	mux.Handle("GET /openapi.json", handleOpenAPI())
 
-	mux.Handle("POST /register", handleRegister(d.DB, d.Cache, d.Limiter, d.RegisterLimit, d.TrustedProxies, d.HeaderSets))
+	mux.Handle("POST /register", handleRegister(registerDeps{
+		DB: d.DB, Cache: d.Cache, Limiter: d.Limiter, Limit: d.RegisterLimit, TrustedProxies: d.TrustedProxies, HeaderSets: d.HeaderSets,
+		Grants: newDomainGrants(d.ClaimableDomains, d.ReservedDomain, d.AdminKey),
+	}))
 	mux.Handle("GET /me", auth(handleMe()))
+	mux.Handle("POST /keys", auth(handleKeyCreate(d.DB, d.Cache)))
+	mux.Handle("GET /keys", auth(handleKeyList(d.DB, d.ListObjects)))
+	mux.Handle("DELETE /keys/{id}", auth(handleKeyDelete(d.DB, d.Cache)))
 
-	once := idempotent(d.Idempotency, d.IdempotencyTTL) // with an Idempotency-Key
-	mux.Handle("POST /check", auth(once(handleCheck(check, m, false))))
-	mux.Handle("POST /check/ip", auth(once(handleCheck(check, m, true))))
-	mux.Handle("POST /check/batch", auth(once(handleCheckBatch(check, m))))
+	once := idempotent(d.Idempotency, d.IdempotencyTTL, nil) // with an Idempotency-Key
+	address := func(r *http.Request) string { return clientIP(r, d.TrustedProxies) }
+	mux.Handle("POST /check", checkAuth(once(handleCheck(check, m, false))))
+	mux.Handle("POST /check/ip", checkAuth(idempotent(d.Idempotency, d.IdempotencyTTL, address)(handleCheck(check, m, true))))
+	mux.Handle("POST /check/batch", checkAuth(once(handleCheckBatch(check, m))))
 	mux.Handle("POST /reset", auth(handleReset(d.Limiter)))
 
 	mux.Handle("POST /rules", auth(handleRuleCreate(d.DB, d.Cache)))

@@ -11,35 +11,27 @@ import (
 )
 
 // Cache keeps an in-memory copy of every client, rule, exemption and
-// override so that
-// the hot path (/check, Envoy's ShouldRateLimit) never reads the database.
+// override so that the hot path (/check, Envoy's ShouldRateLimit) never
+// reads the database.
 //
 // The copy is an immutable index behind an atomic pointer: lookups take no
 // lock, and a reload builds a new index and swaps it in. Run polls the
-// database's revision and reloads when another writer (this replica or any
-// other) changed something; Refresh reloads at once after a local write.
+// database's revision and, when another writer (this replica or any other)
+// changed something, reads the rows of the clients that changed since
+// (DB.ChangesSince) into a new index sharing every other client's; Refresh
+// does the same at once after a local write. Only the first load, or a
+// cache too far behind the database's log of changes, reads every row.
 type Cache struct {
-	db    *DB
-	every time.Duration
-	log   *slog.Logger
+	db      *DB
+	every   time.Duration
+	log     *slog.Logger
+	metrics cacheMetrics
 
 	cur    atomic.Pointer[index]
 	loadMu sync.Mutex // one reload at a time, so an older snapshot never replaces a newer one
 }
 
 type ruleKey struct{ clientID, name string }
-
-// index is one loaded Snapshot, indexed for lookups. Never modified.
-type index struct {
-	revision        int64
-	byKeyHash       map[[32]byte]ClientKey
-	byDomain        map[string]Client
-	byID            map[string]Client
-	rules           map[ruleKey]Rule
-	descriptorRules map[string][]Rule
-	exempt          map[ruleKey]struct{}
-	overrides       map[ruleKey]*overrideSet // by client and rule
-}
 
 // NewCache returns a cache over db that Run refreshes every `every`
 // (a non-positive value means 2s). It is empty until Refresh or Run loads it.
@@ -50,12 +42,12 @@ func NewCache(db *DB, every time.Duration, log *slog.Logger) *Cache {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Cache{db: db, every: every, log: log}
+	return &Cache{db: db, every: every, log: log, metrics: newCacheMetrics()}
 }
 
 // Run loads the cache if it is empty, then polls the revision every `every`
-// and reloads on change. Errors are logged and retried at the next poll (the
-// last good copy keeps serving). It returns nil when ctx ends.
+// and catches up on change. Errors are logged and retried at the next poll
+// (the last good copy keeps serving). It returns nil when ctx ends.
 func (c *Cache) Run(ctx context.Context) error {
 	if c.cur.Load() == nil {
 		if err := c.Refresh(ctx); err != nil && ctx.Err() == nil {
@@ -76,7 +68,7 @@ func (c *Cache) Run(ctx context.Context) error {
 	}
 }
 
-// poll reloads when the database's revision differs from the loaded one.
+// poll catches up when the database's revision differs from the loaded one.
 func (c *Cache) poll(ctx context.Context) error {
 	rev, err := c.db.Revision(ctx)
 	if err != nil {
@@ -88,49 +80,35 @@ func (c *Cache) poll(ctx context.Context) error {
 	return c.Refresh(ctx)
 }
 
-// Refresh reloads the cache from the database now.
+// Refresh brings the cache up to date now: the rows of the clients changed
+// since its revision, or every row on the first load (or when the database
+// no longer knows what changed since).
 func (c *Cache) Refresh(ctx context.Context) error {
 	c.loadMu.Lock()
 	defer c.loadMu.Unlock()
-	s, err := c.db.Snapshot(ctx)
+	prev := c.cur.Load()
+	since := int64(-1)
+	if prev != nil {
+		since = prev.revision
+	}
+	ch, err := c.db.ChangesSince(ctx, since)
 	if err != nil {
 		return fmt.Errorf("refresh cache: %w", err)
 	}
-	prev := c.cur.Load()
-	c.cur.Store(newIndex(s))
-	if prev == nil || prev.revision != s.Revision {
-		c.log.Debug("rules cache loaded", "revision", s.Revision,
-			"clients", len(s.Clients), "rules", len(s.Rules), "exemptions", len(s.Exemptions), "overrides", len(s.Overrides))
+	switch {
+	case prev != nil && ch.Revision == prev.revision:
+		return nil
+	case prev == nil || ch.Full:
+		c.cur.Store(newIndex(ch.Snapshot))
+		c.metrics.loaded("full", ch.Snapshot)
+		c.log.Debug("rules cache loaded", "revision", ch.Revision, "clients", len(ch.Clients), "rules", len(ch.Rules),
+			"exemptions", len(ch.Exemptions), "overrides", len(ch.Overrides))
+	default:
+		c.cur.Store(prev.with(ch.Snapshot, ch.Changed))
+		c.metrics.loaded("changes", ch.Snapshot)
+		c.log.Debug("rules cache updated", "revision", ch.Revision, "clients_changed", len(ch.Changed))
 	}
 	return nil
-}
-
-func newIndex(s Snapshot) *index {
-	ix := &index{
-		revision:        s.Revision,
-		byKeyHash:       make(map[[32]byte]ClientKey, len(s.Clients)),
-		byDomain:        make(map[string]Client, len(s.Clients)),
-		byID:            make(map[string]Client, len(s.Clients)),
-		rules:           make(map[ruleKey]Rule, len(s.Rules)),
-		descriptorRules: map[string][]Rule{},
-		exempt:          make(map[ruleKey]struct{}, len(s.Exemptions)),
-	}
-	for _, ck := range s.Clients {
-		ix.byKeyHash[ck.KeyHash] = ck
-		ix.byDomain[ck.Client.Domain] = ck.Client
-		ix.byID[ck.Client.ID] = ck.Client
-	}
-	for _, r := range s.Rules { // in creation order within a client
-		ix.rules[ruleKey{r.ClientID, r.Name}] = r
-		if len(r.Descriptors) > 0 {
-			ix.descriptorRules[r.ClientID] = append(ix.descriptorRules[r.ClientID], r)
-		}
-	}
-	for _, e := range s.Exemptions {
-		ix.exempt[ruleKey{e.ClientID, e.Identifier}] = struct{}{}
-	}
-	ix.overrides = newOverrideSets(s.Overrides)
-	return ix
 }
 
 // load returns the current index, or an empty one before the first load.
@@ -138,49 +116,92 @@ func (c *Cache) load() *index {
 	if ix := c.cur.Load(); ix != nil {
 		return ix
 	}
-	return &index{revision: -1}
+	return emptyIndex
 }
+
+// tenant returns the loaded rows of clientID, or nil.
+func (c *Cache) tenant(clientID string) *tenant { return c.load().tenants[clientID] }
 
 // Revision returns the revision of the loaded snapshot, -1 before the first load.
 func (c *Cache) Revision() int64 { return c.load().revision }
 
-// ClientByKeyHash returns the client whose API key hashes to h. The stored
-// hash is confirmed with a constant-time comparison, so the answer's timing
-// says nothing about how much of a hash matched.
-func (c *Cache) ClientByKeyHash(h [32]byte) (Client, bool) {
-	ck, ok := c.load().byKeyHash[h]
-	if !ok || subtle.ConstantTimeCompare(ck.KeyHash[:], h[:]) != 1 {
-		return Client{}, false
+// ClientRevision returns the revision that last changed the rows of
+// clientID, -1 when it has none loaded.
+func (c *Cache) ClientRevision(clientID string) int64 {
+	if t := c.tenant(clientID); t != nil {
+		return t.revision
 	}
-	return ck.Client, true
+	return -1
 }
 
-// ClientByDomain returns the client that owns the Envoy domain.
+// ClientByKeyHash returns the client whose own API key (the one made at
+// registration, which may do everything) hashes to h; a scoped key is not
+// found here (see KeyByHash).
+func (c *Cache) ClientByKeyHash(h [32]byte) (Client, bool) {
+	cl, scope, ok := c.KeyByHash(h)
+	if !ok || scope != "" {
+		return Client{}, false
+	}
+	return cl, true
+}
+
+// KeyByHash returns the client of the API key that hashes to h and the
+// key's scope: "" for the client's own key, else the scope it was minted
+// with (ScopeCheck). The stored hash is confirmed with a constant-time
+// comparison, so the answer's timing says nothing about how much of a hash
+// matched.
+func (c *Cache) KeyByHash(h [32]byte) (_ Client, scope string, ok bool) {
+	ix := c.load()
+	ref := ix.byKeyHash[h]
+	t := ix.tenants[ref.clientID]
+	if t == nil || subtle.ConstantTimeCompare(ref.hash[:], h[:]) != 1 {
+		return Client{}, "", false
+	}
+	return t.client, ref.scope, true
+}
+
+// ClientByDomain returns the client that owns the Envoy domain (none owns
+// "").
 func (c *Cache) ClientByDomain(domain string) (Client, bool) {
-	cl, ok := c.load().byDomain[domain]
-	return cl, ok
+	ix := c.load()
+	id, ok := ix.byDomain[domain]
+	if !ok {
+		return Client{}, false
+	}
+	return ix.tenants[id].client, true
 }
 
 // ClientByID returns the client with id.
 func (c *Cache) ClientByID(id string) (Client, bool) {
-	cl, ok := c.load().byID[id]
-	return cl, ok
+	if t := c.tenant(id); t != nil {
+		return t.client, true
+	}
+	return Client{}, false
 }
 
 // Rule returns the client's rule called name.
 func (c *Cache) Rule(clientID, name string) (Rule, bool) {
-	r, ok := c.load().rules[ruleKey{clientID, name}]
-	return r, ok
+	if t := c.tenant(clientID); t != nil {
+		r, ok := t.rules[name]
+		return r, ok
+	}
+	return Rule{}, false
 }
 
 // DescriptorRules returns the client's rules that have Descriptors, in
 // creation order. The slice is shared: callers must not modify it.
 func (c *Cache) DescriptorRules(clientID string) []Rule {
-	return c.load().descriptorRules[clientID]
+	if t := c.tenant(clientID); t != nil {
+		return t.descriptorRules
+	}
+	return nil
 }
 
 // Exempt reports whether the client exempted identifier from rate limiting.
 func (c *Cache) Exempt(clientID, identifier string) bool {
-	_, ok := c.load().exempt[ruleKey{clientID, identifier}]
-	return ok
+	if t := c.tenant(clientID); t != nil {
+		_, ok := t.exempt[identifier]
+		return ok
+	}
+	return false
 }

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 
 	"github.com/google/uuid"
@@ -22,21 +21,26 @@ type rowScanner interface {
 func scanClient(row rowScanner, extra ...any) (Client, error) {
 	var (
 		c         Client
+		domain    sql.NullString
 		algorithm string
 	)
-	dest := append([]any{&c.ID, &c.Name, &c.Email, &c.Domain, &algorithm, timeScanner{&c.CreatedAt}}, extra...)
+	dest := append([]any{&c.ID, &c.Name, &c.Email, &domain, &algorithm, timeScanner{&c.CreatedAt}}, extra...)
 	err := row.Scan(dest...)
-	c.DefaultAlgorithm = algorithms.Algorithm(algorithm)
+	c.Domain, c.DefaultAlgorithm = domain.String, algorithms.Algorithm(algorithm)
 	return c, err
 }
 
+// nullable is s for a column where "" is stored as NULL (a client without
+// a domain).
+func nullable(s string) sql.NullString { return sql.NullString{String: s, Valid: s != ""} }
+
 // CreateClient registers c with the SHA-256 hash of its API key and returns it
-// with ID, Domain, DefaultAlgorithm and CreatedAt set.
+// with ID, DefaultAlgorithm and CreatedAt set.
 //
-// The email is stored lower-case and must be unused (ErrConflict naming
-// "email"). Without a Domain, the domain is a slug of the name, suffixed
-// "-2", "-3", … when taken; a Domain given explicitly must be unused
-// (ErrConflict naming "domain").
+// The email is stored lower-case; several clients may share one (an email
+// is a contact, not an account). A client has the Domain it is given, which
+// must be unused (ErrConflict naming "domain"), or none: whether a client
+// may have a domain is the caller's to decide (the operator grants them).
 func (db *DB) CreateClient(ctx context.Context, c Client, keyHash [32]byte) (_ Client, err error) {
 	ctx, end := db.begin(ctx, "create_client")
 	defer end(&err)
@@ -44,41 +48,26 @@ func (db *DB) CreateClient(ctx context.Context, c Client, keyHash [32]byte) (_ C
 	if err != nil {
 		return Client{}, err
 	}
-	explicit := c.Domain != ""
-	c.ID = uuid.NewString()
 	c.CreatedAt = db.timestamp()
-
-	const attempts = 5
+	const attempts = 3
 	for attempt := 1; ; attempt++ {
-		if !explicit {
-			if c.Domain, err = db.freeDomain(ctx, slug(c.Name)); err != nil {
-				return Client{}, err
-			}
-		}
+		c.ID = uuid.NewString()
 		err = db.insertClient(ctx, c, keyHash)
 		if err == nil {
 			return c, nil
 		}
 		kind, what := classify(err)
-		if kind != uniqueViolation {
-			return Client{}, fmt.Errorf("create client: %w", err)
-		}
 		switch {
-		case strings.Contains(what, "email"):
-			return Client{}, fmt.Errorf("email %q: %w", c.Email, ErrConflict)
+		case kind != uniqueViolation:
+			return Client{}, fmt.Errorf("create client: %w", err)
+		case strings.Contains(what, "domain"):
+			return Client{}, fmt.Errorf("domain %q: %w", c.Domain, ErrConflict)
 		case strings.Contains(what, "api_key_hash"):
 			return Client{}, fmt.Errorf("api key: %w", ErrConflict)
-		case strings.Contains(what, "domain") && (explicit || attempt == attempts):
-			return Client{}, fmt.Errorf("domain %q: %w", c.Domain, ErrConflict)
-		case strings.Contains(what, "domain"):
-			continue // another client took the slug meanwhile: pick again
-		default:
-			// The id: a UUID v4 collision, practically impossible; try a new one.
-			if attempt == attempts {
-				return Client{}, fmt.Errorf("create client: %w", ErrConflict)
-			}
-			c.ID = uuid.NewString()
+		case attempt == attempts:
+			return Client{}, fmt.Errorf("create client: %w", ErrConflict)
 		}
+		// The id: a UUID v4 collision, practically impossible; try a new one.
 	}
 }
 
@@ -87,47 +76,35 @@ func (db *DB) insertClient(ctx context.Context, c Client, keyHash [32]byte) erro
 		_, err := tx.ExecContext(ctx, db.q(`INSERT INTO clients
 			(id, name, email, domain, default_algorithm, api_key_hash, created_at)
 			VALUES (?, ?, ?, ?, ?, ?, ?)`),
-			c.ID, c.Name, c.Email, c.Domain, string(c.DefaultAlgorithm), keyHash[:], c.CreatedAt)
+			c.ID, c.Name, c.Email, nullable(c.Domain), string(c.DefaultAlgorithm), keyHash[:], c.CreatedAt)
 		if err != nil {
 			return err
 		}
-		return db.bumpRevision(ctx, tx)
+		return db.bumpRevision(ctx, tx, c.ID)
 	})
 }
 
-// freeDomain returns base, or base-N with the smallest N ≥ 2 that no client
-// uses.
-func (db *DB) freeDomain(ctx context.Context, base string) (string, error) {
-	rows, err := db.sql.QueryContext(ctx, db.q(`SELECT domain FROM clients WHERE domain = ? OR domain LIKE ?`), base, base+"-%")
+// ReleaseDomain takes domain from the client that has it, which then has
+// none (its rules, exemptions, keys and counters stay), and returns that
+// client; ErrNotFound when no client has it.
+func (db *DB) ReleaseDomain(ctx context.Context, domain string) (_ Client, err error) {
+	ctx, end := db.begin(ctx, "release_domain")
+	defer end(&err)
+	var c Client
+	err = db.inTx(ctx, nil, func(tx *sql.Tx) error {
+		c, err = scanClient(tx.QueryRowContext(ctx, db.q(`UPDATE clients SET domain = NULL WHERE domain = ? RETURNING `+clientColumns), domain))
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("domain %q: %w", domain, ErrNotFound)
+		}
+		if err != nil {
+			return fmt.Errorf("release domain %q: %w", domain, err)
+		}
+		return db.bumpRevision(ctx, tx, c.ID)
+	})
 	if err != nil {
-		return "", fmt.Errorf("look up domains: %w", err)
+		return Client{}, err
 	}
-	defer rows.Close()
-	taken := map[int]bool{}
-	for rows.Next() {
-		var d string
-		if err := rows.Scan(&d); err != nil {
-			return "", fmt.Errorf("look up domains: %w", err)
-		}
-		if d == base {
-			taken[1] = true
-			continue
-		}
-		if n, err := strconv.Atoi(strings.TrimPrefix(d, base+"-")); err == nil {
-			taken[n] = true
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return "", fmt.Errorf("look up domains: %w", err)
-	}
-	if !taken[1] {
-		return base, nil
-	}
-	n := 2
-	for taken[n] {
-		n++
-	}
-	return base + "-" + strconv.Itoa(n), nil
+	return c, nil
 }
 
 // ClientByKeyHash returns the client whose API key hashes to keyHash.

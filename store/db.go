@@ -39,6 +39,8 @@ type DB struct {
 	// unavailable counts the operations that failed with ErrUnavailable,
 	// by operation; RegisterMetrics registers it.
 	unavailable *prometheus.CounterVec
+	// quotas cap each client's rows (SetQuotas); zero: none.
+	quotas Quotas
 }
 
 // Open connects to databaseURL and applies pending migrations.
@@ -61,7 +63,7 @@ func Open(ctx context.Context, databaseURL string, log *slog.Logger) (*DB, error
 	if target == memoryPath {
 		target = memoryPrefix + strconv.FormatUint(memoryDatabases.Add(1), 10) + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	}
-	sqlDB, err := openSQL(dialect, target)
+	sqlDB, err := openSQL(dialect, target, true)
 	if err != nil {
 		return nil, err
 	}
@@ -89,11 +91,14 @@ const (
 var memoryDatabases atomic.Uint64
 
 // openSQL opens (without connecting) the database/sql handle of target, in
-// dialect (as parseURL returns them).
-func openSQL(dialect, target string) (*sql.DB, error) {
+// dialect (as parseURL returns them). foreignKeys switches SQLite's
+// foreign keys on: the migrator's connection has them off, so that a
+// migration may copy a table others refer to (0007) without cascading
+// deletes.
+func openSQL(dialect, target string, foreignKeys bool) (*sql.DB, error) {
 	switch dialect {
 	case DialectSQLite:
-		db, err := sql.Open("sqlite", sqliteDSN(target))
+		db, err := sql.Open("sqlite", sqliteDSN(target, foreignKeys))
 		if err != nil {
 			return nil, fmt.Errorf("open sqlite database: %w", err)
 		}
@@ -147,20 +152,24 @@ func parseURL(databaseURL string) (dialect, target string, err error) {
 }
 
 // sqliteDSN is the modernc.org/sqlite data source for the file at path, or
-// for the in-memory database Open named.
-func sqliteDSN(path string) string {
+// for the in-memory database Open named, with foreign keys on or off.
+func sqliteDSN(path string, foreignKeys bool) string {
+	fk := "foreign_keys(0)"
+	if foreignKeys {
+		fk = "foreign_keys(1)"
+	}
 	q := url.Values{}
 	if name, ok := strings.CutPrefix(path, memoryPrefix); ok {
 		q.Set("mode", "memory")
 		q.Set("cache", "shared") // the migrator's connection reaches it too
-		q.Add("_pragma", "foreign_keys(1)")
+		q.Add("_pragma", fk)
 		q.Add("_pragma", "busy_timeout("+strconv.FormatInt(Timeout.Milliseconds(), 10)+")")
 		q.Set("_time_format", "sqlite")
 		return "file:throttle-" + name + "?" + q.Encode()
 	}
 	q.Add("_pragma", "busy_timeout("+strconv.FormatInt(Timeout.Milliseconds(), 10)+")")
 	q.Add("_pragma", "journal_mode(WAL)")
-	q.Add("_pragma", "foreign_keys(1)")
+	q.Add("_pragma", fk)
 	q.Add("_pragma", "synchronous(NORMAL)")
 	// Write transactions take the write lock at BEGIN, so two processes on
 	// one file wait for each other (busy_timeout) instead of failing with
@@ -219,15 +228,6 @@ func (db *DB) inTx(ctx context.Context, opts *sql.TxOptions, fn func(*sql.Tx) er
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("commit: %w", err)
-	}
-	return nil
-}
-
-// bumpRevision increments the revision inside tx; every write to clients,
-// rules and exemptions calls it so caches know to reload.
-func (db *DB) bumpRevision(ctx context.Context, tx *sql.Tx) error {
-	if _, err := tx.ExecContext(ctx, db.q(`UPDATE revision SET value = value + 1 WHERE id = 1`)); err != nil {
-		return fmt.Errorf("bump revision: %w", err)
 	}
 	return nil
 }

@@ -17,7 +17,8 @@ func scanExemption(row rowScanner) (Exemption, error) {
 
 // CreateExemption exempts e.Identifier of e.ClientID from rate limiting and
 // returns e with CreatedAt set. An identifier already exempt is ErrConflict;
-// an unknown client is ErrNotFound.
+// an unknown client is ErrNotFound; a client at its quota of exemptions is
+// a *QuotaError (ErrTooMany).
 func (db *DB) CreateExemption(ctx context.Context, e Exemption) (_ Exemption, err error) {
 	ctx, end := db.begin(ctx, "create_exemption")
 	defer end(&err)
@@ -31,14 +32,20 @@ func (db *DB) CreateExemption(ctx context.Context, e Exemption) (_ Exemption, er
 	}
 	e.CreatedAt = db.timestamp()
 	err = db.inTx(ctx, nil, func(tx *sql.Tx) error {
+		if err := db.checkQuota(ctx, tx, e.ClientID, "exemptions", "exemptions", db.quotas.Exemptions); err != nil {
+			return err
+		}
 		_, err := tx.ExecContext(ctx, db.q(`INSERT INTO exemptions (client_id, identifier, reason, created_at)
 			VALUES (?, ?, ?, ?)`), e.ClientID, e.Identifier, e.Reason, e.CreatedAt)
 		if err != nil {
 			return err
 		}
-		return db.bumpRevision(ctx, tx)
+		return db.bumpRevision(ctx, tx, e.ClientID)
 	})
 	if err != nil {
+		if errors.Is(err, ErrTooMany) {
+			return Exemption{}, err
+		}
 		switch kind, _ := classify(err); kind {
 		case uniqueViolation:
 			return Exemption{}, fmt.Errorf("exemption %q: %w", e.Identifier, ErrConflict)
@@ -92,5 +99,5 @@ func (db *DB) DeleteExemption(ctx context.Context, clientID, identifier string) 
 	if !ok {
 		return fmt.Errorf("exemption %q: %w", identifier, ErrNotFound)
 	}
-	return db.deleteOne(ctx, `DELETE FROM exemptions WHERE client_id = ? AND identifier = ?`, fmt.Sprintf("exemption %q", identifier), id, identifier)
+	return db.deleteOne(ctx, id, `DELETE FROM exemptions WHERE client_id = ? AND identifier = ?`, fmt.Sprintf("exemption %q", identifier), id, identifier)
 }

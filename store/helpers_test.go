@@ -3,13 +3,25 @@ package store
 import (
 	"crypto/sha256"
 	"errors"
+	"io/fs"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/throttle-rl/throttle/internal/testkit/pgtest"
+	"github.com/throttle-rl/throttle/migrations"
 )
+
+// latestMigration is the version of the last embedded migration.
+func latestMigration(t *testing.T) uint {
+	t.Helper()
+	ups, err := fs.Glob(migrations.SQLite(), "*.up.sql")
+	if err != nil || len(ups) == 0 {
+		t.Fatalf("embedded migrations: %v, %d", err, len(ups))
+	}
+	return uint(len(ups))
+}
 
 // eachDialect runs fn as a subtest on a fresh SQLite file and on a fresh
 // PostgreSQL database; url is the database's URL (nothing opened yet).

@@ -82,3 +82,44 @@ func (p *poolCollector) Collect(ch chan<- prometheus.Metric) {
 	send(p.waits, prometheus.CounterValue, float64(s.WaitCount))
 	send(p.wait, prometheus.CounterValue, s.WaitDuration.Seconds())
 }
+
+// cacheMetrics are the Cache's loads from the database:
+//
+//	throttle_cache_loads_total{kind}   kind "full" (every row) or "changes" (the changed clients' rows)
+//	throttle_cache_rows_loaded_total   clients, rules, exemptions and overrides read by those loads
+type cacheMetrics struct {
+	loads *prometheus.CounterVec
+	rows  prometheus.Counter
+}
+
+func newCacheMetrics() cacheMetrics {
+	return cacheMetrics{
+		loads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "throttle_cache_loads_total",
+			Help: "Loads of the cache of clients, rules and exemptions from the database: full (every row: at start, or too far behind) or changes (the rows of the clients changed since).",
+		}, []string{"kind"}),
+		rows: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "throttle_cache_rows_loaded_total",
+			Help: "Rows (clients, rules, exemptions, overrides, API keys) the cache read from the database.",
+		}),
+	}
+}
+
+// loaded counts a load of kind that read s.
+func (m cacheMetrics) loaded(kind string, s Snapshot) {
+	m.loads.WithLabelValues(kind).Inc()
+	m.rows.Add(float64(rows(s)))
+}
+
+// RegisterMetrics registers the cache's metrics (cacheMetrics) with reg.
+func (c *Cache) RegisterMetrics(reg prometheus.Registerer) error {
+	if reg == nil {
+		return nil
+	}
+	for _, col := range []prometheus.Collector{c.metrics.loads, c.metrics.rows} {
+		if err := reg.Register(col); err != nil {
+			return fmt.Errorf("register cache metrics: %w", err)
+		}
+	}
+	return nil
+}

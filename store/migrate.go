@@ -83,7 +83,7 @@ func migrateTarget(ctx context.Context, dialect, target string, cmd string) (ver
 // openMigrator connects to target and returns golang-migrate over it and
 // the embedded migrations of its dialect.
 func openMigrator(ctx context.Context, dialect, target string) (*migrate.Migrate, error) {
-	sqlDB, err := openSQL(dialect, target)
+	sqlDB, err := openSQL(dialect, target, false)
 	if err != nil {
 		return nil, err
 	}

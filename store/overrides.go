@@ -67,7 +67,8 @@ func scanOverride(row rowScanner) (Override, error) {
 // (keeping its CreatedAt), and returns it as stored and whether it is new.
 // No such rule is ErrNotFound; an override the rule cannot take (a rule of
 // several limits, a limit or window its algorithm refuses) is ErrInvalid;
-// a new override past MaxOverridesPerRule is ErrTooMany.
+// a new override past MaxOverridesPerRule is ErrTooMany, and one past the
+// client's quota of overrides a *QuotaError (ErrTooMany too).
 func (db *DB) PutOverride(ctx context.Context, o Override) (_ Override, created bool, err error) {
 	ctx, end := db.begin(ctx, "put_override")
 	defer end(&err)
@@ -92,6 +93,11 @@ func (db *DB) PutOverride(ctx context.Context, o Override) (_ Override, created 
 		if exists == 0 && n >= MaxOverridesPerRule {
 			return fmt.Errorf("rule %q has %d overrides, the most a rule may have: %w", o.Rule, n, ErrTooMany)
 		}
+		if exists == 0 {
+			if err := db.checkQuota(ctx, tx, o.ClientID, "rule_overrides", "overrides", db.quotas.Overrides); err != nil {
+				return err
+			}
+		}
 		created = exists == 0
 		row := tx.QueryRowContext(ctx, db.q(`INSERT INTO rule_overrides (client_id, rule_name, identifier, "limit", window_seconds, created_at)
 			VALUES (?, ?, ?, ?, ?, ?)
@@ -100,7 +106,7 @@ func (db *DB) PutOverride(ctx context.Context, o Override) (_ Override, created 
 		if err := row.Scan(timeScanner{&o.CreatedAt}); err != nil {
 			return fmt.Errorf("store override: %w", err)
 		}
-		return db.bumpRevision(ctx, tx)
+		return db.bumpRevision(ctx, tx, o.ClientID)
 	})
 	if err != nil {
 		return Override{}, false, err
@@ -186,6 +192,6 @@ func (db *DB) DeleteOverride(ctx context.Context, clientID, rule, identifier str
 	if !ok {
 		return fmt.Errorf("override %q: %w", identifier, ErrNotFound)
 	}
-	return db.deleteOne(ctx, `DELETE FROM rule_overrides WHERE client_id = ? AND rule_name = ? AND identifier = ?`,
+	return db.deleteOne(ctx, id, `DELETE FROM rule_overrides WHERE client_id = ? AND rule_name = ? AND identifier = ?`,
 		fmt.Sprintf("override %q of rule %q", identifier, rule), id, rule, identifier)
 }

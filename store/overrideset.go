@@ -57,9 +57,9 @@ func (s *overrideSet) match(identifier string) (Override, bool) {
 // Override returns the override of the client's rule that applies to
 // identifier: an exact one beats a pattern, a longer prefix a shorter one.
 func (c *Cache) Override(clientID, rule, identifier string) (Override, bool) {
-	set := c.load().overrides[ruleKey{clientID, rule}]
-	if set == nil {
+	t := c.tenant(clientID)
+	if t == nil || t.overrides[rule] == nil {
 		return Override{}, false
 	}
-	return set.match(identifier)
+	return t.overrides[rule].match(identifier)
 }

@@ -83,7 +83,8 @@ func encodeRateLimits(limits []RuleLimit) (string, error) {
 
 // CreateRule stores r for r.ClientID and returns it with CreatedAt set. A
 // limit without an Algorithm takes the client's DefaultAlgorithm. A name the client
-// already uses is ErrConflict; an unknown client is ErrNotFound.
+// already uses is ErrConflict; an unknown client is ErrNotFound; a client
+// at its quota of rules is a *QuotaError (ErrTooMany).
 func (db *DB) CreateRule(ctx context.Context, r Rule) (_ Rule, err error) {
 	ctx, end := db.begin(ctx, "create_rule")
 	defer end(&err)
@@ -94,6 +95,9 @@ func (db *DB) CreateRule(ctx context.Context, r Rule) (_ Rule, err error) {
 	descriptors := cols.descriptors
 	r.CreatedAt = db.timestamp()
 	err = db.inTx(ctx, nil, func(tx *sql.Tx) error {
+		if err := db.checkQuota(ctx, tx, r.ClientID, "rules", "rules", db.quotas.Rules); err != nil {
+			return err
+		}
 		_, err := tx.ExecContext(ctx, db.q(`INSERT INTO rules
 			(client_id, name, algorithm, "limit", window_seconds, refill_rate, accuracy, always_count, rate_limits, descriptors, created_at)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
@@ -102,7 +106,7 @@ func (db *DB) CreateRule(ctx context.Context, r Rule) (_ Rule, err error) {
 		if err != nil {
 			return err
 		}
-		return db.bumpRevision(ctx, tx)
+		return db.bumpRevision(ctx, tx, r.ClientID)
 	})
 	if err != nil {
 		return Rule{}, ruleWriteError("create", r, descriptors, err)
@@ -141,7 +145,7 @@ func (db *DB) UpdateRule(ctx context.Context, r Rule) (_ Rule, err error) {
 			}
 			return err
 		}
-		return db.bumpRevision(ctx, tx)
+		return db.bumpRevision(ctx, tx, r.ClientID)
 	})
 	if errors.Is(err, ErrNotFound) {
 		return Rule{}, err
@@ -243,6 +247,9 @@ func windowSeconds(l algorithms.Limit) int64 { return int64(l.Window / time.Seco
 // ruleWriteError turns a failed INSERT or UPDATE of rule r into the error
 // callers branch on.
 func ruleWriteError(op string, r Rule, descriptors string, err error) error {
+	if errors.Is(err, ErrTooMany) {
+		return err
+	}
 	switch kind, constraint := classify(err); kind {
 	case uniqueViolation:
 		if strings.Contains(constraint, "descriptors") {
@@ -297,12 +304,12 @@ func (db *DB) DeleteRule(ctx context.Context, clientID, name string) (err error)
 	if !ok {
 		return fmt.Errorf("rule %q: %w", name, ErrNotFound)
 	}
-	return db.deleteOne(ctx, `DELETE FROM rules WHERE client_id = ? AND name = ?`, fmt.Sprintf("rule %q", name), id, name)
+	return db.deleteOne(ctx, id, `DELETE FROM rules WHERE client_id = ? AND name = ?`, fmt.Sprintf("rule %q", name), id, name)
 }
 
-// deleteOne runs a DELETE and bumps the revision when it removed a row;
-// what names the row in errors.
-func (db *DB) deleteOne(ctx context.Context, query, what string, args ...any) error {
+// deleteOne runs a DELETE of a row of clientID and bumps the revision when
+// it removed one; what names the row in errors.
+func (db *DB) deleteOne(ctx context.Context, clientID, query, what string, args ...any) error {
 	errNone := fmt.Errorf("%s: %w", what, ErrNotFound)
 	err := db.inTx(ctx, nil, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, db.q(query), args...)
@@ -316,7 +323,7 @@ func (db *DB) deleteOne(ctx context.Context, query, what string, args ...any) er
 		if n == 0 {
 			return errNone
 		}
-		return db.bumpRevision(ctx, tx)
+		return db.bumpRevision(ctx, tx, clientID)
 	})
 	return err
 }

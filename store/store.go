@@ -17,8 +17,8 @@ import (
 var (
 	// ErrNotFound: no such client, rule or exemption (for this client).
 	ErrNotFound = errors.New("not found")
-	// ErrConflict: a unique value is taken (client email or domain, rule name
-	// within a client, exemption identifier within a client).
+	// ErrConflict: a unique value is taken (client domain, rule name within
+	// a client, exemption identifier within a client).
 	ErrConflict = errors.New("already exists")
 	// ErrDuplicateDescriptors: another rule of the client has the same
 	// descriptors, which would make its Envoy domain ambiguous. It wraps
@@ -42,8 +42,8 @@ var (
 type Client struct {
 	ID               string               // UUID v4, set by CreateClient
 	Name             string               // required, 1..100 chars
-	Email            string               // required, unique (case-insensitive), must contain one '@'
-	Domain           string               // unique; defaults to a slug of Name ("My App!" → "my-app"); [a-z0-9][a-z0-9._-]{0,99}
+	Email            string               // required, must contain one '@'; stored lower-case, not unique
+	Domain           string               // the Envoy domain the operator granted, unique; "" for none; [a-z0-9][a-z0-9._-]{0,99}
 	DefaultAlgorithm algorithms.Algorithm // one of algorithms.Algorithms; default sliding_window
 	CreatedAt        time.Time
 }
@@ -123,6 +123,7 @@ type Snapshot struct {
 	Rules      []Rule
 	Exemptions []Exemption
 	Overrides  []Override
+	Keys       []Key
 }
 
 // ClientKey pairs a client with the SHA-256 hash of its API key.

@@ -67,8 +67,8 @@ func normalizeClient(c Client) (Client, error) {
 		return c, err
 	}
 
-	if c.Domain != "" && !domainRE.MatchString(c.Domain) {
-		return c, invalid("domain must be 1 to %d characters of a-z, 0-9, '.', '_', '-', starting with a letter or digit", maxDomainLen)
+	if err := CheckDomain(c.Domain); err != nil {
+		return c, err
 	}
 
 	if c.DefaultAlgorithm == "" {
@@ -78,6 +78,15 @@ func normalizeClient(c Client) (Client, error) {
 		return c, invalid("default_algorithm must be %s", algorithms.Names())
 	}
 	return c, nil
+}
+
+// CheckDomain says why domain cannot be a client's Envoy domain (an error
+// wrapping ErrInvalid); "" (no domain) can.
+func CheckDomain(domain string) error {
+	if domain != "" && !domainRE.MatchString(domain) {
+		return invalid("domain must be 1 to %d characters of a-z, 0-9, '.', '_', '-', starting with a letter or digit", maxDomainLen)
+	}
+	return nil
 }
 
 func checkEmail(email string) error {
@@ -100,35 +109,6 @@ func checkEmail(email string) error {
 		return invalid("email is not valid UTF-8")
 	}
 	return nil
-}
-
-// slug turns a client name into a domain: lower-case letters and digits, runs
-// of anything else become one '-' ("My App!" → "my-app"). Room is left for a
-// "-N" suffix. A name with no letters or digits gives "client".
-func slug(name string) string {
-	var b strings.Builder
-	dash := false
-	for _, r := range strings.ToLower(name) {
-		switch {
-		case r >= 'a' && r <= 'z', r >= '0' && r <= '9':
-			if dash && b.Len() > 0 {
-				b.WriteByte('-')
-			}
-			dash = false
-			b.WriteRune(r)
-		default:
-			dash = true
-		}
-	}
-	s := b.String()
-	const room = maxDomainLen - 8 // "-" + up to 7 digits
-	if len(s) > room {
-		s = strings.TrimRight(s[:room], "-")
-	}
-	if s == "" {
-		return "client"
-	}
-	return s
 }
 
 // MaxRateLimits is the most limits a rule's RateLimits may have (as a

@@ -81,6 +81,7 @@ type config struct {
 	REST                restAppsConfig // CORS, list format, idempotency (restapps.go)
 	XDS                 xdsConfig      // CONFIG_TYPE=GRPC_XDS_SOTW (xdssettings.go)
 	Stats               statsConfig    // the reference service's stats (statssettings.go)
+	Tenancy             tenancyConfig  // the tenants' lanes (tenancy.go)
 
 	// IgnoredReference are the settings of the reference service given
 	// that have no meaning here (referenceSettings), by name, for the log.

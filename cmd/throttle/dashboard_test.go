@@ -42,8 +42,11 @@ func TestDashboard(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(descDir, "edge.yaml"), edgeYAML, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	s := throttletest.Start(t, "DESCRIPTORS_DIR="+descDir)
-	code, _, reg := doJSON(t, "POST", s.URL+"/register", "", `{"name":"Edge gateway","email":"edge-ops@example.com","domain":"edge","default_algorithm":"sliding_window"}`)
+	const admin = "dashboard-operator-key"
+	s := throttletest.Start(t, "DESCRIPTORS_DIR="+descDir, "ADMIN_API_KEY="+admin)
+	// The operator grants the shop gateway its domain (the YAML's edge is
+	// the operator's own).
+	code, _, reg := doJSON(t, "POST", s.URL+"/register", admin, `{"name":"Shop gateway","email":"shop-ops@example.com","domain":"shop","default_algorithm":"sliding_window"}`)
 	key, _ := reg["api_key"].(string)
 	if code != 201 || !strings.HasPrefix(key, "thr_") {
 		t.Fatalf("register: %d %v", code, reg)
@@ -118,8 +121,8 @@ func TestDashboard(t *testing.T) {
 	shot("01-login.png")
 	do("sign in", chromedp.Click(chromedp.ID("login-submit")))
 	waitFor("the dashboard", `document.getElementById('app').dataset.state === 'ready'`)
-	if who := eval("client", `document.getElementById('client-name').textContent + ' ' + document.getElementById('client-domain').textContent`); who != "Edge gateway edge" {
-		t.Errorf("signed in as %q, want Edge gateway edge", who)
+	if who := eval("client", `document.getElementById('client-name').textContent + ' ' + document.getElementById('client-domain').textContent`); who != "Shop gateway shop" {
+		t.Errorf("signed in as %q, want Shop gateway shop", who)
 	}
 	// The key is in this tab's session only: not in local storage, cookies or the URL.
 	if got := eval("storage", `[sessionStorage.getItem('throttle.apiKey') === `+strconv.Quote(key)+`, localStorage.length, document.cookie, location.href].join('|')`); got != "true|0||"+s.URL+"/ui/" {
@@ -295,6 +298,7 @@ func TestDashboard(t *testing.T) {
 	}
 	waitFor(fmt.Sprintf("the chart to count %d allowed and %d rejected", allowed, rejected),
 		fmt.Sprintf(`(c => c.dataset.allowed === '%d' && c.dataset.rejected === '%d')(document.getElementById('chart'))`, allowed, rejected))
+
 	if n := eval("chart bars", `String(document.querySelectorAll('#chart rect.bar-bad').length)`); n == "0" {
 		t.Error("the chart draws no rejected bar")
 	}
@@ -305,9 +309,10 @@ func TestDashboard(t *testing.T) {
 		t.Errorf("rejected stat = %q, want %d", got, rejected)
 	}
 
-	// The descriptor YAML of the client's domain, loaded.
-	if got := eval("descriptors", `document.getElementById('desc-badge').textContent + '|' + document.querySelector('pre[data-file="edge.yaml"]').textContent`); got != "loaded|"+string(edgeYAML) {
-		t.Errorf("descriptors panel = %q, want loaded and edge.yaml", got)
+	// The descriptor YAML is loaded and does not name the client's domain:
+	// its rules decide it. The YAML itself is the operator's, never shown.
+	if got := eval("descriptors", `document.getElementById('desc-badge').textContent + '|' + document.getElementById('desc-facts').textContent`); !strings.HasPrefix(got, "loaded|DomainshopSourceNo YAML file names this domain: your rules with descriptors apply") || strings.Contains(got, "generic_key") {
+		t.Errorf("descriptors panel = %q, want loaded, shop decided by its rules, no YAML shown", got)
 	}
 	final := shot("04-dashboard.png")
 	if os.Getenv("THROTTLE_UPDATE_SCREENSHOT") == "1" {
@@ -316,6 +321,24 @@ func TestDashboard(t *testing.T) {
 		}
 	}
 
+	// A check-only key for a browser app: minted in the UI, shown once
+	// with a snippet, listed; it checks and does nothing else.
+	do("mint a check-only key",
+		chromedp.Click(chromedp.ID("key-new")),
+		chromedp.WaitVisible(chromedp.CSS(`tr[data-key]`)),
+	)
+	waitFor("the minted key shown", `!document.getElementById('key-minted').hidden`)
+	checkKey := eval("the minted key", `document.getElementById('key-secret').textContent`)
+	snippet := eval("its snippet", `document.getElementById('key-snippet').textContent`)
+	if !strings.HasPrefix(checkKey, "thr_") || !strings.Contains(snippet, checkKey) || !strings.Contains(snippet, "/check") {
+		t.Errorf("the minted key %q and its snippet %q", checkKey, snippet)
+	}
+	if code, _, body := doJSON(t, "POST", s.URL+"/check", checkKey, `{"identifier":"browser","limit":5,"window":60}`); code != 200 {
+		t.Errorf("the check-only key's check: %d %v", code, body)
+	}
+	if code, _, body := doJSON(t, "GET", s.URL+"/rules/list", checkKey, ""); code != 403 || body["code"] != "KEY_SCOPE" {
+		t.Errorf("the check-only key's /rules/list: %d %v, want 403 KEY_SCOPE", code, body)
+	}
 	// A reload of the tab keeps the session; signing out forgets the key.
 	do("reload", chromedp.Reload())
 	waitFor("the dashboard after a reload", `document.getElementById('app').dataset.state === 'ready'`)

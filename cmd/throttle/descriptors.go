@@ -105,12 +105,6 @@ func (a *app) openDescriptors(context.Context) error {
 func domainStatus(r *descriptors.Reloader) func(string) restapi.DescriptorStatus {
 	return func(domain string) restapi.DescriptorStatus {
 		s := r.DomainStatus(domain)
-		files := make([]restapi.DescriptorFile, len(s.Files))
-		for i, f := range s.Files {
-			files[i] = restapi.DescriptorFile{Name: f.Name, Content: string(f.Data)}
-		}
-		return restapi.DescriptorStatus{
-			Files: files, LoadedAt: s.LoadedAt, CheckedAt: s.CheckedAt, Valid: s.Valid, Problems: s.Problems,
-		}
+		return restapi.DescriptorStatus{YAML: len(s.Files) > 0, LoadedAt: s.LoadedAt, CheckedAt: s.CheckedAt, Valid: s.Valid}
 	}
 }

@@ -120,20 +120,14 @@ func TestEndToEnd(t *testing.T) {
 				}
 			}
 
-			// The edge domain's operator sees its YAML, loaded and valid.
+			// The YAML's domain is the operator's: no registration takes it,
+			// and a client has no domain unless the operator grants one.
 			code, _, reg = doJSON(t, "POST", s.URL+"/register", "", `{"name":"edge ops","email":"edge-`+name+`@example.com","domain":"edge"}`)
-			if code != 201 {
-				t.Fatalf("register edge: %d %v", code, reg)
+			if code != 409 || reg["code"] != "DOMAIN_RESERVED" {
+				t.Errorf("register edge: %d %v, want 409 DOMAIN_RESERVED", code, reg)
 			}
-			edgeKey, _ := reg["api_key"].(string)
-			code, _, desc := doJSON(t, "GET", s.URL+"/descriptors", edgeKey, "")
-			files, _ := desc["files"].([]any)
-			if code != 200 || desc["yaml"] != true || desc["valid"] != true || len(files) != 1 ||
-				files[0].(map[string]any)["name"] != "edge.yaml" || files[0].(map[string]any)["content"] != string(data) {
-				t.Errorf("GET /descriptors as edge = %d %v; want edge.yaml, valid", code, desc)
-			}
-			if code, _, desc := doJSON(t, "GET", s.URL+"/descriptors", key, ""); code != 200 || desc["yaml"] != false || desc["domain"] != "e2e-app" {
-				t.Errorf("GET /descriptors as e2e-app = %d %v; want its own domain, not in the YAML", code, desc)
+			if code, _, desc := doJSON(t, "GET", s.URL+"/descriptors", key, ""); code != 200 || desc["yaml"] != false || desc["domain"] != "" {
+				t.Errorf("GET /descriptors as e2e-app = %d %v; want no domain", code, desc)
 			}
 
 			// SIGTERM: drains and exits 0.

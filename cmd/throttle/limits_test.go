@@ -216,7 +216,7 @@ func TestIssue17RESTRules(t *testing.T) {
 			c := rlsClient(t, s)
 			run := strconv.FormatInt(time.Now().UnixNano(), 36)
 			domain := "api-" + run
-			code, _, reg := doJSON(t, "POST", s.URL+"/register", "", `{"name":"api `+run+`","email":"api-`+run+`@example.com","domain":"`+domain+`"}`)
+			code, _, reg := doJSON(t, "POST", s.URL+"/register", e2eAdminKey, `{"name":"api `+run+`","email":"api-`+run+`@example.com","domain":"`+domain+`"}`)
 			key, _ := reg["api_key"].(string)
 			if code != 201 {
 				t.Fatalf("register: %d %v", code, reg)

@@ -28,6 +28,9 @@ type curlDoc struct {
 	// runs is how many times the examples run in a row on one server and
 	// database, each time in a new shell; 0 means once.
 	runs int
+	// env is set for the server and in the examples' shell (the settings
+	// the document says its server runs with).
+	env []string
 }
 
 var curlDocs = []curlDoc{
@@ -38,6 +41,7 @@ var curlDocs = []curlDoc{
 	},
 	{
 		file: "docs/api.md", minBlocks: 14, // one per endpoint at least
+		env: []string{"ADMIN_API_KEY=docs-operator-key-change-me"},
 		want: []string{
 			`{"service":"throttle","dashboard":"/ui/",`,
 			`{"status":"ok"}`,
@@ -46,6 +50,8 @@ var curlDocs = []curlDoc{
 			`"allowed":false`,
 			`"code":"METHOD_NOT_ALLOWED"`,
 			`"code":"UNKNOWN_FIELD"`,
+			`"code":"KEY_SCOPE"`,
+			`{"message":"Key revoked","id":"`,
 			`"keys_deleted":`,
 			`"rate_limits":[{"name":"burst"`,
 			`"matched":true,"key":"path_/search","limits":[{"name":"burst","requests_per_unit":10,"unit":"SECOND","unit_multiplier":1,"window":1,"algorithm":"fixed_window","remaining":10,`,
@@ -110,7 +116,7 @@ func shBlocks(t *testing.T, doc curlDoc) []string {
 }
 
 func runCurlExamples(t *testing.T, doc curlDoc, blocks []string, env []string) {
-	s := throttletest.Start(t, env...)
+	s := throttletest.Start(t, append(env, doc.env...)...)
 	var script strings.Builder
 	script.WriteString("set -e\n")
 	for _, b := range blocks {
@@ -118,7 +124,9 @@ func runCurlExamples(t *testing.T, doc curlDoc, blocks []string, env []string) {
 		script.WriteString("\necho\n")
 	}
 	for run := 1; run <= max(doc.runs, 1); run++ {
-		out, err := exec.Command("bash", "-c", script.String()).CombinedOutput()
+		cmd := exec.Command("bash", "-c", script.String())
+		cmd.Env = append(os.Environ(), doc.env...)
+		out, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("%s examples failed (run %d): %v\n%s", doc.file, run, err, out)
 		}

@@ -27,8 +27,8 @@ import (
 // token bucket rule with approximate is refused.
 func TestRESTApproximateRule(t *testing.T) {
 	srv := redistest.Start(t)
-	s := throttletest.Start(t, "REDIS_URL="+srv.URL(), "APPROXIMATE_SYNC_INTERVAL=100ms")
-	key := s.Register(t, "rest accuracy")
+	s := throttletest.Start(t, "REDIS_URL="+srv.URL(), "APPROXIMATE_SYNC_INTERVAL=100ms", "CLAIMABLE_DOMAINS=rest-accuracy")
+	key := s.RegisterDomain(t, "rest accuracy", "rest-accuracy", "")
 	code, _, rule := doJSON(t, "POST", s.URL+"/rules", key, `{"name":"hourly","algorithm":"fixed_window","limit":640,"window":3600,"accuracy":"approximate"}`)
 	if code != 201 || rule["accuracy"] != "approximate" {
 		t.Fatalf("POST /rules approximate = %d %v", code, rule)

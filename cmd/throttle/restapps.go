@@ -13,7 +13,8 @@ import (
 )
 
 // restAppsConfig is the settings of the REST API for apps (issue 31):
-// CORS_ALLOWED_ORIGIN, LIST_RESPONSE_FORMAT and IDEMPOTENCY_TTL.
+// CORS_ALLOWED_ORIGIN, LIST_RESPONSE_FORMAT, IDEMPOTENCY_TTL and the
+// idempotency quotas (IDEMPOTENCY_MAX_*_PER_CLIENT).
 type restAppsConfig struct {
 	// CORSAllowedOrigins are the origins whose pages may call the API ("*":
 	// any); none by default.
@@ -24,6 +25,12 @@ type restAppsConfig struct {
 	// IdempotencyTTL is how long a check's first reply is kept for its
 	// Idempotency-Key.
 	IdempotencyTTL time.Duration
+	// IdempotencyQuota bounds each client's kept replies
+	// (IDEMPOTENCY_MAX_RECORDS_PER_CLIENT, IDEMPOTENCY_MAX_BYTES_PER_CLIENT).
+	IdempotencyQuota restapi.IdempotencyQuota
+	// IdempotencyMemoryPercent: no reply is kept in a Redis this full
+	// (IDEMPOTENCY_REDIS_MEMORY_PERCENT; 100: no budget).
+	IdempotencyMemoryPercent int
 }
 
 // parseOrigins reads CORS_ALLOWED_ORIGIN: comma-separated origins, a
@@ -85,7 +92,8 @@ func (a *app) openIdempotency(context.Context) error {
 	if err != nil {
 		return err
 	}
-	a.idempotency = idempotency.NewRedis(rdb, a.cfg.CacheKeyPrefix)
+	q := a.cfg.REST.IdempotencyQuota
+	a.idempotency = idempotency.NewRedis(rdb, a.cfg.CacheKeyPrefix, idempotency.Quota{Records: q.Records, Bytes: q.Bytes, MemoryPercent: a.cfg.REST.IdempotencyMemoryPercent % 100})
 	a.onClose(func() { rdb.Close() })
 	return nil
 }
@@ -94,6 +102,7 @@ func (a *app) openIdempotency(context.Context) error {
 func (a *app) withRESTApps(d restapi.Deps) restapi.Deps {
 	c := a.cfg.REST
 	d.CORSAllowedOrigins, d.ListObjects, d.IdempotencyTTL = c.CORSAllowedOrigins, c.ListObjects, c.IdempotencyTTL
+	d.IdempotencyQuota = c.IdempotencyQuota
 	if a.idempotency != nil {
 		d.Idempotency = a.idempotency
 	}

@@ -326,8 +326,9 @@ func TestOverridePrecedence(t *testing.T) {
 	for name, env := range restSetups(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			s := throttletest.Start(t, env...)
-			c := newRESTClient(t, s, s.Register(t, "overrides-"+name))
+			s := throttletest.Start(t, append(env, "CLAIMABLE_DOMAINS=overrides-*")...)
+			domain := "overrides-" + strings.ReplaceAll(name, "+", "-") // a domain has no '+'
+			c := newRESTClient(t, s, s.RegisterDomain(t, "overrides-"+name, domain, ""))
 			var me struct{ Domain string }
 			c.do(t, "GET", "/me", "", &me)
 			for _, body := range []string{

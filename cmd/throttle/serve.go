@@ -49,6 +49,7 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer) error {
 		a.openDescriptors, // DESCRIPTORS_DIR, reloaded on change
 		a.openXDS,         // CONFIG_TYPE=GRPC_XDS_SOTW: the control plane's domains over the files'
 		a.openIdempotency, // Idempotency-Key replies in Redis, with REDIS_URL
+		a.openTenancy,     // the domains the descriptor configuration names taken from clients
 		a.openAPIs,        // the Envoy gRPC services and the REST handler
 		a.listen,          // every port bound before any is served
 	} {
@@ -166,9 +167,13 @@ func (a *app) openStore(ctx context.Context) error {
 	if err := db.RegisterMetrics(a.reg); err != nil {
 		return err
 	}
+	db.SetQuotas(a.cfg.Tenancy.Quotas)
 	a.usage = store.NewUsageRecorder(db, time.Second, a.log)
 	a.goBG("usage recorder", a.usage.Run)
 	a.cache = store.NewCache(db, a.cfg.CacheRefresh, a.log)
+	if err := a.cache.RegisterMetrics(a.reg); err != nil {
+		return err
+	}
 	if err := a.cache.Refresh(ctx); err != nil {
 		return fmt.Errorf("load clients and rules: %w", err)
 	}
@@ -231,13 +236,13 @@ func (a *app) openAPIs(context.Context) error {
 		return err
 	}
 	a.quota.Register(a.grpcSrv, a.health)
-	handler := restapi.NewHandler(a.withRESTApps(restapi.Deps{
+	handler := restapi.NewHandler(a.withTenancy(a.withRESTApps(restapi.Deps{
 		Log: a.log, DB: a.db, Cache: a.cache, Usage: a.usage, Limiter: a.limiter, Registerer: a.reg, Gatherer: a.reg,
 		TrustedProxies: cfg.TrustedProxies, ConfigDump: a.configDump, HeaderSets: cfg.HeaderSets, TracerProvider: a.tracer, Propagator: a.propagator,
 		RegisterLimit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: cfg.RegisterLimit, Window: time.Hour},
 		Descriptors:   a.descStatus, EnvoyCounters: rls, AdminKey: cfg.AdminKey, LimiterReady: a.ready, FailureMode: cfg.FailureMode,
 		EnvoyJSON: rls.JSONHandler(), Healthcheck: a.healthcheck(),
-	}))
+	})))
 	a.httpSrv = restapi.NewServer(cfg.httpAddress(), handler)
 	if a.httpTLS != nil {
 		a.httpSrv.TLSConfig, a.httpSrv.ErrorLog = a.httpTLS.ServerConfig(), a.httpTLS.HTTPErrorLog(a.log)

@@ -30,7 +30,7 @@ type setting struct {
 // compares them) all come from here. The rows come in groups, each beside
 // the code it configures; the reference service's settings Throttle has no
 // use for are not rows but referenceSettings entries (reference.go).
-var serveSettings = slices.Concat(coreSettings, redisSettings, listenerSettings, runtimeSettings, tlsSettings, tracingSettings, referenceTracingSettings, xdsSettings, statsSettings)
+var serveSettings = slices.Concat(coreSettings, redisSettings, listenerSettings, runtimeSettings, tlsSettings, tracingSettings, referenceTracingSettings, xdsSettings, statsSettings, tenancySettings)
 
 // coreSettings are the listeners, the backends and the APIs' knobs.
 var coreSettings = []setting{
@@ -59,12 +59,19 @@ var coreSettings = []setting{
 	{"CACHE_REFRESH_INTERVAL", "cache-refresh-interval", "2s", "how often rules, exemptions and keys changed on other replicas are picked up", func(c *config, v string) (err error) { c.CacheRefresh, err = parseDuration(v); return }},
 	{"REGISTER_LIMIT_PER_HOUR", "register-limit-per-hour", "10", "POST /register calls allowed per client IP per hour", func(c *config, v string) (err error) { c.RegisterLimit, err = parseInt64(v); return }},
 	{"SHUTDOWN_TIMEOUT", "shutdown-timeout", "15s", "how long SIGTERM waits for in-flight requests", func(c *config, v string) (err error) { c.ShutdownTimeout, err = parseDuration(v); return }},
-	{"ADMIN_API_KEY", "admin-api-key", "", "operator key (at least 16 characters, not a client's thr_ key) for POST /descriptors/{domain}/counters and …/reset: reads and resets the Envoy counters of any domain, the YAML's included; no other route takes it; empty = no operator access", func(c *config, v string) error { c.AdminKey = v; return nil }},
+	{"ADMIN_API_KEY", "admin-api-key", "", "operator key (at least 16 characters, not a client's thr_ key) for POST /descriptors/{domain}/counters and …/reset, which read and reset the Envoy counters of any domain, the YAML's included, and for POST /register, which then gives the new client the domain it asks for (one the descriptor configuration does not name) and counts no registration limit; no other route takes it; empty = no operator access", func(c *config, v string) error { c.AdminKey = v; return nil }},
 	{"CACHE_KEY_PREFIX", "cache-key-prefix", "", "with REDIS_URL: put before every Redis key, so several deployments share one Redis or Redis Cluster (the reference service's setting); no '{', '}', spaces or control characters, at most 64 bytes", func(c *config, v string) error { c.CacheKeyPrefix = v; return nil }},
 	{"COUNT_REJECTED_HITS", "count-rejected-hits", "false", "count every hit of every descriptor of a gRPC rate-limit request, admitted or not, as the reference service does; by default a rejected request consumes nothing, from any of its descriptors", func(c *config, v string) (err error) { c.CountRejectedHits, err = parseBool(v); return }},
 	{"CORS_ALLOWED_ORIGIN", "cors-allowed-origin", "", "comma-separated origins (https://app.example.com, or *) whose browser pages may call the REST API: preflights answered, rate-limit headers exposed; empty = no cross-origin access", func(c *config, v string) (err error) { c.REST.CORSAllowedOrigins, err = parseOrigins(v); return }},
 	{"LIST_RESPONSE_FORMAT", "list-response-format", "array", "GET /rules/list and /exemptions/list answer bare arrays (array), or {\"rules\": [...]} and {\"exemptions\": [...]} as the original service did (object)", func(c *config, v string) (err error) { c.REST.ListObjects, err = parseListFormat(v); return }},
 	{"IDEMPOTENCY_TTL", "idempotency-ttl", "24h", "how long a REST check's first reply is kept for its Idempotency-Key (in Redis with REDIS_URL, else in memory)", func(c *config, v string) (err error) { c.REST.IdempotencyTTL, err = parseIdempotencyTTL(v); return }},
+	{"IDEMPOTENCY_MAX_RECORDS_PER_CLIENT", "idempotency-max-records-per-client", "1000", "most Idempotency-Key replies one client keeps (in Redis or memory); one more evicts that client's oldest, whose retry is then decided anew", func(c *config, v string) (err error) { c.REST.IdempotencyQuota.Records, err = parsePositive(v); return }},
+	{"IDEMPOTENCY_MAX_BYTES_PER_CLIENT", "idempotency-max-bytes-per-client", "1048576", "most bytes of Idempotency-Key replies one client keeps (replies are stored compressed); past it that client's oldest are evicted", func(c *config, v string) (err error) {
+		n, err := parsePositive(v)
+		c.REST.IdempotencyQuota.Bytes = int64(n)
+		return err
+	}},
+	{"IDEMPOTENCY_REDIS_MEMORY_PERCENT", "idempotency-redis-memory-percent", "80", "no Idempotency-Key reply is kept in Redis while its used memory is at or past this percent of its maxmemory, so the records never take the counters' room (with maxmemory-policy noeviction); 100 turns the budget off", func(c *config, v string) (err error) { c.REST.IdempotencyMemoryPercent, err = parsePercent(v); return }},
 	{"RLQS_INTERVAL", "rlqs-interval", "1s", "how often the rate-limit quota service (RLQS, on GRPC_PORT) reassigns every Envoy's share of each limit (100ms-1h); set the Envoy filter's reporting_interval to a third of it", func(c *config, v string) (err error) { c.RLQSInterval, err = parseDuration(v); return }},
 	{"APPROXIMATE_SYNC_INTERVAL", "approximate-sync-interval", "100ms", "with REDIS_URL: how often limits with accuracy: approximate report this replica's hits to Redis and resize its lease of each limit (10ms-10s); a replica decides from memory within its lease, and asks Redis at once when it runs out", func(c *config, v string) (err error) { c.ApproximateInterval, err = parseDuration(v); return }},
 }
@@ -147,6 +154,15 @@ func parseInt(v string) (int, error) {
 	n, err := strconv.Atoi(v)
 	if err != nil {
 		return 0, fmt.Errorf("%q is not a number", v)
+	}
+	return n, nil
+}
+
+// parsePercent reads an integer from 1 to 100.
+func parsePercent(v string) (int, error) {
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > 100 {
+		return 0, fmt.Errorf("%q is not a percent from 1 to 100", v)
 	}
 	return n, nil
 }

@@ -119,23 +119,27 @@ func TestAgainstThrottle(t *testing.T) {
 	})
 }
 
-// Register makes a client whose key works, and fails clearly, with the
-// server's reason, when the name and email are taken.
+// Register makes a client whose key works (without a domain: the operator
+// grants them), again with the same name and email (a contact, not an
+// account), and fails clearly, with the server's reason, on a bad email.
 func TestRegister(t *testing.T) {
 	srv := throttletest.Start(t)
 	ctx := context.Background()
 	r, err := throttleclient.Register(ctx, srv.URL, "register-test", "register-test@example.com")
-	if err != nil || r.ClientID == "" || r.Domain != "register-test" {
+	if err != nil || r.ClientID == "" || r.Domain != "" {
 		t.Fatalf("Register: %+v, %v", r, err)
 	}
 	d, err := throttleclient.New(srv.URL, r.APIKey).Check(ctx, "u", throttleclient.Limit{Limit: 1, Window: 60, Algorithm: "fixed_window"})
 	if err != nil || !d.Allowed {
 		t.Fatalf("Check with the new key: %+v, %v", d, err)
 	}
-	_, err = throttleclient.Register(ctx, srv.URL, "register-test", "register-test@example.com")
+	if again, err := throttleclient.Register(ctx, srv.URL, "register-test", "register-test@example.com"); err != nil || again.ClientID == r.ClientID {
+		t.Errorf("Register again: %+v, %v; want another client", again, err)
+	}
+	_, err = throttleclient.Register(ctx, srv.URL, "register-test", "not-an-email")
 	var e *throttleclient.Error
-	if !errors.As(err, &e) || e.StatusCode != http.StatusConflict || e.Code != "CONFLICT" {
-		t.Errorf("Register again: %v, want a 409 CONFLICT *Error", err)
+	if !errors.As(err, &e) || e.StatusCode != http.StatusBadRequest || e.Code != "INVALID_FIELD" {
+		t.Errorf("Register with a bad email: %v, want a 400 INVALID_FIELD *Error", err)
 	}
 }
 

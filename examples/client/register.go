@@ -20,10 +20,10 @@ type Registration struct {
 }
 
 // Register registers a client named name, with email, on the server at
-// baseURL. Name and email must be unique on the server, which keeps its
-// clients: a taken one is a 409 *Error (code CONFLICT), and more than the
-// server's registrations per hour from one address a 429 *Error. Every
-// failure is an error; a Registration returned has its APIKey.
+// baseURL (as JSON: the only body /register takes). The client has no Envoy
+// domain (the operator grants them); more than the server's registrations
+// per hour from one address is a 429 *Error. Every failure is an error; a
+// Registration returned has its APIKey.
 func Register(ctx context.Context, baseURL, name, email string) (Registration, error) {
 	body, err := json.Marshal(map[string]string{"name": name, "email": email})
 	if err != nil {

@@ -4,7 +4,7 @@
 //   THROTTLE_URL=http://localhost:8080 node examples/node/check.js --count 5 --limit 3
 //
 // Uses THROTTLE_API_KEY when set; otherwise registers a client of its own (a
-// name and email unique to the run, so it runs again on the same server) and
+// name and email of the run's own, to tell it from the server's others) and
 // prints its key (shown once: keep it). Prints one line per check:
 //
 //   check 1: allowed remaining=2 limit=3 reset_at=1767225600

@@ -164,7 +164,15 @@ export interface paths {
         /**
          * Register an application and get its API key (shown once)
          * @description Limited per client IP (REGISTER_LIMIT_PER_HOUR, default 10 an hour); the 201 and the
-         *     429 carry that limit's rate-limit headers, its policy named `register`.
+         *     429 carry that limit's rate-limit headers, its policy named `register`. The body must be
+         *     `application/json` (415 otherwise, a missing Content-Type included): no web page can
+         *     make a browser send that without a CORS preflight.
+         *
+         *     A client gets an Envoy `domain` only when the operator grants it: sent with the
+         *     operator key (ADMIN_API_KEY, as `X-API-Key` or a bearer token; such registrations
+         *     count no limit), or a domain a CLAIMABLE_DOMAINS pattern allows. A domain the descriptor
+         *     configuration (YAML or xDS) names is never a client's (409 `DOMAIN_RESERVED`). An email
+         *     is a contact, not an account: several clients may share one.
          */
         post: operations["register"];
         delete?: never;
@@ -185,6 +193,55 @@ export interface paths {
         put?: never;
         post?: never;
         delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/keys": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List the keys your client minted, oldest first (without their secrets)
+         * @description A bare JSON array by default; `{"keys": [...]}` when the server runs with
+         *     LIST_RESPONSE_FORMAT=object.
+         */
+        get: operations["listKeys"];
+        put?: never;
+        /**
+         * Mint a check-only API key
+         * @description A key of your client with scope `check`: it may call POST /check, /check/ip and
+         *     /check/batch, and is refused 403 `KEY_SCOPE` anywhere else, so a browser app can embed
+         *     it without being able to change or read your rules. The secret, `api_key`, is in this
+         *     reply only; only its hash is stored. Only your client's own key may mint, list and
+         *     revoke keys. A client has at most MAX_KEYS_PER_CLIENT (100) keys.
+         */
+        post: operations["createKey"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/keys/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The key's id (from POST /keys or GET /keys). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /** Revoke a minted key */
+        delete: operations["deleteKey"];
         options?: never;
         head?: never;
         patch?: never;
@@ -355,7 +412,8 @@ export interface paths {
          *     matches every identifier). A check through the rule takes the override whose pattern
          *     matches: exact beats a pattern, the longest prefix a shorter one; its reply names it
          *     (`override`). The algorithm is always the rule's; `window` left out is the rule's.
-         *     At most 10,000 per rule. Creates (201) or replaces (200).
+         *     At most 10,000 per rule, and MAX_OVERRIDES_PER_CLIENT (default 10,000) over all your
+         *     rules. Creates (201) or replaces (200).
          */
         post: operations["putOverride"];
         delete?: never;
@@ -474,7 +532,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** The Envoy descriptor YAML of your domain */
+        /** Whether the Envoy descriptor YAML decides your domain */
         get: operations["descriptors"];
         put?: never;
         post?: never;
@@ -621,11 +679,14 @@ export interface components {
         };
         RegisterRequest: {
             name: string;
-            /** @description Unique; one `@`. */
+            /** @description One `@`; a contact, not unique. */
             email: string;
             /** @description The algorithm of checks and rules that name none; default sliding_window. */
             default_algorithm?: components["schemas"]["Algorithm"];
-            /** @description The Envoy domain your descriptor rules govern; default a slug of the name. */
+            /**
+             * @description The Envoy domain your descriptor rules govern, as the operator grants it (the operator
+             *     key, or CLAIMABLE_DOMAINS); default none.
+             */
             domain?: string;
         };
         Registered: {
@@ -635,6 +696,7 @@ export interface components {
             api_key: string;
             name: string;
             email: string;
+            /** @description Empty when the client has no domain. */
             domain: string;
             default_algorithm: components["schemas"]["Algorithm"];
             created_at: components["schemas"]["Time"];
@@ -819,6 +881,34 @@ export interface components {
             identifier: components["schemas"]["Identifier"];
             reason?: string;
         };
+        KeyRequest: {
+            /**
+             * @description `check`: POST /check, /check/ip and /check/batch only.
+             * @constant
+             */
+            scope: "check";
+        };
+        Key: {
+            id: string;
+            /** @constant */
+            scope: "check";
+            created_at: components["schemas"]["Time"];
+        };
+        NewKey: {
+            id: string;
+            /** @constant */
+            scope: "check";
+            /** @description The secret (`thr_…`), shown this once: send it as X-API-Key. */
+            api_key: string;
+            created_at: components["schemas"]["Time"];
+        };
+        KeyList: components["schemas"]["Key"][] | {
+            keys: components["schemas"]["Key"][];
+        };
+        KeyDeleted: {
+            message: string;
+            id: string;
+        };
         Exemption: {
             identifier: string;
             reason: string;
@@ -864,8 +954,9 @@ export interface components {
             domain: string;
             /** @description The server has a DESCRIPTORS_DIR. */
             configured: boolean;
-            /** @description A file describes your domain (then the YAML decides its Envoy requests). */
+            /** @description A file describes your domain (then the YAML decides its Envoy requests, and your client loses the domain within a second: it is the operator's). */
             yaml: boolean;
+            /** @description Always empty; the YAML's files are the operator's. */
             files: {
                 name: string;
                 content: string;
@@ -873,6 +964,7 @@ export interface components {
             loaded_at?: components["schemas"]["Time"];
             checked_at?: components["schemas"]["Time"];
             valid: boolean;
+            /** @description Always empty; the YAML's problems are the operator's. */
             problems: string[];
         };
         CounterEntry: {
@@ -938,7 +1030,7 @@ export interface components {
         };
         BadRequestError: {
             /** @enum {unknown} */
-            code?: "INVALID_JSON" | "UNKNOWN_FIELD" | "MISSING_FIELD" | "INVALID_FIELD" | "INVALID_LIMIT" | "INVALID_DESCRIPTORS" | "INVALID_IDEMPOTENCY_KEY";
+            code?: "INVALID_JSON" | "UNKNOWN_FIELD" | "MISSING_FIELD" | "INVALID_FIELD" | "INVALID_LIMIT" | "INVALID_DESCRIPTORS" | "INVALID_IDEMPOTENCY_KEY" | "INVALID_SCOPE";
         } & components["schemas"]["Error"];
         UnauthorizedError: {
             /** @enum {unknown} */
@@ -946,15 +1038,15 @@ export interface components {
         } & components["schemas"]["Error"];
         ForbiddenError: {
             /** @enum {unknown} */
-            code?: "FORBIDDEN" | "FORBIDDEN_DOMAIN" | "OPERATOR_KEY_REQUIRED";
+            code?: "FORBIDDEN" | "FORBIDDEN_DOMAIN" | "OPERATOR_KEY_REQUIRED" | "DOMAIN_NOT_GRANTED" | "KEY_SCOPE";
         } & components["schemas"]["Error"];
         NotFoundError: {
             /** @enum {unknown} */
-            code?: "NOT_FOUND" | "RULE_NOT_FOUND" | "EXEMPTION_NOT_FOUND" | "DOMAIN_NOT_FOUND" | "OVERRIDE_NOT_FOUND";
+            code?: "NOT_FOUND" | "RULE_NOT_FOUND" | "EXEMPTION_NOT_FOUND" | "DOMAIN_NOT_FOUND" | "OVERRIDE_NOT_FOUND" | "KEY_NOT_FOUND";
         } & components["schemas"]["Error"];
         ConflictError: {
             /** @enum {unknown} */
-            code?: "CONFLICT" | "RULE_EXISTS" | "DESCRIPTORS_EXIST" | "EXEMPTION_EXISTS" | "IDEMPOTENCY_KEY_IN_PROGRESS" | "TOO_MANY_OVERRIDES";
+            code?: "CONFLICT" | "DOMAIN_RESERVED" | "RULE_EXISTS" | "DESCRIPTORS_EXIST" | "EXEMPTION_EXISTS" | "IDEMPOTENCY_KEY_IN_PROGRESS" | "TOO_MANY_RULES" | "TOO_MANY_EXEMPTIONS" | "TOO_MANY_OVERRIDES" | "TOO_MANY_KEYS";
         } & components["schemas"]["Error"];
         UnprocessableError: {
             /** @constant */
@@ -1020,6 +1112,15 @@ export interface components {
                 "application/json": components["schemas"]["UnauthorizedError"];
             };
         };
+        /** @description A check-only key (`KEY_SCOPE`, see POST /keys) may only call /check, /check/ip and /check/batch. */
+        KeyScope: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ForbiddenError"];
+            };
+        };
         /** @description You have no rule of that name (`RULE_NOT_FOUND`). */
         RuleNotFound: {
             headers: {
@@ -1029,7 +1130,11 @@ export interface components {
                 "application/json": components["schemas"]["NotFoundError"];
             };
         };
-        /** @description The name is taken (`RULE_EXISTS`), or another rule has the same descriptors (`DESCRIPTORS_EXIST`). */
+        /**
+         * @description The name is taken (`RULE_EXISTS`), another rule has the same descriptors
+         *     (`DESCRIPTORS_EXIST`), or your client has as many rules as a client may
+         *     (`TOO_MANY_RULES`, MAX_RULES_PER_CLIENT).
+         */
         RuleConflict: {
             headers: {
                 [name: string]: unknown;
@@ -1066,7 +1171,7 @@ export interface components {
                 "application/json": components["schemas"]["ConflictError"];
             };
         };
-        /** @description This Idempotency-Key came with another request body (`IDEMPOTENCY_KEY_REUSED`). */
+        /** @description This Idempotency-Key came with another request body or route, or on /check/ip from another address (`IDEMPOTENCY_KEY_REUSED`). */
         IdempotencyKeyReused: {
             headers: {
                 [name: string]: unknown;
@@ -1425,7 +1530,19 @@ export interface operations {
                 };
             };
             400: components["responses"]["BadRequest"];
-            /** @description The email or the domain is taken (`CONFLICT`). */
+            /** @description The domain needs the operator's grant (`DOMAIN_NOT_GRANTED`). */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ForbiddenError"];
+                };
+            };
+            /**
+             * @description The domain is another client's (`CONFLICT`), or the descriptor configuration names it
+             *     (`DOMAIN_RESERVED`).
+             */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -1474,7 +1591,108 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["KeyScope"];
             500: components["responses"]["Internal"];
+        };
+    };
+    listKeys: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Your minted keys. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["KeyList"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["KeyScope"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    createKey: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["KeyRequest"];
+            };
+        };
+        responses: {
+            /** @description Minted. */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["NewKey"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["KeyScope"];
+            /** @description Your client has as many keys as a client may (`TOO_MANY_KEYS`, MAX_KEYS_PER_CLIENT). */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ConflictError"];
+                };
+            };
+            413: components["responses"]["TooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    deleteKey: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The key's id (from POST /keys or GET /keys). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Revoked; every replica refuses the key once its cache caught up (this one at once). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["KeyDeleted"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["KeyScope"];
+            /** @description Your client has no such key (`KEY_NOT_FOUND`). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["NotFoundError"];
+                };
+            };
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
         };
     };
     check: {
@@ -1621,6 +1839,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["KeyScope"];
             413: components["responses"]["TooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             500: components["responses"]["Internal"];
@@ -1651,6 +1870,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["KeyScope"];
             409: components["responses"]["RuleConflict"];
             413: components["responses"]["TooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
@@ -1677,6 +1897,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["KeyScope"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
         };
@@ -1708,6 +1929,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["KeyScope"];
             404: components["responses"]["RuleNotFound"];
             409: components["responses"]["RuleConflict"];
             413: components["responses"]["TooLarge"];
@@ -1738,6 +1960,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["KeyScope"];
             404: components["responses"]["RuleNotFound"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
@@ -1765,6 +1988,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["KeyScope"];
             404: components["responses"]["RuleNotFound"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
@@ -1806,8 +2030,9 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["KeyScope"];
             404: components["responses"]["RuleNotFound"];
-            /** @description The rule has 10,000 overrides (`TOO_MANY_OVERRIDES`). */
+            /** @description The rule has 10,000 overrides, or your client as many as a client may (`TOO_MANY_OVERRIDES`). */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -1846,6 +2071,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["KeyScope"];
             /** @description No such override (`OVERRIDE_NOT_FOUND`). */
             404: {
                 headers: {
@@ -1883,7 +2109,11 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
-            /** @description Already exempt (`EXEMPTION_EXISTS`). */
+            403: components["responses"]["KeyScope"];
+            /**
+             * @description Already exempt (`EXEMPTION_EXISTS`), or your client has as many exemptions as a client
+             *     may (`TOO_MANY_EXEMPTIONS`, MAX_EXEMPTIONS_PER_CLIENT).
+             */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -1917,6 +2147,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["KeyScope"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
         };
@@ -1943,6 +2174,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["KeyScope"];
             /** @description Not exempt (`EXEMPTION_NOT_FOUND`). */
             404: {
                 headers: {
@@ -2004,7 +2236,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description The YAML of your domain and its reload status. */
+            /** @description Whether the YAML describes your domain, and its reload status (never its files). */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -2014,6 +2246,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["KeyScope"];
             500: components["responses"]["Internal"];
         };
     };

@@ -16,17 +16,17 @@ import (
 )
 
 // Source is what a Cache needs of store.Cache: the client owning a domain,
-// its descriptor rules and their overrides, and a revision that changes
-// with them.
+// its descriptor rules and their overrides, and a revision of the client's
+// rows that changes with them.
 type Source interface {
 	ClientByDomain(domain string) (store.Client, bool)
 	DescriptorRules(clientID string) []store.Rule
 	Override(clientID, rule, identifier string) (store.Override, bool)
-	Revision() int64
+	ClientRevision(clientID string) int64
 }
 
-// Cache builds each client's domain once per revision of the rules. It is
-// safe for concurrent use.
+// Cache builds each client's domain once per revision of its rules (another
+// client's write leaves it be). It is safe for concurrent use.
 type Cache struct {
 	src Source
 	log *slog.Logger
@@ -66,7 +66,7 @@ func (c *Cache) Domain(domain string) *descriptors.Domain {
 	if !ok {
 		return nil
 	}
-	rev := c.src.Revision()
+	rev := c.src.ClientRevision(cl.ID)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if b, ok := c.domains[cl.ID]; ok && b.revision == rev {

@@ -28,7 +28,7 @@ func (r *rules) DescriptorRules(id string) []store.Rule { return r.rules[id] }
 func (r *rules) Override(string, string, string) (store.Override, bool) {
 	return store.Override{}, false
 }
-func (r *rules) Revision() int64 { return r.revision }
+func (r *rules) ClientRevision(string) int64 { return r.revision }
 
 func TestCache(t *testing.T) {
 	src := &rules{

@@ -218,14 +218,36 @@ func (s *Server) Stop(t testing.TB, wait time.Duration) {
 }
 
 // Register registers a client named name (its email derived from the name)
-// and returns its API key.
+// and returns its API key. The client has no Envoy domain: RegisterDomain
+// gives one.
 func (s *Server) Register(t testing.TB, name string) string {
 	t.Helper()
-	body, _ := json.Marshal(map[string]string{
+	return s.register(t, name, "", "")
+}
+
+// RegisterDomain registers a client named name with the Envoy domain, as
+// the operator grants it: with key the operator's (ADMIN_API_KEY), or ""
+// for a domain the server's CLAIMABLE_DOMAINS allows. It returns the
+// client's API key.
+func (s *Server) RegisterDomain(t testing.TB, name, domain, key string) string {
+	t.Helper()
+	return s.register(t, name, domain, key)
+}
+
+func (s *Server) register(t testing.TB, name, domain, key string) string {
+	t.Helper()
+	fields := map[string]string{
 		"name": name, "email": strings.ReplaceAll(name, " ", "-") + "@example.com", "default_algorithm": "fixed_window",
-	})
+	}
+	if domain != "" {
+		fields["domain"] = domain
+	}
+	body, _ := json.Marshal(fields)
 	req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, s.URL+"/register", bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set("X-API-Key", key)
+	}
 	resp, err := s.HTTP.Do(req)
 	if err != nil {
 		t.Fatalf("POST /register: %v", err)
@@ -233,9 +255,10 @@ func (s *Server) Register(t testing.TB, name string) string {
 	defer resp.Body.Close()
 	var reply struct {
 		APIKey string `json:"api_key"`
+		Domain string `json:"domain"`
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&reply); err != nil || resp.StatusCode/100 != 2 || reply.APIKey == "" {
-		t.Fatalf("POST /register: status %d, api_key %q, err %v", resp.StatusCode, reply.APIKey, err)
+	if err := json.NewDecoder(resp.Body).Decode(&reply); err != nil || resp.StatusCode/100 != 2 || reply.APIKey == "" || reply.Domain != domain {
+		t.Fatalf("POST /register: status %d, api_key %q, domain %q (want %q), err %v", resp.StatusCode, reply.APIKey, reply.Domain, domain, err)
 	}
 	return reply.APIKey
 }

@@ -153,13 +153,13 @@
     sessionStorage.setItem(KEY_STORE, key);
     $('api-key').value = '';
     $('client-name').textContent = me.name;
-    $('client-domain').textContent = me.domain;
+    $('client-domain').textContent = me.domain || 'none';
     $('login').hidden = true;
     $('dashboard').hidden = false;
     $('session').hidden = false;
     $('app').dataset.state = 'signed-in';
     drawChart();
-    await Promise.all([loadRules(), loadExemptions(), pollStats(), loadDescriptors()]);
+    await Promise.all([loadRules(), loadExemptions(), loadKeys(), pollStats(), loadDescriptors()]);
     state.timers.push(setInterval(pollStats, STATS_EVERY_MS));
     state.timers.push(setInterval(loadDescriptors, DESCRIPTORS_EVERY_MS));
     $('app').dataset.state = 'ready';
@@ -173,7 +173,8 @@
     $('session').hidden = true;
     $('login').hidden = false;
     $('app').dataset.state = 'signed-out';
-    for (const id of ['rules', 'exemptions', 'identifiers']) $(id).tBodies[0].replaceChildren();
+    for (const id of ['rules', 'exemptions', 'identifiers', 'keys']) $(id).tBodies[0].replaceChildren();
+    $('key-minted').hidden = true;
     closeRuleForm();
     showError('login-error', message || null);
     $('api-key').focus();
@@ -609,6 +610,56 @@
     await loadExemptions();
   }
 
+  // ---- check-only keys -------------------------------------------------
+
+  async function loadKeys() {
+    let list;
+    try {
+      list = listOf(await api('GET', '/keys'), 'keys');
+    } catch (err) {
+      if (!handleAuth(err)) toast('Keys: ' + describe(err), true);
+      return;
+    }
+    $('keys').tBodies[0].replaceChildren(...list.map((k) => el('tr', { 'data-key': k.id },
+      el('td', { class: 'ident', title: k.id, text: k.id }),
+      el('td', { text: k.scope }),
+      el('td', { class: 'muted', text: dateTimeOf(k.created_at) }),
+      el('td', { class: 'actions' }, confirmButton('Revoke', () => revokeKey(k.id))))));
+    $('keys-empty').hidden = list.length > 0;
+  }
+
+  async function mintKey() {
+    showError('key-error', null);
+    let k;
+    try {
+      k = await api('POST', '/keys', { scope: 'check' });
+    } catch (err) {
+      if (!handleAuth(err)) showError('key-error', err);
+      return;
+    }
+    $('key-secret').textContent = k.api_key;
+    $('key-snippet').textContent = "const res = await fetch('" + location.origin + "/check', {\n" +
+      "  method: 'POST',\n" +
+      "  headers: { 'X-API-Key': '" + k.api_key + "', 'Content-Type': 'application/json' },\n" +
+      "  body: JSON.stringify({ identifier: userId, limit: 100, window: 60 }),\n" +
+      '});\n' +
+      'const { allowed, retry_after } = await res.json();';
+    $('key-minted').hidden = false;
+    await loadKeys();
+  }
+
+  async function revokeKey(id) {
+    try {
+      await api('DELETE', '/keys/' + encodeURIComponent(id));
+    } catch (err) {
+      if (!handleAuth(err)) toast('Revoke ' + id + ': ' + describe(err), true);
+      return;
+    }
+    toast('Key ' + id + ' revoked');
+    $('key-minted').hidden = true;
+    await loadKeys();
+  }
+
   // ---- descriptors -----------------------------------------------------
 
   async function loadDescriptors() {
@@ -621,8 +672,12 @@
       return;
     }
     const badge = $('desc-badge');
-    const facts = [['Domain', el('code', { text: d.domain })]];
-    if (!d.configured) {
+    const facts = [['Domain', d.domain ? el('code', { text: d.domain }) : el('span', { class: 'muted', text: 'none' })]];
+    if (!d.domain) {
+      badge.textContent = 'no domain';
+      badge.className = 'badge off';
+      facts.push(['Source', document.createTextNode('Your client has no Envoy domain: the operator grants them (ADMIN_API_KEY or CLAIMABLE_DOMAINS at registration).')]);
+    } else if (!d.configured) {
       badge.textContent = 'no YAML directory';
       badge.className = 'badge off';
       facts.push(['Source', document.createTextNode('This server has no DESCRIPTORS_DIR: your rules with descriptors decide Envoy requests on your domain.')]);
@@ -630,21 +685,15 @@
       badge.textContent = d.valid ? 'loaded' : 'reload failed';
       badge.className = 'badge ' + (d.valid ? 'ok' : 'bad');
       facts.push(['Source', document.createTextNode(d.yaml
-        ? 'YAML (' + d.files.length + ' file' + (d.files.length === 1 ? '' : 's') + '); it overrides your rules with descriptors'
+        ? "The operator's YAML names this domain: it decides its Envoy requests, and your client loses the domain"
         : 'No YAML file names this domain: your rules with descriptors apply')]);
       if (d.loaded_at) facts.push(['Loaded', document.createTextNode(dateTimeOf(d.loaded_at))]);
       if (d.checked_at) facts.push(['Checked', document.createTextNode(dateTimeOf(d.checked_at) + ' (' + ago(d.checked_at) + ')')]);
       if (!d.valid) {
-        facts.push(['Status', document.createTextNode(d.problems.length
-          ? 'The files on disk were refused; the last good configuration is still serving.'
-          : "Another domain's file (or the directory) failed to load; the last good configuration is still serving.")]);
+        facts.push(['Status', document.createTextNode('A descriptor file (or the directory) failed to load; the last good configuration is still serving.')]);
       }
     }
     $('desc-facts').replaceChildren(...facts.flatMap(([k, v]) => [el('dt', { text: k }), el('dd', {}, v)]));
-    $('desc-problems').replaceChildren(...d.problems.map((p) => el('li', { text: p })));
-    $('desc-files').replaceChildren(...d.files.flatMap((f) => [
-      el('div', { class: 'file-name', text: f.name }),
-      el('pre', { class: 'yaml', 'data-file': f.name, text: f.content })]));
   }
 
   // ---- wiring ----------------------------------------------------------
@@ -661,6 +710,7 @@
     $('rule-cancel').addEventListener('click', closeRuleForm);
     $('rule-form').addEventListener('submit', submitRule);
     $('exemption-form').addEventListener('submit', submitExemption);
+    $('key-new').addEventListener('click', mintKey);
     const saved = sessionStorage.getItem(KEY_STORE);
     if (saved) signIn(saved, true);
     else $('api-key').focus();

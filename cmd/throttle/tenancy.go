@@ -1,0 +1,133 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/throttle-rl/throttle/descriptors"
+	"github.com/throttle-rl/throttle/restapi"
+	"github.com/throttle-rl/throttle/store"
+)
+
+// Tenants stay in their lanes (issue 38): Envoy domains are the operator's,
+// and what one client stores is bounded.
+
+// tenancyConfig is the settings of the tenants' lanes.
+type tenancyConfig struct {
+	// ClaimableDomains are the domain patterns a registration may claim
+	// without the operator key (CLAIMABLE_DOMAINS).
+	ClaimableDomains []string
+	// Quotas cap each client's rules, exemptions, overrides and keys
+	// (MAX_*_PER_CLIENT).
+	Quotas store.Quotas
+}
+
+// tenancySettings are the rows of the tenants' lanes.
+var tenancySettings = []setting{
+	{"CLAIMABLE_DOMAINS", "claimable-domains", "", "comma-separated Envoy domains a POST /register may claim without the operator key (ADMIN_API_KEY, which may grant any): a domain, or a prefix ending in * (tenant-*; * alone: any domain); a domain the descriptor configuration (YAML or xDS) names is never a client's; empty = only the operator grants domains", func(c *config, v string) (err error) {
+		c.Tenancy.ClaimableDomains, err = parseDomainPatterns(v)
+		return
+	}},
+	{"MAX_RULES_PER_CLIENT", "max-rules-per-client", "1000", "most rules one client may have; one more is refused 409 TOO_MANY_RULES (every replica's cache holds every client's rules)", func(c *config, v string) (err error) { c.Tenancy.Quotas.Rules, err = parsePositive(v); return }},
+	{"MAX_EXEMPTIONS_PER_CLIENT", "max-exemptions-per-client", "10000", "most exemptions one client may have; one more is refused 409 TOO_MANY_EXEMPTIONS", func(c *config, v string) (err error) { c.Tenancy.Quotas.Exemptions, err = parsePositive(v); return }},
+	{"MAX_KEYS_PER_CLIENT", "max-keys-per-client", "100", "most check-only API keys one client may mint (POST /keys); one more is refused 409 TOO_MANY_KEYS", func(c *config, v string) (err error) { c.Tenancy.Quotas.Keys, err = parsePositive(v); return }},
+	{"MAX_OVERRIDES_PER_CLIENT", "max-overrides-per-client", "10000", "most overrides one client may have over all its rules (and 10000 per rule); one more is refused 409 TOO_MANY_OVERRIDES", func(c *config, v string) (err error) { c.Tenancy.Quotas.Overrides, err = parsePositive(v); return }},
+}
+
+// domainPattern is a domain (store's syntax), a prefix of one ending in
+// '*', or '*' alone.
+var domainPattern = regexp.MustCompile(`^(\*|[a-z0-9][a-z0-9._-]{0,99}|[a-z0-9][a-z0-9._-]{0,98}\*)$`)
+
+// parseDomainPatterns reads CLAIMABLE_DOMAINS.
+func parseDomainPatterns(v string) ([]string, error) {
+	var out []string
+	var errs []error
+	for _, p := range strings.Split(v, ",") {
+		p = strings.TrimSpace(p)
+		switch {
+		case p == "":
+		case !domainPattern.MatchString(p):
+			errs = append(errs, fmt.Errorf("%q is not a domain (a-z, 0-9, '.', '_', '-'), a prefix of one ending in *, or *", p))
+		default:
+			out = append(out, p)
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+// withTenancy adds the tenants' lanes to d.
+func (a *app) withTenancy(d restapi.Deps) restapi.Deps {
+	d.ClaimableDomains = a.cfg.Tenancy.ClaimableDomains
+	d.ReservedDomain = a.reservedDomain
+	return d
+}
+
+// reservedDomain reports whether the descriptor configuration in use names
+// domain.
+func (a *app) reservedDomain(domain string) bool {
+	return a.current != nil && a.current().Domain(domain) != nil
+}
+
+// openTenancy takes from clients the domains the descriptor configuration
+// names, from now on (releaseReserved).
+func (a *app) openTenancy(ctx context.Context) error {
+	if a.current == nil {
+		return nil // no descriptor configuration: no domain is reserved
+	}
+	a.goBG("reserved domains", a.releaseReserved)
+	return nil
+}
+
+// releaseReserved takes from its client every domain the descriptor
+// configuration names, whenever the configuration or the clients change
+// (checked every second; once at once): such a domain is the operator's,
+// and the client's descriptor rules must not decide it should the YAML go
+// away. The client keeps everything else (rules, exemptions, keys,
+// counters) and has no domain until the operator grants it one.
+func (a *app) releaseReserved(ctx context.Context) error {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	var done *descriptors.Config
+	doneRev := int64(-2)
+	for {
+		if cfg, rev := a.current(), a.cache.Revision(); cfg != nil && (cfg != done || rev != doneRev) {
+			if err := a.release(ctx, cfg); err != nil {
+				a.log.Warn("reserved domains: will try again", "err", err)
+			} else {
+				done, doneRev = cfg, rev
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// release takes each domain of cfg a client has from it.
+func (a *app) release(ctx context.Context, cfg *descriptors.Config) error {
+	released := false
+	for _, d := range cfg.Domains() {
+		if _, ok := a.cache.ClientByDomain(d); !ok {
+			continue
+		}
+		c, err := a.db.ReleaseDomain(ctx, d)
+		if errors.Is(err, store.ErrNotFound) {
+			continue // another replica released it
+		}
+		if err != nil {
+			return err
+		}
+		a.log.Warn("a client lost its Envoy domain: the descriptor configuration names it, and it is the operator's", "domain", d, "client_id", c.ID)
+		released = true
+	}
+	if released {
+		return a.cache.Refresh(ctx)
+	}
+	return nil
+}
