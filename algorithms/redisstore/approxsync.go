@@ -62,7 +62,7 @@ func newApproxSyncer(s *Store, t *approxTable, m *approxMetrics) *approxSyncer {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	code := approxLua
-	if s.cluster != nil {
+	if s.route.cluster() {
 		code = crossSlot + code
 	}
 	return &approxSyncer{
@@ -242,14 +242,9 @@ func (t *approxTable) due(w *approxWindow, e *approxEntry, final bool) bool {
 // byShard groups ops by the Redis master of their keys.
 func (y *approxSyncer) byShard(ctx context.Context, ops []approxOp) map[*shard][]int {
 	out := map[*shard][]int{}
-	if y.s.cluster != nil {
-		y.s.cluster.ready(ctx)
-	}
+	y.s.route.ready(ctx)
 	for i := range ops {
-		sh := y.s.single
-		if y.s.cluster != nil {
-			sh = y.s.cluster.shardOf(y.s.indexKey(ops[i].e.req.Key.Scope, ops[i].e.req.Key.Identifier))
-		}
+		sh := y.s.route.shardOfRequest(&ops[i].e.req)
 		ops[i].sh = sh
 		out[sh] = append(out[sh], i)
 	}
@@ -309,16 +304,7 @@ func (y *approxSyncer) call(ctx context.Context, sh *shard, ops []approxOp, part
 		}
 		args = append(args, strconv.FormatInt(op.hits, 10), strconv.FormatInt(max(op.ttlMS, 1), 10), prev, op.member)
 	}
-	if y.s.cluster != nil {
-		// Only the first key routes the call; the others ride in ARGV.
-		head := make([]any, 0, 1+len(keys)+len(args))
-		head = append(head, strconv.Itoa(len(keys)))
-		for _, k := range keys {
-			head = append(head, k)
-		}
-		args = append(head, args[1:]...)
-		keys = keys[:1]
-	}
+	keys, args = y.s.route.pack(keys, args, 0)
 	return y.sync.Run(ctx, sh.client, keys, args...).Int64Slice()
 }
 
