@@ -122,10 +122,10 @@ func (m *mixed) note(r *algorithms.Request, i int, inTable bool) {
 	if !m.tied || !r.AllOrNothing {
 		return
 	}
-	if !m.out[i].Allowed {
+	if algorithms.Voids(r, &m.out[i]) {
 		m.voided = true
 	}
-	if inTable && m.out[i].Counted && !r.AlwaysCount {
+	if inTable && m.out[i].Counted && algorithms.Uncounts(r) {
 		m.counted = append(m.counted, i)
 	}
 }
@@ -141,7 +141,7 @@ func (m *mixed) decideExact(ctx context.Context, reqs []algorithms.Request, p *p
 	for j := range sub {
 		r := &sub[j]
 		r.Limit.Accuracy = algorithms.Exact // the table's overflow
-		if m.voided && m.tied && r.AllOrNothing && !r.AlwaysCount {
+		if m.voided && m.tied && algorithms.Uncounts(r) {
 			peeked[j], r.Hits = true, 0
 		}
 	}
@@ -156,7 +156,7 @@ func (m *mixed) decideExact(ctx context.Context, reqs []algorithms.Request, p *p
 			ds[j].Allowed = ds[j].Remaining >= r.Hits
 			ds[j].Counted = false
 		}
-		if m.tied && r.AllOrNothing && !ds[j].Allowed {
+		if m.tied && algorithms.Voids(r, &ds[j]) {
 			m.voided = true
 		}
 	}
