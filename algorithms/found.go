@@ -150,6 +150,20 @@ func Tied(reqs []Request) bool {
 	return n > 1
 }
 
+// The all-or-nothing rule. In a batch with a group (Tied), a member that
+// is not allowed voids the group (Voids); nothing the group counted then
+// stays counted, save what its members that always count counted
+// (Uncounts). Every store keeps it, each its own way: the memory store
+// under its locks, batch.lua in one step, the approximate table and a
+// batch decided in parts after the fact (VoidedCounts).
+
+// Voids reports whether r, decided as d, voids its all-or-nothing group.
+func Voids(r *Request, d *Decision) bool { return r.AllOrNothing && !d.Allowed }
+
+// Uncounts reports whether a void group takes back what r counted: a
+// member of the group that does not always count.
+func Uncounts(r *Request) bool { return r.AllOrNothing && !r.AlwaysCount }
+
 // VoidedCounts returns the positions of the requests of reqs (one Check
 // call's batch, decided as ds) whose counted hits must be taken back: when
 // reqs has an all-or-nothing group (Tied) and a request of it was not
@@ -164,14 +178,14 @@ func VoidedCounts(reqs []Request, ds []Decision) []int {
 	}
 	voided := false
 	for i := range reqs {
-		voided = voided || (reqs[i].AllOrNothing && !ds[i].Allowed)
+		voided = voided || Voids(&reqs[i], &ds[i])
 	}
 	if !voided {
 		return nil
 	}
 	var at []int
 	for i := range reqs {
-		if r := &reqs[i]; r.AllOrNothing && !r.AlwaysCount && ds[i].Counted && !ds[i].Degraded {
+		if Uncounts(&reqs[i]) && ds[i].Counted && !ds[i].Degraded {
 			at = append(at, i)
 		}
 	}

@@ -126,18 +126,18 @@ func (s *MemoryStore) checkTied(reqs []Request, out []Decision, nowUS int64) {
 	voided := false
 	for i := range reqs {
 		r, p := &reqs[i], &ps[i]
-		mayWrite := r.AlwaysCount || !(r.AllOrNothing && voided)
+		mayWrite := !(voided && Uncounts(r))
 		if e := p.sh.find(&r.Key, &p.lk, p.h); mayWrite && e != nil {
 			p.old, p.had = e.state, true
 		}
 		p.wrote = p.sh.decide(&p.spot, r, nowUS, mayWrite, &out[i]) && mayWrite
 		out[i].Counted = p.wrote
-		if r.AllOrNothing && !out[i].Allowed && !voided {
+		if Voids(r, &out[i]) && !voided {
 			voided = true
 			// Last first: a key the group wrote twice gets back the state
 			// from before its first write.
 			for j := i - 1; j >= 0; j-- {
-				if q := &ps[j]; q.wrote && reqs[j].AllOrNothing && !reqs[j].AlwaysCount {
+				if q := &ps[j]; q.wrote && Uncounts(&reqs[j]) {
 					q.putBack(&reqs[j].Key, nowUS)
 					out[j].Counted = false
 				}
@@ -149,7 +149,7 @@ func (s *MemoryStore) checkTied(reqs []Request, out []Decision, nowUS int64) {
 	}
 	// Within their limits but not counted: say what the state is.
 	for i := range reqs {
-		if r := &reqs[i]; r.AllOrNothing && !r.AlwaysCount && out[i].Allowed {
+		if r := &reqs[i]; Uncounts(r) && out[i].Allowed {
 			p := &ps[i]
 			peek := *r
 			peek.Hits = 0

@@ -289,11 +289,11 @@ func TestApproximateClusterMasterDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	scope := uniqueScope(t)
-	st.cluster.ready(ctx)
+	st.route.ready(ctx)
 	var onDead, onLive string
 	for i := 0; onDead == "" || onLive == ""; i++ {
 		id := fmt.Sprintf("user-%d", i)
-		if st.cluster.shardOf(st.indexKey(scope, id)).name == masters[0].Addr() {
+		if st.route.shardOf(st.indexKey(scope, id)).name == masters[0].Addr() {
 			onDead = id
 		} else {
 			onLive = id

@@ -35,14 +35,9 @@ type approxOp struct {
 // byShard groups ops by the Redis master of their keys.
 func (y *approxSyncer) byShard(ctx context.Context, ops []approxOp) map[*shard][]int {
 	out := map[*shard][]int{}
-	if y.s.cluster != nil {
-		y.s.cluster.ready(ctx)
-	}
+	y.s.route.ready(ctx)
 	for i := range ops {
-		sh := y.s.single
-		if y.s.cluster != nil {
-			sh = y.s.cluster.shardOf(y.s.indexKey(ops[i].e.req.Key.Scope, ops[i].e.req.Key.Identifier))
-		}
+		sh := y.s.route.shardOfRequest(&ops[i].e.req)
 		ops[i].sh = sh
 		out[sh] = append(out[sh], i)
 	}
@@ -115,16 +110,7 @@ func (y *approxSyncer) call(ctx context.Context, sh *shard, ops []approxOp, part
 			strconv.FormatInt(op.e.req.Limit.Limit, 10), window, strconv.FormatInt(op.num, 10),
 			strconv.FormatInt(op.target, 10), strconv.FormatInt(op.need, 10), op.member)
 	}
-	if y.s.cluster != nil {
-		// Only the first key routes the call; the others ride in ARGV.
-		head := make([]any, 0, 1+len(keys)+len(args))
-		head = append(head, strconv.Itoa(len(keys)))
-		for _, k := range keys {
-			head = append(head, k)
-		}
-		args = append(head, args[1:]...)
-		keys = keys[:1]
-	}
+	keys, args = y.s.route.pack(keys, args, 0)
 	return y.sync.Run(ctx, sh.client, keys, args...).Int64Slice()
 }
 

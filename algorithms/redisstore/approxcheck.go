@@ -7,20 +7,14 @@ import (
 	"github.com/throttle-rl/throttle/algorithms"
 )
 
-// exactCheck decides a validated batch on Redis.
-type exactCheck func(ctx context.Context, reqs []algorithms.Request) ([]algorithms.Decision, error)
-
-// byPolicy answers the requests of a master that cannot be reached by the
-// failure policy (Guard); nil decides them from the table regardless.
-type byPolicy func(ctx context.Context, sh *shard, reqs []algorithms.Request) ([]algorithms.Decision, error)
-
-// checkAccuracy decides a validated, non-empty batch: its approximate
+// decide decides a validated, non-empty batch: its approximate
 // requests from the table (by policy, where their master's syncs have
 // failed for a while), the others by exact, in one call. An all-or-nothing
 // group may hold both: when an approximate request of it is over, the exact
 // ones are only read (hits 0); when an exact one is over, what the table
 // counted for the group is taken back.
-func (s *Store) checkAccuracy(ctx context.Context, reqs []algorithms.Request, exact exactCheck, policy byPolicy, downAfter time.Duration) ([]algorithms.Decision, error) {
+func (p *path) decide(ctx context.Context, reqs []algorithms.Request) ([]algorithms.Decision, error) {
+	s := p.s
 	n := 0
 	for i := range reqs {
 		if approximate(&reqs[i]) {
@@ -31,16 +25,14 @@ func (s *Store) checkAccuracy(ctx context.Context, reqs []algorithms.Request, ex
 		s.approxMetrics.exact.Add(float64(len(reqs) - n))
 	}
 	if n == 0 {
-		return exact(ctx, reqs)
+		return p.exact(ctx, reqs)
 	}
 	s.approxMetrics.approximate.Add(float64(n))
 	s.syncer.ensure()
 	now := time.Now()
-	if policy != nil && !s.anyApproxDown(now, downAfter) {
-		policy = nil // every master syncs: the table decides
-	}
-	if n == len(reqs) && policy == nil && !algorithms.Tied(reqs) {
-		return s.decideApprox(ctx, reqs, exact)
+	someDown := p.anyApproxDown(now) // else every master syncs: the table decides
+	if n == len(reqs) && !someDown && !algorithms.Tied(reqs) {
+		return p.decideApprox(ctx, reqs)
 	}
 	var m mixed
 	m.out = make([]algorithms.Decision, len(reqs))
@@ -52,8 +44,8 @@ func (s *Store) checkAccuracy(ctx context.Context, reqs []algorithms.Request, ex
 			m.exactAt = append(m.exactAt, i)
 			continue
 		}
-		if policy != nil {
-			if sh := s.shardOfRequest(r); sh != nil && sh.approxDown(now, downAfter) {
+		if someDown {
+			if sh := s.route.shardOfRequest(r); p.approxDown(sh, now) {
 				if byShard == nil {
 					byShard = map[*shard][]int{}
 				}
@@ -69,7 +61,7 @@ func (s *Store) checkAccuracy(ctx context.Context, reqs []algorithms.Request, ex
 		m.note(r, i, true)
 	}
 	for sh, at := range byShard {
-		ds, err := policy(ctx, sh, subset(reqs, at))
+		ds, err := p.byPolicy(ctx, sh, subset(reqs, at))
 		if err != nil {
 			m.undo(s.approx, reqs)
 			return nil, err
@@ -79,7 +71,7 @@ func (s *Store) checkAccuracy(ctx context.Context, reqs []algorithms.Request, ex
 			m.note(&reqs[i], i, false)
 		}
 	}
-	if err := m.decideExact(ctx, reqs, exact); err != nil {
+	if err := m.decideExact(ctx, reqs, p); err != nil {
 		m.undo(s.approx, reqs)
 		return nil, err
 	}
@@ -99,12 +91,13 @@ func approximate(r *algorithms.Request) bool {
 // decideApprox decides a batch of approximate requests alone, none tied,
 // from the table (by exact where the table is full or the replica count is
 // not known yet, one at a time).
-func (s *Store) decideApprox(ctx context.Context, reqs []algorithms.Request, exact exactCheck) ([]algorithms.Decision, error) {
+func (p *path) decideApprox(ctx context.Context, reqs []algorithms.Request) ([]algorithms.Decision, error) {
+	s := p.s
 	out := make([]algorithms.Decision, len(reqs))
 	local, nowUS := s.approx.nowUS()
 	for i := range reqs {
 		if !s.approxDecide(ctx, &reqs[i], &out[i], local, nowUS) {
-			ds, err := exact(ctx, withExact(reqs[i:i+1]))
+			ds, err := p.exact(ctx, withExact(reqs[i:i+1]))
 			if err != nil {
 				return nil, err
 			}
@@ -129,17 +122,17 @@ func (m *mixed) note(r *algorithms.Request, i int, inTable bool) {
 	if !m.tied || !r.AllOrNothing {
 		return
 	}
-	if !m.out[i].Allowed {
+	if algorithms.Voids(r, &m.out[i]) {
 		m.voided = true
 	}
-	if inTable && m.out[i].Counted && !r.AlwaysCount {
+	if inTable && m.out[i].Counted && algorithms.Uncounts(r) {
 		m.counted = append(m.counted, i)
 	}
 }
 
 // decideExact decides the exact requests on Redis: only read when the
 // group is void already; the group void when one of them is over.
-func (m *mixed) decideExact(ctx context.Context, reqs []algorithms.Request, exact exactCheck) error {
+func (m *mixed) decideExact(ctx context.Context, reqs []algorithms.Request, p *path) error {
 	if len(m.exactAt) == 0 {
 		return nil
 	}
@@ -148,11 +141,11 @@ func (m *mixed) decideExact(ctx context.Context, reqs []algorithms.Request, exac
 	for j := range sub {
 		r := &sub[j]
 		r.Limit.Accuracy = algorithms.Exact // the table's overflow, or before the registry was read
-		if m.voided && m.tied && r.AllOrNothing && !r.AlwaysCount {
+		if m.voided && m.tied && algorithms.Uncounts(r) {
 			peeked[j], r.Hits = true, 0
 		}
 	}
-	ds, err := exact(ctx, sub)
+	ds, err := p.exact(ctx, sub)
 	if err != nil {
 		return err
 	}
@@ -163,7 +156,7 @@ func (m *mixed) decideExact(ctx context.Context, reqs []algorithms.Request, exac
 			ds[j].Allowed = ds[j].Remaining >= r.Hits
 			ds[j].Counted = false
 		}
-		if m.tied && r.AllOrNothing && !ds[j].Allowed {
+		if m.tied && algorithms.Voids(r, &ds[j]) {
 			m.voided = true
 		}
 	}
@@ -196,27 +189,4 @@ func withExact(reqs []algorithms.Request) []algorithms.Request {
 		out[i].Limit.Accuracy = algorithms.Exact
 	}
 	return out
-}
-
-// anyApproxDown reports whether some master's approximate syncs have
-// failed for longer than after, at now.
-func (s *Store) anyApproxDown(now time.Time, after time.Duration) bool {
-	if s.cluster == nil {
-		return s.single.approxDown(now, after)
-	}
-	for _, sh := range s.cluster.masters() {
-		if sh.approxDown(now, after) {
-			return true
-		}
-	}
-	return false
-}
-
-// shardOfRequest is the master of r's keys; nil on a Cluster whose slot
-// table was never read.
-func (s *Store) shardOfRequest(r *algorithms.Request) *shard {
-	if s.cluster == nil {
-		return s.single
-	}
-	return s.cluster.shardOf(s.indexKey(r.Key.Scope, r.Key.Identifier))
 }

@@ -256,7 +256,7 @@ func TestApproximateLeaseScript(t *testing.T) {
 		s.approx.settled.Store(true)
 		ops := []approxOp{{e: e, num: num, hits: hits, target: target, need: need, ttlMS: 60_000,
 			key: s.windowKey(&req, num*time.Hour.Microseconds()), leaseKey: s.leaseKey(&req, num)}}
-		res, err := s.syncer.call(ctx, s.single, ops, []int{0})
+		res, err := s.syncer.call(ctx, singleShard(s), ops, []int{0})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -314,7 +314,7 @@ func TestApproximateLeaseScript(t *testing.T) {
 		}
 		ops := []approxOp{{e: &approxEntry{req: sliding}, num: tc.num, target: 100, ttlMS: 60_000,
 			key: a.windowKey(&sliding, tc.num*wUS), prevKey: prev, leaseKey: a.leaseKey(&sliding, tc.num)}}
-		res, err := a.syncer.call(ctx, a.single, ops, []int{0})
+		res, err := a.syncer.call(ctx, singleShard(a), ops, []int{0})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,21 +12,18 @@ import (
 // other by then, so their blind budgets add up to less than limit /
 // blindParts.
 func (y *approxSyncer) register(ctx context.Context, leave bool) error {
-	sh := y.s.single
-	if y.s.cluster != nil {
-		y.s.cluster.ready(ctx)
-		sh = y.s.cluster.shardOf(y.regKey)
-	}
-	if sh == nil || sh.client == nil {
-		return fmt.Errorf("redis: approximate registry: %w", errNoMaster)
-	}
 	ttl := max(3*y.t.interval, time.Second).Milliseconds()
 	flag := ""
 	if leave {
 		flag = "1"
 	}
 	sent := time.Now()
-	res, err := y.reg.Run(ctx, sh.client, []string{y.regKey}, y.id, ttl, flag).Int64Slice()
+	var res []int64
+	err := y.s.route.onKey(ctx, y.regKey, func(sh *shard) error {
+		var err error
+		res, err = y.reg.Run(ctx, sh.client, []string{y.regKey}, y.id, ttl, flag).Int64Slice()
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("redis: approximate registry: %w", err)
 	}

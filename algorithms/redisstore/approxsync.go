@@ -69,7 +69,7 @@ func newApproxSyncer(s *Store, t *approxTable, m *approxMetrics) *approxSyncer {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	code := approxLua
-	if s.cluster != nil {
+	if s.route.cluster() {
 		code = crossSlot + code
 	}
 	return &approxSyncer{

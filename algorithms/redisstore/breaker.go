@@ -123,18 +123,15 @@ func (g *Guard) closeLocked(b *breaker) {
 // countOpen follows the number of open circuits in the metrics as b opens
 // (+1) or closes (-1).
 func (g *Guard) countOpen(b *breaker, delta int) {
-	if g.single != nil {
-		g.metrics.open.Set(float64(max(delta, 0)))
-		return
-	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.breakers[b.sh] != b {
+	if cur, ok := g.breakers.Load(b.sh); !ok || cur != b {
 		return // forgotten by openBreakers
 	}
-	g.metrics.shardOpen.WithLabelValues(b.sh.name).Set(float64(max(delta, 0)))
-	g.openN += delta
-	g.metrics.open.Set(float64(min(g.openN, 1)))
+	if g.metrics.shardOpen != nil {
+		g.metrics.shardOpen.WithLabelValues(b.sh.name).Set(float64(max(delta, 0)))
+	}
+	g.metrics.open.Set(float64(min(g.openN.Add(int64(delta)), 1)))
 }
 
 // Run probes Redis while a circuit is open and no call does, so that the
@@ -151,12 +148,8 @@ func (g *Guard) Run(ctx context.Context) error {
 			return nil
 		case <-tick.C:
 		}
-		if g.single != nil {
-			g.probe(ctx, g.single)
-			continue
-		}
 		if open := g.openBreakers(); len(open) > 0 {
-			g.store.cluster.refresh(ctx, time.Now().Add(-topologyMinEvery))
+			g.store.route.refresh(ctx, time.Now().Add(-topologyMinEvery))
 			for _, b := range g.openBreakers() {
 				g.probe(ctx, b)
 			}
@@ -194,24 +187,28 @@ func (g *Guard) probe(ctx context.Context, b *breaker) {
 // no key goes to it.
 func (g *Guard) openBreakers() []*breaker {
 	serving := map[*shard]bool{}
-	for _, sh := range g.store.cluster.masters() {
+	for _, sh := range g.store.route.masters() {
 		serving[sh] = true
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	var open []*breaker
-	for sh, b := range g.breakers {
+	g.breakers.Range(func(k, v any) bool {
+		sh, b := k.(*shard), v.(*breaker)
 		switch {
 		case !serving[sh]:
 			if b.open.Load() {
-				g.openN--
+				g.openN.Add(-1)
 			}
-			delete(g.breakers, sh)
-			g.metrics.shardOpen.DeleteLabelValues(sh.name)
+			g.breakers.Delete(sh)
+			if g.metrics.shardOpen != nil {
+				g.metrics.shardOpen.DeleteLabelValues(sh.name)
+			}
 		case b.open.Load():
 			open = append(open, b)
 		}
-	}
-	g.metrics.open.Set(float64(min(g.openN, 1)))
+		return true
+	})
+	g.metrics.open.Set(float64(min(g.openN.Load(), 1)))
 	return open
 }

@@ -27,19 +27,17 @@ func (s *Store) Clear(ctx context.Context, reqs []algorithms.Request) (int, erro
 	for i := range reqs {
 		s.approx.forgetRequest(&reqs[i])
 	}
-	if s.cluster == nil {
-		return s.clearOn(ctx, s.single.client, reqs)
-	}
-	s.cluster.ready(ctx)
+	s.route.ready(ctx)
 	total := 0
-	for _, p := range s.split(reqs, nil) {
-		sent := time.Now()
-		n, err := s.clearOn(ctx, p.sh.client, p.reqs)
-		if isRedirect(err) && s.cluster.refresh(ctx, sent) {
-			n, err = s.clearOn(ctx, s.cluster.shardOf(s.indexKey(p.reqs[0].Key.Scope, p.reqs[0].Key.Identifier)).client, p.reqs)
-		}
+	for _, p := range s.route.split(reqs, nil) {
+		var n int
+		err := s.route.onKey(ctx, s.indexKey(p.reqs[0].Key.Scope, p.reqs[0].Key.Identifier), func(sh *shard) error {
+			var err error
+			n, err = s.clearOn(ctx, sh.client, p.reqs)
+			return err
+		})
 		if err != nil {
-			return total, err
+			return total, fmt.Errorf("redis: clear: %w", err)
 		}
 		total += n
 	}
@@ -48,9 +46,6 @@ func (s *Store) Clear(ctx context.Context, reqs []algorithms.Request) (int, erro
 
 // clearOn runs clear.lua for reqs on one master.
 func (s *Store) clearOn(ctx context.Context, c redis.Cmdable, reqs []algorithms.Request) (int, error) {
-	if c == nil {
-		return 0, fmt.Errorf("redis: clear: %w", errNoMaster)
-	}
 	keys := make([]string, len(reqs))
 	blob := make([]byte, 0, 9*len(reqs))
 	for i := range reqs {
@@ -59,19 +54,8 @@ func (s *Store) clearOn(ctx context.Context, c redis.Cmdable, reqs []algorithms.
 		blob = append(blob, algNumber(r.Limit.Algorithm))
 		blob = binary.LittleEndian.AppendUint64(blob, math.Float64bits(float64(r.Limit.Window.Microseconds())))
 	}
-	args := []any{s.nowArg(), blob, ""}
-	if s.cluster != nil {
-		args[2] = strconv.Itoa(len(keys))
-		for _, k := range keys {
-			args = append(args, k)
-		}
-		keys = keys[:1]
-	}
-	n, err := s.clear.Run(ctx, c, keys, args...).Int()
-	if err != nil {
-		return 0, fmt.Errorf("redis: clear: %w", err)
-	}
-	return n, nil
+	keys, args := s.route.pack(keys, []any{s.nowArg(), blob, ""}, 2)
+	return s.clear.Run(ctx, c, keys, args...).Int()
 }
 
 // refundVoided takes back, on a Cluster, what the masters counted for an
@@ -108,11 +92,7 @@ func (s *Store) refundAt(ctx context.Context, reqs []algorithms.Request, at []in
 	if len(exact) == 0 {
 		return
 	}
-	parts := []part{{sh: s.single, at: exact}}
-	if s.cluster != nil {
-		parts = s.split(reqs, exact)
-	}
-	for _, p := range parts {
+	for _, p := range s.route.split(reqs, exact) {
 		// The requests of one master's call share its time; a part sent
 		// again after a redirect may not: one refund per time.
 		for len(p.at) > 0 {
@@ -142,7 +122,7 @@ func (s *Store) refundOn(ctx context.Context, sh *shard, reqs []algorithms.Reque
 		return errNoMaster
 	}
 	blob := make([]byte, 0, 25*len(at))
-	args := []any{strconv.FormatInt(now.UnixMicro(), 10), nil, strconv.Itoa(len(at))}
+	keys := make([]string, 0, len(at))
 	for _, i := range at {
 		r := &reqs[i]
 		third := float64(r.Limit.Window.Microseconds())
@@ -153,10 +133,10 @@ func (s *Store) refundOn(ctx context.Context, sh *shard, reqs []algorithms.Reque
 		for _, f := range []float64{float64(r.Limit.Limit), third, float64(r.Hits)} {
 			blob = binary.LittleEndian.AppendUint64(blob, math.Float64bits(f))
 		}
-		args = append(args, s.stateKey(r))
+		keys = append(keys, s.stateKey(r))
 	}
-	args[1] = blob
-	err := s.refund.Run(ctx, sh.client, []string{args[3].(string)}, args...).Err()
+	keys, args := s.route.pack(keys, []any{strconv.FormatInt(now.UnixMicro(), 10), blob, ""}, 2)
+	err := s.refund.Run(ctx, sh.client, keys, args...).Err()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("redis: refund: %w", err)
 	}

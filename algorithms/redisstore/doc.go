@@ -3,58 +3,29 @@
 // so every replica enforces one shared limit, and the Guard that keeps
 // answering when Redis does not.
 //
-// A batch of requests meets these stages, in order (the file of each):
+// A batch of requests meets these stages, in order, one file each:
 //
-//  1. overlimit.go: OverLimitCache (the Envoy service only, when
-//     LOCAL_CACHE_SIZE_IN_BYTES is set) answers from memory the requests
-//     Redis has just rejected, until they could be admitted.
-//  2. split.go: with a per-second Redis (REDIS_PERSECOND), Split sends
-//     the requests of one-second limits to that Redis's Guard and the rest
-//     to the main one's, both at once, and takes back on one what an
-//     all-or-nothing group the other voided had counted (refundAt).
-//  3. guard.go: Guard.Check validates the batch; approxcheck.go sends its
-//     approximate requests (algorithms.Approximate) to the table of
-//     approx.go, which decides them from memory within this replica's
-//     lease (approxdecide.go), asking Redis at once when the lease runs out
-//     (approxask.go; by the failure policy when their master's syncs have
-//     failed for a while), and the rest on to
-//     Redis: Guard.checkExact takes the call's budget
-//     from the caller's deadline and, per master, asks its circuit breaker
-//     (breaker.go) whether to call Redis or to answer by the failure policy
-//     (FAILURE_MODE); a call that fails is answered by the policy, one
-//     that timed out while its master answers others is ErrOverloaded.
-//  4. route.go: dispatch splits the batch by the master of each key's slot
-//     (cluster.go reads the Cluster's slot table; keys.go names keys with a
-//     hash tag per identifier), decides the parts at once, and sends a part
-//     that met a redirect once more; a single Redis is one part.
-//  5. shard.go: a shard is one master (a single Redis is one too): its
-//     client, its coalescer, its clock, the counters it knows; onShard
-//     decides a part there, in a span when tracing (trace.go).
-//  6. coalesce.go: the coalescer merges the batches of concurrent callers
-//     into one call per master.
-//  7. store.go: decide sends each request by its consistency regime
-//     (algorithms.Counting): CountThenRefund windows to plain.go, the rest
-//     to script.go, the two at once when a call holds both.
-//  8. plain.go counts first: a pipeline of SET NX (a new counter, with its
-//     TTL, jittered by Options.ExpirationJitter) or INCRBY (a counter known.go knows exists) per request, on
-//     Redis's clock (clock.go); then it refunds what must not stay counted
-//     (refund.lua): hits over the limit, a void all-or-nothing group.
-//  9. script.go packs the batch for batch.lua, which functions.go runs as a
-//     Redis function (FCALL) or, where that is refused, a script (EVALSHA):
-//     one atomic step that reads, decides and counts, an algorithm per .lua
-//     file.
-//  10. algorithms.DecideFound turns what Redis found of each request into
-//     its decision, by the arithmetic the memory store uses.
-//  11. clear.go: on a Cluster, what one master counted for an all-or-nothing
-//     group another master voided is refunded (refundVoided); Clear and
-//     Reset (store.go) delete state.
+//  1. overlimit.go: OverLimitCache answers what Redis has just rejected, until it could be admitted (Envoy path).
+//  2. split.go: Split sends one-second limits to the REDIS_PERSECOND Redis, the rest to the main one.
+//  3. guard.go: Guard.Check validates the batch and takes its path (path.go) behind the breakers (breaker.go).
+//  4. approxcheck.go: path.decide sends approximate requests to the table (approx.go), the rest to Redis (path.exact).
+//     approxdecide.go decides within this replica's lease; approxask.go asks Redis at once when it runs out.
+//  5. route.go: router.dispatch splits the batch by master and follows a redirect once (router.go, cluster.go, keys.go).
+//  6. path.go: path.onMaster is each master's one call: through its breaker and failure policy when guarded.
+//  7. shard.go: onShard decides a part on its master (shard), in a span when tracing (trace.go).
+//  8. coalesce.go: the coalescer merges concurrent callers' batches into one call per master.
+//  9. store.go: decide sends count-first windows to plain.go, the rest to script.go, at once.
+//  10. plain.go: SET NX or INCRBY per request (known.go, clock.go), then refund.lua takes back what must not count.
+//  11. script.go: batch.lua, an algorithm per .lua file, run as a function or a script (functions.go).
+//  12. algorithms.DecideFound turns what Redis found into decisions, as the memory store does.
+//  13. clear.go: refundVoided takes back what masters counted for a group another voided; Clear and Reset delete state.
 //
-// Apart from these stages, approxsync.go's syncer reports the approximate
-// limits' hits to each master every interval and resizes this replica's
-// leases (approxcall.go, approx.lua), and reads how many replicas share
-// them (approxregistry.go, approx_replicas.lua); and
-// readiness: ready.go's Store.Ready asks each
-// master itself whether it answers, through no breaker and counting nothing.
+// Beside them: approxsync.go syncs the approximate limits with each master
+// every interval and resizes its leases (approxcall.go, approx.lua; approxentry.go holds a limit's windows,
+// approxregistry.go and approx_replicas.lua count the replicas,
+// approxmetrics.go measures them); ready.go's Store.Ready asks every master
+// whether it answers, through no breaker; guardmetrics.go is the Guard's
+// metrics.
 //
 // Every key carries a TTL; the clock is Redis's TIME, so replicas on skewed
 // hosts agree. docs/algorithms.md has the semantics and the measurements.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -102,11 +103,10 @@ type Guard struct {
 	store   *Store
 	opts    GuardOptions
 	metrics guardMetrics
-	single  *breaker // a single Redis or Sentinel: one breaker
 
+	breakers sync.Map // *shard → *breaker: one per master; added and deleted under mu
 	mu       sync.Mutex
-	breakers map[*shard]*breaker // on a Cluster: one per master
-	openN    int                 // how many breakers are open, under mu
+	openN    atomic.Int64 // how many breakers are open; changed under mu
 }
 
 // NewGuard guards store.
@@ -118,12 +118,9 @@ func NewGuard(store *Store, opts GuardOptions) (*Guard, error) {
 		return nil, errors.New("redisstore: NewGuard needs a Store")
 	}
 	opts.setDefaults()
-	g := &Guard{store: store, opts: opts, breakers: map[*shard]*breaker{}}
-	if store.single != nil {
-		g.single = &breaker{sh: store.single}
-	}
+	g := &Guard{store: store, opts: opts}
 	var err error
-	g.metrics, err = newGuardMetrics(opts.Registerer, opts.Backend, store.cluster != nil)
+	g.metrics, err = newGuardMetrics(opts.Registerer, opts.Backend, store.route.cluster())
 	if err != nil {
 		return nil, err
 	}
@@ -164,18 +161,16 @@ func (o *GuardOptions) setDefaults() {
 
 // breakerOf returns the breaker of sh.
 func (g *Guard) breakerOf(sh *shard) *breaker {
-	if g.single != nil {
-		return g.single
+	if b, ok := g.breakers.Load(sh); ok {
+		return b.(*breaker)
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	b, ok := g.breakers[sh]
-	if !ok {
-		b = &breaker{sh: sh}
-		g.breakers[sh] = b
+	b, loaded := g.breakers.LoadOrStore(sh, &breaker{sh: sh})
+	if !loaded && g.metrics.shardOpen != nil {
 		g.metrics.shardOpen.WithLabelValues(sh.name).Set(0)
 	}
-	return b
+	return b.(*breaker)
 }
 
 // Check decides reqs on Redis; by the failure policy where Redis is failing
@@ -189,26 +184,8 @@ func (g *Guard) Check(ctx context.Context, reqs []algorithms.Request) ([]algorit
 	if len(reqs) == 0 {
 		return []algorithms.Decision{}, nil
 	}
-	return g.store.checkAccuracy(ctx, reqs, g.checkExact, g.byPolicy, g.opts.HungAfter)
-}
-
-// checkExact decides a validated batch on Redis, each master's part behind
-// its breaker.
-func (g *Guard) checkExact(ctx context.Context, reqs []algorithms.Request) ([]algorithms.Decision, error) {
-	budget, ok := g.budget(ctx)
-	if !ok {
-		g.metrics.shed.Inc()
-		return nil, fmt.Errorf("the caller's deadline leaves no time: %w", algorithms.ErrOverloaded)
-	}
-	return g.store.dispatch(ctx, reqs, func(ctx context.Context, sh *shard, reqs []algorithms.Request, last bool) ([]algorithms.Decision, error) {
-		return g.checkShard(ctx, budget, g.breakerOf(sh), reqs, last)
-	})
-}
-
-// byPolicy answers by the failure policy the approximate requests of a
-// master whose syncs have failed for HungAfter.
-func (g *Guard) byPolicy(ctx context.Context, sh *shard, reqs []algorithms.Request) ([]algorithms.Decision, error) {
-	return g.degrade(ctx, g.breakerOf(sh), reqs)
+	p := path{s: g.store, g: g}
+	return p.decide(ctx, reqs)
 }
 
 // checkShard decides the requests that one master holds.
@@ -313,12 +290,7 @@ func (g *Guard) Reset(ctx context.Context, scope, identifier string, alg algorit
 // Degraded reports whether a circuit is open now (on a Cluster: any
 // master's).
 func (g *Guard) Degraded() bool {
-	if g.single != nil {
-		return g.single.open.Load()
-	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.openN > 0
+	return g.openN.Load() > 0
 }
 
 // degrade answers by the failure policy.

@@ -169,7 +169,7 @@ func (c *OverLimitCache) Check(ctx context.Context, reqs []algorithms.Request) (
 func (c *OverLimitCache) keepTied(reqs []algorithms.Request, out []algorithms.Decision) []algorithms.Decision {
 	tied := false
 	for i := range reqs {
-		tied = tied || (reqs[i].AllOrNothing && out[i].Cached)
+		tied = tied || (out[i].Cached && algorithms.Voids(&reqs[i], &out[i]))
 	}
 	if !tied {
 		return out

@@ -3,7 +3,6 @@ package redisstore
 import (
 	"context"
 	"fmt"
-	"sync"
 )
 
 // singleName is how Ready names a single Redis (or Sentinel's master); a
@@ -21,31 +20,20 @@ const singleName = "redis"
 // It returns every master asked, by name (singleName, a master's address,
 // or "unassigned"), with nil when it answered, else why not.
 func (s *Store) Ready(ctx context.Context) map[string]error {
-	if s.cluster == nil {
-		err := s.single.ping(ctx)
-		if err != nil {
-			err = fmt.Errorf("redis: %w", err)
-		}
-		return map[string]error{singleName: err}
-	}
-	s.cluster.ready(ctx)
-	masters := s.cluster.masters()
-	errs := make([]error, len(masters))
-	var wg sync.WaitGroup
-	for i, sh := range masters {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = sh.ping(ctx)
-		}()
-	}
-	wg.Wait()
+	masters, errs := s.route.each(ctx, func(ctx context.Context, sh *shard) error { return sh.ping(ctx) })
 	out := make(map[string]error, len(masters))
 	for i, sh := range masters {
-		if errs[i] != nil {
-			errs[i] = fmt.Errorf("redis master %s: %w", sh.name, errs[i])
+		name, err := sh.name, errs[i]
+		switch {
+		case name == "": // a single Redis
+			name = singleName
+			if err != nil {
+				err = fmt.Errorf("redis: %w", err)
+			}
+		case err != nil:
+			err = fmt.Errorf("redis master %s: %w", name, err)
 		}
-		out[sh.name] = errs[i]
+		out[name] = err
 	}
 	return out
 }

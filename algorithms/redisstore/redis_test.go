@@ -197,7 +197,7 @@ func TestRedisCluster(t *testing.T) {
 	storetest.Contract(t, []storetest.Factory{{Name: "redis-cluster", New: func(t *testing.T, clock func() time.Time) algorithms.Store {
 		s := New(rdb, Options{Now: clock, Coalesce: 2})
 		t.Cleanup(s.Close)
-		if s.cluster == nil || s.single != nil {
+		if !s.route.cluster() {
 			t.Fatal("a Cluster store must route by master")
 		}
 		return s
@@ -239,7 +239,7 @@ func TestRedisCluster(t *testing.T) {
 	if len(slots) < 10 {
 		t.Errorf("30 identifiers fell in only %d slots", len(slots))
 	}
-	if parts := s.split(batch, nil); len(parts) != 3 {
+	if parts := s.route.split(batch, nil); len(parts) != 3 {
 		t.Errorf("30 identifiers split over %d masters, want 3", len(parts))
 	}
 }

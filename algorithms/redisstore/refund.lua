@@ -2,18 +2,23 @@
 -- was rejected on another Redis Cluster master. ARGV[1]: the time in µs the
 -- requests were decided at; ARGV[2]: per request, packed little-endian, the
 -- algorithm (as in batch.lua), limit, window µs or refill rate, hits
--- (doubles); ARGV[3]: the number of requests, their state keys follow in
--- ARGV (KEYS[1], the first, routes the call).
+-- (doubles); ARGV[3]: "" when KEYS holds the requests' state keys, else
+-- their number, and they follow in ARGV (on a Cluster: KEYS[1], the first,
+-- routes the call).
 -- A window's count goes down by the hits (the counter is deleted at zero);
 -- a token bucket gets its tokens back (up to its capacity); a GCRA's TAT
 -- moves back by hits × T (not before the time of the decision).
 local now = tonumber(ARGV[1])
 local blob, pos, i = ARGV[2], 1, 0
+local keys, k = KEYS, 0
+if ARGV[3] ~= "" then
+  keys, k = ARGV, 3
+end
 while pos <= #blob do
   local alg, limit, third, hits
   alg, limit, third, hits, pos = struct.unpack("<Bddd", blob, pos)
   i = i + 1
-  local key = ARGV[3 + i]
+  local key = keys[k + i]
   if alg <= 2 then
     local wkey = key .. ":" .. string.format("%d", (now - now % third) / third)
     if redis.call("DECRBY", wkey, string.format("%d", hits)) <= 0 then

@@ -9,27 +9,25 @@ import (
 	"github.com/throttle-rl/throttle/algorithms"
 )
 
-// shardCheck decides a part of a batch that one shard holds; last is false
-// when a redirect will be followed (dispatch sends the part once more).
-type shardCheck func(ctx context.Context, sh *shard, reqs []algorithms.Request, last bool) ([]algorithms.Decision, error)
-
-// dispatch decides a validated, non-empty batch: each part on its shard with
-// check, the parts at once. A part whose master answered a redirect (a slot
+// dispatch decides a validated, non-empty batch: each part on its shard by
+// p.onMaster, the parts at once. A part whose master answered a redirect (a slot
 // moved: failover, resharding) did not run; it is routed again on a fresh
-// slot table and sent once more.
-func (s *Store) dispatch(ctx context.Context, reqs []algorithms.Request, check shardCheck) ([]algorithms.Decision, error) {
-	if s.cluster == nil {
-		return check(ctx, s.single, reqs, true)
-	}
-	s.cluster.ready(ctx)
+// slot table and sent once more. (What the parts counted for an
+// all-or-nothing group another part voided is the caller's to take back:
+// refundVoided.)
+func (r *router) dispatch(ctx context.Context, reqs []algorithms.Request, p *path) ([]algorithms.Decision, error) {
+	r.ready(ctx)
 	var out []algorithms.Decision
 	var at []int // the positions still to decide; nil: all
 	for attempt := 0; ; attempt++ {
 		last := attempt > 0
 		sent := time.Now()
-		parts := s.split(reqs, at)
-		if len(parts) == 1 && at == nil {
-			ds, err := check(ctx, parts[0].sh, reqs, last)
+		if one := r.topo.Load().one; one != nil {
+			// A single Redis: no part to make, no redirect to follow.
+			return p.onMaster(ctx, one, reqs, true)
+		}
+		if parts := r.split(reqs, at); len(parts) == 1 && at == nil {
+			ds, err := p.onMaster(ctx, parts[0].sh, reqs, last)
 			if last || !isRedirect(err) {
 				return ds, err
 			}
@@ -37,7 +35,7 @@ func (s *Store) dispatch(ctx context.Context, reqs []algorithms.Request, check s
 			if out == nil {
 				out = make([]algorithms.Decision, len(reqs))
 			}
-			errs := s.onParts(ctx, parts, check, last, out)
+			errs := onParts(ctx, parts, p, last, out)
 			var failed error
 			at = at[:0]
 			for i, err := range errs {
@@ -56,7 +54,6 @@ func (s *Store) dispatch(ctx context.Context, reqs []algorithms.Request, check s
 				return nil, failed
 			}
 			if len(at) == 0 {
-				s.refundVoided(ctx, reqs, out)
 				return out, nil
 			}
 		}
@@ -66,22 +63,21 @@ func (s *Store) dispatch(ctx context.Context, reqs []algorithms.Request, check s
 				at[i] = i
 			}
 		}
-		s.cluster.refresh(ctx, sent)
+		r.refresh(ctx, sent)
 	}
 }
 
-// onParts decides each part on its shard, all at once, writes the decisions
+// onParts decides each part on its shard (p.onMaster), all at once, writes the decisions
 // into out at their positions, and returns each part's error.
-func (s *Store) onParts(ctx context.Context, parts []part, check shardCheck, last bool, out []algorithms.Decision) []error {
+func onParts(ctx context.Context, parts []part, p *path, last bool, out []algorithms.Decision) []error {
 	errs := make([]error, len(parts))
 	run := func(i int) {
-		p := parts[i]
-		ds, err := check(ctx, p.sh, p.reqs, last)
+		ds, err := p.onMaster(ctx, parts[i].sh, parts[i].reqs, last)
 		if err != nil {
 			errs[i] = err
 			return
 		}
-		putBack(out, p.at, ds)
+		putBack(out, parts[i].at, ds)
 	}
 	var wg sync.WaitGroup
 	for i := 1; i < len(parts); i++ {
@@ -105,11 +101,11 @@ type part struct {
 
 // split groups the requests of a batch at positions at (nil: all) by the
 // master of each one's slot.
-func (s *Store) split(reqs []algorithms.Request, at []int) []part {
+func (r *router) split(reqs []algorithms.Request, at []int) []part {
 	var parts []part
 	add := func(i int) {
-		r := reqs[i]
-		sh := s.cluster.shardOf(s.indexKey(r.Key.Scope, r.Key.Identifier))
+		req := reqs[i]
+		sh := r.shardOfRequest(&req)
 		j := 0
 		for j < len(parts) && parts[j].sh != sh {
 			j++
@@ -117,7 +113,7 @@ func (s *Store) split(reqs []algorithms.Request, at []int) []part {
 		if j == len(parts) {
 			parts = append(parts, part{sh: sh})
 		}
-		parts[j].reqs = append(parts[j].reqs, r)
+		parts[j].reqs = append(parts[j].reqs, req)
 		parts[j].at = append(parts[j].at, i)
 	}
 	if at == nil {

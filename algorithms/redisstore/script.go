@@ -42,9 +42,8 @@ func algNumber(a algorithms.Algorithm) byte {
 }
 
 // scriptArgs returns the keys and arguments of one script call deciding
-// reqs. inArgv puts the keys in ARGV (a Redis Cluster: only the first key is
-// declared, to route the call).
-func (s *Store) scriptArgs(reqs []algorithms.Request, sizes []int, now string, inArgv bool) ([]string, []any) {
+// reqs, packed for its master (router.pack).
+func (s *Store) scriptArgs(reqs []algorithms.Request, sizes []int, now string) ([]string, []any) {
 	keys := make([]string, len(reqs))
 	blob := make([]byte, 0, packedSize*len(reqs))
 	var members []any
@@ -75,17 +74,9 @@ func (s *Store) scriptArgs(reqs []algorithms.Request, sizes []int, now string, i
 			blob = binary.LittleEndian.AppendUint64(blob, math.Float64bits(float64(r.Hits)))
 		}
 	})
-	if !inArgv {
-		args := make([]any, 0, 3+len(members))
-		args = append(args, now, blob, "")
-		return keys, append(args, members...)
-	}
-	args := make([]any, 0, 3+len(keys)+len(members))
-	args = append(args, now, blob, strconv.Itoa(len(keys)))
-	for _, k := range keys {
-		args = append(args, k)
-	}
-	return keys[:1], append(args, members...)
+	args := make([]any, 0, 3+len(members))
+	args = append(args, now, blob, "")
+	return s.route.pack(keys, append(args, members...), 2)
 }
 
 // decodeReply turns the script's reply (the time, then each request's

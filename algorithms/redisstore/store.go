@@ -65,9 +65,8 @@ type Store struct {
 	library, function string
 	reset             *redis.Script
 	clear             *redis.Script
-	refund            *redis.Script  // refundVoided (Cluster), refundPlain
-	single            *shard         // a single Redis, or Sentinel's master; nil on a Cluster
-	cluster           *clusterRouter // nil unless a Cluster
+	refund            *redis.Script // refundVoided (Cluster), refundPlain
+	route             *router       // the master of each key: one, or a Cluster's
 	opts              Options
 	// tracer makes the spans of trace.go; nil: none.
 	tracer trace.Tracer
@@ -101,11 +100,12 @@ func New(rdb redis.UniversalClient, opts Options) *Store {
 		s.script = redis.NewScript(crossSlot + luaCode() + evalCall)
 		s.clear = redis.NewScript(crossSlot + clearLua)
 		s.refund = redis.NewScript(crossSlot + refundLua)
-		s.cluster = newClusterRouter(cc, func(name string, c *redis.Client) *shard {
+		s.route = newClusterRouter(cc, s.indexKey, func(name string, c *redis.Client) *shard {
 			return s.newShard(name, c, func(ctx context.Context) error { return clusterReady(ctx, c) }, c.Close)
 		})
 	} else {
-		s.single = s.newShard("", rdb, func(ctx context.Context) error { return rdb.Ping(ctx).Err() }, func() error { return nil })
+		one := s.newShard("", rdb, func(ctx context.Context) error { return rdb.Ping(ctx).Err() }, func() error { return nil })
+		s.route = newSingleRouter(one, s.indexKey)
 	}
 	s.approx = newApproxTable(opts.ApproximateInterval, opts.ApproximateMaxKeys, opts.Now)
 	s.approxMetrics = newApproxMetrics(s.approx)
@@ -146,13 +146,7 @@ func (s *Store) Close() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	s.Drain(ctx) // unless done already; what it cannot send is lost
 	cancel()
-	if s.cluster != nil {
-		s.cluster.close()
-		return
-	}
-	if s.single.merge != nil {
-		s.single.merge.close()
-	}
+	s.route.close()
 }
 
 // Check decides the batch in one round trip per Redis master it touches
@@ -164,14 +158,8 @@ func (s *Store) Check(ctx context.Context, reqs []algorithms.Request) ([]algorit
 	if len(reqs) == 0 {
 		return []algorithms.Decision{}, nil
 	}
-	return s.checkAccuracy(ctx, reqs, s.checkExact, nil, 0)
-}
-
-// checkExact decides a validated batch on Redis.
-func (s *Store) checkExact(ctx context.Context, reqs []algorithms.Request) ([]algorithms.Decision, error) {
-	return s.dispatch(ctx, reqs, func(ctx context.Context, sh *shard, reqs []algorithms.Request, _ bool) ([]algorithms.Decision, error) {
-		return s.onShard(ctx, time.Time{}, sh, reqs)
-	})
+	p := path{s: s}
+	return p.decide(ctx, reqs)
 }
 
 // decide runs a validated batch on one shard's master: the requests of
@@ -212,7 +200,7 @@ func (s *Store) decide(ctx context.Context, sh *shard, reqs []algorithms.Request
 // decideScripted runs a validated batch on one shard's master in one
 // script call.
 func (s *Store) decideScripted(ctx context.Context, sh *shard, reqs []algorithms.Request, sizes []int) ([]algorithms.Decision, error) {
-	keys, args := s.scriptArgs(reqs, sizes, s.nowArg(), s.cluster != nil)
+	keys, args := s.scriptArgs(reqs, sizes, s.nowArg())
 	res, err := s.runBatch(ctx, sh, keys, args).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("redis: %w", err)
@@ -240,44 +228,31 @@ func (s *Store) Reset(ctx context.Context, scope, identifier string, alg algorit
 	}
 	s.approx.forget(scope, identifier, alg)
 	index := s.indexKey(scope, identifier)
-	reset := func(c redis.Cmdable) (int, error) {
-		n, err := s.reset.Run(ctx, c, []string{index}, s.identityPrefix(scope, identifier), alg.Tag(), s.nowArg()).Int()
-		if err != nil && !errors.Is(err, redis.Nil) {
-			return 0, fmt.Errorf("redis: reset: %w", err)
+	var n int
+	err := s.route.onKey(ctx, index, func(sh *shard) error {
+		var err error
+		n, err = s.reset.Run(ctx, sh.client, []string{index}, s.identityPrefix(scope, identifier), alg.Tag(), s.nowArg()).Int()
+		if errors.Is(err, redis.Nil) {
+			return nil
 		}
-		return n, nil
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("redis: reset: %w", err)
 	}
-	if s.cluster == nil {
-		return reset(s.rdb)
-	}
-	s.cluster.ready(ctx)
-	sent := time.Now()
-	sh := s.cluster.shardOf(index)
-	if sh.client == nil {
-		return 0, fmt.Errorf("redis: reset: %w", errNoMaster)
-	}
-	n, err := reset(sh.client)
-	if isRedirect(err) && s.cluster.refresh(ctx, sent) {
-		if sh = s.cluster.shardOf(index); sh.client != nil {
-			n, err = reset(sh.client)
-		}
-	}
-	return n, err
+	return n, nil
 }
 
 // Ping checks that Redis answers: on a Cluster, every master that serves
 // slots (after reading the slot table).
 func (s *Store) Ping(ctx context.Context) error {
-	if s.cluster == nil {
-		return pingShard(ctx, s.single)
-	}
-	if !s.cluster.refresh(ctx, time.Now()) {
+	if !s.route.refresh(ctx, time.Now()) {
 		return fmt.Errorf("redis cluster: no slot table: %w", errNoMaster)
 	}
-	var errs []error
-	for _, sh := range s.cluster.masters() {
-		if err := pingShard(ctx, sh); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", sh.name, err))
+	masters, errs := s.route.each(ctx, pingShard)
+	for i, sh := range masters {
+		if errs[i] != nil && sh.name != "" {
+			errs[i] = fmt.Errorf("%s: %w", sh.name, errs[i])
 		}
 	}
 	return errors.Join(errs...)

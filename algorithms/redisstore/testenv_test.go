@@ -56,7 +56,7 @@ func storeFactories() []storetest.Factory {
 			// The engine as a script (EVALSHA), as on Redis 6 or where an
 			// ACL refuses FUNCTION LOAD.
 			s := New(newRedisClient(t, 0), Options{Now: clock})
-			s.single.lua.Store(luaEval)
+			singleShard(s).lua.Store(luaEval)
 			return s
 		}, Keep: keeper},
 		{Name: "redis-coalesced", New: func(t *testing.T, clock func() time.Time) algorithms.Store {
@@ -108,3 +108,6 @@ func (k stateKeeper) Exists() bool {
 	}
 	return n == 1
 }
+
+// singleShard is the one master of a store over a single Redis.
+func singleShard(s *Store) *shard { return s.route.topo.Load().one }
