@@ -41,8 +41,10 @@ import (
 // blind budgets are below limit / blindParts: under 1 %.
 const blindParts = 128
 
-// approxShards is the number of locks of the table.
-const approxShards = 64
+// approxStripes is the number of lock stripes of the table: a limit's
+// entry lives in the stripe its hash names, under that stripe's lock.
+// ("Shard" names a Redis master, never a stripe.)
+const approxStripes = 64
 
 // DefaultApproximateInterval is how often approximate limits sync.
 const DefaultApproximateInterval = 100 * time.Millisecond
@@ -54,7 +56,7 @@ const DefaultApproximateMaxKeys = 1 << 20
 // approxTable is this replica's view of the approximate limits it decides.
 type approxTable struct {
 	seed     maphash.Seed
-	shards   [approxShards]approxShard
+	stripes  [approxStripes]approxStripe
 	interval time.Duration
 	maxKeys  int // per lock
 	// replicas is how many replicas decide approximate limits, as the
@@ -66,11 +68,9 @@ type approxTable struct {
 	settled  atomic.Bool
 	// asks counts the asks by result; nil in table-only tests.
 	asks *approxAskCounters
-	// clock keeps the best sample of Redis's clock; offsetUS is its offset.
-	clock redisClock
-	// offsetUS is Redis's clock minus the local one, from the syncs'
-	// TIME: windows start where Redis says.
-	offsetUS atomic.Int64
+	// clock is Redis's clock as the syncs' TIME samples it: windows start
+	// where Redis says.
+	clock    redisClock
 	now      func() time.Time // the local clock; tests set Options.Now
 	fixedNow bool             // now is Options.Now: Redis's clock is not asked
 	// dropped counts hits given up: their window was over before a sync
@@ -78,7 +78,8 @@ type approxTable struct {
 	dropped atomic.Int64
 }
 
-type approxShard struct {
+// approxStripe is one lock's part of the table.
+type approxStripe struct {
 	mu sync.Mutex
 	m  map[uint64]*approxEntry // by approxKey's hash; a chain of the same hash
 	n  int                     // entries
@@ -87,17 +88,17 @@ type approxShard struct {
 	queue []*approxEntry
 }
 
-// enqueue queues e for the next sync, once. sh.mu is held.
-func (sh *approxShard) enqueue(e *approxEntry) {
+// enqueue queues e for the next sync, once. st.mu is held.
+func (st *approxStripe) enqueue(e *approxEntry) {
 	if !e.queued {
 		e.queued = true
-		sh.queue = append(sh.queue, e)
+		st.queue = append(st.queue, e)
 	}
 }
 
-// each calls f with every entry. sh.mu is held.
-func (sh *approxShard) each(f func(*approxEntry)) {
-	for _, head := range sh.m {
+// each calls f with every entry. st.mu is held.
+func (st *approxStripe) each(f func(*approxEntry)) {
+	for _, head := range st.m {
 		for e := head; e != nil; e = e.next {
 			f(e)
 		}
@@ -105,20 +106,20 @@ func (sh *approxShard) each(f func(*approxEntry)) {
 }
 
 func newApproxTable(interval time.Duration, maxKeys int, now func() time.Time) *approxTable {
-	t := &approxTable{seed: maphash.MakeSeed(), interval: interval, maxKeys: max(1, maxKeys/approxShards), now: now}
+	t := &approxTable{seed: maphash.MakeSeed(), interval: interval, maxKeys: max(1, maxKeys/approxStripes), now: now}
 	if t.now == nil {
 		t.now = time.Now
 	} else {
 		t.fixedNow = true
 	}
-	for i := range t.shards {
-		t.shards[i].m = map[uint64]*approxEntry{}
+	for i := range t.stripes {
+		t.stripes[i].m = map[uint64]*approxEntry{}
 	}
 	return t
 }
 
 // hash is the hash of r's Key and Limit, and its lock.
-func (t *approxTable) hash(r *algorithms.Request) (uint64, *approxShard) {
+func (t *approxTable) hash(r *algorithms.Request) (uint64, *approxStripe) {
 	var h maphash.Hash
 	h.SetSeed(t.seed)
 	h.WriteString(r.Key.Scope)
@@ -134,12 +135,12 @@ func (t *approxTable) hash(r *algorithms.Request) (uint64, *approxShard) {
 	binary.LittleEndian.PutUint64(b[16:], math.Float64bits(r.Limit.RefillRate))
 	h.Write(b[:])
 	sum := h.Sum64()
-	return sum, &t.shards[sum%approxShards]
+	return sum, &t.stripes[sum%approxStripes]
 }
 
-// find returns the entry of r (of hash h), or nil. sh.mu is held.
-func (sh *approxShard) find(h uint64, r *algorithms.Request) *approxEntry {
-	for e := sh.m[h]; e != nil; e = e.next {
+// find returns the entry of r (of hash h), or nil. st.mu is held.
+func (st *approxStripe) find(h uint64, r *algorithms.Request) *approxEntry {
+	for e := st.m[h]; e != nil; e = e.next {
 		if e.is(r) {
 			return e
 		}
@@ -147,11 +148,11 @@ func (sh *approxShard) find(h uint64, r *algorithms.Request) *approxEntry {
 	return nil
 }
 
-// add puts e, of hash h, in the shard. sh.mu is held.
-func (sh *approxShard) add(h uint64, e *approxEntry) {
-	e.next = sh.m[h]
-	sh.m[h] = e
-	sh.n++
+// add puts e, of hash h, in the stripe. st.mu is held.
+func (st *approxStripe) add(h uint64, e *approxEntry) {
+	e.next = st.m[h]
+	st.m[h] = e
+	st.n++
 }
 
 // nowUS is the time of a decision in µs on Redis's clock, as the syncs
@@ -161,7 +162,7 @@ func (t *approxTable) nowUS() (local time.Time, us int64) {
 	if t.fixedNow {
 		return local, local.UnixMicro()
 	}
-	return local, local.UnixMicro() + t.offsetUS.Load()
+	return local, local.UnixMicro() + t.clock.offset()
 }
 
 // n is the replica count the blind budgets divide by.
@@ -177,22 +178,14 @@ func (t *approxTable) shares() int64 {
 	return t.n()
 }
 
-// sample notes Redis's time t, asked between sent and got.
-func (t *approxTable) sample(sent, got, at time.Time) {
-	t.clock.sample(sent, got, at)
-	t.clock.mu.Lock()
-	t.offsetUS.Store(t.clock.offsetUS)
-	t.clock.mu.Unlock()
-}
-
 // size is how many limits the table holds.
 func (t *approxTable) size() int {
 	n := 0
-	for i := range t.shards {
-		sh := &t.shards[i]
-		sh.mu.Lock()
-		n += sh.n
-		sh.mu.Unlock()
+	for i := range t.stripes {
+		st := &t.stripes[i]
+		st.mu.Lock()
+		n += st.n
+		st.mu.Unlock()
 	}
 	return n
 }
@@ -200,11 +193,11 @@ func (t *approxTable) size() int {
 // unsent is how many hits wait to be sent (pending and in flight).
 func (t *approxTable) unsent() int64 {
 	var n int64
-	for i := range t.shards {
-		sh := &t.shards[i]
-		sh.mu.Lock()
-		sh.each(func(e *approxEntry) { n += e.cur.unsent() + e.prev.unsent() })
-		sh.mu.Unlock()
+	for i := range t.stripes {
+		st := &t.stripes[i]
+		st.mu.Lock()
+		st.each(func(e *approxEntry) { n += e.cur.unsent() + e.prev.unsent() })
+		st.mu.Unlock()
 	}
 	return n
 }
@@ -233,11 +226,11 @@ func (t *approxTable) extra(w *approxWindow, limit int64, offline bool) int64 {
 // group was void), and reports whether the table holds r: false when it
 // did not decide r (it was full, and Redis decided).
 func (t *approxTable) undo(r *algorithms.Request, at time.Time) bool {
-	h, sh := t.hash(r)
+	h, st := t.hash(r)
 	num := at.UnixMicro() / r.Limit.Window.Microseconds()
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	e := sh.find(h, r)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	e := st.find(h, r)
 	if e != nil && e.cur.num == num {
 		e.cur.pending = max(0, e.cur.pending-r.Hits)
 	}
@@ -245,50 +238,50 @@ func (t *approxTable) undo(r *algorithms.Request, at time.Time) bool {
 }
 
 // evict drops the entries with nothing left to send whose windows are over
-// (at nowUS, µs), and reports whether it made room. sh.mu is held.
-func (sh *approxShard) evict(nowUS int64) bool {
-	n := sh.n
-	sh.dropAll(func(e *approxEntry) bool { return e.over(nowUS) })
-	return sh.n < n
+// (at nowUS, µs), and reports whether it made room. st.mu is held.
+func (st *approxStripe) evict(nowUS int64) bool {
+	n := st.n
+	st.dropAll(func(e *approxEntry) bool { return e.over(nowUS) })
+	return st.n < n
 }
 
 // sweep forgets what is left of the windows that are over at nowUS (hits
 // never due are forgotten, those due are given up and counted), queues
-// what has become due, and drops the entries with nothing left. sh.mu is
+// what has become due, and drops the entries with nothing left. st.mu is
 // held.
-func (sh *approxShard) sweep(t *approxTable, nowUS int64) {
-	sh.dropAll(func(e *approxEntry) bool {
+func (st *approxStripe) sweep(t *approxTable, nowUS int64) {
+	st.dropAll(func(e *approxEntry) bool {
 		e.dropExpired(t, nowUS)
 		if t.due(&e.cur, e, false) || t.due(&e.prev, e, false) {
-			sh.enqueue(e) // due since its last decision (the blind budget shrank)
+			st.enqueue(e) // due since its last decision (the blind budget shrank)
 		}
 		return e.over(nowUS)
 	})
 }
 
-// dropAll drops the entries gone says. sh.mu is held.
-func (sh *approxShard) dropAll(gone func(*approxEntry) bool) {
-	for h := range sh.m {
-		sh.drop(h, gone)
+// dropAll drops the entries gone says. st.mu is held.
+func (st *approxStripe) dropAll(gone func(*approxEntry) bool) {
+	for h := range st.m {
+		st.drop(h, gone)
 	}
 }
 
-// drop drops the entries of hash h gone says. sh.mu is held.
-func (sh *approxShard) drop(h uint64, gone func(*approxEntry) bool) {
+// drop drops the entries of hash h gone says. st.mu is held.
+func (st *approxStripe) drop(h uint64, gone func(*approxEntry) bool) {
 	var keep *approxEntry
-	for e := sh.m[h]; e != nil; {
+	for e := st.m[h]; e != nil; {
 		next := e.next
 		if gone(e) {
-			sh.n--
+			st.n--
 		} else {
 			e.next, keep = keep, e
 		}
 		e = next
 	}
 	if keep == nil {
-		delete(sh.m, h)
+		delete(st.m, h)
 	} else {
-		sh.m[h] = keep
+		st.m[h] = keep
 	}
 }
 
@@ -296,35 +289,35 @@ func (sh *approxShard) drop(h uint64, gone func(*approxEntry) bool) {
 // limit, or of those of algorithm alg. Reset and Clear forget locally
 // what they delete in Redis (other replicas see it at their next sync).
 func (t *approxTable) forget(scope, identifier string, alg algorithms.Algorithm) {
-	for i := range t.shards {
-		sh := &t.shards[i]
-		sh.mu.Lock()
-		sh.dropAll(func(e *approxEntry) bool {
+	for i := range t.stripes {
+		st := &t.stripes[i]
+		st.mu.Lock()
+		st.dropAll(func(e *approxEntry) bool {
 			k := &e.req.Key
 			return k.Scope == scope && k.Identifier == identifier && (alg == "" || e.req.Limit.Algorithm == alg)
 		})
-		sh.mu.Unlock()
+		st.mu.Unlock()
 	}
 }
 
 // forgetRequest drops the table's entry of r's Key and Limit (Clear).
 func (t *approxTable) forgetRequest(r *algorithms.Request) {
-	h, sh := t.hash(r)
-	sh.mu.Lock()
-	sh.drop(h, func(e *approxEntry) bool { return e.is(r) })
-	sh.mu.Unlock()
+	h, st := t.hash(r)
+	st.mu.Lock()
+	st.drop(h, func(e *approxEntry) bool { return e.is(r) })
+	st.mu.Unlock()
 }
 
 // leased is how much of their leases the windows hold unspent.
 func (t *approxTable) leased() int64 {
 	var n int64
-	for i := range t.shards {
-		sh := &t.shards[i]
-		sh.mu.Lock()
-		sh.each(func(e *approxEntry) {
+	for i := range t.stripes {
+		st := &t.stripes[i]
+		st.mu.Lock()
+		st.each(func(e *approxEntry) {
 			n += max(0, e.cur.held-e.cur.unsent()) + max(0, e.prev.held-e.prev.unsent())
 		})
-		sh.mu.Unlock()
+		st.mu.Unlock()
 	}
 	return n
 }

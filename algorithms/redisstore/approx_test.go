@@ -222,12 +222,12 @@ func waitSettled(t *testing.T, s *Store) {
 // Redis, and queues its entry when due.
 func decideLocal(tb *approxTable, r *algorithms.Request, d *algorithms.Decision) {
 	local, nowUS := tb.nowUS()
-	h, sh := tb.hash(r)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	e := tb.entryAt(sh, h, r, nowUS, local.UnixNano())
+	h, st := tb.hash(r)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	e := tb.entryAt(st, h, r, nowUS, local.UnixNano())
 	tb.decideIn(e, r, d, nowUS, true, false, false)
-	tb.queueDue(sh, e)
+	tb.queueDue(st, e)
 }
 
 // TestApproximateQueuesWhatBecomesDue: a window whose pending hits were not
@@ -247,9 +247,9 @@ func TestApproximateQueuesWhatBecomesDue(t *testing.T) {
 			for range 12 {
 				decideLocal(tb, &r, &d)
 			}
-			_, sh := tb.hash(&r)
-			if len(sh.queue) != 0 {
-				t.Fatalf("12 pending of a blind budget of 30: queued %d, want 0", len(sh.queue))
+			_, st := tb.hash(&r)
+			if len(st.queue) != 0 {
+				t.Fatalf("12 pending of a blind budget of 30: queued %d, want 0", len(st.queue))
 			}
 			tb.replicas.Store(3) // blind budget 10: 12 pending is past half of it
 			if via == "decision" {
@@ -259,10 +259,10 @@ func TestApproximateQueuesWhatBecomesDue(t *testing.T) {
 				}
 			} else {
 				_, nowUS := tb.nowUS()
-				sh.sweep(tb, nowUS)
+				st.sweep(tb, nowUS)
 			}
-			if len(sh.queue) != 1 {
-				t.Errorf("after the %s: queued %d, want 1", via, len(sh.queue))
+			if len(st.queue) != 1 {
+				t.Errorf("after the %s: queued %d, want 1", via, len(st.queue))
 			}
 		})
 	}

@@ -39,20 +39,20 @@ func (s *Store) approxDecide(ctx context.Context, r *algorithms.Request, d *algo
 	if t.replicas.Load() == 0 {
 		return false
 	}
-	h, sh := t.hash(r)
-	sh.mu.Lock()
+	h, st := t.hash(r)
+	st.mu.Lock()
 	offline := false
 	for asks := 0; ; asks++ {
-		e := t.entryAt(sh, h, r, nowUS, local.UnixNano())
+		e := t.entryAt(st, h, r, nowUS, local.UnixNano())
 		if e == nil {
-			sh.mu.Unlock()
+			st.mu.Unlock()
 			s.approxMetrics.overflow.Inc()
 			return false
 		}
 		w := &e.cur
 		if t.decideIn(e, r, d, nowUS, asks == 0, asks < maxAsks, offline) == decided {
-			t.queueDue(sh, e)
-			sh.mu.Unlock()
+			t.queueDue(st, e)
+			st.mu.Unlock()
 			return true
 		}
 		f, lead := w.flight, w.flight == nil
@@ -61,7 +61,7 @@ func (s *Store) approxDecide(ctx context.Context, r *algorithms.Request, d *algo
 			op = s.syncer.take(e, w, nowUS, local.UnixNano(), r.Hits)
 			f = w.flight
 		}
-		sh.mu.Unlock()
+		st.mu.Unlock()
 		if lead {
 			s.syncer.ask(ctx, &op)
 		} else {
@@ -72,7 +72,7 @@ func (s *Store) approxDecide(ctx context.Context, r *algorithms.Request, d *algo
 			}
 		}
 		local, nowUS = t.nowUS()
-		sh.mu.Lock()
+		st.mu.Lock()
 	}
 }
 

@@ -80,7 +80,7 @@ func (y *approxSyncer) note(ops []approxOp, part []int, res []int64, sent, got t
 		return fmt.Errorf("redis: approximate sync: %d values in the reply, want %d", len(res), 2+3*len(part))
 	}
 	if !y.t.fixedNow {
-		y.t.sample(sent, got, time.Unix(res[0], res[1]*1000))
+		y.t.clock.sample(sent, got, time.Unix(res[0], res[1]*1000))
 	}
 	for j, i := range part {
 		v := res[2+3*j:]
@@ -122,8 +122,8 @@ func (y *approxSyncer) apply(ops []approxOp, asked bool) {
 	local, nowUS := y.t.nowUS()
 	for i := range ops {
 		op := &ops[i]
-		_, sh := y.t.hash(&op.e.req)
-		sh.mu.Lock()
+		_, st := y.t.hash(&op.e.req)
+		st.mu.Lock()
 		e := op.e
 		w := e.window(op.num)
 		switch {
@@ -134,7 +134,7 @@ func (y *approxSyncer) apply(ops []approxOp, asked bool) {
 			w.inflight -= op.hits
 			w.pending += op.hits
 			w.askFailed = w.askFailed || asked
-			sh.enqueue(e)
+			st.enqueue(e)
 		default:
 			w.inflight -= op.hits
 			y.t.answer(e, w, op, local.UnixNano(), nowUS)
@@ -143,14 +143,14 @@ func (y *approxSyncer) apply(ops []approxOp, asked bool) {
 			w.flight = nil
 		}
 		close(op.flight.done)
-		y.t.queueDue(sh, e)
-		sh.mu.Unlock()
+		y.t.queueDue(st, e)
+		st.mu.Unlock()
 	}
 }
 
 // answer notes in w, a window of e, the answer to op at localNS (nowUS):
 // the counter, this replica's lease, a sliding window's previous count,
-// and whether anything is left to grant. sh.mu is held.
+// and whether anything is left to grant. st.mu is held.
 func (t *approxTable) answer(e *approxEntry, w *approxWindow, op *approxOp, localNS, nowUS int64) {
 	w.global, w.held = op.total, op.held
 	if op.prev >= 0 && w == &e.cur {

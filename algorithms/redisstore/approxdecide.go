@@ -15,17 +15,17 @@ const (
 )
 
 // entryAt returns r's entry (of hash h) in its current window at nowUS,
-// made when missing; nil when the table is full. sh.mu is held.
-func (t *approxTable) entryAt(sh *approxShard, h uint64, r *algorithms.Request, nowUS, localNS int64) *approxEntry {
-	e := sh.find(h, r)
+// made when missing; nil when the table is full. st.mu is held.
+func (t *approxTable) entryAt(st *approxStripe, h uint64, r *algorithms.Request, nowUS, localNS int64) *approxEntry {
+	e := st.find(h, r)
 	if e == nil {
-		if sh.n >= t.maxKeys && !sh.evict(nowUS) {
+		if st.n >= t.maxKeys && !st.evict(nowUS) {
 			return nil
 		}
 		e = &approxEntry{req: algorithms.Request{Key: r.Key, Limit: r.Limit, Unindexed: r.Unindexed}}
-		sh.add(h, e)
+		st.add(h, e)
 	}
-	t.dropped.Add(e.roll(nowUS/r.Limit.Window.Microseconds(), localNS))
+	t.dropped.Add(e.roll(t, nowUS/r.Limit.Window.Microseconds(), localNS))
 	return e
 }
 
@@ -37,7 +37,7 @@ func (t *approxTable) entryAt(sh *approxShard, h uint64, r *algorithms.Request, 
 // of the window fail, or mayAsk is false (the caller asked already, or
 // cannot wait): then refused until the next answer. first says this is
 // the request's first pass (its hits count in the demand the lease
-// follows); offline, that Redis cannot be asked now. sh.mu is held.
+// follows); offline, that Redis cannot be asked now. st.mu is held.
 func (t *approxTable) decideIn(e *approxEntry, r *algorithms.Request, d *algorithms.Decision, nowUS int64, first, mayAsk, offline bool) verdict {
 	w := &e.cur
 	f := algorithms.Found{Count: w.view(), Prev: e.prevView()}
@@ -81,10 +81,10 @@ func (t *approxTable) decideIn(e *approxEntry, r *algorithms.Request, d *algorit
 	return decided
 }
 
-// queueDue queues e for the next sync when a window of it is due. sh.mu
+// queueDue queues e for the next sync when a window of it is due. st.mu
 // is held.
-func (t *approxTable) queueDue(sh *approxShard, e *approxEntry) {
+func (t *approxTable) queueDue(st *approxStripe, e *approxEntry) {
 	if t.due(&e.cur, e, false) || t.due(&e.prev, e, false) {
-		sh.enqueue(e)
+		st.enqueue(e)
 	}
 }

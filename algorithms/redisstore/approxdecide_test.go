@@ -40,10 +40,10 @@ func TestApproximateDecideIn(t *testing.T) {
 			tb.settled.Store(true)
 			r := algorithms.Request{Key: algorithms.Key{Scope: "s", Identifier: "u"}, Limit: l, Hits: tc.hits}
 			local, nowUS := tb.nowUS()
-			h, sh := tb.hash(&r)
-			sh.mu.Lock()
-			defer sh.mu.Unlock()
-			e := tb.entryAt(sh, h, &r, nowUS, local.UnixNano())
+			h, st := tb.hash(&r)
+			st.mu.Lock()
+			defer st.mu.Unlock()
+			e := tb.entryAt(st, h, &r, nowUS, local.UnixNano())
 			w := tc.window
 			w.num, w.prevCount = e.cur.num, -1
 			e.cur = w

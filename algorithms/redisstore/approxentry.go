@@ -15,7 +15,7 @@ type approxEntry struct {
 	req       algorithms.Request // its Key and Limit: the Redis keys at sync
 	cur, prev approxWindow
 	next      *approxEntry // another entry of the same hash
-	queued    bool         // in its shard's queue
+	queued    bool         // in its stripe's queue
 	// demand is the hits asked of this limit here since the current
 	// window's last call (admitted or not), since when (local ns);
 	// demandPrev and sincePrev, the gap before: a lease is about two
@@ -81,17 +81,17 @@ func (e *approxEntry) target(localNS, intervalNS int64) int64 {
 
 // roll makes window num the current one at localNS: the one before
 // becomes prev (kept until its hits and lease are sent); an older one's
-// unsent hits are given up. It returns the hits given up (those no lease
-// covers).
-func (e *approxEntry) roll(num, localNS int64) (dropped int64) {
+// unsent hits are given up. It returns the hits given up that it owed
+// (those no lease covers).
+func (e *approxEntry) roll(t *approxTable, num, localNS int64) (dropped int64) {
 	if e.cur.num == num {
 		return 0
 	}
 	if e.cur.num > num {
 		return 0 // a clock step back: stay in the window we have
 	}
-	if e.prev.syncedAt != 0 {
-		dropped = e.prev.uncovered() // (never synced: never due to be sent)
+	if t.owes(e, &e.prev) {
+		dropped = e.prev.uncovered()
 	}
 	if e.cur.num == 0 { // a new entry: its demand starts now
 		e.since, e.sincePrev = localNS, localNS
@@ -135,18 +135,45 @@ func (e *approxEntry) end(w *approxWindow) int64 {
 }
 
 // dropExpired forgets the unsent hits and the lease of e's windows whose
-// counters would have expired by nowUS, and counts the hits as given up
-// when they were due and no lease covered them: a window below half its
-// blind budget is never sent. sh.mu is held.
+// counters would have expired by nowUS, and counts the hits it owed that
+// no lease covered as given up. st.mu is held.
 func (e *approxEntry) dropExpired(t *approxTable, nowUS int64) {
 	for _, w := range []*approxWindow{&e.prev, &e.cur} {
 		if w.num == 0 || w.flight != nil || e.end(w) > nowUS {
 			continue
 		}
-		if w.pending > 0 && (w.syncedAt != 0 || 2*w.pending >= t.blind(e.req.Limit.Limit)) {
+		if t.owes(e, w) {
 			t.dropped.Add(w.uncovered())
 		}
 		w.pending, w.held = 0, 0
+	}
+}
+
+// owes reports whether Redis must be told of w's pending hits: w has had
+// an answer (they spend a lease, or are over it), or half its blind budget
+// is pending. A window that owes nothing is not sent for its hits: a key
+// far below its limit costs Redis nothing, and its hits lapse with it
+// uncounted. This is the one rule of what a window owes; due, roll and
+// dropExpired read it.
+func (t *approxTable) owes(e *approxEntry, w *approxWindow) bool {
+	return w.pending > 0 && (w.syncedAt != 0 || 2*w.pending >= t.blind(e.req.Limit.Limit))
+}
+
+// due reports whether w is sent in this round: no call of it is in
+// flight, and it owes its hits, or holds a lease (to resize, or to give
+// back), or has pending hits and is the previous window or this is the
+// last flush; or requests it refused since its last answer want a lease.
+func (t *approxTable) due(w *approxWindow, e *approxEntry, final bool) bool {
+	if w.num == 0 || w.flight != nil {
+		return false
+	}
+	switch {
+	case w.held > 0 || t.owes(e, w):
+		return true
+	case w.pending > 0:
+		return final || w == &e.prev
+	default:
+		return !final && w == &e.cur && w.syncedAt != 0 && e.demand > 0
 	}
 }
 

@@ -54,7 +54,7 @@ type approxSyncer struct {
 	done    chan struct{}
 	stopped sync.Once
 	kick    chan struct{} // a first decision: register now
-	// nextSweep is the next lock sweepShards sweeps; the loop's alone.
+	// nextSweep is the next lock sweepStripes sweeps; the loop's alone.
 	nextSweep int
 	metrics   *approxMetrics
 	// joined is when this replica first noted itself in the registry
@@ -104,7 +104,7 @@ func (y *approxSyncer) run() {
 		ctx, cancel := context.WithTimeout(context.Background(), y.callTimeout())
 		y.syncOnce(ctx, false)
 		cancel()
-		y.sweepShards()
+		y.sweepStripes()
 	}
 }
 
@@ -161,25 +161,25 @@ func (y *approxSyncer) collect(final bool) []approxOp {
 	var ops []approxOp
 	local, nowUS := y.t.nowUS()
 	localNS := local.UnixNano()
-	for i := range y.t.shards {
-		sh := &y.t.shards[i]
-		sh.mu.Lock()
+	for i := range y.t.stripes {
+		st := &y.t.stripes[i]
+		st.mu.Lock()
 		if final {
-			sh.each(func(e *approxEntry) { ops = y.takeDue(e, nowUS, localNS, true, ops) })
+			st.each(func(e *approxEntry) { ops = y.takeDue(e, nowUS, localNS, true, ops) })
 		} else {
-			q := sh.queue
-			sh.queue = nil
+			q := st.queue
+			st.queue = nil
 			for _, e := range q {
 				e.queued = false
 				ops = y.takeDue(e, nowUS, localNS, false, ops)
 			}
 		}
-		sh.mu.Unlock()
+		st.mu.Unlock()
 	}
 	return ops
 }
 
-// takeDue appends to ops the calls of e's due windows. Its shard's lock
+// takeDue appends to ops the calls of e's due windows. Its stripe's lock
 // is held.
 func (y *approxSyncer) takeDue(e *approxEntry, nowUS, localNS int64, final bool, ops []approxOp) []approxOp {
 	e.dropExpired(y.t, nowUS)
@@ -194,7 +194,7 @@ func (y *approxSyncer) takeDue(e *approxEntry, nowUS, localNS int64, final bool,
 // take starts the call of w, a window of e, at nowUS (localNS): its
 // pending hits go in flight, and its target lease is two intervals of its
 // demand, at least need (an ask's hits), or nothing for a window that is
-// over or the last flush. Its shard's lock is held.
+// over or the last flush. Its stripe's lock is held.
 func (y *approxSyncer) take(e *approxEntry, w *approxWindow, nowUS, localNS, need int64) approxOp {
 	l := &e.req.Limit
 	wUS := l.Window.Microseconds()
@@ -226,33 +226,15 @@ func (y *approxSyncer) take(e *approxEntry, w *approxWindow, nowUS, localNS, nee
 	return op
 }
 
-// sweepShards sweeps approxShards/sweepParts of the table's locks, the next
+// sweepStripes sweeps approxStripes/sweepParts of the table's locks, the next
 // ones each round: every entry is looked at once every sweepParts rounds.
-func (y *approxSyncer) sweepShards() {
+func (y *approxSyncer) sweepStripes() {
 	_, nowUS := y.t.nowUS()
-	for range approxShards / sweepParts {
-		sh := &y.t.shards[y.nextSweep]
-		y.nextSweep = (y.nextSweep + 1) % approxShards
-		sh.mu.Lock()
-		sh.sweep(y.t, nowUS)
-		sh.mu.Unlock()
+	for range approxStripes / sweepParts {
+		st := &y.t.stripes[y.nextSweep]
+		y.nextSweep = (y.nextSweep + 1) % approxStripes
+		st.mu.Lock()
+		st.sweep(y.t, nowUS)
+		st.mu.Unlock()
 	}
-}
-
-// due reports whether w is sent in this round: no call of it is in
-// flight, and it holds a lease (to resize, or to give back), or it has
-// pending hits and has had an answer before, or half its blind budget is
-// pending, or it is the previous window, or this is the last flush; or
-// requests it refused since its last answer want a lease.
-func (t *approxTable) due(w *approxWindow, e *approxEntry, final bool) bool {
-	if w.num == 0 || w.flight != nil {
-		return false
-	}
-	if w.held > 0 || (w.pending > 0 && (final || w == &e.prev || w.syncedAt != 0)) {
-		return true
-	}
-	if w.pending == 0 {
-		return !final && w == &e.cur && w.syncedAt != 0 && e.demand > 0
-	}
-	return 2*w.pending >= t.blind(e.req.Limit.Limit)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -32,12 +33,15 @@ func (s *Store) plainNow(ctx context.Context, sh *shard) (int64, error) {
 // call was sent and the moment its reply came, so the sample of the
 // shortest round trip is the most exact. The best sample is kept, and
 // replaced by any better one, or by the next one once it is a second old
-// (clocks drift, and may be stepped).
+// (clocks drift, and may be stepped). It is the one place a clock offset
+// is kept: each master's (shard.clock, for plain batches) and the
+// approximate table's (approxTable.clock, for its windows).
 type redisClock struct {
-	mu       sync.Mutex
-	offsetUS int64     // Redis's time minus the local time
-	spreadUS int64     // the sample's round trip: its uncertainty
-	at       time.Time // when it was taken; zero: no sample
+	offsetUS atomic.Int64 // Redis's time minus the local time, read without the lock
+	known    atomic.Bool  // a sample was taken
+	mu       sync.Mutex   // orders samples
+	spreadUS int64        // the kept sample's round trip: its uncertainty
+	at       time.Time    // when it was taken; zero: no sample
 }
 
 // sample takes Redis's time t, asked between sent and got (local time).
@@ -49,15 +53,17 @@ func (c *redisClock) sample(sent, got, t time.Time) {
 	mid := sent.Add(got.Sub(sent) / 2)
 	c.mu.Lock()
 	if c.at.IsZero() || spread <= c.spreadUS || got.Sub(c.at) > time.Second {
-		c.offsetUS, c.spreadUS, c.at = t.UnixMicro()-mid.UnixMicro(), spread, got
+		c.spreadUS, c.at = spread, got
+		c.offsetUS.Store(t.UnixMicro() - mid.UnixMicro())
+		c.known.Store(true)
 	}
 	c.mu.Unlock()
 }
 
+// offset is Redis's time minus the local time in µs, 0 without a sample.
+func (c *redisClock) offset() int64 { return c.offsetUS.Load() }
+
 // now returns Redis's time now in µs, false without a sample.
 func (c *redisClock) now() (int64, bool) {
-	c.mu.Lock()
-	off, ok := c.offsetUS, !c.at.IsZero()
-	c.mu.Unlock()
-	return time.Now().UnixMicro() + off, ok
+	return time.Now().UnixMicro() + c.offsetUS.Load(), c.known.Load()
 }

@@ -136,22 +136,22 @@ func TestRedisClockKeepsTheNarrowestSample(t *testing.T) {
 	}
 	base := time.Now()
 	c.sample(base, base.Add(2*time.Millisecond), base.Add(time.Hour+time.Millisecond))
-	if c.offsetUS != time.Hour.Microseconds() {
-		t.Fatalf("offset %d µs, want 1 h", c.offsetUS)
+	if c.offset() != time.Hour.Microseconds() {
+		t.Fatalf("offset %d µs, want 1 h", c.offset())
 	}
 	// A wider sample is ignored, a narrower one taken.
 	c.sample(base.Add(10*time.Millisecond), base.Add(20*time.Millisecond), base.Add(2*time.Hour))
-	if c.offsetUS != time.Hour.Microseconds() {
-		t.Fatalf("a wider sample replaced the offset: %d µs", c.offsetUS)
+	if c.offset() != time.Hour.Microseconds() {
+		t.Fatalf("a wider sample replaced the offset: %d µs", c.offset())
 	}
 	c.sample(base.Add(30*time.Millisecond), base.Add(31*time.Millisecond), base.Add(30*time.Millisecond+500*time.Microsecond-time.Minute))
-	if c.offsetUS != -time.Minute.Microseconds() {
-		t.Fatalf("offset %d µs, want -1 min from the narrower sample", c.offsetUS)
+	if c.offset() != -time.Minute.Microseconds() {
+		t.Fatalf("offset %d µs, want -1 min from the narrower sample", c.offset())
 	}
 	// A second later any sample replaces it.
 	c.sample(base.Add(2*time.Second), base.Add(2*time.Second+50*time.Millisecond), base.Add(2*time.Second+25*time.Millisecond))
-	if c.offsetUS != 0 {
-		t.Fatalf("offset %d µs, want 0 from the fresh sample", c.offsetUS)
+	if c.offset() != 0 {
+		t.Fatalf("offset %d µs, want 0 from the fresh sample", c.offset())
 	}
 	if now, ok := c.now(); !ok || absDuration(time.Duration(now-time.Now().UnixMicro())*time.Microsecond) > time.Second {
 		t.Fatalf("now = %d, %v", now, ok)
