@@ -342,8 +342,9 @@ type Decision struct {
 	// Degraded is true when Guard's failure policy decided instead of the
 	// counter backend (FAILURE_MODE).
 	Degraded bool
-	// Cached is true when OverLimitCache rejected the request without the
-	// backend (a rejection the backend would have made too).
+	// Cached is true when the over-limit cache (redisstore/overlimit)
+	// rejected the request without the backend (a rejection the backend
+	// would have made too).
 	Cached bool
 }
 

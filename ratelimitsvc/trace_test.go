@@ -22,6 +22,7 @@ import (
 
 	"github.com/throttle-rl/throttle/algorithms"
 	"github.com/throttle-rl/throttle/algorithms/redisstore"
+	"github.com/throttle-rl/throttle/algorithms/redisstore/overlimit"
 	"github.com/throttle-rl/throttle/descriptors"
 	"github.com/throttle-rl/throttle/internal/testkit/redistest"
 	"github.com/throttle-rl/throttle/ratelimitsvc"
@@ -48,7 +49,7 @@ func TestTracingSpans(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	redisStore := redisstore.New(redistest.NewClient(t, redistest.SharedURL(t)), redisstore.Options{Tracer: tp.Tracer("github.com/throttle-rl/throttle/algorithms")})
-	cache, err := redisstore.NewOverLimitCache(redisStore, redisstore.OverLimitCacheOptions{MaxBytes: 1 << 20})
+	cache, err := overlimit.New(redisStore, overlimit.Options{MaxBytes: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,7 @@
 //
 // A batch of requests meets these stages, in order, one file each:
 //
-//  1. overlimit.go: OverLimitCache answers what Redis has just rejected, until it could be admitted (Envoy path).
+//  1. overlimit/ (its own package: it wraps any algorithms.Store): overlimit.Cache answers what Redis has just rejected, until it could be admitted (Envoy path).
 //  2. split.go: Split sends one-second limits to the REDIS_PERSECOND Redis, the rest to the main one.
 //  3. guard.go: Guard.Check validates the batch and takes its path (path.go) behind the breakers (breaker.go).
 //  4. approxcheck.go: path.decide sends approximate requests to the table (approx.go), the rest to Redis (path.exact).

@@ -21,7 +21,7 @@ import (
 	"google.golang.org/grpc/health"
 
 	"github.com/throttle-rl/throttle/algorithms"
-	"github.com/throttle-rl/throttle/algorithms/redisstore"
+	"github.com/throttle-rl/throttle/algorithms/redisstore/overlimit"
 	"github.com/throttle-rl/throttle/descriptors"
 	"github.com/throttle-rl/throttle/internal/tlsreload"
 	"github.com/throttle-rl/throttle/quotasvc"
@@ -212,7 +212,7 @@ func (a *app) openAPIs(context.Context) error {
 	rlsLimiter := a.limiter
 	if a.backend == "redis" && cfg.LocalCacheBytes > 0 {
 		var err error
-		if rlsLimiter, err = redisstore.NewOverLimitCache(a.limiter, redisstore.OverLimitCacheOptions{MaxBytes: cfg.LocalCacheBytes, Registerer: a.reg}); err != nil {
+		if rlsLimiter, err = overlimit.New(a.limiter, overlimit.Options{MaxBytes: cfg.LocalCacheBytes, Registerer: a.reg}); err != nil {
 			return err
 		}
 	}

@@ -1,4 +1,8 @@
-package redisstore
+// Package overlimit answers, without the store behind it, what that store
+// has just rejected: the reference service's local cache
+// (LOCAL_CACHE_SIZE_IN_BYTES), in front of the Redis engine on the Envoy
+// path. It wraps any algorithms.Store and imports no Redis.
+package overlimit
 
 import (
 	"context"
@@ -12,7 +16,7 @@ import (
 	"github.com/throttle-rl/throttle/algorithms"
 )
 
-// OverLimitCache answers, without the backend, requests for a key that the
+// Cache answers, without the backend, requests for a key that the
 // backend has just rejected, until the moment the backend said the same
 // request could next be admitted (the reference service's local cache,
 // LOCAL_CACHE_SIZE_IN_BYTES).
@@ -35,18 +39,18 @@ import (
 // resets), and counters lost by Redis (a flush, a restart without
 // persistence): it goes on rejecting what the key's limit says must be
 // rejected in that window, where Redis would have started again from zero.
-type OverLimitCache struct {
+type Cache struct {
 	next     algorithms.Store
 	seed     maphash.Seed
-	shards   [cacheShards]cacheShard
-	maxBytes int // per shard
+	stripes  [numStripes]stripe
+	maxBytes int // per stripe
 	now      func() time.Time
 	hits     prometheus.Counter
 }
 
-const cacheShards = 64
+const numStripes = 64
 
-type cacheShard struct {
+type stripe struct {
 	mu    sync.Mutex
 	m     map[cacheKey]cacheEntry
 	bytes int
@@ -66,8 +70,8 @@ type cacheEntry struct {
 // entryOverhead approximates a map entry's bytes beside its strings.
 const entryOverhead = 160
 
-// OverLimitCacheOptions configures an OverLimitCache.
-type OverLimitCacheOptions struct {
+// Options configures an Cache.
+type Options struct {
 	// MaxBytes bounds the cache's memory (approximately: key strings plus a
 	// fixed overhead per entry). Required, > 0.
 	MaxBytes int
@@ -77,24 +81,24 @@ type OverLimitCacheOptions struct {
 	Now func() time.Time
 }
 
-// NewOverLimitCache wraps next.
-func NewOverLimitCache(next algorithms.Store, opts OverLimitCacheOptions) (*OverLimitCache, error) {
+// New wraps next.
+func New(next algorithms.Store, opts Options) (*Cache, error) {
 	if opts.MaxBytes <= 0 {
 		return nil, fmt.Errorf("over-limit cache: size %d must be > 0", opts.MaxBytes)
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	c := &OverLimitCache{
+	c := &Cache{
 		next: next, seed: maphash.MakeSeed(), now: opts.Now,
-		maxBytes: max(opts.MaxBytes/cacheShards, entryOverhead),
+		maxBytes: max(opts.MaxBytes/numStripes, entryOverhead),
 		hits: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "throttle_overlimit_cache_hits_total",
 			Help: "Requests rejected by the local over-limit cache without a backend call (LOCAL_CACHE_SIZE_IN_BYTES).",
 		}),
 	}
-	for i := range c.shards {
-		c.shards[i].m = map[cacheKey]cacheEntry{}
+	for i := range c.stripes {
+		c.stripes[i].m = map[cacheKey]cacheEntry{}
 	}
 	if opts.Registerer != nil {
 		size := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -112,7 +116,7 @@ func NewOverLimitCache(next algorithms.Store, opts OverLimitCacheOptions) (*Over
 
 // Check answers the requests the cache knows to be over their limit and
 // sends the others, in one batch, to the wrapped store.
-func (c *OverLimitCache) Check(ctx context.Context, reqs []algorithms.Request) ([]algorithms.Decision, error) {
+func (c *Cache) Check(ctx context.Context, reqs []algorithms.Request) ([]algorithms.Decision, error) {
 	now := c.now()
 	var out []algorithms.Decision // nil until a request is answered here
 	for i, r := range reqs {
@@ -158,7 +162,9 @@ func (c *OverLimitCache) Check(ctx context.Context, reqs []algorithms.Request) (
 		return nil, err
 	}
 	c.remember(rest, ds, now)
-	putBack(out, index, ds)
+	for j, i := range index {
+		out[i] = ds[j]
+	}
 	return out, nil
 }
 
@@ -166,7 +172,7 @@ func (c *OverLimitCache) Check(ctx context.Context, reqs []algorithms.Request) (
 // of them was answered here: it is over its limit, so none of them may be
 // counted, and only the store can decide them so (it does, at the one it
 // rejects). It returns nil when nothing is answered here any more.
-func (c *OverLimitCache) keepTied(reqs []algorithms.Request, out []algorithms.Decision) []algorithms.Decision {
+func (c *Cache) keepTied(reqs []algorithms.Request, out []algorithms.Decision) []algorithms.Decision {
 	tied := false
 	for i := range reqs {
 		tied = tied || (out[i].Cached && algorithms.Voids(&reqs[i], &out[i]))
@@ -189,10 +195,10 @@ func (c *OverLimitCache) keepTied(reqs []algorithms.Request, out []algorithms.De
 
 // Clear forgets the cached rejections of reqs' keys and limits, then clears
 // them on the wrapped store.
-func (c *OverLimitCache) Clear(ctx context.Context, reqs []algorithms.Request) (int, error) {
+func (c *Cache) Clear(ctx context.Context, reqs []algorithms.Request) (int, error) {
 	for _, r := range reqs {
 		k := cacheKey{r.Key, r.Limit}
-		s := c.shard(k)
+		s := c.stripeOf(k)
 		s.mu.Lock()
 		s.drop(k)
 		s.mu.Unlock()
@@ -201,9 +207,9 @@ func (c *OverLimitCache) Clear(ctx context.Context, reqs []algorithms.Request) (
 }
 
 // lookup returns r's entry when it still rejects r.
-func (c *OverLimitCache) lookup(r algorithms.Request, now time.Time) (cacheEntry, bool) {
+func (c *Cache) lookup(r algorithms.Request, now time.Time) (cacheEntry, bool) {
 	k := cacheKey{r.Key, r.Limit}
-	s := c.shard(k)
+	s := c.stripeOf(k)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e, ok := s.m[k]
@@ -218,7 +224,7 @@ func (c *OverLimitCache) lookup(r algorithms.Request, now time.Time) (cacheEntry
 }
 
 // remember caches the rejections among ds, decided on requests sent at sent.
-func (c *OverLimitCache) remember(reqs []algorithms.Request, ds []algorithms.Decision, sent time.Time) {
+func (c *Cache) remember(reqs []algorithms.Request, ds []algorithms.Decision, sent time.Time) {
 	for i, d := range ds {
 		if d.Allowed || d.Degraded || d.Cached || d.RetryAfter <= 0 || reqs[i].Hits <= 0 ||
 			reqs[i].Limit.Accuracy == algorithms.Approximate {
@@ -231,7 +237,7 @@ func (c *OverLimitCache) remember(reqs []algorithms.Request, ds []algorithms.Dec
 		}
 		k := cacheKey{reqs[i].Key, reqs[i].Limit}
 		e := cacheEntry{hits: reqs[i].Hits, until: until, resetAt: sent.Add(d.ResetAfter)}
-		s := c.shard(k)
+		s := c.stripeOf(k)
 		s.mu.Lock()
 		if old, ok := s.m[k]; ok && old.hits < e.hits && sent.Before(old.until) {
 			s.mu.Unlock()
@@ -242,7 +248,7 @@ func (c *OverLimitCache) remember(reqs []algorithms.Request, ds []algorithms.Dec
 	}
 }
 
-func (c *OverLimitCache) shard(k cacheKey) *cacheShard {
+func (c *Cache) stripeOf(k cacheKey) *stripe {
 	var h maphash.Hash
 	h.SetSeed(c.seed)
 	h.WriteString(k.key.Scope)
@@ -250,7 +256,7 @@ func (c *OverLimitCache) shard(k cacheKey) *cacheShard {
 	h.WriteString(k.key.Identifier)
 	h.WriteByte(0)
 	h.WriteString(k.key.Name)
-	return &c.shards[h.Sum64()%cacheShards]
+	return &c.stripes[h.Sum64()%numStripes]
 }
 
 func entrySize(k cacheKey) int {
@@ -258,9 +264,9 @@ func entrySize(k cacheKey) int {
 }
 
 // put stores e, first dropping expired entries and then others while the
-// shard would go over maxBytes: an entry dropped early only costs a
+// stripe would go over maxBytes: an entry dropped early only costs a
 // backend call.
-func (s *cacheShard) put(k cacheKey, e cacheEntry, maxBytes int, now time.Time) {
+func (s *stripe) put(k cacheKey, e cacheEntry, maxBytes int, now time.Time) {
 	if _, ok := s.m[k]; ok {
 		s.m[k] = e
 		return
@@ -283,17 +289,17 @@ func (s *cacheShard) put(k cacheKey, e cacheEntry, maxBytes int, now time.Time) 
 	s.bytes += size
 }
 
-func (s *cacheShard) drop(k cacheKey) {
+func (s *stripe) drop(k cacheKey) {
 	if _, ok := s.m[k]; ok {
 		delete(s.m, k)
 		s.bytes -= entrySize(k)
 	}
 }
 
-func (c *OverLimitCache) bytes() int {
+func (c *Cache) bytes() int {
 	n := 0
-	for i := range c.shards {
-		s := &c.shards[i]
+	for i := range c.stripes {
+		s := &c.stripes[i]
 		s.mu.Lock()
 		n += s.bytes
 		s.mu.Unlock()
@@ -303,9 +309,9 @@ func (c *OverLimitCache) bytes() int {
 
 // Reset forgets the identifier's cached rejections, then resets it on the
 // wrapped store.
-func (c *OverLimitCache) Reset(ctx context.Context, scope, identifier string, alg algorithms.Algorithm) (int, error) {
-	for i := range c.shards {
-		s := &c.shards[i]
+func (c *Cache) Reset(ctx context.Context, scope, identifier string, alg algorithms.Algorithm) (int, error) {
+	for i := range c.stripes {
+		s := &c.stripes[i]
 		s.mu.Lock()
 		for k := range s.m {
 			if k.key.Scope == scope && k.key.Identifier == identifier && (alg == "" || k.limit.Algorithm == alg) {

@@ -1,4 +1,4 @@
-package redisstore
+package overlimit
 
 import (
 	"context"
@@ -10,15 +10,17 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/throttle-rl/throttle/algorithms"
+	"github.com/throttle-rl/throttle/algorithms/redisstore"
 	"github.com/throttle-rl/throttle/algorithms/storetest"
+	"github.com/throttle-rl/throttle/internal/testkit/redistest"
 )
 
-// TestOverLimitCacheChangesNoDecision replays one random sequence of
+// TestCacheChangesNoDecision replays one random sequence of
 // requests (several keys, hits 1-3, time moving in uneven steps across
 // window and refill boundaries) through the cache in front of a store and
 // through an identical store alone, in lockstep: every decision's Allowed
 // must agree, and the cache must have answered many of them.
-func TestOverLimitCacheChangesNoDecision(t *testing.T) {
+func TestCacheChangesNoDecision(t *testing.T) {
 	limits := []algorithms.Limit{
 		{Algorithm: algorithms.FixedWindow, Limit: 5, Window: 10 * time.Second},
 		{Algorithm: algorithms.SlidingWindow, Limit: 5, Window: 10 * time.Second},
@@ -27,13 +29,13 @@ func TestOverLimitCacheChangesNoDecision(t *testing.T) {
 		{Algorithm: algorithms.GCRA, Limit: 5, Window: 10 * time.Second},
 		{Algorithm: algorithms.GCRA, Limit: 3, Window: 7 * time.Second}, // T = 2333333 1/3 µs
 	}
-	backends := map[string]func(t *testing.T, clock *fakeClock) (algorithms.Store, algorithms.Store){
-		"memory": func(t *testing.T, clock *fakeClock) (algorithms.Store, algorithms.Store) {
+	backends := map[string]func(t *testing.T, clock *storetest.Clock) (algorithms.Store, algorithms.Store){
+		"memory": func(t *testing.T, clock *storetest.Clock) (algorithms.Store, algorithms.Store) {
 			return algorithms.NewMemoryStore(algorithms.MemoryOptions{Now: clock.Now}), algorithms.NewMemoryStore(algorithms.MemoryOptions{Now: clock.Now})
 		},
-		"redis": func(t *testing.T, clock *fakeClock) (algorithms.Store, algorithms.Store) {
-			rdb := newRedisClient(t, 0)
-			return New(rdb, Options{Now: clock.Now}), New(rdb, Options{Now: clock.Now})
+		"redis": func(t *testing.T, clock *storetest.Clock) (algorithms.Store, algorithms.Store) {
+			rdb := redistest.NewClient(t, redistest.SharedURL(t))
+			return redisstore.New(rdb, redisstore.Options{Now: clock.Now}), redisstore.New(rdb, redisstore.Options{Now: clock.Now})
 		},
 	}
 	for name, mk := range backends {
@@ -41,11 +43,11 @@ func TestOverLimitCacheChangesNoDecision(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/%s/%v", name, l.Algorithm, l.RefillRate), func(t *testing.T) {
 				clock := storetest.NewClock(time.Unix(1_800_000_000, 0))
 				behind, alone := mk(t, clock)
-				cache, err := NewOverLimitCache(behind, OverLimitCacheOptions{MaxBytes: 1 << 20, Now: clock.Now})
+				cache, err := New(behind, Options{MaxBytes: 1 << 20, Now: clock.Now})
 				if err != nil {
 					t.Fatal(err)
 				}
-				scopeA, scopeB := uniqueScope(t), uniqueScope(t)
+				scopeA, scopeB := storetest.UniqueScope(t), storetest.UniqueScope(t)
 				rng := rand.New(rand.NewPCG(1, 2))
 				ctx := context.Background()
 				cached := 0
@@ -86,12 +88,12 @@ func TestOverLimitCacheChangesNoDecision(t *testing.T) {
 	}
 }
 
-// TestOverLimitCacheBounded: many distinct rejected keys never take more
+// TestCacheBounded: many distinct rejected keys never take more
 // than the configured bytes, and Reset forgets an identifier.
-func TestOverLimitCacheBounded(t *testing.T) {
+func TestCacheBounded(t *testing.T) {
 	clock := storetest.NewClock(time.Unix(1_800_000_000, 0))
 	const maxBytes = 64 * 1024
-	cache, err := NewOverLimitCache(algorithms.NewMemoryStore(algorithms.MemoryOptions{Now: clock.Now}), OverLimitCacheOptions{MaxBytes: maxBytes, Now: clock.Now})
+	cache, err := New(algorithms.NewMemoryStore(algorithms.MemoryOptions{Now: clock.Now}), Options{MaxBytes: maxBytes, Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,18 +129,18 @@ func TestOverLimitCacheBounded(t *testing.T) {
 	}
 }
 
-// TestOverLimitCacheSkipsDegraded: rejections by the failure policy (Redis
+// TestCacheSkipsDegraded: rejections by the failure policy (Redis
 // down, FAILURE_MODE closed) are not cached: once Redis is back, the store
 // decides again.
-func TestOverLimitCacheSkipsDegraded(t *testing.T) {
+func TestCacheSkipsDegraded(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", DialTimeout: 100 * time.Millisecond, MaxRetries: -1, DialerRetries: 1})
 	t.Cleanup(func() { rdb.Close() })
-	dead := New(rdb, Options{})
-	g, err := NewGuard(dead, GuardOptions{Mode: algorithms.FailClosed, Timeout: 100 * time.Millisecond})
+	dead := redisstore.New(rdb, redisstore.Options{})
+	g, err := redisstore.NewGuard(dead, redisstore.GuardOptions{Mode: algorithms.FailClosed, Timeout: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cache, err := NewOverLimitCache(g, OverLimitCacheOptions{MaxBytes: 1 << 20})
+	cache, err := New(g, Options{MaxBytes: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
