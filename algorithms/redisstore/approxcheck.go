@@ -34,10 +34,16 @@ func (p *path) decide(ctx context.Context, reqs []algorithms.Request) ([]algorit
 	if n == len(reqs) && !someDown && !algorithms.Tied(reqs) {
 		return p.decideApprox(ctx, reqs)
 	}
-	var m mixed
-	m.out = make([]algorithms.Decision, len(reqs))
-	m.tied = algorithms.Tied(reqs)
-	var byShard map[*shard][]int
+	return p.decideMixed(ctx, reqs, someDown, now)
+}
+
+// decideMixed decides a batch the table cannot decide alone: tied, or
+// holding exact requests, or approximate ones of a master that is down
+// (someDown: answered by the failure policy).
+func (p *path) decideMixed(ctx context.Context, reqs []algorithms.Request, someDown bool, now time.Time) ([]algorithms.Decision, error) {
+	s := p.s
+	m := mixed{out: make([]algorithms.Decision, len(reqs)), tied: algorithms.Tied(reqs)}
+	var down map[*shard][]int // the approximate requests of masters down
 	for i := range reqs {
 		r := &reqs[i]
 		if !approximate(r) {
@@ -46,10 +52,10 @@ func (p *path) decide(ctx context.Context, reqs []algorithms.Request) ([]algorit
 		}
 		if someDown {
 			if sh := s.route.shardOfRequest(r); p.approxDown(sh, now) {
-				if byShard == nil {
-					byShard = map[*shard][]int{}
+				if down == nil {
+					down = map[*shard][]int{}
 				}
-				byShard[sh] = append(byShard[sh], i)
+				down[sh] = append(down[sh], i)
 				continue
 			}
 		}
@@ -60,25 +66,33 @@ func (p *path) decide(ctx context.Context, reqs []algorithms.Request) ([]algorit
 		}
 		m.note(r, i, true)
 	}
-	for sh, at := range byShard {
+	err := m.byPolicy(ctx, reqs, down, p)
+	if err == nil {
+		err = m.decideExact(ctx, reqs, p)
+	}
+	if err != nil || m.voided {
+		m.undo(s.approx, reqs)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return m.out, nil
+}
+
+// byPolicy answers by the failure policy the approximate requests of the
+// masters down, at their positions (down, by master).
+func (m *mixed) byPolicy(ctx context.Context, reqs []algorithms.Request, down map[*shard][]int, p *path) error {
+	for sh, at := range down {
 		ds, err := p.byPolicy(ctx, sh, subset(reqs, at))
 		if err != nil {
-			m.undo(s.approx, reqs)
-			return nil, err
+			return err
 		}
 		putBack(m.out, at, ds)
 		for _, i := range at {
 			m.note(&reqs[i], i, false)
 		}
 	}
-	if err := m.decideExact(ctx, reqs, p); err != nil {
-		m.undo(s.approx, reqs)
-		return nil, err
-	}
-	if m.voided {
-		m.undo(s.approx, reqs)
-	}
-	return m.out, nil
+	return nil
 }
 
 // approximate reports whether the table decides r: an approximate limit,

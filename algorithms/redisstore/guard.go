@@ -188,8 +188,9 @@ func (g *Guard) Check(ctx context.Context, reqs []algorithms.Request) ([]algorit
 	return p.decide(ctx, reqs)
 }
 
-// checkShard decides the requests that one master holds.
-func (g *Guard) checkShard(ctx context.Context, budget time.Duration, b *breaker, reqs []algorithms.Request, last bool) ([]algorithms.Decision, error) {
+// onMaster decides the requests that one master holds, through its
+// breaker b within budget, or by the failure policy when b is open.
+func (g *Guard) onMaster(ctx context.Context, budget time.Duration, b *breaker, reqs []algorithms.Request, last bool) ([]algorithms.Decision, error) {
 	probe, allowed := g.admit(b, budget)
 	if !allowed {
 		return g.degrade(ctx, b, reqs)

@@ -46,7 +46,7 @@ func (p *path) onMaster(ctx context.Context, sh *shard, reqs []algorithms.Reques
 	if p.g == nil {
 		return p.s.onShard(ctx, time.Time{}, sh, reqs)
 	}
-	return p.g.checkShard(ctx, p.budget, p.g.breakerOf(sh), reqs, last)
+	return p.g.onMaster(ctx, p.budget, p.g.breakerOf(sh), reqs, last)
 }
 
 // approxDown reports whether the approximate requests of master sh are
