@@ -272,6 +272,7 @@ func (st *approxStripe) drop(h uint64, gone func(*approxEntry) bool) {
 	for e := st.m[h]; e != nil; {
 		next := e.next
 		if gone(e) {
+			e.dropped = true
 			st.n--
 		} else {
 			e.next, keep = keep, e

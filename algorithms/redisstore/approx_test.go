@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/throttle-rl/throttle/algorithms"
+	"github.com/throttle-rl/throttle/algorithms/storetest"
 	"github.com/throttle-rl/throttle/internal/testkit/redistest"
 )
 
@@ -265,6 +266,49 @@ func TestApproximateQueuesWhatBecomesDue(t *testing.T) {
 				t.Errorf("after the %s: queued %d, want 1", via, len(st.queue))
 			}
 		})
+	}
+}
+
+// TestApproximateOwedHitsGivenUp: hits a window owed Redis (half its blind
+// budget) and could not send are counted as given up, whether the window
+// is rolled away by the next ones' decisions or swept once over; hits it
+// did not owe (a key far below its limit) lapse uncounted either way.
+func TestApproximateOwedHitsGivenUp(t *testing.T) {
+	l := algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 3840, Window: time.Second, Accuracy: algorithms.Approximate}
+	for _, hits := range []int64{12, 20} { // blind budget 30: owed from 15
+		want := int64(0)
+		if 2*hits >= 30 {
+			want = hits
+		}
+		for _, via := range []string{"roll", "sweep"} {
+			t.Run(fmt.Sprintf("%d/%s", hits, via), func(t *testing.T) {
+				clock := storetest.NewClock(t0)
+				tb := newApproxTable(time.Second, 1024, clock.Now)
+				tb.replicas.Store(1)
+				tb.settled.Store(true)
+				r := algorithms.Request{Key: algorithms.Key{Scope: "s", Identifier: "u"}, Limit: l, Hits: 1}
+				var d algorithms.Decision
+				for range hits {
+					decideLocal(tb, &r, &d)
+				}
+				if via == "roll" {
+					for range 2 { // the window after, then the one after that
+						clock.Advance(time.Second)
+						decideLocal(tb, &r, &d)
+					}
+				} else {
+					clock.Advance(time.Second)
+					_, nowUS := tb.nowUS()
+					_, st := tb.hash(&r)
+					st.mu.Lock()
+					st.sweep(tb, nowUS)
+					st.mu.Unlock()
+				}
+				if got := tb.dropped.Load(); got != want {
+					t.Errorf("%d unsent hits of a window that is gone: %d given up, want %d", hits, got, want)
+				}
+			})
+		}
 	}
 }
 

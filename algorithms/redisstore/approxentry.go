@@ -16,6 +16,7 @@ type approxEntry struct {
 	cur, prev approxWindow
 	next      *approxEntry // another entry of the same hash
 	queued    bool         // in its stripe's queue
+	dropped   bool         // out of the table: what it still queues is not sent
 	// demand is the hits asked of this limit here since the current
 	// window's last call (admitted or not), since when (local ns);
 	// demandPrev and sincePrev, the gap before: a lease is about two

@@ -63,6 +63,11 @@ type approxSyncer struct {
 	// stopping: Drain has begun; leases go back and asks take only what
 	// they need.
 	stopping atomic.Bool
+	// sending is read-held while a round's hits, taken from the table,
+	// are on their way to Redis; Clear and Reset wait for it (awaitSends)
+	// so that a round that left before them cannot count again what they
+	// delete.
+	sending sync.RWMutex
 }
 
 func newApproxSyncer(s *Store, t *approxTable, m *approxMetrics) *approxSyncer {
@@ -135,6 +140,8 @@ func (y *approxSyncer) drain(ctx context.Context) error {
 // master at once. It returns the first error.
 func (y *approxSyncer) syncOnce(ctx context.Context, final bool) error {
 	regErr := y.register(ctx, false)
+	y.sending.RLock()
+	defer y.sending.RUnlock()
 	ops := y.collect(final)
 	if len(ops) == 0 {
 		return regErr
@@ -156,6 +163,12 @@ func (y *approxSyncer) syncOnce(ctx context.Context, final bool) error {
 	return errors.Join(append(errs, regErr)...)
 }
 
+// awaitSends waits for the round in flight, if any, to be answered.
+func (y *approxSyncer) awaitSends() {
+	y.sending.Lock()
+	y.sending.Unlock() // a barrier: it guards nothing itself
+}
+
 // collect moves every due window's pending hits in flight and returns them.
 func (y *approxSyncer) collect(final bool) []approxOp {
 	var ops []approxOp
@@ -171,6 +184,9 @@ func (y *approxSyncer) collect(final bool) []approxOp {
 			st.queue = nil
 			for _, e := range q {
 				e.queued = false
+				if e.dropped {
+					continue // forgotten (Clear, Reset) or over
+				}
 				ops = y.takeDue(e, nowUS, localNS, false, ops)
 			}
 		}

@@ -27,6 +27,7 @@ func (s *Store) Clear(ctx context.Context, reqs []algorithms.Request) (int, erro
 	for i := range reqs {
 		s.approx.forgetRequest(&reqs[i])
 	}
+	s.syncer.awaitSends()
 	s.route.ready(ctx)
 	total := 0
 	for _, p := range s.route.split(reqs, nil) {

@@ -5,20 +5,23 @@
 //
 // A batch of requests meets these stages, in order, one file each:
 //
-//  1. overlimit/ (its own package: it wraps any algorithms.Store): overlimit.Cache answers what Redis has just rejected, until it could be admitted (Envoy path).
+//  1. overlimit/: overlimit.Cache answers what Redis has just rejected, until it could be admitted (Envoy path);
+//     a package of its own, as it wraps any algorithms.Store.
 //  2. split.go: Split sends one-second limits to the REDIS_PERSECOND Redis, the rest to the main one.
 //  3. guard.go: Guard.Check validates the batch and takes its path (path.go) behind the breakers (breaker.go).
 //  4. approxcheck.go: path.decide sends approximate requests to the table (approx.go), the rest to Redis (path.exact).
 //     approxdecide.go decides within this replica's lease; approxask.go asks Redis at once when it runs out.
 //  5. route.go: router.dispatch splits the batch by master and follows a redirect once (router.go, cluster.go, keys.go).
-//  6. path.go: path.onMaster is each master's one call: through its breaker and failure policy when guarded.
+//  6. path.go: path.onMaster is each master's one call: when guarded, Guard.onMaster's breaker and failure policy.
 //  7. shard.go: onShard decides a part on its master (shard), in a span when tracing (trace.go).
 //  8. coalesce.go: the coalescer merges concurrent callers' batches into one call per master.
 //  9. store.go: decide sends count-first windows to plain.go, the rest to script.go, at once.
 //  10. plain.go: SET NX or INCRBY per request (known.go, clock.go), then refund.lua takes back what must not count.
-//  11. script.go: batch.lua, an algorithm per .lua file, run as a function or a script (functions.go).
+//  11. script.go: batch.lua (with prelude.lua and an algorithm per file: fixed_window.lua, sliding_window.lua,
+//     token_bucket.lua, gcra.lua), run as a function or a script (functions.go).
 //  12. algorithms.DecideFound turns what Redis found into decisions, as the memory store does.
-//  13. clear.go: refundVoided takes back what masters counted for a group another voided; Clear and Reset delete state.
+//  13. clear.go: refundVoided takes back what masters counted for a group another voided; Clear and Reset delete
+//     state (clear.lua, reset.lua).
 //
 // Beside them: approxsync.go syncs the approximate limits with each master
 // every interval and resizes its leases (approxcall.go, approx.lua; approxentry.go holds a limit's windows,

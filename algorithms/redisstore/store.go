@@ -227,6 +227,7 @@ func (s *Store) Reset(ctx context.Context, scope, identifier string, alg algorit
 		}
 	}
 	s.approx.forget(scope, identifier, alg)
+	s.syncer.awaitSends()
 	index := s.indexKey(scope, identifier)
 	var n int
 	err := s.route.onKey(ctx, index, func(sh *shard) error {
