@@ -68,12 +68,7 @@ func offerUneven(t *testing.T, stores []algorithms.Store, weights []int, req alg
 // Every admitted hit reaches Redis.
 func TestApproximateKeepsTheLimit(t *testing.T) {
 	const limit, window = 2000, 6 * time.Second
-	single := func(t *testing.T) redis.UniversalClient { return newRedisClient(t, 0) }
-	cluster := func(t *testing.T) redis.UniversalClient {
-		cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: redistest.StartCluster(t), ContextTimeoutEnabled: true})
-		t.Cleanup(func() { cc.Close() })
-		return cc
-	}
+	single, cluster := singleRedis, newClusterClient
 	cases := []struct {
 		name    string
 		weights []int

@@ -93,12 +93,7 @@ func roomIn(window, need time.Duration) {
 // exactly what was admitted.
 func TestApproximateBurst(t *testing.T) {
 	const limit = 2000
-	single := func(t *testing.T) redis.UniversalClient { return newRedisClient(t, 0) }
-	cluster := func(t *testing.T) redis.UniversalClient {
-		cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: redistest.StartCluster(t), ContextTimeoutEnabled: true})
-		t.Cleanup(func() { cc.Close() })
-		return cc
-	}
+	single, cluster := singleRedis, newClusterClient
 	cases := []struct {
 		name     string
 		replicas int

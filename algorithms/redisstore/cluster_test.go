@@ -179,9 +179,7 @@ func TestGuardClusterFailover(t *testing.T) {
 // over, what this one counted is refunded, so the wide limit ends where it
 // would on one node.
 func TestClusterAllOrNothingAcrossMasters(t *testing.T) {
-	addrs := redistest.StartCluster(t)
-	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
-	defer cc.Close()
+	cc := newClusterClient(t)
 	s := New(cc, Options{Coalesce: 2})
 	defer s.Close()
 	ctx := context.Background()

@@ -6,11 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/throttle-rl/throttle/algorithms"
 	"github.com/throttle-rl/throttle/algorithms/storetest"
-	"github.com/throttle-rl/throttle/internal/testkit/redistest"
 )
 
 // TestRedisKeysExpire checks that every key an identifier leaves in Redis
@@ -191,9 +188,7 @@ func TestRedisIndexOutlivesState(t *testing.T) {
 // one script call (or one pipeline of plain counters) per master it
 // touches, coalesced per master.
 func TestRedisCluster(t *testing.T) {
-	addrs := redistest.StartCluster(t)
-	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
-	t.Cleanup(func() { rdb.Close() })
+	rdb := newClusterClient(t)
 	storetest.Contract(t, []storetest.Factory{{Name: "redis-cluster", New: func(t *testing.T, clock func() time.Time) algorithms.Store {
 		s := New(rdb, Options{Now: clock, Coalesce: 2})
 		t.Cleanup(s.Close)

@@ -32,6 +32,19 @@ func newRedisClient(t testing.TB, poolSize int) *redis.Client {
 	return rdb
 }
 
+// singleRedis is the test Redis, for tests run on a single Redis and a
+// Cluster alike (newClusterClient).
+func singleRedis(t *testing.T) redis.UniversalClient { return newRedisClient(t, 0) }
+
+// newClusterClient connects to a Cluster started for t and closes the
+// client at the end.
+func newClusterClient(t *testing.T) redis.UniversalClient {
+	t.Helper()
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: redistest.StartCluster(t), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { cc.Close() })
+	return cc
+}
+
 // uniqueScope is storetest.UniqueScope.
 func uniqueScope(t testing.TB) string {
 	t.Helper()
