@@ -91,7 +91,7 @@ func Decide(r *Request, f *Found, nowUS int64, d *Decision) bool {
 // its all-or-nothing group was voided (by a request over its limit). It
 // returns whether the hits were within the limit.
 func decideFound(r *Request, f *Found, nowUS int64, voided bool, d *Decision) bool {
-	counted := r.AlwaysCount || !(voided && r.AllOrNothing)
+	counted := !(voided && Uncounts(r))
 	o := decideOn(r, f, nowUS, r.Hits)
 	within := o.allowed
 	if o.wrote && !counted {
