@@ -201,8 +201,8 @@ func (s *Stats) flush(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
 		s.store.Flush()
+		s.idle <- struct{}{} // first: a Flush right after this one returns finds it idle
 		close(done)
-		s.idle <- struct{}{}
 	}()
 	select {
 	case <-done:
