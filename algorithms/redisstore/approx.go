@@ -287,26 +287,34 @@ func (st *approxStripe) drop(h uint64, gone func(*approxEntry) bool) {
 }
 
 // forget drops what the table holds of (scope, identifier): of every
-// limit, or of those of algorithm alg. Reset and Clear forget locally
-// what they delete in Redis (other replicas see it at their next sync).
-func (t *approxTable) forget(scope, identifier string, alg algorithms.Algorithm) {
+// limit, or of those of algorithm alg, and reports whether it held any.
+// Reset and Clear forget locally what they delete in Redis (other replicas
+// see it at their next sync).
+func (t *approxTable) forget(scope, identifier string, alg algorithms.Algorithm) bool {
+	held := false
 	for i := range t.stripes {
 		st := &t.stripes[i]
 		st.mu.Lock()
+		n := st.n
 		st.dropAll(func(e *approxEntry) bool {
 			k := &e.req.Key
 			return k.Scope == scope && k.Identifier == identifier && (alg == "" || e.req.Limit.Algorithm == alg)
 		})
+		held = held || st.n < n
 		st.mu.Unlock()
 	}
+	return held
 }
 
-// forgetRequest drops the table's entry of r's Key and Limit (Clear).
-func (t *approxTable) forgetRequest(r *algorithms.Request) {
+// forgetRequest drops the table's entry of r's Key and Limit (Clear), and
+// reports whether it held one.
+func (t *approxTable) forgetRequest(r *algorithms.Request) bool {
 	h, st := t.hash(r)
 	st.mu.Lock()
+	defer st.mu.Unlock()
+	n := st.n
 	st.drop(h, func(e *approxEntry) bool { return e.is(r) })
-	st.mu.Unlock()
+	return st.n < n
 }
 
 // leased is how much of their leases the windows hold unspent.

@@ -64,9 +64,9 @@ type approxSyncer struct {
 	// they need.
 	stopping atomic.Bool
 	// sending is read-held while a round's hits, taken from the table,
-	// are on their way to Redis; Clear and Reset wait for it (awaitSends)
-	// so that a round that left before them cannot count again what they
-	// delete.
+	// are on their way to Redis; Clear and Reset that forgot an entry wait
+	// for it (awaitSends) so that a round that left before them cannot
+	// count again what they delete.
 	sending sync.RWMutex
 }
 

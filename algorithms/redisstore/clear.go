@@ -24,10 +24,13 @@ func (s *Store) Clear(ctx context.Context, reqs []algorithms.Request) (int, erro
 	if len(reqs) == 0 {
 		return 0, nil
 	}
+	held := false
 	for i := range reqs {
-		s.approx.forgetRequest(&reqs[i])
+		held = s.approx.forgetRequest(&reqs[i]) || held
 	}
-	s.syncer.awaitSends()
+	if held {
+		s.syncer.awaitSends()
+	}
 	s.route.ready(ctx)
 	total := 0
 	for _, p := range s.route.split(reqs, nil) {

@@ -226,8 +226,9 @@ func (s *Store) Reset(ctx context.Context, scope, identifier string, alg algorit
 			return 0, err
 		}
 	}
-	s.approx.forget(scope, identifier, alg)
-	s.syncer.awaitSends()
+	if s.approx.forget(scope, identifier, alg) {
+		s.syncer.awaitSends()
+	}
 	index := s.indexKey(scope, identifier)
 	var n int
 	err := s.route.onKey(ctx, index, func(sh *shard) error {
