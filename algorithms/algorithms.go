@@ -279,6 +279,10 @@ type Request struct {
 	// when another's request was over (between the two, another request can
 	// see the count that is then refunded).
 	AllOrNothing bool
+	// Hold, when set, keeps the hits as a hold (a reservation) once they
+	// are admitted and counted: see Hold and Settle. A hold is decided
+	// exactly, on an approximate limit too.
+	Hold *Hold
 }
 
 // Counting is the consistency regime of a request: how a store may count
@@ -346,6 +350,9 @@ type Decision struct {
 	// rejected the request without the backend (a rejection the backend
 	// would have made too).
 	Cached bool
+	// HoldExpires is when the hold the request made expires (Request.Hold,
+	// when its hits were counted); zero otherwise.
+	HoldExpires time.Time
 }
 
 // ResetAt returns the moment the state is fresh again.
