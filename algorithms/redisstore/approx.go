@@ -76,6 +76,14 @@ type approxTable struct {
 	// dropped counts hits given up: their window was over before a sync
 	// could send them.
 	dropped atomic.Int64
+	// base is when the table was made: the monotonic origin of leases'
+	// expiries (mono).
+	base time.Time
+	// blindHits counts the hits admitted outside any lease (blind budgets,
+	// and the failure policy's admissions when an ask got no answer): the
+	// most by which approximate limits can have gone over. excess counts
+	// what Redis saw past a limit when those hits were reported.
+	blindHits, excess atomic.Int64
 }
 
 // approxStripe is one lock's part of the table.
@@ -106,7 +114,7 @@ func (st *approxStripe) each(f func(*approxEntry)) {
 }
 
 func newApproxTable(interval time.Duration, maxKeys int, now func() time.Time) *approxTable {
-	t := &approxTable{seed: maphash.MakeSeed(), interval: interval, maxKeys: max(1, maxKeys/approxStripes), now: now}
+	t := &approxTable{seed: maphash.MakeSeed(), interval: interval, maxKeys: max(1, maxKeys/approxStripes), now: now, base: time.Now()}
 	if t.now == nil {
 		t.now = time.Now
 	} else {
@@ -163,6 +171,36 @@ func (t *approxTable) nowUS() (local time.Time, us int64) {
 		return local, local.UnixMicro()
 	}
 	return local, local.UnixMicro() + t.clock.offset()
+}
+
+// mono is at (a time.Now reading) in ns on this replica's monotonic
+// clock: what leases' expiries are measured on, whatever the wall clock
+// or Options.Now do.
+func (t *approxTable) mono(at time.Time) int64 { return int64(at.Sub(t.base)) }
+
+// monoNow is mono at local, the time of a decision, or now when local is
+// Options.Now's.
+func (t *approxTable) monoNow(local time.Time) int64 {
+	if t.fixedNow {
+		local = time.Now()
+	}
+	return t.mono(local)
+}
+
+// callTimeout bounds one round of syncs, and an ask.
+func (t *approxTable) callTimeout() time.Duration {
+	return max(2*t.interval, 500*time.Millisecond)
+}
+
+// leaseTTL is how long a lease of a window of l lasts unless renewed:
+// long enough that a sync that takes its whole timeout still renews it in
+// time (a call timeout and an interval, at least four intervals), never
+// longer than the window. Redis gives back a lease not renewed within it
+// (approx.lua), so a dead replica costs the others at most one TTL; the
+// replica stops spending it a TTL after it sent the call that granted it,
+// on its own monotonic clock, so it never spends what Redis gave back.
+func (t *approxTable) leaseTTL(l *algorithms.Limit) time.Duration {
+	return min(max(4*t.interval, t.callTimeout()+t.interval), l.Window)
 }
 
 // n is the replica count the blind budgets divide by.

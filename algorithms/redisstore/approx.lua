@@ -1,12 +1,16 @@
 -- The call of approximate limits (approxsync.go, approxask.go): one
 -- replica reports the hits it admitted in each window since its last call,
 -- and takes a new lease of it. A window's counter holds what every replica
--- admitted plus every replica's lease not yet spent, never more than the
--- limit by a lease; its lease hash holds each replica's lease. A report's
--- hits come out of the replica's lease first (already counted), the rest
--- are added; then the replica's lease becomes its target, capped by what is
--- left divided among the replicas (at least what an ask needs), never past
--- what is left: the unused part of the old lease goes back.
+-- admitted plus every replica's unexpired lease not yet spent, never more
+-- than the limit by a lease; its lease hash holds each replica's lease and
+-- when it expires ("<lease>:<expiry µs>", Redis's clock). Every call first
+-- gives back the leases that have expired (their holder did not renew
+-- them in time: dead, or cut off), whoever held them. A report's hits come
+-- out of the replica's unexpired lease first (already counted), the rest
+-- are added; then the replica's lease becomes its target, capped by what
+-- is left divided among the replicas (at least what an ask needs), never
+-- past what is left: the unused part of the old lease goes back. The new
+-- lease expires a lease TTL after this call.
 -- KEYS per counter: the counter; its previous window's counter (a sliding
 -- window); its lease hash; its identifier's index when it has one (a REST
 -- limit, which Reset finds through it). On a Cluster only the first key is
@@ -16,9 +20,11 @@
 -- the hits, the TTL in ms of the keys this call makes, the limit, the
 -- window in µs for a sliding window ("0": a fixed one, no previous
 -- counter), the window's number, the target lease, the least lease an ask
--- needs, and its member in the index ("" for none).
+-- needs, its member in the index ("" for none), and the lease TTL in µs.
 -- Reply: Redis TIME (s, µs), then per counter: its count after the call,
--- the replica's lease, and the previous counter's count (-1: none).
+-- the replica's lease, the previous counter's count (-1: none), and by how
+-- much the hits this call added took the count past the limit (the excess
+-- Redis saw: blind hits reported late).
 local keys = KEYS
 local at = 2
 if ARGV[1] ~= '' then
@@ -31,11 +37,34 @@ local id, replicas = ARGV[at], tonumber(ARGV[at + 1])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local out = {tonumber(t[1]), tonumber(t[2])}
+-- sweep gives back the expired leases of lease hash h at now, and
+-- returns them with this replica's unexpired lease. A lease written
+-- without an expiry (before leases expired) lapses with its window.
+local function sweep(h)
+  local all = redis.call('HGETALL', h)
+  local expired, mine = 0, 0
+  for j = 1, #all, 2 do
+    local v = all[j + 1]
+    local sep = string.find(v, ':', 1, true)
+    local amount, expiry = tonumber(v), math.huge
+    if sep then
+      amount, expiry = tonumber(string.sub(v, 1, sep - 1)), tonumber(string.sub(v, sep + 1))
+    end
+    if expiry <= now then
+      expired = expired + amount
+      redis.call('HDEL', h, all[j])
+    elseif all[j] == id then
+      mine = amount
+    end
+  end
+  return expired, mine
+end
 local k = 1
-for i = at + 2, #ARGV, 8 do
+for i = at + 2, #ARGV, 9 do
   local hits, ttl, limit = tonumber(ARGV[i]), ARGV[i + 1], tonumber(ARGV[i + 2])
   local window, num = tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4])
   local target, need, member = tonumber(ARGV[i + 5]), tonumber(ARGV[i + 6]), ARGV[i + 7]
+  local leasettl = tonumber(ARGV[i + 8])
   local key = keys[k]
   k = k + 1
   local prev, weight = -1, 0
@@ -48,16 +77,18 @@ for i = at + 2, #ARGV, 8 do
   local lease = keys[k]
   k = k + 1
   local before = redis.call('GET', key)
-  local existed, held = before ~= false, 0
+  local existed, held, expired = before ~= false, 0, 0
   if existed then
-    held = tonumber(redis.call('HGET', lease, id) or '0')
+    expired, held = sweep(lease)
   else
     redis.call('DEL', lease) -- a counter reset or expired: its leases are gone
   end
   before = tonumber(before or '0')
   local covered = math.min(hits, held)
   held = held - covered
-  local count = before + hits - covered
+  local count = math.max(before - expired, 0) + hits - covered
+  -- The excess these hits made: past the limit by more than before.
+  local excess = math.max(count + weight - limit, 0) - math.max(before - expired + weight - limit, 0)
   local room = limit - weight - count + held -- what this replica may hold
   local grant = math.min(target, math.max(math.ceil(room / replicas), need), room)
   grant = math.max(grant, 0)
@@ -70,7 +101,7 @@ for i = at + 2, #ARGV, 8 do
     end
   end
   if grant > 0 then
-    redis.call('HSET', lease, id, grant)
+    redis.call('HSET', lease, id, string.format('%.0f:%.0f', grant, now + leasettl))
     redis.call('PEXPIRE', lease, ttl)
   elseif held + covered > 0 then
     redis.call('HDEL', lease, id)
@@ -85,5 +116,6 @@ for i = at + 2, #ARGV, 8 do
   out[#out + 1] = count
   out[#out + 1] = grant
   out[#out + 1] = prev
+  out[#out + 1] = math.max(excess, 0)
 end
 return out

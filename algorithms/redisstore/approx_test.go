@@ -222,7 +222,7 @@ func decideLocal(tb *approxTable, r *algorithms.Request, d *algorithms.Decision)
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	e := tb.entryAt(st, h, r, nowUS, local.UnixNano())
-	tb.decideIn(e, r, d, nowUS, true, false, false)
+	tb.decideIn(e, r, d, decision{nowUS: nowUS, mono: tb.monoNow(local), first: true})
 	tb.queueDue(st, e)
 }
 

@@ -30,30 +30,34 @@ type approxAskCounters struct {
 }
 
 // approxDecide decides r (approximate, valid) into d from the table,
-// asking Redis when the lease is spent, and reports false when r must be
-// decided exactly: the table is full (throttle_approximate_overflow_total),
-// or the registry has not been read (a replica decides approximately only
-// once it knows how many replicas share a limit).
-func (s *Store) approxDecide(ctx context.Context, r *algorithms.Request, d *algorithms.Decision, local time.Time, nowUS int64) bool {
+// asking Redis when the lease is spent. It answers decided, or byPolicy
+// when Redis gave no answer in time to a request past this replica's lease
+// (the failure policy decides it), or notHere when r must be decided
+// exactly: the table is full (throttle_approximate_overflow_total), or the
+// registry has not been read (a replica decides approximately only once it
+// knows how many replicas share a limit).
+func (s *Store) approxDecide(ctx context.Context, r *algorithms.Request, d *algorithms.Decision, local time.Time, nowUS int64) verdict {
 	t := s.approx
 	if t.replicas.Load() == 0 {
-		return false
+		return notHere
 	}
 	h, st := t.hash(r)
 	st.mu.Lock()
-	offline := false
+	at := decision{first: true, mayAsk: true}
 	for asks := 0; ; asks++ {
 		e := t.entryAt(st, h, r, nowUS, local.UnixNano())
 		if e == nil {
 			st.mu.Unlock()
 			s.approxMetrics.overflow.Inc()
-			return false
+			return notHere
 		}
 		w := &e.cur
-		if t.decideIn(e, r, d, nowUS, asks == 0, asks < maxAsks, offline) == decided {
+		at.nowUS, at.mono = nowUS, t.monoNow(local)
+		at.first, at.mayAsk = asks == 0, asks < maxAsks
+		if v := t.decideIn(e, r, d, at); v != mustAsk {
 			t.queueDue(st, e)
 			st.mu.Unlock()
-			return true
+			return v
 		}
 		f, lead := w.flight, w.flight == nil
 		var op approxOp
@@ -68,7 +72,7 @@ func (s *Store) approxDecide(ctx context.Context, r *algorithms.Request, d *algo
 			select {
 			case <-f.done:
 			case <-ctx.Done():
-				offline = true // the caller cannot wait: from memory
+				at.offline = true // the caller cannot wait: the failure policy's
 			}
 		}
 		local, nowUS = t.nowUS()

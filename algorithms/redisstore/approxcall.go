@@ -26,11 +26,16 @@ type approxOp struct {
 	covered  int64 // of hits, those the lease covered when the call began
 	flight   *approxFlight
 	sh       *shard
-	total    int64 // the answer: the counter, the lease, the previous counter
-	held     int64
+	total    int64 // the answer: the counter, the lease, the previous counter,
+	held     int64 // the excess its hits made
 	prev     int64
+	excess   int64
+	sent     time.Time // when the call that answered it was sent (local, monotonic)
 	answered bool
 }
+
+// approxReply is how many values approx.lua answers per counter.
+const approxReply = 4
 
 // byShard groups ops by the Redis master of their keys.
 func (y *approxSyncer) byShard(ctx context.Context, ops []approxOp) map[*shard][]int {
@@ -76,15 +81,17 @@ func (y *approxSyncer) send(ctx context.Context, sh *shard, ops []approxOp, at [
 // note notes in the ops at positions part the reply res of their call,
 // sent and answered at those local times.
 func (y *approxSyncer) note(ops []approxOp, part []int, res []int64, sent, got time.Time) error {
-	if len(res) != 2+3*len(part) {
-		return fmt.Errorf("redis: approximate sync: %d values in the reply, want %d", len(res), 2+3*len(part))
+	if len(res) != 2+approxReply*len(part) {
+		return fmt.Errorf("redis: approximate sync: %d values in the reply, want %d", len(res), 2+approxReply*len(part))
 	}
 	if !y.t.fixedNow {
 		y.t.clock.sample(sent, got, time.Unix(res[0], res[1]*1000))
 	}
 	for j, i := range part {
-		v := res[2+3*j:]
-		ops[i].total, ops[i].held, ops[i].prev, ops[i].answered = v[0], v[1], v[2], true
+		v := res[2+approxReply*j:]
+		op := &ops[i]
+		op.total, op.held, op.prev, op.excess = v[0], v[1], v[2], v[3]
+		op.sent, op.answered = sent, true
 	}
 	return nil
 }
@@ -92,7 +99,7 @@ func (y *approxSyncer) note(ops []approxOp, part []int, res []int64, sent, got t
 // call is one script call for the ops at positions part.
 func (y *approxSyncer) call(ctx context.Context, sh *shard, ops []approxOp, part []int) ([]int64, error) {
 	keys := make([]string, 0, 3*len(part))
-	args := make([]any, 0, 3+8*len(part))
+	args := make([]any, 0, 3+9*len(part))
 	args = append(args, "", y.id, strconv.FormatInt(y.t.shares(), 10))
 	for _, i := range part {
 		op := &ops[i]
@@ -108,7 +115,8 @@ func (y *approxSyncer) call(ctx context.Context, sh *shard, ops []approxOp, part
 		}
 		args = append(args, strconv.FormatInt(op.hits, 10), strconv.FormatInt(max(op.ttlMS, 1), 10),
 			strconv.FormatInt(op.e.req.Limit.Limit, 10), window, strconv.FormatInt(op.num, 10),
-			strconv.FormatInt(op.target, 10), strconv.FormatInt(op.need, 10), op.member)
+			strconv.FormatInt(op.target, 10), strconv.FormatInt(op.need, 10), op.member,
+			strconv.FormatInt(y.t.leaseTTL(&op.e.req.Limit).Microseconds(), 10))
 	}
 	keys, args = y.s.route.pack(keys, args, 0)
 	return y.sync.Run(ctx, sh.client, keys, args...).Int64Slice()
@@ -153,6 +161,10 @@ func (y *approxSyncer) apply(ops []approxOp, asked bool) {
 // and whether anything is left to grant. st.mu is held.
 func (t *approxTable) answer(e *approxEntry, w *approxWindow, op *approxOp, localNS, nowUS int64) {
 	w.global, w.held = op.total, op.held
+	w.leaseUntil = t.mono(op.sent) + t.leaseTTL(&e.req.Limit).Nanoseconds()
+	if op.excess > 0 {
+		t.excess.Add(op.excess)
+	}
 	if op.prev >= 0 && w == &e.cur {
 		w.prevCount = op.prev
 	}

@@ -52,16 +52,17 @@ func (p *path) decideMixed(ctx context.Context, reqs []algorithms.Request, someD
 		}
 		if someDown {
 			if sh := s.route.shardOfRequest(r); p.approxDown(sh, now) {
-				if down == nil {
-					down = map[*shard][]int{}
-				}
-				down[sh] = append(down[sh], i)
+				down = addDown(down, sh, i)
 				continue
 			}
 		}
 		local, nowUS := s.approx.nowUS()
-		if !s.approxDecide(ctx, r, &m.out[i], local, nowUS) {
+		switch s.approxDecide(ctx, r, &m.out[i], local, nowUS) {
+		case notHere:
 			m.exactAt = append(m.exactAt, i)
+			continue
+		case byPolicy:
+			down = addDown(down, s.route.shardOfRequest(r), i)
 			continue
 		}
 		m.note(r, i, true)
@@ -82,17 +83,45 @@ func (p *path) decideMixed(ctx context.Context, reqs []algorithms.Request, someD
 // byPolicy answers by the failure policy the approximate requests of the
 // masters down, at their positions (down, by master).
 func (m *mixed) byPolicy(ctx context.Context, reqs []algorithms.Request, down map[*shard][]int, p *path) error {
-	for sh, at := range down {
-		ds, err := p.byPolicy(ctx, sh, subset(reqs, at))
-		if err != nil {
-			return err
-		}
-		putBack(m.out, at, ds)
+	if err := p.byPolicyAt(ctx, reqs, m.out, down); err != nil {
+		return err
+	}
+	for _, at := range down {
 		for _, i := range at {
 			m.note(&reqs[i], i, false)
 		}
 	}
 	return nil
+}
+
+// byPolicyAt answers by the failure policy the approximate requests at
+// the positions down names (by master) into out: those of a master down,
+// or past their lease with no answer from Redis in time. Their hits
+// admitted (fail open, or fail local) are outside any lease: counted as
+// blind.
+func (p *path) byPolicyAt(ctx context.Context, reqs []algorithms.Request, out []algorithms.Decision, down map[*shard][]int) error {
+	for sh, at := range down {
+		ds, err := p.byPolicy(ctx, sh, subset(reqs, at))
+		if err != nil {
+			return err
+		}
+		putBack(out, at, ds)
+		for j, i := range at {
+			if ds[j].Counted || (ds[j].Allowed && reqs[i].Hits > 0) {
+				p.s.approx.blindHits.Add(reqs[i].Hits)
+			}
+		}
+	}
+	return nil
+}
+
+// addDown adds position i, a request of master sh, to down.
+func addDown(down map[*shard][]int, sh *shard, i int) map[*shard][]int {
+	if down == nil {
+		down = map[*shard][]int{}
+	}
+	down[sh] = append(down[sh], i)
+	return down
 }
 
 // approximate reports whether the table decides r: an approximate limit,
@@ -109,14 +138,21 @@ func (p *path) decideApprox(ctx context.Context, reqs []algorithms.Request) ([]a
 	s := p.s
 	out := make([]algorithms.Decision, len(reqs))
 	local, nowUS := s.approx.nowUS()
+	var down map[*shard][]int
 	for i := range reqs {
-		if !s.approxDecide(ctx, &reqs[i], &out[i], local, nowUS) {
+		switch s.approxDecide(ctx, &reqs[i], &out[i], local, nowUS) {
+		case notHere:
 			ds, err := p.exact(ctx, withExact(reqs[i:i+1]))
 			if err != nil {
 				return nil, err
 			}
 			out[i] = ds[0]
+		case byPolicy:
+			down = addDown(down, s.route.shardOfRequest(&reqs[i]), i)
 		}
+	}
+	if err := p.byPolicyAt(ctx, reqs, out, down); err != nil {
+		return nil, err
 	}
 	return out, nil
 }

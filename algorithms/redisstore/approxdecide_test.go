@@ -12,26 +12,31 @@ import (
 // holds: within its lease, admitted; past it, blind while no answer covers
 // the window (or its ask failed), else it must ask, unless the last
 // answer left nothing (refused: the limit is spent as far as it knows);
-// refused past its lease and blind budget when its ask failed, retry
-// after the interval (the next answer); a request of more hits than the
-// limit never asks.
+// past its lease and blind budget when its ask failed, or when the caller
+// cannot wait, the failure policy's (never a refusal Redis did not make);
+// a lease past its expiry is spent no more (it must ask); a request of
+// more hits than the limit never asks.
 func TestApproximateDecideIn(t *testing.T) {
 	l := algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 1280, Window: time.Hour, Accuracy: algorithms.Approximate}
 	cases := []struct {
 		name    string
 		window  approxWindow // of the current window number
+		offline bool
 		hits    int64
 		want    verdict
 		allowed bool
 	}{
-		{"never answered, within the blind budget", approxWindow{pending: 4}, 1, decided, true},
-		{"never answered, past the blind budget", approxWindow{pending: 5}, 1, mustAsk, false},
-		{"within the lease", approxWindow{syncedAt: 1, global: 100, held: 10, pending: 9}, 1, decided, true},
-		{"past the lease", approxWindow{syncedAt: 1, global: 100, held: 10, pending: 10}, 1, mustAsk, false},
-		{"past the lease, nothing left", approxWindow{syncedAt: 1, global: 1280, held: 10, pending: 10, exhausted: true}, 1, decided, false},
-		{"past the lease, its ask failed: blind", approxWindow{syncedAt: 1, global: 100, held: 10, pending: 14, askFailed: true}, 1, decided, true},
-		{"past the lease and the blind budget, its ask failed", approxWindow{syncedAt: 1, global: 100, held: 10, pending: 15, askFailed: true}, 1, decided, false},
-		{"more than the limit", approxWindow{syncedAt: 1}, 1281, decided, false},
+		{"never answered, within the blind budget", approxWindow{pending: 4}, false, 1, decided, true},
+		{"never answered, past the blind budget", approxWindow{pending: 5}, false, 1, mustAsk, false},
+		{"within the lease", approxWindow{syncedAt: 1, global: 100, held: 10, pending: 9}, false, 1, decided, true},
+		{"past the lease", approxWindow{syncedAt: 1, global: 100, held: 10, pending: 10}, false, 1, mustAsk, false},
+		{"past the lease, nothing left", approxWindow{syncedAt: 1, global: 1280, held: 10, pending: 10, exhausted: true}, false, 1, decided, false},
+		{"past the lease, its ask failed: blind", approxWindow{syncedAt: 1, global: 100, held: 10, pending: 14, askFailed: true}, false, 1, decided, true},
+		{"past the lease and the blind budget, its ask failed", approxWindow{syncedAt: 1, global: 100, held: 10, pending: 15, askFailed: true}, false, 1, byPolicy, false},
+		{"past the lease and the blind budget, the caller cannot wait", approxWindow{syncedAt: 1, global: 100, held: 10, pending: 15}, true, 1, byPolicy, false},
+		{"past the lease, over the limit as far as it knows, its ask failed", approxWindow{syncedAt: 1, global: 1280, held: 10, pending: 15, askFailed: true}, false, 1, decided, false},
+		{"within a lease that expired", approxWindow{syncedAt: 1, global: 100, held: 10, pending: 5, leaseUntil: -1}, false, 1, mustAsk, false},
+		{"more than the limit", approxWindow{syncedAt: 1}, false, 1281, decided, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -46,14 +51,14 @@ func TestApproximateDecideIn(t *testing.T) {
 			e := tb.entryAt(st, h, &r, nowUS, local.UnixNano())
 			w := tc.window
 			w.num, w.prevCount = e.cur.num, -1
-			e.cur = w
 			var d algorithms.Decision
-			got := tb.decideIn(e, &r, &d, nowUS, true, true, false)
+			if w.leaseUntil == 0 {
+				w.leaseUntil = 1 << 62 // unexpired
+			}
+			e.cur = w
+			got := tb.decideIn(e, &r, &d, decision{nowUS: nowUS, first: true, mayAsk: true, offline: tc.offline})
 			if got != tc.want || (got == decided && d.Allowed != tc.allowed) {
 				t.Errorf("verdict %v, allowed %v; want %v, %v", got, d.Allowed, tc.want, tc.allowed)
-			}
-			if got == decided && !d.Allowed && tc.window.askFailed && d.RetryAfter != 100*time.Millisecond {
-				t.Errorf("refused while Redis does not answer: retry after %v, want the interval", d.RetryAfter)
 			}
 		})
 	}

@@ -43,6 +43,10 @@ type approxWindow struct {
 	// answer read it; -1 until then.
 	prevCount int64
 	syncedAt  int64 // local Unix ns of the last answer; 0 = never
+	// leaseUntil is when held stops being spendable, on the table's
+	// monotonic clock (approxTable.mono): a lease TTL after the call that
+	// granted it was sent.
+	leaseUntil int64
 	// exhausted: the last answer left nothing of the limit to grant; a
 	// request past the lease is refused here until the next answer.
 	exhausted bool
@@ -56,6 +60,15 @@ type approxWindow struct {
 // ask's): a window has one at a time, so each answer follows the one
 // before; callers that would ask wait for it.
 type approxFlight struct{ done chan struct{} }
+
+// lease is what w's lease holds at mono (the table's monotonic clock, ns):
+// held until it expires, then nothing — Redis may have given it back.
+func (w *approxWindow) lease(mono int64) int64 {
+	if mono >= w.leaseUntil {
+		return 0
+	}
+	return w.held
+}
 
 // unsent is what this replica admitted in w and has not had answered.
 func (w *approxWindow) unsent() int64 { return w.pending + w.inflight }

@@ -113,10 +113,8 @@ func (y *approxSyncer) run() {
 	}
 }
 
-// callTimeout bounds one round of syncs.
-func (y *approxSyncer) callTimeout() time.Duration {
-	return max(2*y.t.interval, 500*time.Millisecond)
-}
+// callTimeout bounds one round of syncs, and an ask.
+func (y *approxSyncer) callTimeout() time.Duration { return y.t.callTimeout() }
 
 // drain stops the loop, sends everything pending within ctx, and leaves
 // the registry. Only the first call does anything.

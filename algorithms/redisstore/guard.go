@@ -297,7 +297,7 @@ func (g *Guard) Degraded() bool {
 // degrade answers by the failure policy.
 func (g *Guard) degrade(ctx context.Context, b *breaker, reqs []algorithms.Request) ([]algorithms.Decision, error) {
 	g.metrics.degraded.WithLabelValues(string(g.opts.Mode)).Add(float64(len(reqs)))
-	if g.metrics.shardDegraded != nil {
+	if g.metrics.shardDegraded != nil && b != nil {
 		g.metrics.shardDegraded.WithLabelValues(b.sh.name, string(g.opts.Mode)).Add(float64(len(reqs)))
 	}
 	if g.opts.Mode == algorithms.FailLocal {

@@ -70,7 +70,15 @@ func (p *path) anyApproxDown(now time.Time) bool {
 }
 
 // byPolicy answers by the failure policy the approximate requests of a
-// master whose syncs have failed for a while.
+// master whose syncs have failed for a while, or whose asks got no answer
+// in time. Unguarded, there is no policy: no decision (ErrOverloaded).
 func (p *path) byPolicy(ctx context.Context, sh *shard, reqs []algorithms.Request) ([]algorithms.Decision, error) {
-	return p.g.degrade(ctx, p.g.breakerOf(sh), reqs)
+	if p.g == nil {
+		return nil, fmt.Errorf("redis: approximate limit past its lease, no answer in time: %w", algorithms.ErrOverloaded)
+	}
+	var b *breaker // none for slots no master serves
+	if sh != nil {
+		b = p.g.breakerOf(sh)
+	}
+	return p.g.degrade(ctx, b, reqs)
 }
