@@ -37,7 +37,7 @@ func (t *approxTable) entryAt(st *approxStripe, h uint64, r *algorithms.Request,
 // mayAsk, Redis may be asked (the caller has not asked too often);
 // offline, Redis cannot be asked now (the caller cannot wait).
 type decision struct {
-	nowUS, mono           int64
+	nowUS, mono            int64
 	first, mayAsk, offline bool
 }
 
