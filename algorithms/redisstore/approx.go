@@ -251,10 +251,11 @@ func (t *approxTable) blind(limit int64) int64 {
 }
 
 // extra is what w may admit past its lease: its blind budget while no
-// answer covers it (never answered, or its ask got no answer, or offline:
-// the caller cannot wait for one); else nothing.
+// answer has covered it yet (a new key) and Redis can be asked; else
+// nothing — once an ask of the window got no answer, or the caller cannot
+// wait for one, what is past the lease is the failure policy's.
 func (t *approxTable) extra(w *approxWindow, limit int64, offline bool) int64 {
-	if w.syncedAt == 0 || offline || w.askFailed {
+	if w.syncedAt == 0 && !offline && !w.askFailed {
 		return t.blind(limit)
 	}
 	return 0

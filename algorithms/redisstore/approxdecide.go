@@ -44,8 +44,8 @@ type decision struct {
 // decideIn decides r on e's current window into d. The algorithm's rule
 // decides on the count this replica knows (the others' leases counted as
 // spent); hits are admitted while this replica's unexpired lease covers
-// them, or past it within the blind budget while no answer covers the
-// window; past those, mustAsk; when the last answer left nothing to grant
+// them, or past it within the blind budget while no answer has covered
+// the window yet; past those, mustAsk; when the last answer left nothing to grant
 // or the request asked often enough, refused until the next answer (Redis
 // said so); when Redis could not be asked or gave no answer in time,
 // byPolicy: the failure policy decides, never a refusal nobody made.

@@ -10,7 +10,7 @@ import (
 // TestApproximateDecideIn: what a replica decides from memory on one
 // window of a limit of 1,280 with 2 replicas (blind budget 5), by what it
 // holds: within its lease, admitted; past it, blind while no answer covers
-// the window (or its ask failed), else it must ask, unless the last
+// the window yet, else it must ask, unless the last
 // answer left nothing (refused: the limit is spent as far as it knows);
 // past its lease and blind budget when its ask failed, or when the caller
 // cannot wait, the failure policy's (never a refusal Redis did not make);
@@ -31,7 +31,9 @@ func TestApproximateDecideIn(t *testing.T) {
 		{"within the lease", approxWindow{syncedAt: 1, global: 100, held: 10, pending: 9}, false, 1, decided, true},
 		{"past the lease", approxWindow{syncedAt: 1, global: 100, held: 10, pending: 10}, false, 1, mustAsk, false},
 		{"past the lease, nothing left", approxWindow{syncedAt: 1, global: 1280, held: 10, pending: 10, exhausted: true}, false, 1, decided, false},
-		{"past the lease, its ask failed: blind", approxWindow{syncedAt: 1, global: 100, held: 10, pending: 14, askFailed: true}, false, 1, decided, true},
+		{"past the lease, its ask failed: the failure policy's at once", approxWindow{syncedAt: 1, global: 100, held: 10, pending: 10, askFailed: true}, false, 1, byPolicy, false},
+		{"never answered, past the blind budget, its ask failed", approxWindow{pending: 5, askFailed: true}, false, 1, byPolicy, false},
+		{"never answered, within the blind budget, its ask failed", approxWindow{pending: 4, askFailed: true}, false, 1, byPolicy, false},
 		{"past the lease and the blind budget, its ask failed", approxWindow{syncedAt: 1, global: 100, held: 10, pending: 15, askFailed: true}, false, 1, byPolicy, false},
 		{"past the lease and the blind budget, the caller cannot wait", approxWindow{syncedAt: 1, global: 100, held: 10, pending: 15}, true, 1, byPolicy, false},
 		{"past the lease, over the limit as far as it knows, its ask failed", approxWindow{syncedAt: 1, global: 1280, held: 10, pending: 15, askFailed: true}, false, 1, decided, false},

@@ -319,3 +319,62 @@ func TestApproximateLeaseScript(t *testing.T) {
 		rdb.Del(ctx, prev, ops[0].key, ops[0].leaseKey)
 	}
 }
+
+// TestApproximateLeaseExpiry: a lease its holder does not renew within the
+// lease TTL goes back to the pool at the next call of any replica (a dead
+// replica costs the others at most one TTL); hits its holder spent of it
+// before it expired, reported late, are counted on top (Redis gave the
+// lease back); and what reported hits take past the limit is answered as
+// the excess Redis saw.
+func TestApproximateLeaseExpiry(t *testing.T) {
+	ctx := context.Background()
+	rdb := newRedisClient(t, 0)
+	opts := Options{ApproximateInterval: 50 * time.Millisecond}
+	a, b := New(rdb, opts), New(rdb, opts)
+	t.Cleanup(a.Close)
+	t.Cleanup(b.Close)
+	req := algorithms.Request{Key: algorithms.Key{Scope: uniqueScope(t), Identifier: "u"}, Unindexed: true,
+		Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 100, Window: time.Hour, Accuracy: algorithms.Approximate}}
+	ttl := a.approx.leaseTTL(&req.Limit)
+	if ttl != 550*time.Millisecond {
+		t.Fatalf("lease TTL at a 50 ms interval = %v, want 550ms (the call timeout and an interval)", ttl)
+	}
+	num := time.Now().UnixMicro() / time.Hour.Microseconds()
+	e := &approxEntry{req: req}
+	call := func(s *Store, hits, target int64) [3]int64 {
+		t.Helper()
+		s.approx.replicas.Store(2)
+		s.approx.settled.Store(true)
+		ops := []approxOp{{e: e, num: num, hits: hits, target: target, ttlMS: 60_000,
+			key: s.windowKey(&req, num*time.Hour.Microseconds()), leaseKey: s.leaseKey(&req, num)}}
+		res, err := s.syncer.call(ctx, singleShard(s), ops, []int{0})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return [3]int64{res[2], res[3], res[5]} // the counter, the lease, the excess
+	}
+	if got, want := call(a, 0, 50), [3]int64{50, 50, 0}; got != want {
+		t.Fatalf("a takes a lease: counter, lease, excess = %v, want %v", got, want)
+	}
+	if got, want := call(b, 0, 50), [3]int64{75, 25, 0}; got != want {
+		t.Fatalf("b takes half of the 50 left: %v, want %v", got, want)
+	}
+	time.Sleep(ttl / 2)
+	if got, want := call(b, 0, 25), [3]int64{75, 25, 0}; got != want {
+		t.Fatalf("b renews before a's lease expires: %v, want %v", got, want)
+	}
+	time.Sleep(ttl/2 + 50*time.Millisecond) // a's lease expired, b's not
+	// a's 50 went back (75 − 50), b's 10 came out of its lease of 25,
+	// and b's lease is half of the 90 left to it.
+	if got, want := call(b, 10, 100), [3]int64{55, 45, 0}; got != want {
+		t.Fatalf("b after a's lease expired: %v, want %v", got, want)
+	}
+	if n := rdb.HLen(ctx, a.leaseKey(&req, num)).Val(); n != 1 {
+		t.Errorf("after a's lease expired the lease hash has %d fields, want 1 (b's)", n)
+	}
+	// a comes back and reports 60 hits (its 50 spent before its lease
+	// expired, 10 blind): counted on top, its lease gone; 15 past the limit.
+	if got, want := call(a, 60, 0), [3]int64{115, 0, 15}; got != want {
+		t.Errorf("a reports 60 late: %v, want %v", got, want)
+	}
+}

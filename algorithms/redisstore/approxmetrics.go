@@ -70,6 +70,14 @@ func newApproxMetrics(t *approxTable) *approxMetrics {
 				return float64(t.replicas.Load())
 			}),
 			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "throttle_approximate_blind_hits_total",
+				Help: "Hits of approximate limits admitted here outside any lease: within a window's blind budget, or by the failure policy when Redis gave no answer in time. The most by which approximate limits can have gone over their limit (the error bound, as it is spent).",
+			}, func() float64 { return float64(t.blindHits.Load()) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "throttle_approximate_excess_hits_total",
+				Help: "Hits past an approximate limit that Redis saw when this replica reported them (a window's count over its limit, by what each report added): the error observed, against the bound of throttle_approximate_blind_hits_total.",
+			}, func() float64 { return float64(t.excess.Load()) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
 				Name: "throttle_approximate_dropped_hits_total",
 				Help: "Hits of approximate limits given up: Redis could not be told before their window was over.",
 			}, func() float64 { return float64(t.dropped.Load()) }),

@@ -43,6 +43,8 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 100000, accuracy: approximate}
   - key: band
     rate_limit: {unit: second, unit_multiplier: 10, requests_per_unit: 1000, accuracy: approximate}
+  - key: killed
+    rate_limit: {unit: hour, requests_per_unit: 2000, accuracy: approximate}
   - key: band_sliding
     rate_limit: {unit: second, unit_multiplier: 10, requests_per_unit: 1000, algorithm: sliding_window, accuracy: approximate}
 `
