@@ -142,9 +142,11 @@ func (y *approxSyncer) syncOnce(ctx context.Context, final bool) error {
 	defer y.sending.RUnlock()
 	ops := y.collect(final)
 	if len(ops) == 0 {
+		y.probeFailing(ctx, nil)
 		return regErr
 	}
 	byShard := y.byShard(ctx, ops)
+	y.probeFailing(ctx, byShard)
 	var wg sync.WaitGroup
 	errs := make([]error, len(byShard))
 	i := 0
@@ -159,6 +161,21 @@ func (y *approxSyncer) syncOnce(ctx context.Context, final bool) error {
 	wg.Wait()
 	y.apply(ops, false)
 	return errors.Join(append(errs, regErr)...)
+}
+
+// probeFailing pings each master whose syncs fail and that this round
+// sends nothing (busy, those it syncs): one that answers is up again. Its
+// approximate limits are the failure policy's while it is down, so no
+// hit of theirs would be due to tell it so.
+func (y *approxSyncer) probeFailing(ctx context.Context, busy map[*shard][]int) {
+	for _, sh := range y.s.route.masters() {
+		if sh == nil || sh.client == nil || sh.syncFailing.Load() == 0 || len(busy[sh]) > 0 {
+			continue
+		}
+		if err := sh.client.Ping(ctx).Err(); err == nil {
+			sh.approxAnswered(time.Now())
+		}
+	}
 }
 
 // awaitSends waits for the round in flight, if any, to be answered.
