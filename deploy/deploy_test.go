@@ -56,6 +56,8 @@ var (
 		"throttle_descriptors_config_load_errors_total",
 		"throttle_db_open_connections",
 		"throttle_db_in_use_connections",
+		"throttle_approximate_blind_hits_total",
+		"throttle_approximate_excess_hits_total",
 	}
 	histograms = []string{
 		"throttle_http_request_duration_seconds",

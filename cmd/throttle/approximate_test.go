@@ -315,7 +315,8 @@ func waitMetric(t *testing.T, s *throttletest.Server, name string, want float64)
 // middle of traffic (1,000 calls a second) loses no admitted hit: what it
 // admitted came out of its lease, which Redis counted when it granted it.
 // What it had not spent of its lease (about two 100 ms intervals of its
-// rate: ~200) stays counted until the window ends.
+// rate: ~200) stays counted until another replica's call finds it expired
+// (TestApproximateKilledLeaseReturns); here none calls.
 func TestApproximateKillLosesNothing(t *testing.T) {
 	srv := redistest.Start(t)
 	servers, clients := approxReplicas(t, srv.URL(), 1)
