@@ -59,12 +59,14 @@ type GuardOptions struct {
 	// OpenFor is how long an open circuit answers by Mode without trying
 	// the backend; then one probe at a time may go. Default 500ms.
 	OpenFor time.Duration
-	// HungAfter is how long the backend must have answered no call at all
-	// before a timed-out call counts as its failure. Until then a timeout
-	// is Throttle's own overload (ErrOverloaded): under CPU starvation the
+	// HungAfter is how long calls must have waited on the backend with no
+	// answer (from the first call sent after its last answer) before a
+	// timed-out call counts as its failure. Until then a timeout is
+	// Throttle's own overload (ErrOverloaded): under CPU starvation the
 	// goroutine that reads a reply can wait longer than a budget to run, and
-	// that must not look like an outage. Connection errors count at once.
-	// Default 1s.
+	// that must not look like an outage — nor must a master that answered
+	// nothing only because nothing was asked (a replica idle for a while).
+	// Connection errors count at once. Default 1s.
 	HungAfter time.Duration
 	// Local is the fallback store of FailLocal. Default: a new MemoryStore.
 	Local *algorithms.MemoryStore
@@ -79,10 +81,11 @@ type GuardOptions struct {
 //
 // Every call gets Redis's decision, unless Redis is really failing: a call
 // that errs (connection refused, reset, a Redis error), or times out when
-// its master has answered no call for HungAfter, is a failure, and is
-// answered by Mode (decisions marked Degraded). A call that times out while
-// its master answers others was slowed by Throttle itself (overload): it gets
-// ErrOverloaded, never a guess, and does not count against Redis.
+// calls to its master have waited HungAfter with no answer, is a failure,
+// and is answered by Mode (decisions marked Degraded). A call that times out
+// before that (its master answers others, or the wait has just begun) may
+// have been slowed by Throttle itself (overload): it gets ErrOverloaded,
+// never a guess, and does not count against Redis.
 //
 // The breaker weighs the last 100 calls made within BreakerWindow: it opens
 // when they are at least BreakerMinCalls and at least BreakerRatio of them
@@ -195,7 +198,9 @@ func (g *Guard) onMaster(ctx context.Context, budget time.Duration, b *breaker, 
 	if !allowed {
 		return g.degrade(ctx, b, reqs)
 	}
-	deadline := time.Now().Add(budget)
+	sent := time.Now()
+	deadline := sent.Add(budget)
+	b.sh.sent(sent)
 	ds, err := g.store.onShard(ctx, deadline, b.sh, reqs)
 	timedOut := !time.Now().Before(deadline)
 	switch {
@@ -219,13 +224,15 @@ func (g *Guard) onMaster(ctx context.Context, budget time.Duration, b *breaker, 
 		// again, to the slot's new master.
 		g.release(b, probe)
 		return nil, err
-	case (timedOut || isTimeout(err)) && g.answeredSince(b, time.Now().Add(-g.opts.HungAfter)):
-		// The master answered other calls a moment ago: it is up, and
-		// this call's time went in Throttle (queues, a starved CPU: the
-		// goroutine that reads a reply may wait long to run).
+	case (timedOut || isTimeout(err)) && !g.hung(b):
+		// The master has not left calls unanswered for HungAfter (it
+		// answered others since, or the wait began a moment ago — on a
+		// replica idle until now, too): this call's time may have gone in
+		// Throttle (queues, a starved CPU: the goroutine that reads a
+		// reply may wait long to run). Not Redis's failure.
 		g.release(b, probe)
 		g.metrics.shed.Inc()
-		return nil, fmt.Errorf("no answer within the budget of %v (%v) while Redis answers others: %w", budget, err, algorithms.ErrOverloaded)
+		return nil, fmt.Errorf("no answer within the budget of %v (%v), Redis not hung: %w", budget, err, algorithms.ErrOverloaded)
 	}
 	g.metrics.errors.Inc()
 	if g.metrics.shardErrors != nil {
@@ -269,9 +276,9 @@ func isTimeout(err error) bool {
 		errors.Is(err, redis.ErrPoolTimeout)
 }
 
-// answeredSince reports whether b's master answered some call after t.
-func (g *Guard) answeredSince(b *breaker, t time.Time) bool {
-	return b.sh.lastAnswer().After(t) || b.lastOK.Load() > t.UnixNano()
+// hung reports whether b's master has left calls unanswered for HungAfter.
+func (g *Guard) hung(b *breaker) bool {
+	return b.sh.hung(time.Now(), g.opts.HungAfter) && b.lastOK.Load() < b.sh.waitingSince.Load()
 }
 
 // Reset resets on the backend (and on the local fallback in FailLocal). It

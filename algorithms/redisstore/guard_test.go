@@ -291,14 +291,23 @@ func TestGuardCircuitCannotStick(t *testing.T) {
 	}
 	pause(1500 * time.Millisecond)
 	paused := time.Now()
-	for i := range 4 {
+	// Until calls have waited HungAfter (100 ms) unanswered, a timeout is
+	// not Redis's failure (the first calls after idle): overloaded. Then
+	// each is, and 4 open the circuit.
+	degraded := 0
+	for i := 0; degraded < 4; i++ {
 		ds, err := g.Check(context.Background(), oneRequest("stuck", 10))
-		if err != nil || !ds[0].Degraded {
-			t.Fatalf("call %d with Redis paused: %+v %v, want degraded", i, ds, err)
+		switch {
+		case err == nil && ds[0].Degraded:
+			degraded++
+		case errors.Is(err, algorithms.ErrOverloaded) && time.Since(paused) < 300*time.Millisecond:
+			// the wait has just begun: not hung yet
+		default:
+			t.Fatalf("call %d with Redis paused %v: %+v %v, want overloaded before HungAfter, then degraded", i, time.Since(paused), ds, err)
 		}
 	}
 	if !g.Degraded() {
-		t.Fatal("circuit not open after 4 timeouts of 4 calls")
+		t.Fatal("circuit not open after 4 failed calls")
 	}
 	// Probes go (Run's PINGs, every ~200ms) and time out while Redis is
 	// paused: each one ends and the circuit stays open.
@@ -331,7 +340,9 @@ func TestGuardCircuitCannotStick(t *testing.T) {
 // that deadline, leaving the margin.
 func TestGuardAnswersBeforeTheCallersDeadline(t *testing.T) {
 	srv := redistest.Start(t)
-	g, _ := guarded(t, srv, redisstore.Options{}, redisstore.GuardOptions{Mode: algorithms.FailClosed, BreakerMinCalls: 100})
+	// Hung once calls have waited 50 ms unanswered (less than the first
+	// caller's budget: its own call proves it).
+	g, _ := guarded(t, srv, redisstore.Options{}, redisstore.GuardOptions{Mode: algorithms.FailClosed, BreakerMinCalls: 100, HungAfter: 50 * time.Millisecond})
 	admin := redistest.NewClient(t, srv.URL())
 	if err := admin.Do(context.Background(), "CLIENT", "PAUSE", 2000, "ALL").Err(); err != nil {
 		t.Fatalf("CLIENT PAUSE: %v", err)
@@ -377,4 +388,53 @@ func metricValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 		}
 	}
 	return sum
+}
+
+// TestGuardIdleIsNotHung: a master that answered nothing for a while only
+// because nothing was asked (a replica idle for longer than HungAfter) is
+// not hung: the first call after the idle time that misses its budget (here
+// Redis paused for a moment; in CI, a starved CPU) is Throttle's overload,
+// not a failure decided by the failure policy; once calls have waited
+// HungAfter unanswered, they are.
+func TestGuardIdleIsNotHung(t *testing.T) {
+	srv := redistest.Start(t)
+	g, reg := guarded(t, srv, redisstore.Options{}, redisstore.GuardOptions{
+		Timeout: 20 * time.Millisecond, HungAfter: 200 * time.Millisecond, BreakerMinCalls: 1,
+	})
+	warm, _ := guarded(t, srv, redisstore.Options{}, redisstore.GuardOptions{Timeout: 10 * time.Second})
+	if _, err := warm.Check(context.Background(), oneRequest("idle-warm", 10)); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 { // connected and the engine loaded
+		if ds, err := g.Check(context.Background(), oneRequest("idle", 10)); err == nil && !ds[0].Degraded {
+			break
+		}
+	}
+	time.Sleep(500 * time.Millisecond) // idle for more than HungAfter
+	admin := redistest.NewClient(t, srv.URL())
+	if err := admin.Do(context.Background(), "CLIENT", "PAUSE", 80, "ALL").Err(); err != nil {
+		t.Fatalf("CLIENT PAUSE: %v", err)
+	}
+	ds, err := g.Check(context.Background(), oneRequest("idle", 10))
+	if !errors.Is(err, algorithms.ErrOverloaded) {
+		t.Fatalf("first call after idle, Redis slow for 80 ms: %+v %v, want ErrOverloaded (not hung)", ds, err)
+	}
+	if got := metricValue(t, reg, "throttle_degraded_decisions_total"); got != 0 {
+		t.Errorf("throttle_degraded_decisions_total = %v, want 0", got)
+	}
+	if g.Degraded() {
+		t.Error("circuit opened by the first slow call after idle")
+	}
+	// Hung: calls wait 300 ms unanswered (more than HungAfter).
+	if err := admin.Do(context.Background(), "CLIENT", "PAUSE", 600, "ALL").Err(); err != nil {
+		t.Fatalf("CLIENT PAUSE: %v", err)
+	}
+	paused := time.Now()
+	for time.Since(paused) < 300*time.Millisecond {
+		g.Check(context.Background(), oneRequest("idle", 10))
+	}
+	ds, err = g.Check(context.Background(), oneRequest("idle", 10))
+	if err != nil || !ds[0].Degraded {
+		t.Errorf("calls unanswered for 300 ms (HungAfter 200 ms): %+v %v, want a degraded decision", ds, err)
+	}
 }

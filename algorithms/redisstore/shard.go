@@ -38,6 +38,27 @@ type shard struct {
 	// syncOK is when this master last answered an approximate sync (Unix
 	// ns); syncFailing, since when its syncs fail (0: they do not).
 	syncOK, syncFailing atomic.Int64
+	// waitingSince is when the first call sent to this master after its
+	// last answer was sent (Unix ns; 0: none yet): with no answer since,
+	// its calls have waited that long.
+	waitingSince atomic.Int64
+}
+
+// sent notes a call sent to this master at now: the first since its last
+// answer starts a wait.
+func (sh *shard) sent(now time.Time) {
+	ws := sh.waitingSince.Load()
+	if ws == 0 || sh.answered.Load() >= ws {
+		sh.waitingSince.CompareAndSwap(ws, now.UnixNano())
+	}
+}
+
+// hung reports whether this master has left calls unanswered for after,
+// at now: a call was sent that long ago and it has answered nothing since.
+// A master nobody asked is not hung, however long it has been silent.
+func (sh *shard) hung(now time.Time, after time.Duration) bool {
+	ws := sh.waitingSince.Load()
+	return ws != 0 && sh.answered.Load() < ws && now.UnixNano()-ws >= after.Nanoseconds()
 }
 
 // approxAnswered notes an approximate sync this master answered at t.
