@@ -8,7 +8,7 @@
 -- them in time: dead, or cut off), whoever held them. A report's hits come
 -- out of the replica's unexpired lease first (already counted), the rest
 -- are added; then the replica's lease becomes its target, capped by what
--- is left divided among the replicas (at least what an ask needs), never
+-- is left divided among the replicas (an ask's need never raises it), never
 -- past what is left: the unused part of the old lease goes back. The new
 -- lease expires a lease TTL after this call.
 -- KEYS per counter: the counter; its previous window's counter (a sliding
@@ -90,7 +90,11 @@ for i = at + 2, #ARGV, 9 do
   -- The excess these hits made: past the limit by more than before.
   local excess = math.max(count + weight - limit, 0) - math.max(before - expired + weight - limit, 0)
   local room = limit - weight - count + held -- what this replica may hold
-  local grant = math.min(target, math.max(math.ceil(room / replicas), need), room)
+  -- At most this replica's share of what is left, whatever an ask needs:
+  -- one request past its share (a large hits_addend) is decided exactly,
+  -- never by leasing the others' share to one replica.
+  -- (need is the least an ask wants: it raises the target, not the share.)
+  local grant = math.min(target, math.ceil(room / replicas), room)
   grant = math.max(grant, 0)
   count = math.max(count - held + grant, 0)
   if count ~= before then

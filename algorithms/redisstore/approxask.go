@@ -54,7 +54,11 @@ func (s *Store) approxDecide(ctx context.Context, r *algorithms.Request, d *algo
 		w := &e.cur
 		at.nowUS, at.mono = nowUS, t.monoNow(local)
 		at.first, at.mayAsk = asks == 0, asks < maxAsks
-		if v := t.decideIn(e, r, d, at); v != mustAsk {
+		v := t.decideIn(e, r, d, at)
+		if v == mustAsk && r.Hits > t.share(e, w, at) {
+			v = notHere // past this replica's share: Redis decides it exactly
+		}
+		if v != mustAsk {
 			t.queueDue(st, e)
 			st.mu.Unlock()
 			return v
@@ -78,6 +82,15 @@ func (s *Store) approxDecide(ctx context.Context, r *algorithms.Request, d *algo
 		local, nowUS = t.nowUS()
 		st.mu.Lock()
 	}
+}
+
+// share is the most a lease of w, a window of e, can be (approx.lua): what
+// is left as the last answer said, with this replica's own lease, divided
+// among the replicas. A request of more hits than that is not asked of
+// the leases: one large request never takes the others' share.
+func (t *approxTable) share(e *approxEntry, w *approxWindow, at decision) int64 {
+	left := max(0, e.left(w, at.nowUS)+w.lease(at.mono))
+	return (left + t.shares() - 1) / t.shares()
 }
 
 // ask runs op, one window's call, on its master within the caller's

@@ -231,8 +231,8 @@ func counterValue(t *testing.T, c prometheus.Counter) float64 {
 
 // TestApproximateLeaseScript: approx.lua's arithmetic, call by call, for
 // two replicas (a and b) of one limit of 100: a lease is capped by what is
-// left divided among the replicas (at least what an ask needs, never past
-// what is left); reported hits come out of the lease first, the rest are
+// left divided among the replicas (an ask's need never raises it; never
+// past what is left); reported hits come out of the lease first, the rest are
 // added; the unused part of a lease goes back; a counter reset takes its
 // leases with it.
 func TestApproximateLeaseScript(t *testing.T) {
@@ -267,9 +267,9 @@ func TestApproximateLeaseScript(t *testing.T) {
 		{"a spent 30 of it and wants 10: 10 go back", a, 30, 10, 0, [2]int64{40, 10}},
 		{"a spent 15 (10 leased, 5 blind) and wants 100: half of 55", a, 15, 100, 0, [2]int64{73, 28}},
 		{"b wants 100: half of the 27 left", b, 0, 100, 0, [2]int64{87, 14}},
-		{"b spent its 14 and asks, needing 20: all 13 left", b, 14, 20, 20, [2]int64{100, 13}},
-		{"a spent its 28 and asks with nothing left: nothing", a, 28, 20, 1, [2]int64{100, 0}},
-		{"b leaves, 3 of its 13 spent: 10 go back", b, 3, 0, 0, [2]int64{90, 0}},
+		{"b spent its 14 and asks, needing 20: its share of the 13 left, 7, never more", b, 14, 20, 20, [2]int64{94, 7}},
+		{"a spent its 28 and asks with 6 left: its share, 3", a, 28, 20, 1, [2]int64{97, 3}},
+		{"b leaves, 3 of its 7 spent: 4 go back", b, 3, 0, 0, [2]int64{93, 0}},
 		{"a wants 50: half of the 10 left", a, 0, 50, 0, [2]int64{95, 5}},
 	}
 	for _, st := range steps {

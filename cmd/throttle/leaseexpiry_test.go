@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/redis/go-redis/v9"
 
@@ -175,5 +176,38 @@ func TestApproximateHungRedisByPolicy(t *testing.T) {
 				t.Errorf("throttle_approximate_blind_hits_total = %v, want at least the %d admitted by the policy", c, policy)
 			}
 		})
+	}
+}
+
+// TestApproximateLargeAskTakesNoShare: one request whose hits_addend is the
+// whole limit (2,000 a minute, 2 replicas) is refused and leases nothing
+// past its replica's share (before, it leased everything left to its
+// replica for an interval, and the other replica's callers were refused
+// meanwhile): decided exactly, it leaves the others their quota.
+func TestApproximateLargeAskTakesNoShare(t *testing.T) {
+	srv := redistest.Start(t)
+	servers, clients := approxReplicas(t, srv.URL(), 2, "APPROXIMATE_SYNC_INTERVAL=100ms")
+	for _, c := range clients { // both replicas know each other
+		if got := callN(t, c, "user", "warm", 1); got != 1 {
+			t.Fatal("warm-up refused")
+		}
+	}
+	waitMetric(t, servers[0], "throttle_approximate_replicas", 2)
+	waitMetric(t, servers[1], "throttle_approximate_replicas", 2)
+	if got := callN(t, clients[1], "user", "big", 10); got != 10 {
+		t.Fatalf("%d of 10 admitted", got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	resp, err := clients[0].ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "approx", HitsAddend: 2000,
+		Descriptors: []*rlcommon.RateLimitDescriptor{{Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "user", Value: "big"}}}}})
+	if err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("hits_addend 2,000 of a limit of 2,000 with 10 admitted: %v %v, want OVER_LIMIT", resp, err)
+	}
+	if leased := servers[0].Metric(t, "throttle_approximate_leased_hits"); leased > 1000 {
+		t.Errorf("after one refused request of 2,000 hits its replica holds %v leased, want at most its share (1,000)", leased)
+	}
+	if got := callN(t, clients[1], "user", "big", 900); got != 900 {
+		t.Errorf("the other replica right after: %d of 900 admitted (1,990 left), want all", got)
 	}
 }
