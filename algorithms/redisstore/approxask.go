@@ -106,7 +106,9 @@ func (y *approxSyncer) ask(ctx context.Context, op *approxOp) {
 	switch {
 	case sh == nil || sh.client == nil:
 		err = errNoMaster
-	case sh.syncFailing.Load() != 0:
+	case sh.approxDown(time.Now(), y.callTimeout()):
+		// Its syncs have failed for a whole call timeout (not one round a
+		// starved CPU made late): an ask would wait as long for nothing.
 		err = fmt.Errorf("its syncs fail: %w", errNoMaster)
 	default:
 		sent := time.Now()

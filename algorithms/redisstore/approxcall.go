@@ -62,6 +62,11 @@ func (y *approxSyncer) send(ctx context.Context, sh *shard, ops []approxOp, at [
 	for len(at) > 0 {
 		part := at[:min(len(at), approxBatch)]
 		at = at[len(part):]
+		if err := ctx.Err(); err != nil {
+			// The round's time went before this call was sent (a starved
+			// CPU, the table's locks): not the master's failure.
+			return fmt.Errorf("redis: approximate sync: not sent: %w", err)
+		}
 		sent := time.Now()
 		res, err := y.call(ctx, sh, ops, part)
 		got := time.Now()
