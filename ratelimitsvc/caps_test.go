@@ -238,3 +238,38 @@ func TestOversizedPartsRefused(t *testing.T) {
 	wantCodes(t, 2, ask(t, c, one(withOverride(desc("m", "1"), 1, typev3.RateLimitUnit_MONTH))), OK,
 		st(OK, 1, rlsv3.RateLimitResponse_RateLimit_MONTH, "", 0, 30*24*time.Hour-t0Offset(30*24*time.Hour)))
 }
+
+// TestMetricKeyLabelBounded: a detailed_metric key holding a value of 1024
+// bytes (the most a value may have) is a key label of at most 256 bytes,
+// cut and ended by a hash: two such values stay two series.
+func TestMetricKeyLabelBounded(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	c, _ := serve(t, ratelimitsvc.Options{Limiter: algorithms.NewMemoryStore(algorithms.MemoryOptions{Now: func() time.Time { return t0 }}),
+		Descriptors: loadConfig(t, "testdata/knobs.yaml"), Registerer: reg})
+	for _, v := range []string{strings.Repeat("u", 1023) + "1", strings.Repeat("u", 1023) + "2"} {
+		ask(t, c, &rlsv3.RateLimitRequest{Domain: "knobs", Descriptors: []*rlcommon.RateLimitDescriptor{desc("user", v)}})
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := map[string]bool{}
+	for _, mf := range mfs {
+		if mf.GetName() != "throttle_ratelimit_hits_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "key" {
+					keys[lp.GetValue()] = true
+					if n := len(lp.GetValue()); n > 256 {
+						t.Errorf("key label of %d bytes, want at most 256", n)
+					}
+				}
+			}
+		}
+	}
+	if len(keys) != 2 {
+		t.Errorf("%d key labels, want 2: %v", len(keys), keys)
+	}
+}

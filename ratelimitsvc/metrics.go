@@ -33,7 +33,8 @@ const (
 // value's decisions count under the descriptor's configured key (the key
 // without detailed_metric and value_to_metric), and in
 // throttle_ratelimit_stats_keys_folded_total, so a descriptor keyed by user
-// id cannot grow Prometheus without bound.
+// id cannot grow Prometheus without bound. A key is at most
+// inputsize.MaxName bytes (inputsize.ShortName), so no label is longer.
 type metrics struct {
 	perKey                                   [families]*prometheus.CounterVec
 	domainNotFound, globalShadowMode, folded prometheus.Counter
@@ -109,7 +110,7 @@ func newMetrics(reg prometheus.Registerer, maxValueKeys int, ref ReferenceStats)
 // rollup, its key without request values, once the per-value keys are
 // capped. cached says the local over-limit cache made it.
 func (m *metrics) observe(domain, key, rollup string, hits int64, o outcome, shadow, cached bool) {
-	c := m.countersOf(domain, m.label(domain, key, rollup))
+	c := m.countersOf(domain, inputsize.ShortName(m.label(domain, key, rollup)))
 	c.add(m, hitsFamily, hits)
 	switch o {
 	case over:

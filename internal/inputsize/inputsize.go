@@ -18,7 +18,9 @@ package inputsize
 
 import (
 	"fmt"
+	"hash/fnv"
 	"time"
+	"unicode/utf8"
 )
 
 // The fixed caps, in bytes.
@@ -163,4 +165,27 @@ func days(w time.Duration) string {
 		return fmt.Sprintf("%d days", w/day)
 	}
 	return w.String()
+}
+
+// MaxName is the most bytes of a metric label made of a request's parts (a
+// descriptor's stats key with its values, detailed_metric's): ShortName
+// shortens a longer one.
+const MaxName = 256
+
+// ShortName returns name when it has at most MaxName bytes, else its first
+// bytes (whole runes) and '_' and 16 hex digits of a hash of all of it,
+// MaxName bytes at most: two long names stay apart, and one is always
+// shortened alike.
+func ShortName(name string) string {
+	if len(name) <= MaxName {
+		return name
+	}
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	const suffix = 1 + 16
+	cut := MaxName - suffix
+	for cut > 0 && !utf8.RuneStart(name[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s_%016x", name[:cut], h.Sum64())
 }
