@@ -113,8 +113,9 @@ func FuzzShouldRateLimit(f *testing.F) {
 }
 
 // FuzzJSON: a POST /json body, decoded from protojson and decided: nothing
-// panics, the status is 200, 429 or 400 (413 past 1 MiB), never a 5xx, and
-// what is decided is within inputsize's caps.
+// panics, the status is 200, 429 or 400 (413 past 1 MiB), never a 5xx, a
+// refusal is short UTF-8 text, and what is decided is within inputsize's
+// caps.
 func FuzzJSON(f *testing.F) {
 	s := fuzzServer(f)
 	h := s.JSONHandler()
@@ -142,8 +143,8 @@ func FuzzJSON(f *testing.F) {
 			}
 			checkDecided(t, &req, &resp, nil)
 		case http.StatusBadRequest, http.StatusRequestEntityTooLarge:
-			if !utf8.Valid(w.Body.Bytes()) {
-				t.Fatalf("400 reply is not UTF-8 text: %q", w.Body.Bytes())
+			if !utf8.Valid(w.Body.Bytes()) || w.Body.Len() > 1024 {
+				t.Fatalf("%d reply is not short UTF-8 text: %q", w.Code, w.Body.Bytes())
 			}
 		default:
 			t.Fatalf("status %d: %s", w.Code, w.Body.Bytes())

@@ -33,7 +33,7 @@ func limit(unit rlsconf.RateLimitUnit, n uint32) *rlsconf.RateLimitPolicy {
 }
 
 // everyField is a RateLimitConfig that sets every field of the proto.
-func everyField(t *testing.T) *rlsconf.RateLimitConfig {
+func everyField(t testing.TB) *rlsconf.RateLimitConfig {
 	t.Helper()
 	meta, err := structpb.NewStruct(map[string]any{"team": "payments", "tier": 2.0, "tags": []any{"a", true}})
 	if err != nil {
