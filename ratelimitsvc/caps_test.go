@@ -1,17 +1,24 @@
 package ratelimitsvc_test
 
 import (
+	"bytes"
 	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/throttle-rl/throttle/algorithms"
 	"github.com/throttle-rl/throttle/ratelimitsvc"
@@ -146,5 +153,123 @@ func BenchmarkRefuseOversized(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestOversizedPartsRefused: a domain, key or value over 1024 bytes, a
+// descriptor whose keys and values pass 4096 bytes, or a limit override's
+// window past MAX_OVERRIDE_WINDOW (30 days by default: a YEAR is refused)
+// is refused INVALID_ARGUMENT naming the part, on gRPC and on POST /json
+// alike (400 with the same message), before anything is counted or named
+// in a metric; at the caps, a request is decided.
+func TestOversizedPartsRefused(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	s, c, _ := serveServer(t, ratelimitsvc.Options{Limiter: algorithms.NewMemoryStore(algorithms.MemoryOptions{Now: func() time.Time { return t0 }}),
+		Descriptors: loadConfig(t, "testdata/test.yaml"), Registerer: reg})
+	web := httptest.NewServer(s.JSONHandler())
+	t.Cleanup(web.Close)
+	big := strings.Repeat("v", 512<<10)
+	k1025 := strings.Repeat("k", 1025)
+	one := func(d *rlcommon.RateLimitDescriptor) *rlsv3.RateLimitRequest {
+		return &rlsv3.RateLimitRequest{Domain: "test", Descriptors: []*rlcommon.RateLimitDescriptor{d}}
+	}
+	fiveValues := desc("path", strings.Repeat("a", 1000), "b", strings.Repeat("b", 1000), "c", strings.Repeat("c", 1000),
+		"d", strings.Repeat("d", 1000), "e", strings.Repeat("e", 1000))
+	for _, tt := range []struct {
+		name string
+		req  *rlsv3.RateLimitRequest
+		want string
+	}{
+		{"value", one(desc("path", big)), "descriptor 0 entry 0 value is 524288 bytes, longer than the 1024 allowed"},
+		{"key", &rlsv3.RateLimitRequest{Domain: "test", Descriptors: []*rlcommon.RateLimitDescriptor{desc("a", "1"), desc("path", "/", k1025, "x")}},
+			"descriptor 1 entry 1 key is 1025 bytes, longer than the 1024 allowed"},
+		{"domain", &rlsv3.RateLimitRequest{Domain: strings.Repeat("d", 1025), Descriptors: []*rlcommon.RateLimitDescriptor{desc("a", "1")}},
+			"domain is 1025 bytes, longer than the 1024 allowed"},
+		{"descriptor bytes", one(fiveValues), "descriptor 0 has 5008 bytes of keys and values, more than the 4096 allowed"},
+		{"override year", one(withOverride(desc("a", "1"), 1, typev3.RateLimitUnit_YEAR)),
+			"descriptor 0 limit override: a window of 365 days, longer than the 30 days allowed (MAX_OVERRIDE_WINDOW)"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := c.ShouldRateLimit(context.Background(), tt.req)
+			if status.Code(err) != codes.InvalidArgument || status.Convert(err).Message() != tt.want {
+				t.Errorf("gRPC: %v, want InvalidArgument %q", err, tt.want)
+			}
+			body, err := protojson.Marshal(tt.req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := http.Post(web.URL, "application/json", bytes.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, _ := io.ReadAll(r.Body)
+			r.Body.Close()
+			if r.StatusCode != http.StatusBadRequest || strings.TrimSpace(string(got)) != tt.want {
+				t.Errorf("POST /json: %d %q, want 400 %q", r.StatusCode, got, tt.want)
+			}
+		})
+	}
+	for reason, want := range map[string]float64{"string": 6, "descriptor_bytes": 2, "override_window": 2, "descriptors": 0} {
+		if got := counter(t, reg, "throttle_ratelimit_oversized_requests_total", map[string]string{"reason": reason}); got != want {
+			t.Errorf("oversized{reason=%s} = %v, want %v", reason, got, want)
+		}
+	}
+	// Nothing was counted nor named: a=1 has its one request of the minute,
+	// and no metric names a refused value.
+	a := one(desc("a", "1"))
+	wantCodes(t, 0, ask(t, c, a), OK, st(OK, 1, MIN, "", 0, time.Minute-t0Offset(time.Minute)))
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if len(lp.GetValue()) > 1024 {
+					t.Errorf("%s has a label of %d bytes", mf.GetName(), len(lp.GetValue()))
+				}
+			}
+		}
+	}
+
+	// At the caps: values of 1024 bytes, 4096 bytes in all, a MONTH.
+	atCap := desc("x", strings.Repeat("x", 1024), "b", strings.Repeat("b", 1023), "c", strings.Repeat("c", 1023), "d", strings.Repeat("d", 1022))
+	wantCodes(t, 1, ask(t, c, one(atCap)), OK, none)
+	wantCodes(t, 2, ask(t, c, one(withOverride(desc("m", "1"), 1, typev3.RateLimitUnit_MONTH))), OK,
+		st(OK, 1, rlsv3.RateLimitResponse_RateLimit_MONTH, "", 0, 30*24*time.Hour-t0Offset(30*24*time.Hour)))
+}
+
+// TestMetricKeyLabelBounded: a detailed_metric key holding a value of 1024
+// bytes (the most a value may have) is a key label of at most 256 bytes,
+// cut and ended by a hash: two such values stay two series.
+func TestMetricKeyLabelBounded(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	c, _ := serve(t, ratelimitsvc.Options{Limiter: algorithms.NewMemoryStore(algorithms.MemoryOptions{Now: func() time.Time { return t0 }}),
+		Descriptors: loadConfig(t, "testdata/knobs.yaml"), Registerer: reg})
+	for _, v := range []string{strings.Repeat("u", 1023) + "1", strings.Repeat("u", 1023) + "2"} {
+		ask(t, c, &rlsv3.RateLimitRequest{Domain: "knobs", Descriptors: []*rlcommon.RateLimitDescriptor{desc("user", v)}})
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := map[string]bool{}
+	for _, mf := range mfs {
+		if mf.GetName() != "throttle_ratelimit_hits_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "key" {
+					keys[lp.GetValue()] = true
+					if n := len(lp.GetValue()); n > 256 {
+						t.Errorf("key label of %d bytes, want at most 256", n)
+					}
+				}
+			}
+		}
+	}
+	if len(keys) != 2 {
+		t.Errorf("%d key labels, want 2: %v", len(keys), keys)
 	}
 }

@@ -99,7 +99,7 @@ func (s *Server) prepareCounters(domain string, ds []envoycounters.Descriptor) (
 	if err != nil {
 		return nil, nil, err
 	}
-	if msg, _ := s.refuse(req); msg != "" {
+	if msg, _ := s.refuse(domain, req); msg != "" {
 		return nil, nil, envoycounters.Invalidf("%s", msg)
 	}
 	if _, src := s.domain(domain); src == envoycounters.NoLimits {

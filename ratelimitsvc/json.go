@@ -4,6 +4,8 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strings"
+	"unicode/utf8"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/codes"
@@ -36,7 +38,7 @@ func (s *Server) JSONHandler() http.Handler {
 		}
 		var req rlsv3.RateLimitRequest
 		if err := protojson.Unmarshal(body, &req); err != nil {
-			http.Error(w, "not a RateLimitRequest in JSON: "+err.Error(), http.StatusBadRequest)
+			http.Error(w, "not a RateLimitRequest in JSON: "+clientText(err.Error()), http.StatusBadRequest)
 			return
 		}
 		resp, err := s.ShouldRateLimit(r.Context(), &req)
@@ -61,4 +63,22 @@ func (s *Server) JSONHandler() http.Handler {
 		}
 		w.Write(out)
 	})
+}
+
+// maxErrorText bounds what of a decoding error a 400 repeats.
+const maxErrorText = 256
+
+// clientText is a decoding error's message as a reply may carry it: UTF-8
+// text (protojson quotes the caller's bytes as they came, "invalid value
+// \xb1"), at most maxErrorText bytes (it may quote a whole token).
+func clientText(msg string) string {
+	msg = strings.ToValidUTF8(msg, "\uFFFD")
+	if len(msg) <= maxErrorText {
+		return msg
+	}
+	cut := maxErrorText
+	for cut > 0 && !utf8.RuneStart(msg[cut]) {
+		cut--
+	}
+	return msg[:cut] + "…"
 }

@@ -228,7 +228,7 @@ func TestUnitMultiplier(t *testing.T) {
 		// An override whose window is longer than the engine keeps.
 		o.Limit.UnitMultiplier = wrapperspb.UInt32(400)
 		_, err := c.ShouldRateLimit(context.Background(), limits(o))
-		if status.Code(err) != codes.InvalidArgument || status.Convert(err).Message() != "descriptor 0 limit override: unit_multiplier 400 makes a window of 400 days, longer than the longest window, 366 days" {
+		if status.Code(err) != codes.InvalidArgument || status.Convert(err).Message() != "descriptor 0 limit override: a window of 400 days, longer than the 30 days allowed (MAX_OVERRIDE_WINDOW)" {
 			t.Errorf("override of 400 days: %v, want InvalidArgument naming the window", err)
 		}
 	})

@@ -8,6 +8,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
+
+	"github.com/throttle-rl/throttle/internal/inputsize"
 )
 
 type outcome int
@@ -31,7 +33,8 @@ const (
 // value's decisions count under the descriptor's configured key (the key
 // without detailed_metric and value_to_metric), and in
 // throttle_ratelimit_stats_keys_folded_total, so a descriptor keyed by user
-// id cannot grow Prometheus without bound.
+// id cannot grow Prometheus without bound. A key is at most
+// inputsize.MaxName bytes (inputsize.ShortName), so no label is longer.
 type metrics struct {
 	perKey                                   [families]*prometheus.CounterVec
 	domainNotFound, globalShadowMode, folded prometheus.Counter
@@ -47,12 +50,6 @@ type metrics struct {
 }
 
 type valueKey struct{ domain, key string }
-
-// Reasons of throttle_ratelimit_oversized_requests_total.
-const (
-	oversizedDescriptors = "descriptors"
-	oversizedEntries     = "entries"
-)
 
 func newMetrics(reg prometheus.Registerer, maxValueKeys int, ref ReferenceStats) (*metrics, error) {
 	labels := []string{"domain", "key"}
@@ -81,7 +78,7 @@ func newMetrics(reg prometheus.Registerer, maxValueKeys int, ref ReferenceStats)
 		}),
 		oversized: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "throttle_ratelimit_oversized_requests_total",
-			Help: "Requests refused, nothing counted, for more descriptors than MAX_DESCRIPTORS_PER_REQUEST (reason descriptors) or a descriptor with more entries than MAX_DESCRIPTOR_ENTRIES (reason entries).",
+			Help: "Requests refused, nothing counted, for more descriptors than MAX_DESCRIPTORS_PER_REQUEST (reason descriptors), a descriptor with more entries than MAX_DESCRIPTOR_ENTRIES (entries), a domain, key or value over 1024 bytes (string), a descriptor's keys and values over 4096 bytes (descriptor_bytes) or a limit override's window over MAX_OVERRIDE_WINDOW (override_window).",
 		}, []string{"reason"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "throttle_grpc_request_duration_seconds",
@@ -92,8 +89,8 @@ func newMetrics(reg prometheus.Registerer, maxValueKeys int, ref ReferenceStats)
 		maxValueKeys: maxValueKeys,
 		valueKeys:    map[valueKey]struct{}{},
 	}
-	for _, reason := range []string{oversizedDescriptors, oversizedEntries} {
-		m.oversized.WithLabelValues(reason) // both series from the start: two, fixed
+	for _, reason := range inputsize.Reasons {
+		m.oversized.WithLabelValues(reason) // every series from the start: a fixed set
 	}
 	if reg != nil {
 		cs := []prometheus.Collector{m.domainNotFound, m.globalShadowMode, m.folded, m.oversized, m.latency}
@@ -113,7 +110,7 @@ func newMetrics(reg prometheus.Registerer, maxValueKeys int, ref ReferenceStats)
 // rollup, its key without request values, once the per-value keys are
 // capped. cached says the local over-limit cache made it.
 func (m *metrics) observe(domain, key, rollup string, hits int64, o outcome, shadow, cached bool) {
-	c := m.countersOf(domain, m.label(domain, key, rollup))
+	c := m.countersOf(domain, inputsize.ShortName(m.label(domain, key, rollup)))
 	c.add(m, hitsFamily, hits)
 	switch o {
 	case over:

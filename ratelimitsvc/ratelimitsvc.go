@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"strings"
 	"time"
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -27,6 +26,7 @@ import (
 	"github.com/throttle-rl/throttle/algorithms"
 	"github.com/throttle-rl/throttle/descriptors"
 	"github.com/throttle-rl/throttle/internal/envoycounters"
+	"github.com/throttle-rl/throttle/internal/inputsize"
 	"github.com/throttle-rl/throttle/internal/ratelimitheader"
 	"github.com/throttle-rl/throttle/internal/ruledomain"
 )
@@ -73,13 +73,18 @@ type Options struct {
 	// the default, 1000; negative means none are kept.
 	MaxValueStatsKeys int
 	// MaxDescriptors caps the descriptors of one request (setting
-	// MAX_DESCRIPTORS_PER_REQUEST), and MaxDescriptorEntries the entries of
-	// one descriptor (MAX_DESCRIPTOR_ENTRIES): a request over either is
-	// refused with INVALID_ARGUMENT before anything is matched or counted,
-	// so one cheap request cannot cost the counter backend thousands of
-	// decisions. 0 means the defaults, DefaultMaxDescriptors and
-	// DefaultMaxDescriptorEntries.
+	// MAX_DESCRIPTORS_PER_REQUEST), MaxDescriptorEntries the entries of
+	// one descriptor (MAX_DESCRIPTOR_ENTRIES), and MaxOverrideWindow the
+	// window of a limit override (MAX_OVERRIDE_WINDOW, at most
+	// algorithms.MaxWindow): a request over one of them, or over the fixed
+	// caps of package inputsize (the bytes of a domain, key, value and
+	// descriptor), is refused with INVALID_ARGUMENT naming the part before
+	// anything is matched or counted, so one cheap request cannot cost the
+	// counter backend thousands of decisions nor the stats a huge name. 0
+	// means the defaults, inputsize.DefaultDescriptors, DefaultEntries and
+	// DefaultOverrideWindow.
 	MaxDescriptors, MaxDescriptorEntries int
+	MaxOverrideWindow                    time.Duration
 	// CountRejectedHits counts every hit of every descriptor, admitted or
 	// not, as the reference service does by default (setting
 	// COUNT_REJECTED_HITS, for exact drop-in parity): each limit counts its
@@ -114,13 +119,12 @@ type Options struct {
 	ReferenceStats ReferenceStats
 }
 
-// The defaults of Options.MaxDescriptors and Options.MaxDescriptorEntries.
-// Envoy sends one descriptor per matching rate_limits action list and one
-// entry per action, a handful of each in real configurations; REST rules
-// have at most 16 entries.
+// The defaults of Options.MaxDescriptors, MaxDescriptorEntries and
+// MaxOverrideWindow: inputsize's.
 const (
-	DefaultMaxDescriptors       = 64
-	DefaultMaxDescriptorEntries = 32
+	DefaultMaxDescriptors       = inputsize.DefaultDescriptors
+	DefaultMaxDescriptorEntries = inputsize.DefaultEntries
+	DefaultMaxOverrideWindow    = inputsize.DefaultOverrideWindow
 )
 
 // Server implements RateLimitService.
@@ -128,6 +132,7 @@ type Server struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 
 	opts    Options
+	limits  inputsize.Limits // the caps on a request's size
 	metrics *metrics
 	tracing *tracing // nil: tracing off
 
@@ -148,18 +153,14 @@ func New(opts Options) (*Server, error) {
 	if opts.MaxValueStatsKeys == 0 {
 		opts.MaxValueStatsKeys = 1000
 	}
-	if opts.MaxDescriptors <= 0 {
-		opts.MaxDescriptors = DefaultMaxDescriptors
-	}
-	if opts.MaxDescriptorEntries <= 0 {
-		opts.MaxDescriptorEntries = DefaultMaxDescriptorEntries
-	}
+	limits := inputsize.Limits{Descriptors: opts.MaxDescriptors, Entries: opts.MaxDescriptorEntries,
+		OverrideWindow: min(opts.MaxOverrideWindow, algorithms.MaxWindow)}.WithDefaults()
 	m, err := newMetrics(opts.Registerer, max(opts.MaxValueStatsKeys, 0), opts.ReferenceStats)
 	if err != nil {
 		return nil, err
 	}
 	tr := newTracing(opts.TracerProvider, opts.Propagator)
-	return &Server{opts: opts, metrics: m, tracing: tr, rules: ruledomain.New(opts.Rules, opts.Log)}, nil
+	return &Server{opts: opts, limits: limits, metrics: m, tracing: tr, rules: ruledomain.New(opts.Rules, opts.Log)}, nil
 }
 
 // ShouldRateLimit decides every descriptor of req in one engine batch (see
@@ -256,17 +257,17 @@ func (s *Server) backendError(ctx context.Context, domain string, err error) err
 }
 
 // validate refuses what Envoy would never send: an empty domain, no
-// descriptors, a descriptor without entries, an entry without a key, an
-// override whose window is longer than 366 days; and a request over the
-// caps on descriptors and entries, counted in
-// throttle_ratelimit_oversized_requests_total. It reads no further than the
-// caps: past gRPC's decoding of the message, refusing an oversized request
-// costs no more than checking an allowed one.
+// descriptors, a descriptor without entries, an entry without a key; and a
+// request over a cap of inputsize (descriptors, entries, the bytes of the
+// domain, a key, a value or a descriptor, an override's window), counted
+// in throttle_ratelimit_oversized_requests_total by reason. It reads no
+// further than the caps: past gRPC's decoding of the message, refusing an
+// oversized request costs no more than checking an allowed one.
 func (s *Server) validate(req *rlsv3.RateLimitRequest) error {
 	if req.GetDomain() == "" {
 		return status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
 	}
-	msg, oversized := s.refuse(req.GetDescriptors())
+	msg, oversized := s.refuse(req.GetDomain(), req.GetDescriptors())
 	if oversized != "" {
 		s.metrics.oversized.WithLabelValues(oversized).Inc()
 	}
@@ -276,21 +277,20 @@ func (s *Server) validate(req *rlsv3.RateLimitRequest) error {
 	return nil
 }
 
-// refuse says why the descriptors of a request cannot be decided ("" when
-// they can), and, for a request over a cap, which one (a reason of
+// refuse says why the descriptors of a request on domain cannot be decided
+// ("" when they can), and, for a request over a cap, which one (a reason of
 // throttle_ratelimit_oversized_requests_total). See validate.
-func (s *Server) refuse(ds []*rlcommon.RateLimitDescriptor) (msg, oversized string) {
+func (s *Server) refuse(domain string, ds []*rlcommon.RateLimitDescriptor) (msg, oversized string) {
 	if len(ds) == 0 {
 		return "rate limit descriptor list must not be empty", ""
 	}
-	if n, limit := len(ds), s.opts.MaxDescriptors; n > limit {
-		return fmt.Sprintf("rate limit request has %d descriptors, more than the %d allowed (MAX_DESCRIPTORS_PER_REQUEST)", n, limit), oversizedDescriptors
+	if err := s.limits.Request(domain, len(ds), func(i int) inputsize.Descriptor { return (*sized)(ds[i]) }); err != nil {
+		var e *inputsize.Error
+		errors.As(err, &e)
+		return err.Error(), e.Reason
 	}
 	for i, d := range ds {
 		es := d.GetEntries()
-		if n, limit := len(es), s.opts.MaxDescriptorEntries; n > limit {
-			return fmt.Sprintf("descriptor %d has %d entries, more than the %d allowed (MAX_DESCRIPTOR_ENTRIES)", i, n, limit), oversizedEntries
-		}
 		if len(es) == 0 {
 			return fmt.Sprintf("descriptor %d has no entries", i), ""
 		}
@@ -299,15 +299,26 @@ func (s *Server) refuse(ds []*rlcommon.RateLimitDescriptor) (msg, oversized stri
 				return fmt.Sprintf("descriptor %d entry %d has an empty key", i, j), ""
 			}
 		}
-		if o := d.GetLimit(); o != nil {
-			rl := descriptors.RateLimit{Unit: descriptors.Unit(o.GetUnit()), UnitMultiplier: o.GetUnitMultiplier().GetValue()}
-			if rl.WindowLength() > algorithms.MaxWindow {
-				return fmt.Sprintf("descriptor %d limit override: unit_multiplier %d makes a window of %d %ss, longer than the longest window, %d days",
-					i, rl.UnitMultiplier, rl.UnitMultiplier, strings.ToLower(rl.Unit.String()), algorithms.MaxWindow/(24*time.Hour)), ""
-			}
-		}
 	}
 	return "", ""
+}
+
+// sized is a request's descriptor as inputsize reads it.
+type sized rlcommon.RateLimitDescriptor
+
+func (d *sized) Len() int { return len((*rlcommon.RateLimitDescriptor)(d).GetEntries()) }
+
+func (d *sized) Entry(j int) (string, string) {
+	e := (*rlcommon.RateLimitDescriptor)(d).GetEntries()[j]
+	return e.GetKey(), e.GetValue()
+}
+
+func (d *sized) OverrideWindow() time.Duration {
+	o := (*rlcommon.RateLimitDescriptor)(d).GetLimit()
+	if o == nil {
+		return 0
+	}
+	return descriptors.RateLimit{Unit: descriptors.Unit(o.GetUnit()), UnitMultiplier: o.GetUnitMultiplier().GetValue()}.WindowLength()
 }
 
 // domain returns the limits of the domain named name and where they come

@@ -153,3 +153,21 @@ func TestDogStatsd(t *testing.T) {
 		"ratelimit.service.rate_limit.edge.path_/a.within_limit:3|c|#env:prod",
 		"ratelimit.service.config_load_success:1|c|#env:prod")
 }
+
+// TestDogStatsdNoTagInjection: ".__k=v" in a request's value is no tag on
+// DogStatsD ('.' is never followed by two '_'), nor is "|#k:v".
+func TestDogStatsdNoTagInjection(t *testing.T) {
+	addr, read := udpLines(t)
+	sink, err := NewDogStatsdSink(addr, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New(sink, Options{ExtraTags: map[string]string{"env": "prod"}})
+	s.DescriptorCounter("edge", "user_x.__role=admin", TotalHits).Add(1)
+	s.DescriptorCounter("edge", "user_y|#role:admin", TotalHits).Add(1)
+	if err := s.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	read("ratelimit.service.rate_limit.edge.user_x._role=admin.total_hits:1|c|#env:prod",
+		"ratelimit.service.rate_limit.edge.user_y__role_admin.total_hits:1|c|#env:prod")
+}

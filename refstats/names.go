@@ -1,8 +1,12 @@
 package refstats
 
 import (
+	"fmt"
+	"hash/fnv"
 	"regexp"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // The stats of one descriptor key, by the reference's names: the last part
@@ -20,19 +24,77 @@ const (
 // add levels to the stat's name.
 var ipv4 = regexp.MustCompile(`\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}`)
 
-// statsdSeparators are the characters statsd's line format gives a meaning.
-var statsdSeparators = strings.NewReplacer(":", "_", "|", "_")
+// maxKey is the most bytes of a sanitized stats key (a domain, or a
+// domain and a descriptor's key): a longer one is cut and ends in a hash
+// of it all.
+const maxKey = 256
 
 // sanitize writes a stats key (a domain, or a domain and a descriptor's
-// key) as the reference writes it into a stat's name: ':' and '|' become
+// key) as the reference writes it into a stat's name — ':' and '|' become
 // '_', and so do the dots of anything shaped like an IPv4 address, such as
-// a remote_address value of detailed_metric.
+// a remote_address value of detailed_metric — and makes it safe whatever a
+// request put in it: bytes that are not UTF-8, control characters (a
+// newline would end the statsd line and start one of the caller's), '#'
+// (DogStatsD's tags) and whitespace become '_'; a '.' is never followed by
+// two '_' (gostats and DogStatsD read ".__k=v" as a tag k:v); and it is at
+// most maxKey bytes (shortKey).
 func sanitize(key string) string {
-	key = statsdSeparators.Replace(key)
-	if !ipv4.MatchString(key) {
+	key = cleanKey(key)
+	if ipv4.MatchString(key) {
+		key = ipv4.ReplaceAllStringFunc(key, func(ip string) string { return strings.ReplaceAll(ip, ".", "_") })
+	}
+	return shortKey(key)
+}
+
+// cleanKey is sanitize's replacement of characters, key returned as it is
+// when it has none to replace.
+func cleanKey(key string) string {
+	if clean(key) {
 		return key
 	}
-	return ipv4.ReplaceAllStringFunc(key, func(ip string) string { return strings.ReplaceAll(ip, ".", "_") })
+	var b strings.Builder
+	b.Grow(len(key))
+	for _, r := range strings.ToValidUTF8(key, "_") {
+		switch {
+		case r == ':' || r == '|' || r == '#' || unicode.IsControl(r) || unicode.IsSpace(r):
+			r = '_'
+		}
+		if r == '_' && strings.HasSuffix(b.String(), "._") {
+			continue // ".__" would start a tag
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// clean reports whether key has nothing cleanKey replaces: ASCII without
+// control characters, spaces, ':', '|', '#' or ".__".
+func clean(key string) bool {
+	for i := 0; i < len(key); i++ {
+		switch c := key[i]; {
+		case c <= ' ' || c >= 0x7f || c == ':' || c == '|' || c == '#':
+			return false
+		case c == '.' && strings.HasPrefix(key[i+1:], "__"):
+			return false
+		}
+	}
+	return true
+}
+
+// shortKey returns key when it has at most maxKey bytes, else its first
+// bytes (whole runes, no '_' at the end) and '_' and 16 hex digits of a
+// hash of it all: two long keys stay apart.
+func shortKey(key string) string {
+	if len(key) <= maxKey {
+		return key
+	}
+	h := fnv.New64a()
+	h.Write([]byte(key))
+	cut := maxKey - 17
+	for cut > 0 && !utf8.RuneStart(key[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s_%016x", strings.TrimRight(key[:cut], "_"), h.Sum64())
 }
 
 // descriptorStat is the name of stat of the descriptor key (domain, key),

@@ -18,6 +18,13 @@ func TestSanitize(t *testing.T) {
 		{"edge.x_1234.5.6.7", "edge.x_1234_5_6_7"},     // 234.5.6.7 within it looks like one
 		{"edge.v6_2001:db8::1", "edge.v6_2001_db8__1"}, // IPv6: its colons only
 		{"d.a_1.2.3.4.5.6.7.8", "d.a_1_2_3_4.5_6_7_8"}, // two addresses, one after the other
+		// What a request may carry: no line, tag or level of its own.
+		{"zz\nINJECTED\nx", "zz_INJECTED_x"},
+		{"edge.v_x.__k=v", "edge.v_x._k=v"},
+		{"edge.v_x.____k", "edge.v_x._k"},
+		{"edge.v_a#b c\x00d\u2028e", "edge.v_a_b_c_d_e"},
+		{"edge.v_\xff\xfe", "edge.v__"},
+		{"edge.é", "edge.é"},
 	} {
 		if got := sanitize(tt.key); got != tt.want {
 			t.Errorf("sanitize(%q) = %q, want %q", tt.key, got, tt.want)

@@ -50,7 +50,16 @@ type Options struct {
 	// throttle_ratelimit_domain_not_found_total counts every one). 0 means
 	// 1000; negative, none.
 	MaxDomains int
+	// MaxKeys caps the distinct descriptor keys (domain and key) stats are
+	// named for; beyond it, a new key's stats count under
+	// DOMAIN.stats_overflow.STAT (ratelimitsvc already folds a per-value
+	// key into its configured one past STATS_MAX_VALUE_KEYS: this bounds
+	// the names whatever calls). 0 means 10,000; negative, none.
+	MaxKeys int
 }
+
+// overflowKey is the key of the stats of descriptor keys past MaxKeys.
+const overflowKey = "stats_overflow"
 
 // Stats holds the reference's stats, counted in memory and sent to a Sink
 // at every Flush. Its methods are safe for concurrent use.
@@ -67,6 +76,9 @@ type Stats struct {
 	domains                            sync.Map // domain → gostats.Counter
 	domainCount                        atomic.Int64
 	maxDomains                         int64
+	keys                               sync.Map // domain and key → struct{}
+	keyCount                           atomic.Int64
+	maxKeys                            int64
 	idle                               chan struct{} // holds a token while no flush is in progress
 	closeOnce                          sync.Once
 	closeErr                           error
@@ -86,6 +98,12 @@ func New(sink Sink, opts Options) *Stats {
 	case opts.MaxDomains < 0:
 		opts.MaxDomains = 0
 	}
+	switch {
+	case opts.MaxKeys == 0:
+		opts.MaxKeys = 10_000
+	case opts.MaxKeys < 0:
+		opts.MaxKeys = 0
+	}
 	store := gostats.NewStore(sink, false)
 	idle := make(chan struct{}, 1)
 	idle <- struct{}{}
@@ -104,6 +122,7 @@ func New(sink Sink, opts Options) *Stats {
 		configLoadError:   service.NewCounter("config_load_error"),
 		globalShadowMode:  service.NewCounter("global_shadow_mode"),
 		maxDomains:        int64(opts.MaxDomains),
+		maxKeys:           int64(opts.MaxKeys),
 		idle:              idle,
 	}
 }
@@ -111,15 +130,37 @@ func New(sink Sink, opts Options) *Stats {
 // DescriptorCounter returns the counter of stat (TotalHits, OverLimit, …)
 // of the descriptor key (domain, key), key being the reference's stats key
 // without its domain: ratelimit.service.rate_limit.DOMAIN.KEY.STAT, the
-// whole key sanitized as the reference does. Look it up once per key: the
-// counter itself only adds.
+// whole key sanitized as the reference does (and made safe and short: see
+// sanitize); past MaxKeys distinct keys, key is stats_overflow. Look it up
+// once per key: the counter itself only adds.
 func (s *Stats) DescriptorCounter(domain, key, stat string) interface{ Add(uint64) } {
+	if !s.keep(domain, key) {
+		key = overflowKey
+	}
 	return s.rateLimit.NewCounter(descriptorStat(domain, key, stat))
+}
+
+// keep reports whether the stats of (domain, key) have names of their own:
+// it was kept before, or fewer than MaxKeys are.
+func (s *Stats) keep(domain, key string) bool {
+	k := domain + "\x00" + key
+	if _, ok := s.keys.Load(k); ok {
+		return true
+	}
+	if s.keyCount.Add(1) > s.maxKeys {
+		s.keyCount.Add(-1)
+		return false
+	}
+	if _, loaded := s.keys.LoadOrStore(k, struct{}{}); loaded {
+		s.keyCount.Add(-1)
+	}
+	return true
 }
 
 // DomainNotFound counts n descriptors of a request for a domain no
 // configuration has: ratelimit.service.rate_limit.DOMAIN.domain_not_found,
-// counted per descriptor as the reference does.
+// counted per descriptor as the reference does, DOMAIN sanitized (safe and
+// short: see sanitize), for at most MaxDomains domains.
 func (s *Stats) DomainNotFound(domain string, n int) {
 	if c, ok := s.domains.Load(domain); ok {
 		c.(gostats.Counter).Add(uint64(n))

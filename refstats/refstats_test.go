@@ -174,3 +174,26 @@ func TestFlushDeadline(t *testing.T) {
 	}
 	close(b.release)
 }
+
+// TestDescriptorKeysCapped: past MaxKeys distinct descriptor keys, a new
+// key's stats count under DOMAIN.stats_overflow; a kept key keeps its name.
+func TestDescriptorKeysCapped(t *testing.T) {
+	r := newRecorder()
+	s := New(r, Options{MaxKeys: 2})
+	for i := range 5 {
+		s.DescriptorCounter("edge", fmt.Sprintf("user_%d", i), TotalHits).Add(1)
+	}
+	s.DescriptorCounter("edge", "user_0", OverLimit).Add(1)
+	if err := s.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]uint64{
+		"ratelimit.service.rate_limit.edge.user_0.total_hits":         1,
+		"ratelimit.service.rate_limit.edge.user_0.over_limit":         1,
+		"ratelimit.service.rate_limit.edge.user_1.total_hits":         1,
+		"ratelimit.service.rate_limit.edge.stats_overflow.total_hits": 3,
+	}
+	if diff := cmp.Diff(want, r.ratelimitCounters()); diff != "" {
+		t.Errorf("counters (-want +got):\n%s", diff)
+	}
+}

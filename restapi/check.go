@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/throttle-rl/throttle/algorithms"
+	"github.com/throttle-rl/throttle/internal/inputsize"
 	"github.com/throttle-rl/throttle/internal/ratelimitheader"
 	"github.com/throttle-rl/throttle/store"
 )
@@ -112,6 +113,9 @@ type check struct {
 // request of client c, field by field in the order the API documents.
 func newCheck(r *http.Request, d checkDeps, c store.Client, req checkRequest, byIP bool) (check, error) {
 	ch := check{rule: req.Rule, hits: 1, threshold: defaultWarnThreshold}
+	if err := checkSizes(req); err != nil {
+		return check{}, err
+	}
 	switch {
 	case byIP && req.Identifier != nil:
 		return check{}, invalidField("identifier must be left out on /check/ip: it is the client's IP address")
@@ -146,6 +150,20 @@ func newCheck(r *http.Request, d checkDeps, c store.Client, req checkRequest, by
 		ch.hits = *h
 	}
 	return ch, nil
+}
+
+// checkSizes refuses a check body whose identifier or rule is over the
+// input-size rule's cap (package inputsize), before either is looked up,
+// counted or written back.
+func checkSizes(req checkRequest) error {
+	err := inputsize.String("rule", req.Rule)
+	if err == nil && req.Identifier != nil {
+		err = inputsize.String("identifier", *req.Identifier)
+	}
+	if err != nil {
+		return invalidField(err.Error())
+	}
+	return nil
 }
 
 // decided is a check's reply and what its headers say beyond it.

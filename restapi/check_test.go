@@ -16,6 +16,7 @@ import (
 	"github.com/throttle-rl/throttle/algorithms"
 	"github.com/throttle-rl/throttle/algorithms/redisstore"
 	"github.com/throttle-rl/throttle/internal/testkit/redistest"
+	"github.com/throttle-rl/throttle/ratelimitsvc"
 )
 
 func TestCheckDecisionsAndHeaders(t *testing.T) {
@@ -590,4 +591,39 @@ func ExampleNewServer() {
 	srv := NewServer(":8080", http.NotFoundHandler())
 	fmt.Println(srv.ReadHeaderTimeout, srv.MaxHeaderBytes)
 	// Output: 5s 65536
+}
+
+// TestOversizedParts: the input-size rule on the REST doors. A check's
+// rule (or identifier) over 1024 bytes is 400 INVALID_FIELD naming it,
+// never looked up nor written back (it was 404 RULE_NOT_FOUND echoing the
+// whole name), in /check and in a batch (with the check's index); the Envoy
+// counters refuse a domain over 1024 bytes (before it is looked up or
+// named in a refusal) and a value over 1024 bytes or a YEAR override
+// (INVALID_DESCRIPTORS), as gRPC does.
+func TestOversizedParts(t *testing.T) {
+	var rls *ratelimitsvc.Server
+	e := newEnv(t, backends()[0], withCounters(t, adminKey, &rls))
+	c := e.register(t, "sizes")
+	rule := strings.Repeat("r", 2048)
+	wantMessage := func(r reply, status int, code, msg string) {
+		t.Helper()
+		wantError(t, r, status, code)
+		if got := decodeReply[errorReply](t, r).Error; got != msg {
+			t.Errorf("error = %q, want %q", got, msg)
+		}
+	}
+	wantMessage(e.call(t, "POST", "/check", c.Key, `{"identifier":"u","rule":"`+rule+`"}`), 400, "INVALID_FIELD",
+		"rule is 2048 bytes, longer than the 1024 allowed")
+	wantMessage(e.call(t, "POST", "/check/batch", c.Key, `{"checks":[{"identifier":"u","limit":1,"window":60},{"identifier":"u","rule":"`+rule+`"}]}`),
+		400, "INVALID_FIELD", "checks[1]: rule is 2048 bytes, longer than the 1024 allowed")
+	wantMessage(e.call(t, "POST", "/check", c.Key, `{"identifier":"`+strings.Repeat("é", 600)+`","limit":1,"window":60}`), 400, "INVALID_FIELD",
+		"identifier is 1200 bytes, longer than the 1024 allowed")
+
+	domain := strings.Repeat("d", 1025)
+	wantMessage(e.call(t, "POST", "/descriptors/"+domain+"/counters", adminKey, `{"descriptors":[{"entries":[{"key":"k","value":"v"}]}]}`),
+		400, "INVALID_FIELD", "domain is 1025 bytes, longer than the 1024 allowed")
+	wantMessage(e.call(t, "POST", "/descriptors/edge/counters", adminKey, `{"descriptors":[{"entries":[{"key":"k","value":"`+strings.Repeat("v", 1025)+`"}]}]}`),
+		400, "INVALID_DESCRIPTORS", "descriptor 0 entry 0 value is 1025 bytes, longer than the 1024 allowed")
+	wantMessage(e.call(t, "POST", "/descriptors/edge/counters/reset", adminKey, `{"descriptors":[{"entries":[{"key":"k"}],"limit":{"requests_per_unit":1,"unit":"year"}}]}`),
+		400, "INVALID_DESCRIPTORS", "descriptor 0 limit override: a window of 365 days, longer than the 30 days allowed (MAX_OVERRIDE_WINDOW)")
 }

@@ -10,6 +10,7 @@ import (
 	"net/http"
 
 	"github.com/throttle-rl/throttle/internal/envoycounters"
+	"github.com/throttle-rl/throttle/internal/inputsize"
 	"github.com/throttle-rl/throttle/store"
 )
 
@@ -139,6 +140,9 @@ func handleCountersReset(counters envoyCounters) http.Handler {
 // reads the body.
 func parseCounters(w http.ResponseWriter, r *http.Request, counters envoyCounters) (string, []envoycounters.Descriptor, error) {
 	domain := r.PathValue("domain")
+	if err := inputsize.String("domain", domain); err != nil {
+		return "", nil, invalidField(err.Error()) // before it is looked up or written back
+	}
 	if err := authorizeCounters(r.Context(), counters, domain); err != nil {
 		return "", nil, err
 	}

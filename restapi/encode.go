@@ -186,6 +186,9 @@ func errorResponse(err error) (status int, code, message string) {
 	switch {
 	case errors.As(err, &ae):
 		return ae.status, ae.code, ae.message
+	case errors.As(err, &qe) && qe.What == "clients":
+		return http.StatusConflict, "TOO_MANY_CLIENTS",
+			fmt.Sprintf("Throttle has %d clients, the most it takes (MAX_CLIENTS): no more registrations until the operator deletes some or raises it", qe.Max)
 	case errors.As(err, &qe):
 		return http.StatusConflict, "TOO_MANY_" + strings.ToUpper(qe.What),
 			fmt.Sprintf("your client has %d %s, the most a client may have (MAX_%s_PER_CLIENT): delete some first", qe.Max, qe.What, strings.ToUpper(qe.What))

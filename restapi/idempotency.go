@@ -52,16 +52,23 @@ type IdempotencyStore interface {
 }
 
 // IdempotencyQuota bounds what one client keeps: at most Records records
-// of at most Bytes bytes in all (a zero field: no bound).
+// of at most Bytes bytes in all; and what all clients keep in the memory
+// store: at most TotalBytes (a zero field: no bound). Past TotalBytes a
+// reply is not kept (its retry is decided anew), so one replica's memory
+// holds at most TotalBytes of replies however many clients there are.
 type IdempotencyQuota struct {
-	Records int
-	Bytes   int64
+	Records    int
+	Bytes      int64
+	TotalBytes int64
 }
 
 // Default quota of a client's idempotency records.
 const (
 	DefaultIdempotencyRecords = 1000
 	DefaultIdempotencyBytes   = 1 << 20
+	// DefaultIdempotencyTotalBytes bounds all clients' replies in one
+	// replica's memory (IDEMPOTENCY_MAX_BYTES_TOTAL).
+	DefaultIdempotencyTotalBytes = 256 << 20
 )
 
 const (

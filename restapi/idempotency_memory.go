@@ -2,9 +2,14 @@ package restapi
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 )
+
+// errIdempotencyFull is a reply not kept: all clients' kept replies hold
+// IdempotencyQuota.TotalBytes already.
+var errIdempotencyFull = errors.New("idempotency: the replies of all clients take IDEMPOTENCY_MAX_BYTES_TOTAL; reply not kept")
 
 // memoryIdempotency is the IdempotencyStore of one replica: a map whose
 // expired entries are swept as it grows, and per client the records it
@@ -16,6 +21,7 @@ type memoryIdempotency struct {
 	mu        sync.Mutex
 	m         map[idemKey]memoryRecord
 	clients   map[string]*memoryQuota
+	total     int64 // bytes of every client's kept replies
 	seq       uint64
 	sweepSize int // sweep when the map reaches it
 }
@@ -71,7 +77,12 @@ func (s *memoryIdempotency) Put(_ context.Context, client, key string, value []b
 	q.order = append(q.order, queued{key: key, seq: s.seq, size: int64(len(value))})
 	q.records++
 	q.bytes += int64(len(value))
+	s.total += int64(len(value))
 	s.evict(client, q)
+	if s.quota.TotalBytes > 0 && s.total > s.quota.TotalBytes {
+		s.remove(k) // the others' replies stay: no client evicts another's
+		return errIdempotencyFull
+	}
 	return nil
 }
 
@@ -132,6 +143,7 @@ func (s *memoryIdempotency) remove(k idemKey) {
 	if q := s.clients[k.client]; q != nil && r.seq > 0 {
 		q.records--
 		q.bytes -= int64(len(r.value))
+		s.total -= int64(len(r.value))
 		if q.records == 0 {
 			delete(s.clients, k.client)
 		}

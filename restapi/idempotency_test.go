@@ -3,6 +3,7 @@ package restapi
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -168,4 +169,35 @@ func TestIdempotentBatchStoredCompactly(t *testing.T) {
 		}
 		t.Logf("a %d-byte batch reply kept in %d bytes", len(first.body), q.bytes)
 	})
+}
+
+// TestMemoryIdempotencyTotal: past TotalBytes of all clients' kept
+// replies, a reply is not kept (errIdempotencyFull), and no client's kept
+// replies are evicted for another's; once some are gone, replies are kept
+// again.
+func TestMemoryIdempotencyTotal(t *testing.T) {
+	ctx := context.Background()
+	s := newMemoryIdempotency(time.Now, IdempotencyQuota{Records: 1000, Bytes: 1 << 20, TotalBytes: 300})
+	reply := make([]byte, 200)
+	if err := s.Put(ctx, "a", "k1", reply, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Put(ctx, "b", "k1", reply, time.Hour); !errors.Is(err, errIdempotencyFull) {
+		t.Fatalf("second client's reply past the total: %v, want errIdempotencyFull", err)
+	}
+	if kept, held, _ := s.Claim(ctx, "a", "k1", []byte("p"), time.Hour); kept || len(held) != 200 {
+		t.Errorf("a's reply: claimed %v, held %d bytes; want kept", kept, len(held))
+	}
+	if kept, _, _ := s.Claim(ctx, "b", "k1", []byte("p"), time.Hour); !kept {
+		t.Error("b's reply was kept past the total")
+	}
+	if s.total != 200 {
+		t.Errorf("total = %d bytes, want 200", s.total)
+	}
+	if err := s.Release(ctx, "a", "k1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Put(ctx, "b", "k1", reply, time.Hour); err != nil {
+		t.Errorf("after a's was released: %v", err)
+	}
 }

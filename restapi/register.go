@@ -63,7 +63,8 @@ type registerDeps struct {
 // (Content-Type application/json: a form, or a body without a type, could
 // be any web page's, sent by its visitors' browsers without a preflight).
 // A client gets a domain only as domainGrants allows. Registrations are
-// limited per client IP by d.Limit (the operator's are not); both the 201
+// limited per source by d.Limit (registrationSource: an IPv4 address, an
+// IPv6 /64; the operator's are not), and by MAX_CLIENTS in all; both the 201
 // and the 429 carry that limit's rate-limit headers (the sets that
 // d.HeaderSets chooses; the 429 always has Retry-After). When the counter
 // backend is down and the failure policy refuses (FAILURE_MODE closed, or
@@ -141,8 +142,8 @@ func parseRegister(w http.ResponseWriter, r *http.Request) (registerRequest, err
 // IP and sets the limit's headers; when it is refused it writes the reply
 // and returns false.
 func allowRegistration(w http.ResponseWriter, r *http.Request, d registerDeps) bool {
-	ip := clientIP(r, d.TrustedProxies)
-	dec, err := checkOne(r.Context(), d.Limiter, algorithms.Request{Key: algorithms.Key{Scope: algorithms.RegistrationScope, Identifier: ip}, Limit: d.Limit, Hits: 1})
+	from := registrationSource(clientIP(r, d.TrustedProxies))
+	dec, err := checkOne(r.Context(), d.Limiter, algorithms.Request{Key: algorithms.Key{Scope: algorithms.RegistrationScope, Identifier: from}, Limit: d.Limit, Hits: 1})
 	if err != nil {
 		writeError(w, r, err)
 		return false
@@ -160,11 +161,27 @@ func allowRegistration(w http.ResponseWriter, r *http.Request, d registerDeps) b
 		lh.retryAfter = retry
 		setLimitHeaders(w.Header(), d.HeaderSets, lh)
 		writeError(w, r, &apiError{http.StatusTooManyRequests, "RATE_LIMITED",
-			fmt.Sprintf("too many registrations from %s; retry in %d seconds", ip, retry)})
+			fmt.Sprintf("too many registrations from %s; retry in %d seconds", from, retry)})
 		return false
 	}
 	setLimitHeaders(w.Header(), d.HeaderSets, lh)
 	return true
+}
+
+// registrationSource is what the registration limit counts a caller at
+// address ip under: the address itself for IPv4 (an IPv4-mapped IPv6
+// address too), its /64 for IPv6 — one subnet hands its hosts any of
+// 2^64 addresses, so a limit per address would bound nothing.
+func registrationSource(ip string) string {
+	a, err := netip.ParseAddr(ip)
+	if err != nil {
+		return ip // not an address (never, from clientIP): counted as it is
+	}
+	a = a.Unmap()
+	if a.Is4() {
+		return a.String()
+	}
+	return netip.PrefixFrom(a.WithZone(""), 64).Masked().String()
 }
 
 // refresh reloads the cache after a write so the next request sees it. When

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"net/http"
+	"net/netip"
 	"regexp"
 	"strconv"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"github.com/throttle-rl/throttle/algorithms"
 	"github.com/throttle-rl/throttle/algorithms/redisstore"
 	"github.com/throttle-rl/throttle/internal/testkit"
+	"github.com/throttle-rl/throttle/store"
 )
 
 func TestHealthAndReady(t *testing.T) {
@@ -195,9 +197,75 @@ func TestRegisterRateLimitedPerIP(t *testing.T) {
 			t.Errorf("Retry-After = %q, want a positive number of seconds", ra)
 		}
 		// Another address is not affected.
-		r = e.call(t, "POST", "/register", "", `{"name":"r","email":"r`+testkit.RandomHex(t, 4)+`@example.com"}`, "X-Forwarded-For", "2001:db8::"+randomIPByte())
+		r = e.call(t, "POST", "/register", "", `{"name":"r","email":"r`+testkit.RandomHex(t, 4)+`@example.com"}`, "X-Forwarded-For", "2001:db8:"+testkit.RandomHex(t, 2)+"::"+randomIPByte())
 		if r.status != http.StatusCreated {
 			t.Errorf("registration from another address = %d %s, want 201", r.status, r.body)
+		}
+	})
+}
+
+// TestRegisterLimitedPerSubnet: the registration limit counts an IPv6
+// caller by its /64 (any of 2^64 addresses is one host's for the asking;
+// it counted each address alone) and an IPv4-mapped IPv6 address as its
+// IPv4 address.
+func TestRegisterLimitedPerSubnet(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		e := newEnv(t, b, func(d *Deps) {
+			d.RegisterLimit = algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 2, Window: time.Hour}
+			d.TrustedProxies = mustPrefixes(t, "127.0.0.0/8", "::1/128")
+		})
+		register := func(from string) reply {
+			t.Helper()
+			return e.call(t, "POST", "/register", "", `{"name":"r","email":"r`+testkit.RandomHex(t, 4)+`@example.com"}`, "X-Forwarded-For", from)
+		}
+		net64 := "2001:db8:" + testkit.RandomHex(t, 2) + ":" + testkit.RandomHex(t, 2)
+		for _, tt := range []struct{ from, within, limited string }{
+			{net64 + "::1", net64 + ":0:ffff:1234:5", netip.MustParsePrefix(net64 + "::/64").String()},
+			{"198.51.100." + randomIPByte(), "", ""},
+		} {
+			second, third := tt.within, "::ffff:"+tt.from
+			if tt.within == "" { // IPv4: the mapped address is the same caller
+				second = "::ffff:" + tt.from
+			}
+			for i, from := range []string{tt.from, second} {
+				if r := register(from); r.status != http.StatusCreated {
+					t.Fatalf("registration %d from %s = %d %s, want 201", i+1, from, r.status, r.body)
+				}
+			}
+			if tt.within != "" {
+				third = net64 + ":abcd:ef01:2345:6789"
+			}
+			r := register(third)
+			wantError(t, r, http.StatusTooManyRequests, "RATE_LIMITED")
+			limited := tt.limited
+			if limited == "" {
+				limited = tt.from
+			}
+			if want := "too many registrations from " + limited + "; retry in "; !strings.HasPrefix(decodeReply[errorReply](t, r).Error, want) {
+				t.Errorf("third registration from %s: %s, want %s…", third, r.body, want)
+			}
+		}
+		// Another /64 is not affected.
+		if r := register("2001:db8:" + testkit.RandomHex(t, 2) + ":1::1"); r.status != http.StatusCreated {
+			t.Errorf("registration from another /64 = %d %s, want 201", r.status, r.body)
+		}
+	})
+}
+
+// TestRegisterMaxClients: past MAX_CLIENTS clients in all, a registration
+// is 409 TOO_MANY_CLIENTS, the operator's too, so the per-client caps bound
+// the whole; deleting none, nothing more is made.
+func TestRegisterMaxClients(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		e := newEnv(t, b, func(d *Deps) { d.DB.SetQuotas(store.Quotas{Clients: 2}) })
+		e.register(t, "one")
+		e.register(t, "two")
+		for _, key := range []string{"", e.adminKey} {
+			r := e.call(t, "POST", "/register", key, `{"name":"three","email":"three-`+testkit.RandomHex(t, 4)+`@example.com"}`)
+			wantError(t, r, http.StatusConflict, "TOO_MANY_CLIENTS")
+			if got, want := decodeReply[errorReply](t, r).Error, "Throttle has 2 clients, the most it takes (MAX_CLIENTS): no more registrations until the operator deletes some or raises it"; got != want {
+				t.Errorf("error = %q, want %q", got, want)
+			}
 		}
 	})
 }

@@ -57,7 +57,10 @@ func (db *DB) CreateClient(ctx context.Context, c Client, keyHash [32]byte) (_ C
 			return c, nil
 		}
 		kind, what := classify(err)
+		var qe *QuotaError
 		switch {
+		case errors.As(err, &qe):
+			return Client{}, err
 		case kind != uniqueViolation:
 			return Client{}, fmt.Errorf("create client: %w", err)
 		case strings.Contains(what, "domain"):
@@ -73,6 +76,9 @@ func (db *DB) CreateClient(ctx context.Context, c Client, keyHash [32]byte) (_ C
 
 func (db *DB) insertClient(ctx context.Context, c Client, keyHash [32]byte) error {
 	return db.inTx(ctx, nil, func(tx *sql.Tx) error {
+		if err := db.checkClients(ctx, tx, db.quotas.Clients); err != nil {
+			return err
+		}
 		_, err := tx.ExecContext(ctx, db.q(`INSERT INTO clients
 			(id, name, email, domain, default_algorithm, api_key_hash, created_at)
 			VALUES (?, ?, ?, ?, ?, ?, ?)`),

@@ -14,6 +14,10 @@ type Quotas struct {
 	Exemptions int // exemptions per client
 	Overrides  int // overrides per client, over all its rules (each rule also has MaxOverridesPerRule)
 	Keys       int // minted API keys per client (CreateKey)
+	// Clients caps the clients in all (CreateClient), so the per-client
+	// caps bound the whole: a registration past it is a QuotaError of
+	// "clients".
+	Clients int
 }
 
 // SetQuotas sets the caps of every later write. Call it before serving.
@@ -31,6 +35,28 @@ func (e *QuotaError) Error() string {
 }
 
 func (e *QuotaError) Unwrap() error { return ErrTooMany }
+
+// checkClients refuses a new client, in tx, when there are max clients
+// already (max 0: no cap). On PostgreSQL it first locks the table against
+// other inserts, so two registrations count in turn.
+func (db *DB) checkClients(ctx context.Context, tx *sql.Tx, max int) error {
+	if max <= 0 {
+		return nil
+	}
+	if db.dialect == DialectPostgres {
+		if _, err := tx.ExecContext(ctx, `LOCK TABLE clients IN SHARE ROW EXCLUSIVE MODE`); err != nil {
+			return fmt.Errorf("lock clients: %w", err)
+		}
+	}
+	var n int
+	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM clients`).Scan(&n); err != nil {
+		return fmt.Errorf("count clients: %w", err)
+	}
+	if n >= max {
+		return &QuotaError{What: "clients", Max: max}
+	}
+	return nil
+}
 
 // checkQuota refuses a new row of table for clientID, in tx, when the
 // client has max of them already (max 0: no cap). On PostgreSQL it first

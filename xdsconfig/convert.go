@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/throttle-rl/throttle/descriptors"
+	"github.com/throttle-rl/throttle/internal/inputsize"
 )
 
 // Load converts the RateLimitConfig resources of one xDS response into
@@ -36,6 +37,9 @@ func Load(opts descriptors.Options, resources []*anypb.Any) (*descriptors.Config
 func loadConfigs(opts descriptors.Options, cfgs []*rlsconf.RateLimitConfig) (*descriptors.Config, error) {
 	srcs := make([]descriptors.Source, len(cfgs))
 	for i, c := range cfgs {
+		if err := checkSizes(c); err != nil {
+			return nil, fmt.Errorf("%s: %w", resourceName(c, i), err)
+		}
 		data, err := YAML(c)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", resourceName(c, i), err)
@@ -47,6 +51,37 @@ func loadConfigs(opts descriptors.Options, cfgs []*rlsconf.RateLimitConfig) (*de
 		return nil, withoutLines(err)
 	}
 	return c, nil
+}
+
+// checkSizes refuses a resource whose domain, or a descriptor's key or
+// value, is over the input-size rule's cap (package inputsize), as every
+// door refuses a request's: the error names the place.
+func checkSizes(c *rlsconf.RateLimitConfig) error {
+	if err := inputsize.String("domain", c.GetDomain()); err != nil {
+		return err
+	}
+	return checkDescriptorSizes("", c.GetDescriptors())
+}
+
+// checkDescriptorSizes is checkSizes of descriptors under path ("" at the
+// top, else "descriptors[0] › ").
+func checkDescriptorSizes(path string, ds []*rlsconf.RateLimitDescriptor) error {
+	for i, d := range ds {
+		if len(d.GetKey()) <= inputsize.MaxString && len(d.GetValue()) <= inputsize.MaxString && len(d.GetDescriptors()) == 0 {
+			continue // the common case, no path made
+		}
+		at := path + "descriptors[" + strconv.Itoa(i) + "] › "
+		if err := inputsize.String(at+"key", d.GetKey()); err != nil {
+			return err
+		}
+		if err := inputsize.String(at+"value", d.GetValue()); err != nil {
+			return err
+		}
+		if err := checkDescriptorSizes(at, d.GetDescriptors()); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // unmarshal decodes every resource as a RateLimitConfig and sorts them by

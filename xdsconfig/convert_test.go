@@ -33,7 +33,7 @@ func limit(unit rlsconf.RateLimitUnit, n uint32) *rlsconf.RateLimitPolicy {
 }
 
 // everyField is a RateLimitConfig that sets every field of the proto.
-func everyField(t *testing.T) *rlsconf.RateLimitConfig {
+func everyField(t testing.TB) *rlsconf.RateLimitConfig {
 	t.Helper()
 	meta, err := structpb.NewStruct(map[string]any{"team": "payments", "tier": 2.0, "tags": []any{"a", true}})
 	if err != nil {
@@ -160,6 +160,16 @@ func TestLoadRefuses(t *testing.T) {
 			Descriptors: []*rlsconf.RateLimitDescriptor{{Key: "k", RateLimit: &rlsconf.RateLimitPolicy{Unit: rlsconf.RateLimitUnit_SECOND, RequestsPerUnit: 1,
 				Name: "n", Replaces: []*rlsconf.RateLimitReplace{{Name: "n"}}}}}}},
 			want: `RateLimitConfig "eg": domain "edge" › descriptors[0] › rate_limit: replaces should not contain name of same descriptor`},
+		// The input-size rule of every door (package inputsize).
+		{name: "domain over 1024 bytes", res: []proto.Message{&rlsconf.RateLimitConfig{Name: "eg", Domain: strings.Repeat("d", 2000)}},
+			want: `RateLimitConfig "eg": domain is 2000 bytes, longer than the 1024 allowed`},
+		{name: "key over 1024 bytes", res: []proto.Message{good, &rlsconf.RateLimitConfig{Name: "eg", Domain: "other",
+			Descriptors: []*rlsconf.RateLimitDescriptor{{Key: strings.Repeat("k", 1025), RateLimit: limit(rlsconf.RateLimitUnit_SECOND, 1)}}}},
+			want: `RateLimitConfig "eg": descriptors[0] › key is 1025 bytes, longer than the 1024 allowed`},
+		{name: "nested value over 1024 bytes", res: []proto.Message{&rlsconf.RateLimitConfig{Name: "eg", Domain: "edge",
+			Descriptors: []*rlsconf.RateLimitDescriptor{{Key: "a"}, {Key: "b", Descriptors: []*rlsconf.RateLimitDescriptor{
+				{Key: "c", Value: "ok"}, {Key: "d", Value: strings.Repeat("v", 512<<10), RateLimit: limit(rlsconf.RateLimitUnit_YEAR, 1)}}}}}},
+			want: `RateLimitConfig "eg": descriptors[1] › descriptors[1] › value is 524288 bytes, longer than the 1024 allowed`},
 		{name: "not a RateLimitConfig", res: []proto.Message{wrapperspb.String("x")},
 			want: `resource 0 (type.googleapis.com/google.protobuf.StringValue) is not a RateLimitConfig`},
 	} {
@@ -169,6 +179,19 @@ func TestLoadRefuses(t *testing.T) {
 				t.Errorf("Load: %v\nwant %s", err, tt.want)
 			}
 		})
+	}
+}
+
+// TestLoadAtSizeCaps: a domain, key and value of 1024 bytes load.
+func TestLoadAtSizeCaps(t *testing.T) {
+	domain, key, value := strings.Repeat("d", 1024), strings.Repeat("k", 1024), strings.Repeat("v", 1024)
+	c, err := Load(descriptors.Options{}, anys(t, &rlsconf.RateLimitConfig{Name: "eg", Domain: domain,
+		Descriptors: []*rlsconf.RateLimitDescriptor{{Key: key, Value: value, RateLimit: limit(rlsconf.RateLimitUnit_SECOND, 1)}}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := c.Match(domain, []descriptors.Entry{{Key: key, Value: value}}); m == nil || m.Limit.RequestsPerUnit != 1 {
+		t.Errorf("the descriptor at the caps matches %+v, want its limit", m)
 	}
 }
 

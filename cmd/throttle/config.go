@@ -88,8 +88,10 @@ type config struct {
 	IgnoredReference []string
 
 	// MaxDescriptors and MaxDescriptorEntries cap one gRPC rate-limit
-	// request's descriptors and each descriptor's entries.
+	// request's descriptors and each descriptor's entries, and
+	// MaxOverrideWindow a limit override's window (package inputsize).
 	MaxDescriptors, MaxDescriptorEntries int
+	MaxOverrideWindow                    time.Duration
 }
 
 // defaultGCPercent is serve's GOGC. Go's default, 100, collects the small
@@ -184,6 +186,9 @@ func (c *config) Validate() error {
 	}
 	if c.MaxDescriptorEntries < 1 {
 		errs = append(errs, fmt.Errorf("MAX_DESCRIPTOR_ENTRIES: %d must be at least 1", c.MaxDescriptorEntries))
+	}
+	if c.MaxOverrideWindow > algorithms.MaxWindow {
+		errs = append(errs, fmt.Errorf("MAX_OVERRIDE_WINDOW: %s is longer than the longest window, %s (366 days)", c.MaxOverrideWindow, algorithms.MaxWindow))
 	}
 	if c.RegisterLimit < 1 {
 		errs = append(errs, fmt.Errorf("REGISTER_LIMIT_PER_HOUR: %d must be at least 1", c.RegisterLimit))

@@ -219,7 +219,7 @@ func (a *app) openAPIs(context.Context) error {
 	rls, err := ratelimitsvc.New(ratelimitsvc.Options{
 		Limiter: rlsLimiter, Descriptors: a.current, Rules: a.cache, ResponseHeaders: cfg.ResponseHeaders, HeaderSets: cfg.HeaderSets,
 		ShadowMode: cfg.ShadowMode, DynamicMetadata: cfg.DynamicMetadata, MaxValueStatsKeys: maxValueKeys(cfg.MaxValueStatsKeys),
-		MaxDescriptors: cfg.MaxDescriptors, MaxDescriptorEntries: cfg.MaxDescriptorEntries, CountRejectedHits: cfg.CountRejectedHits, NearLimitRatio: cfg.NearLimitRatio,
+		MaxDescriptors: cfg.MaxDescriptors, MaxDescriptorEntries: cfg.MaxDescriptorEntries, MaxOverrideWindow: cfg.MaxOverrideWindow, CountRejectedHits: cfg.CountRejectedHits, NearLimitRatio: cfg.NearLimitRatio,
 		LimitHeaders: cfg.limitHeaders(), MaxConnectionAge: cfg.Listen.MaxConnAge, MaxConnectionAgeGrace: cfg.Listen.MaxConnAgeGrace,
 		Log: a.log, Registerer: a.reg, TracerProvider: a.tracer, Propagator: a.propagator, ReferenceStats: a.referenceStats(),
 	})

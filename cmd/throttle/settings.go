@@ -56,8 +56,9 @@ var coreSettings = []setting{
 	{"STATS_MAX_VALUE_KEYS", "stats-max-value-keys", "1000", "most distinct metric keys holding request values (detailed_metric, value_to_metric, limit overrides); further values count under the descriptor's configured key; 0 = none", func(c *config, v string) (err error) { c.MaxValueStatsKeys, err = parseInt(v); return }},
 	{"MAX_DESCRIPTORS_PER_REQUEST", "max-descriptors-per-request", strconv.Itoa(ratelimitsvc.DefaultMaxDescriptors), "most descriptors in one gRPC rate-limit request; a request with more is refused INVALID_ARGUMENT, nothing counted (Envoy sends a handful)", func(c *config, v string) (err error) { c.MaxDescriptors, err = parseInt(v); return }},
 	{"MAX_DESCRIPTOR_ENTRIES", "max-descriptor-entries", strconv.Itoa(ratelimitsvc.DefaultMaxDescriptorEntries), "most entries in one descriptor of a gRPC rate-limit request; a request with more is refused INVALID_ARGUMENT, nothing counted", func(c *config, v string) (err error) { c.MaxDescriptorEntries, err = parseInt(v); return }},
+	{"MAX_OVERRIDE_WINDOW", "max-override-window", "720h", "longest window of a limit override in a gRPC rate-limit request (Envoy's per-descriptor limit); a request with a longer one is refused INVALID_ARGUMENT, nothing counted; the default, 30 days, is the reference's MONTH: set 8760h to take YEAR (at most 8784h)", func(c *config, v string) (err error) { c.MaxOverrideWindow, err = parseDuration(v); return }},
 	{"CACHE_REFRESH_INTERVAL", "cache-refresh-interval", "2s", "how often rules, exemptions and keys changed on other replicas are picked up", func(c *config, v string) (err error) { c.CacheRefresh, err = parseDuration(v); return }},
-	{"REGISTER_LIMIT_PER_HOUR", "register-limit-per-hour", "10", "POST /register calls allowed per client IP per hour", func(c *config, v string) (err error) { c.RegisterLimit, err = parseInt64(v); return }},
+	{"REGISTER_LIMIT_PER_HOUR", "register-limit-per-hour", "10", "POST /register calls allowed per source per hour: an IPv4 address (IPv4-mapped IPv6 too) or an IPv6 /64", func(c *config, v string) (err error) { c.RegisterLimit, err = parseInt64(v); return }},
 	{"SHUTDOWN_TIMEOUT", "shutdown-timeout", "15s", "how long SIGTERM waits for in-flight requests", func(c *config, v string) (err error) { c.ShutdownTimeout, err = parseDuration(v); return }},
 	{"ADMIN_API_KEY", "admin-api-key", "", "operator key (at least 16 characters, not a client's thr_ key) for POST /descriptors/{domain}/counters and …/reset, which read and reset the Envoy counters of any domain, the YAML's included, and for POST /register, which then gives the new client the domain it asks for (one the descriptor configuration does not name) and counts no registration limit; no other route takes it; empty = no operator access", func(c *config, v string) error { c.AdminKey = v; return nil }},
 	{"CACHE_KEY_PREFIX", "cache-key-prefix", "", "with REDIS_URL: put before every Redis key, so several deployments share one Redis or Redis Cluster (the reference service's setting); no '{', '}', spaces or control characters, at most 64 bytes", func(c *config, v string) error { c.CacheKeyPrefix = v; return nil }},
@@ -69,6 +70,11 @@ var coreSettings = []setting{
 	{"IDEMPOTENCY_MAX_BYTES_PER_CLIENT", "idempotency-max-bytes-per-client", "1048576", "most bytes of Idempotency-Key replies one client keeps (replies are stored compressed); past it that client's oldest are evicted", func(c *config, v string) (err error) {
 		n, err := parsePositive(v)
 		c.REST.IdempotencyQuota.Bytes = int64(n)
+		return err
+	}},
+	{"IDEMPOTENCY_MAX_BYTES_TOTAL", "idempotency-max-bytes-total", "268435456", "without REDIS_URL: most bytes of Idempotency-Key replies all clients keep in this replica's memory; past it a reply is not kept (its retry is decided anew) and no client's are evicted for another's (in Redis, MAX_CLIENTS × IDEMPOTENCY_MAX_BYTES_PER_CLIENT and IDEMPOTENCY_REDIS_MEMORY_PERCENT bound them)", func(c *config, v string) (err error) {
+		n, err := parsePositive(v)
+		c.REST.IdempotencyQuota.TotalBytes = int64(n)
 		return err
 	}},
 	{"IDEMPOTENCY_REDIS_MEMORY_PERCENT", "idempotency-redis-memory-percent", "80", "no Idempotency-Key reply is kept in Redis while its used memory is at or past this percent of its maxmemory, so the records never take the counters' room (with maxmemory-policy noeviction); 100 turns the budget off", func(c *config, v string) (err error) { c.REST.IdempotencyMemoryPercent, err = parsePercent(v); return }},

@@ -35,6 +35,7 @@ var tenancySettings = []setting{
 	{"MAX_RULES_PER_CLIENT", "max-rules-per-client", "1000", "most rules one client may have; one more is refused 409 TOO_MANY_RULES (every replica's cache holds every client's rules)", func(c *config, v string) (err error) { c.Tenancy.Quotas.Rules, err = parsePositive(v); return }},
 	{"MAX_EXEMPTIONS_PER_CLIENT", "max-exemptions-per-client", "10000", "most exemptions one client may have; one more is refused 409 TOO_MANY_EXEMPTIONS", func(c *config, v string) (err error) { c.Tenancy.Quotas.Exemptions, err = parsePositive(v); return }},
 	{"MAX_KEYS_PER_CLIENT", "max-keys-per-client", "100", "most check-only API keys one client may mint (POST /keys); one more is refused 409 TOO_MANY_KEYS", func(c *config, v string) (err error) { c.Tenancy.Quotas.Keys, err = parsePositive(v); return }},
+	{"MAX_CLIENTS", "max-clients", "10000", "most clients in all; a registration past it, the operator's too, is refused 409 TOO_MANY_CLIENTS, so the per-client caps bound the whole", func(c *config, v string) (err error) { c.Tenancy.Quotas.Clients, err = parsePositive(v); return }},
 	{"MAX_OVERRIDES_PER_CLIENT", "max-overrides-per-client", "10000", "most overrides one client may have over all its rules (and 10000 per rule); one more is refused 409 TOO_MANY_OVERRIDES", func(c *config, v string) (err error) { c.Tenancy.Quotas.Overrides, err = parsePositive(v); return }},
 }
 
