@@ -23,9 +23,20 @@ const maxJSONBody = 1 << 20
 // code is OK and 429 when it is OVER_LIMIT, as there; a body that is not a
 // request, or a request the gRPC API refuses as invalid, is 400 (with the
 // reason, as text); no decision because the backend failed or is
-// overloaded is 503 (the reference answers 400 to both).
-func (s *Server) JSONHandler() http.Handler {
+// overloaded is 503 (the reference answers 400 to both). Who may call it
+// is access's (jsonaccess.go): a connection it refuses is 403, a body not
+// sent as application/json 415, a REST client's domain without that
+// client's key 401 or 403.
+func (s *Server) JSONHandler(access JSONAccess) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if f := access.checkJSONPeer(r); f != nil {
+			f.write(w)
+			return
+		}
+		if f := checkJSONContentType(r); f != nil {
+			f.write(w)
+			return
+		}
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxJSONBody))
 		var tooLarge *http.MaxBytesError
 		switch {
@@ -39,6 +50,10 @@ func (s *Server) JSONHandler() http.Handler {
 		var req rlsv3.RateLimitRequest
 		if err := protojson.Unmarshal(body, &req); err != nil {
 			http.Error(w, "not a RateLimitRequest in JSON: "+clientText(err.Error()), http.StatusBadRequest)
+			return
+		}
+		if f := s.checkJSONDomain(access, r, req.GetDomain()); f != nil {
+			f.write(w)
 			return
 		}
 		resp, err := s.ShouldRateLimit(r.Context(), &req)

@@ -4,7 +4,8 @@
 //
 // The API's contract is openapi.yaml (OpenAPI 3.1), served at GET
 // /openapi.json. Every route but /health, /ready, /metrics, /rlconfig,
-// /openapi.json and /register needs an API key
+// /openapi.json, /register and the reference's /json (whose own rules are
+// in ratelimitsvc) needs an API key
 // (header X-API-Key, or Authorization: Bearer). A key only ever sees its own
 // client's rules, exemptions, counters and stats; the Envoy counters routes
 // also take the operator key (Deps.AdminKey), and no other route does. Errors
@@ -57,7 +58,8 @@ type Deps struct {
 	// Registerer receives the HTTP and decision metrics. Default: none
 	// registered (the metrics still work, nobody scrapes them).
 	Registerer prometheus.Registerer
-	// Gatherer is served on GET /metrics. Default: an empty gatherer.
+	// Gatherer is served on GET /metrics. Default nil: no such route
+	// (METRICS_ON_REST_PORT=false; the debug port still serves them at /stats).
 	Gatherer prometheus.Gatherer
 	// TrustedProxies are the peers whose X-Forwarded-For and X-Real-IP are
 	// believed when finding a request's client IP. Default: none.
@@ -75,9 +77,10 @@ type Deps struct {
 	// nil: the server has no DESCRIPTORS_DIR.
 	Descriptors func(domain string) DescriptorStatus
 	// ConfigDump returns the text GET /rlconfig serves: the descriptor
-	// configuration in use, in the reference service's format. Default: an
-	// empty text (no configuration), as the reference answers before it has
-	// one.
+	// configuration in use, in the reference service's format (an empty
+	// text before it has one, as the reference answers). Default nil: no
+	// such route, as the reference serves it only on its debug port
+	// (RLCONFIG_ON_REST_PORT turns it on).
 	ConfigDump func() string
 	// EnvoyJSON serves POST /json, the reference service's JSON form of
 	// ShouldRateLimit (ratelimitsvc.Server.JSONHandler). Default nil: no
@@ -148,12 +151,6 @@ func NewHandler(d Deps) http.Handler {
 	}
 	if d.Now == nil {
 		d.Now = time.Now
-	}
-	if d.Gatherer == nil {
-		d.Gatherer = prometheus.Gatherers{}
-	}
-	if d.ConfigDump == nil {
-		d.ConfigDump = func() string { return "" }
 	}
 	if d.IdempotencyQuota == (IdempotencyQuota{}) {
 		d.IdempotencyQuota = IdempotencyQuota{Records: DefaultIdempotencyRecords, Bytes: DefaultIdempotencyBytes}

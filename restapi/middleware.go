@@ -11,9 +11,9 @@ import (
 	"runtime/debug"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
+	"github.com/throttle-rl/throttle/internal/apikey"
 	"github.com/throttle-rl/throttle/store"
 )
 
@@ -299,13 +299,4 @@ func authenticate(cache *store.Cache, scopes ...string) func(http.Handler) http.
 
 // apiKey returns the key from X-API-Key, or from an Authorization: Bearer
 // header.
-func apiKey(r *http.Request) string {
-	if k := strings.TrimSpace(r.Header.Get("X-API-Key")); k != "" {
-		return k
-	}
-	scheme, token, ok := strings.Cut(strings.TrimSpace(r.Header.Get("Authorization")), " ")
-	if ok && strings.EqualFold(scheme, "Bearer") {
-		return strings.TrimSpace(token)
-	}
-	return ""
-}
+func apiKey(r *http.Request) string { return apikey.FromRequest(r) }

@@ -2,6 +2,7 @@ package restapi
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 )
 
@@ -18,9 +19,12 @@ func TestConfigDump(t *testing.T) {
 	}
 	wantError(t, e.call(t, "POST", "/rlconfig", "", ""), http.StatusMethodNotAllowed, "METHOD_NOT_ALLOWED")
 
-	// No configuration: an empty text, as the reference answers before its first.
-	empty := newEnv(t, backends()[0])
-	if r := empty.call(t, "GET", "/rlconfig", "", ""); r.status != http.StatusOK || r.body != "" {
-		t.Errorf("GET /rlconfig without ConfigDump = %d %q, want 200 and no text", r.status, r.body)
+	// No ConfigDump (RLCONFIG_ON_REST_PORT off): no such route, and no
+	// /metrics without a Gatherer; the index then names no metrics.
+	off := newEnv(t, backends()[0], func(d *Deps) { d.Gatherer = nil })
+	wantError(t, off.call(t, "GET", "/rlconfig", "", ""), http.StatusNotFound, "NOT_FOUND")
+	wantError(t, off.call(t, "GET", "/metrics", "", ""), http.StatusNotFound, "NOT_FOUND")
+	if r := off.call(t, "GET", "/", "", ""); r.status != http.StatusOK || strings.Contains(r.body, "metrics") {
+		t.Errorf("GET / without /metrics = %d %s, want 200 without metrics", r.status, r.body)
 	}
 }

@@ -24,12 +24,16 @@ func addRoutes(mux routeTable, d Deps, m *metrics, tr *tracing) {
 		Limiter: tr.decisions(d.Limiter), // /check and /check/ip decide in a span of their own when traced
 	}
 
-	mux.Handle("GET /{$}", handleRoot())
+	mux.Handle("GET /{$}", handleRoot(d.Gatherer != nil))
 	mux.Handle("GET /health", handleHealth())
 	mux.Handle("GET /ready", handleReady(d.DB, d.LimiterReady, d.FailureMode))
 	mux.Handle("GET /healthcheck", handleHealthcheck(d.Healthcheck))
-	mux.Handle("GET /metrics", promhttp.HandlerFor(d.Gatherer, promhttp.HandlerOpts{}))
-	mux.Handle("GET /rlconfig", handleConfigDump(d.ConfigDump))
+	if d.Gatherer != nil {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(d.Gatherer, promhttp.HandlerOpts{}))
+	}
+	if d.ConfigDump != nil {
+		mux.Handle("GET /rlconfig", handleConfigDump(d.ConfigDump))
+	}
 	mux.Handle("GET /openapi.json", handleOpenAPI())
 
 	mux.Handle("POST /register", handleRegister(registerDeps{

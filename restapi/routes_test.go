@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/yaml"
 )
 
@@ -23,7 +24,7 @@ type noCounters struct{ envoyCounters }
 // dashboard's static files are the one route outside the API.
 func TestRoutesMatchOpenAPI(t *testing.T) {
 	var l routeList
-	d := Deps{EnvoyJSON: http.NotFoundHandler(), EnvoyCounters: noCounters{}}
+	d := Deps{EnvoyJSON: http.NotFoundHandler(), EnvoyCounters: noCounters{}, Gatherer: prometheus.NewRegistry(), ConfigDump: func() string { return "" }}
 	addRoutes(&l, d, nil, nil)
 	var routes []string
 	for _, p := range l {
@@ -63,7 +64,7 @@ func TestRoutesMatchOpenAPI(t *testing.T) {
 			t.Errorf("openapi.yaml documents %q, which routes.go does not serve", o)
 		}
 	}
-	if len(documented) == 0 || !slices.Contains(routes, "POST /json") {
+	if len(documented) == 0 || !slices.Contains(routes, "POST /json") || !slices.Contains(routes, "GET /metrics") || !slices.Contains(routes, "GET /rlconfig") {
 		t.Errorf("routes %v, documented %v: want both whole, optional routes on", routes, documented)
 	}
 }

@@ -18,12 +18,6 @@ import (
 	"github.com/throttle-rl/throttle/descriptors"
 )
 
-// repeatPause is how long the client waits before it refuses again a
-// response equal to the one it refused last: a control plane answers a
-// NACK by sending its snapshot again at once, and the two would otherwise
-// spin until the snapshot is fixed. A fixed snapshot waits at most this.
-const repeatPause = time.Second
-
 // Run connects to the control plane and follows its RateLimitConfig
 // resources until ctx ends, connecting again after the backoff whenever the
 // stream ends. It returns nil when ctx ends.
@@ -86,29 +80,15 @@ func (c *Client) session(ctx context.Context) (received bool, err error) {
 	}
 }
 
-// handle loads one response and ACKs it, or NACKs it with the reason. A
-// send that fails ends the stream.
+// handle loads one response and ACKs it, or NACKs it with the reason
+// (refuse). A send that fails ends the stream.
 func (c *Client) handle(ctx context.Context, ads sotw.ADSClient, resources []*anypb.Any) error {
 	defer c.markReceived()
 	sum, cfg, err := c.load(resources)
 	if err != nil {
-		if sum == c.rejected {
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(repeatPause):
-			}
-			return ads.Nack(err.Error())
-		}
-		c.rejected = sum
-		c.o.Log.Error("xDS rate-limit configuration refused (NACK); the last good one stays in use", "server", c.o.Server, "err", err)
-		c.m.responses.WithLabelValues(refused).Inc()
-		if c.o.OnLoad != nil {
-			c.o.OnLoad(err)
-		}
-		return ads.Nack(err.Error())
+		return c.refuse(ctx, ads, sum, err)
 	}
-	c.rejected = [sha256.Size]byte{}
+	c.refused = refusals{}
 	c.current.Store(cfg)
 	c.o.Log.Info("xDS rate-limit configuration loaded", "server", c.o.Server, "resources", len(resources), "domains", cfg.DomainCount())
 	c.m.responses.WithLabelValues(loaded).Inc()
@@ -116,6 +96,31 @@ func (c *Client) handle(ctx context.Context, ads sotw.ADSClient, resources []*an
 		c.o.OnLoad(nil)
 	}
 	return ads.Ack()
+}
+
+// refuse NACKs a response that did not load, with err as its detail (at
+// most maxNackDetail bytes): logged, counted and given to OnLoad unless it
+// is one refused lately (nack.go), and sent after the pause a NACK that
+// follows another waits.
+func (c *Client) refuse(ctx context.Context, ads sotw.ADSClient, sum [sha256.Size]byte, err error) error {
+	detail := capDetail(err.Error())
+	if !c.refused.seen(sum) {
+		c.o.Log.Error("xDS rate-limit configuration refused (NACK); the last good one stays in use", "server", c.o.Server, "err", detail)
+		c.m.responses.WithLabelValues(refused).Inc()
+		if c.o.OnLoad != nil {
+			c.o.OnLoad(err)
+		}
+	}
+	if pause := c.refused.nextPause(); pause > 0 {
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	return ads.Nack(detail)
 }
 
 // load decodes and loads resources, and returns a digest of what they say

@@ -9,11 +9,12 @@
 package xdsconfig
 
 import (
-	"crypto/sha256"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,7 +43,8 @@ type Options struct {
 	// NodeMetadata is the node's metadata, string values. Optional.
 	NodeMetadata map[string]string
 	// Headers are sent as gRPC metadata with the stream (a token the
-	// control plane asks for). Optional; never logged.
+	// control plane asks for). Optional; never logged. Without TLS they
+	// go in plaintext, which New warns about.
 	Headers map[string]string
 	// TLS secures the connection; nil: plaintext. Its files are read where
 	// it was made (tlsreload re-reads them on change).
@@ -59,7 +61,7 @@ type Options struct {
 	Load descriptors.Options
 	// OnLoad, optional, is called after each response is handled: with nil
 	// when it was loaded (ACK), with the reason when it was refused (NACK).
-	// A response equal to the one refused last, which a control plane sends
+	// A response equal to one refused lately, which a control plane sends
 	// again in answer to the NACK, is refused again without a call.
 	OnLoad func(error)
 	// Log gets a line per configuration loaded or refused and per change of
@@ -82,8 +84,8 @@ type Client struct {
 	receivedOnce sync.Once
 
 	// Owned by Run's goroutine.
-	rejected [sha256.Size]byte // digest of the response refused last
-	state    connState
+	refused refusals // since the last response loaded (nack.go)
+	state   connState
 }
 
 // New checks o and returns a Client; it does not connect (Run does).
@@ -103,6 +105,9 @@ func New(o Options) (*Client, error) {
 	m, err := newMetrics(o.Registerer)
 	if err != nil {
 		return nil, err
+	}
+	if len(o.Headers) > 0 && o.TLS == nil {
+		o.Log.Warn("xDS: the additional headers go to the control plane in plaintext (no TLS): whoever sees the traffic reads their values (tokens); turn TLS on toward the control plane", "server", o.Server, "headers", slices.Sorted(maps.Keys(o.Headers)))
 	}
 	c := &Client{o: o, node: node(o.NodeID, o.NodeMetadata), m: m, received: make(chan struct{})}
 	c.dialOpts = dialOptions(o)

@@ -21,6 +21,7 @@ type config struct {
 	GRPCPort    int
 	BindAddress string
 	Listen      listenConfig // HOST, GRPC_HOST, GRPC_UDS, DEBUG_* (refserve.go)
+	Doors       doorsConfig  // the pages PORT serves without a key (doors.go)
 	LogFormat   string       // json or text
 	BackendType string       // the reference's BACKEND_TYPE: redis
 	// HealthyWithConfig makes /healthcheck wait for a descriptor
@@ -115,7 +116,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*c
 	for _, s := range serveSettings {
 		if v, ok := given[s.env]; ok {
 			if err := s.set(c, v); err != nil {
-				errs = append(errs, fmt.Errorf("%s: %w", s.env, err))
+				errs = append(errs, fmt.Errorf("%s: %w", s.env, scrubSetting(s.env, v, err)))
 			}
 		}
 	}

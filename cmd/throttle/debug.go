@@ -11,6 +11,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -18,39 +19,30 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// secretFlags are the flags whose values /debug/pprof/cmdline hides: keys,
-// and URLs (whose passwords it hides).
-var secretFlags = map[string]bool{"admin-api-key": true, "otel-exporter-otlp-headers": true, "redis-url": true, "database-url": true,
-	"redis-auth": true, "redis-sentinel-auth": true, "redis-persecond-url": true, "redis-persecond-auth": true, "redis-persecond-sentinel-auth": true}
-
-// redactArgs is args with the values of secretFlags replaced: a URL's
-// password, anything else whole.
+// redactArgs is args as /debug/pprof/cmdline shows them: the values of
+// secretFlags hidden (redactSetting), and the password of any other URL
+// too, a flag's value or not.
 func redactArgs(args []string) []string {
 	out := make([]string, len(args))
-	hideNext := ""
+	var hideNext secretKind
 	for i, a := range args {
 		out[i] = a
-		if hideNext != "" {
-			out[i], hideNext = redactFlag(hideNext, a), ""
+		if hideNext != 0 {
+			out[i], hideNext = redactSetting(hideNext, a), 0
 			continue
 		}
 		name, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		kind, secret := secretFlags[name]
 		switch {
-		case !strings.HasPrefix(a, "-") || !secretFlags[name]:
-		case hasValue:
-			out[i] = a[:len(a)-len(value)] + redactFlag(name, value)
-		default:
-			hideNext = name
+		case strings.HasPrefix(a, "-") && secret && hasValue:
+			out[i] = a[:len(a)-len(value)] + redactSetting(kind, value)
+		case strings.HasPrefix(a, "-") && secret:
+			hideNext = kind
+		case strings.Contains(a, "://"):
+			out[i] = redactURL(a)
 		}
 	}
 	return out
-}
-
-func redactFlag(name, value string) string {
-	if strings.HasSuffix(name, "-url") {
-		return redactURL(value)
-	}
-	return redacted
 }
 
 // debugPages are the pages of the debug port beside Go's profiler.
@@ -61,12 +53,44 @@ type debugPages struct {
 	Gatherer prometheus.Gatherer
 }
 
+// maxProfileSeconds is the longest profile or trace the debug port records
+// (?seconds=, 30 when not given, as go tool pprof asks): a longer one is
+// refused, so that its write timeout can bound every reply.
+const maxProfileSeconds = 60
+
+// capSeconds refuses, with 400, a request whose seconds (of a CPU profile,
+// a trace or a delta profile) is not a number from over 0 to
+// maxProfileSeconds.
+func capSeconds(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if v := r.URL.Query().Get("seconds"); r.URL.Query().Has("seconds") {
+			if sec, err := strconv.ParseFloat(v, 64); err != nil || !(sec > 0 && sec <= maxProfileSeconds) {
+				w.Header().Set("X-Content-Type-Options", "nosniff")
+				http.Error(w, fmt.Sprintf("seconds=%q: give a number of seconds above 0 and at most %d (the longest the debug port records)", v, maxProfileSeconds), http.StatusBadRequest)
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// isLoopback reports whether addr, a listener's, is on a loopback address
+// only (127.0.0.0/8, ::1); the unspecified address (every interface) is
+// not.
+func isLoopback(addr net.Addr) bool {
+	tcp, ok := addr.(*net.TCPAddr)
+	return ok && tcp.IP.IsLoopback()
+}
+
 // serveDebug serves the reference service's debug port on l until ctx
 // ends (DEBUG_HOST/DEBUG_PORT or DEBUG_ADDRESS, off by default): its
 // index of pages at /, /rlconfig (the configuration in use), /stats (the
 // metrics) and Go's profiler (/debug/pprof/…), for `go tool pprof` under
-// load. It is plain HTTP whatever the TLS settings: loopback is its place.
-// Its command line page hides passwords and keys given as flags.
+// load. It is plain HTTP whatever the TLS settings, and asks no key:
+// loopback is its place (debugAddress puts it there unless told
+// otherwise). Its timeouts bound every connection; a profile records at
+// most maxProfileSeconds. Its command line page hides the values of
+// secret settings and the passwords of URLs (redactArgs).
 func serveDebug(ctx context.Context, l net.Listener, pages debugPages) error {
 	mux := http.NewServeMux()
 	index := map[string]string{}
@@ -94,7 +118,15 @@ func serveDebug(ctx context.Context, l net.Listener, pages debugPages) error {
 			fmt.Fprintf(w, "%s: %s\n", path, index[path])
 		}
 	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{
+		Handler:           capSeconds(mux),
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second, // its requests are GETs without a body
+		// A profile or trace writes its reply after it ran: up to
+		// maxProfileSeconds, then the time to send it.
+		WriteTimeout: maxProfileSeconds*time.Second + 30*time.Second,
+		IdleTimeout:  time.Minute,
+	}
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(l) }()
 	select {

@@ -63,7 +63,7 @@ func getText(t *testing.T, url string) (int, string, string) {
 // SHADOW_MODE and RESPONSE_DYNAMIC_METADATA.
 func TestReferenceKnobs(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "descriptors") // not there yet
-	s := throttletest.Start(t, "DESCRIPTORS_DIR="+dir, "DESCRIPTORS_RELOAD_INTERVAL=50ms",
+	s := throttletest.Start(t, "DESCRIPTORS_DIR="+dir, "DESCRIPTORS_RELOAD_INTERVAL=50ms", "RLCONFIG_ON_REST_PORT=true",
 		"FORCE_START_WITHOUT_INITIAL_CONFIG=true", "SHADOW_MODE=true", "RESPONSE_DYNAMIC_METADATA=true")
 
 	if code, ct, body := getText(t, s.URL+"/rlconfig"); code != 200 || ct != "text/plain; charset=utf-8" || body != "" {

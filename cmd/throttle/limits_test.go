@@ -103,7 +103,7 @@ func header(resp *rlsv3.RateLimitResponse, name string) string {
 func TestIssue17EndToEnd(t *testing.T) {
 	for name, env := range issue17Setups(t) {
 		t.Run(name, func(t *testing.T) {
-			s := throttletest.Start(t, env...)
+			s := throttletest.Start(t, append(env, "RLCONFIG_ON_REST_PORT=true")...)
 			c := rlsClient(t, s)
 			run := strconv.FormatInt(time.Now().UnixNano(), 36) // fresh counters in the shared Redis
 

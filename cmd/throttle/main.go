@@ -65,17 +65,22 @@ func commandLine(argv0 string, args []string) (cmd []string, reference bool) {
 }
 
 // referenceDefaults is getenv with the defaults of a server started as the
-// reference service: a DATABASE_URL of sqlite://:memory: unless one is
-// given. The reference has no database, and its deployments give Throttle
-// no place to write one (Envoy Gateway's pod has a read-only root
-// filesystem): REST clients, rules and exemptions then last as long as the
-// process; give DATABASE_URL to keep them.
+// reference service, for the variables it does not give:
+//   - DATABASE_URL sqlite://:memory:. The reference has no database, and
+//     its deployments give Throttle no place to write one (Envoy Gateway's
+//     pod has a read-only root filesystem): REST clients, rules and
+//     exemptions then last as long as the process; give DATABASE_URL to
+//     keep them.
+//   - JSON_ON_REST_PORT true: the reference serves POST /json on its port,
+//     and its users' Lua filters call it; a Throttle started as itself
+//     serves it only when told to (doors.go).
 func referenceDefaults(getenv func(string) string) func(string) string {
+	defaults := map[string]string{"DATABASE_URL": "sqlite://:memory:", "JSON_ON_REST_PORT": "true"}
 	return func(name string) string {
-		if v := getenv(name); v != "" || name != "DATABASE_URL" {
+		if v := getenv(name); v != "" {
 			return v
 		}
-		return "sqlite://:memory:"
+		return defaults[name]
 	}
 }
 

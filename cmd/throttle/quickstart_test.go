@@ -64,7 +64,7 @@ func TestEnvoyQuickStart(t *testing.T) {
 			if err != nil || !strings.HasSuffix(string(out), "1 file(s) OK\n") {
 				t.Fatalf("the quick start's commands: %v\n%s", err, out)
 			}
-			s := throttletest.Start(t, "DESCRIPTORS_DIR="+filepath.Join(work, dir))
+			s := throttletest.Start(t, "DESCRIPTORS_DIR="+filepath.Join(work, dir), "RLCONFIG_ON_REST_PORT=true")
 			if _, _, dump := getText(t, s.URL+"/rlconfig"); !strings.Contains(dump, "edge.generic_key_api.user_id: unit=MINUTE requests_per_unit=10") {
 				t.Errorf("serve did not load the quick start's folder; /rlconfig:\n%s", dump)
 			}

@@ -41,7 +41,7 @@ var curlDocs = []curlDoc{
 	},
 	{
 		file: "docs/api.md", minBlocks: 14, // one per endpoint at least
-		env: []string{"ADMIN_API_KEY=docs-operator-key-change-me"},
+		env: []string{"ADMIN_API_KEY=docs-operator-key-change-me", "JSON_ON_REST_PORT=true"},
 		want: []string{
 			`{"service":"throttle","dashboard":"/ui/",`,
 			`{"status":"ok"}`,
@@ -57,6 +57,7 @@ var curlDocs = []curlDoc{
 			`"matched":true,"key":"path_/search","limits":[{"name":"burst","requests_per_unit":10,"unit":"SECOND","unit_multiplier":1,"window":1,"algorithm":"fixed_window","remaining":10,`,
 			`"total_checks":`,
 			"throttle_decisions_total{",
+			`"overallCode"`,
 		},
 	},
 }

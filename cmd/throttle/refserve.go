@@ -19,10 +19,10 @@ import (
 var listenerSettings = []setting{
 	{"HOST", "host", "", "address the REST port (PORT) listens on, as the reference's HOST (Istio's sample: ::); empty = BIND_ADDRESS", func(c *config, v string) error { c.Listen.HTTPHost = v; return nil }},
 	{"GRPC_HOST", "grpc-host", "", "address the gRPC port (GRPC_PORT) listens on, as the reference's GRPC_HOST; empty = BIND_ADDRESS", func(c *config, v string) error { c.Listen.GRPCHost = v; return nil }},
-	{"GRPC_UDS", "grpc-uds", "", "path of a unix socket gRPC listens on instead of GRPC_HOST:GRPC_PORT (a socket file left there by an earlier run is replaced); empty = the TCP port", func(c *config, v string) error { c.Listen.GRPCUDS = v; return nil }},
+	{"GRPC_UDS", "grpc-uds", "", "path of a unix socket gRPC listens on instead of GRPC_HOST:GRPC_PORT (a socket file left there by an earlier run is replaced), mode 0660 whatever the umask (its owner and group may connect); empty = the TCP port", func(c *config, v string) error { c.Listen.GRPCUDS = v; return nil }},
 	{"GRPC_MAX_CONNECTION_AGE", "grpc-max-connection-age", "24h", "a gRPC connection is asked to close (GOAWAY) after this long, ±10 %, so Envoys spread over new replicas", func(c *config, v string) (err error) { c.Listen.MaxConnAge, err = parseDuration(v); return }},
 	{"GRPC_MAX_CONNECTION_AGE_GRACE", "grpc-max-connection-age-grace", "1h", "how long calls in flight on a connection past GRPC_MAX_CONNECTION_AGE may finish before it is closed", func(c *config, v string) (err error) { c.Listen.MaxConnAgeGrace, err = parseDuration(v); return }},
-	{"DEBUG_HOST", "debug-host", "", "with DEBUG_PORT: address of the reference's debug port (its index at /, /rlconfig, /stats, /debug/pprof/), plain HTTP; empty = BIND_ADDRESS (set 127.0.0.1 to keep it on the machine)", func(c *config, v string) error { c.Listen.DebugHost = v; return nil }},
+	{"DEBUG_HOST", "debug-host", "", "with DEBUG_PORT: address of the reference's debug port (its index at /, /rlconfig, /stats, /debug/pprof/), plain HTTP, no key asked; empty = 127.0.0.1 (loopback), whatever BIND_ADDRESS; any other address is logged as a warning at start", func(c *config, v string) error { c.Listen.DebugHost = v; return nil }},
 	{"DEBUG_PORT", "debug-port", "", "the reference's debug port (6070 there, where it is always on); empty = off (DEBUG_HOST alone means 6070); not with DEBUG_ADDRESS", func(c *config, v string) (err error) { c.Listen.DebugPort, err = parseOptionalInt(v); return }},
 	{"LOG_FORMAT", "log-format", "json", "json or text (the reference's default is text)", func(c *config, v string) (err error) { c.LogFormat, err = parseLogFormat(v); return }},
 	{"BACKEND_TYPE", "backend-type", "redis", "the reference's counter backend: redis (counters in Redis with REDIS_URL, else in memory); memcache is refused, Throttle has no memcached backend", func(c *config, v string) (err error) { c.BackendType, err = parseBackendType(v); return }},
@@ -50,24 +50,27 @@ type limitHeadersConfig struct {
 // defaultDebugPort is the reference's DEBUG_PORT.
 const defaultDebugPort = 6070
 
+// debugLoopback is the debug port's host unless DEBUG_HOST (or
+// DEBUG_ADDRESS's host) names another: its pages (Go's profiler, the
+// configuration, every metric) ask no key, so they stay on the machine
+// unless the operator says otherwise.
+const debugLoopback = "127.0.0.1"
+
 // debugAddress is where the debug port listens: DEBUG_ADDRESS, or
-// DEBUG_HOST:DEBUG_PORT; "" for none.
+// DEBUG_HOST:DEBUG_PORT, on debugLoopback when no host is given; "" for
+// none.
 func (c *config) debugAddress() string {
 	l := c.Listen
 	switch {
 	case c.DebugAddress != "":
+		if host, port, err := net.SplitHostPort(c.DebugAddress); err == nil && host == "" {
+			return net.JoinHostPort(debugLoopback, port)
+		}
 		return c.DebugAddress
 	case l.DebugPort == 0 && l.DebugHost == "":
 		return ""
 	}
-	host, port := l.DebugHost, l.DebugPort
-	if host == "" {
-		host = c.BindAddress
-	}
-	if port == 0 {
-		port = defaultDebugPort
-	}
-	return joinHostPort(host, port)
+	return joinHostPort(cmp.Or(l.DebugHost, debugLoopback), cmp.Or(l.DebugPort, defaultDebugPort))
 }
 
 // validateListen checks the reference's listener settings.
@@ -138,9 +141,16 @@ func (c *config) limitHeaders() *ratelimitsvc.LimitHeaders {
 	return &h
 }
 
+// udsMode is the mode of the GRPC_UDS socket: its owner and group may
+// connect (a sidecar Envoy shares the pod's group), no one else, whatever
+// the umask (under umask 000 the socket would be 0777: any local user could
+// spend every domain's counters).
+const udsMode = 0o660
+
 // listenGRPC binds the gRPC port: GRPC_UDS, else GRPC_HOST:GRPC_PORT. A
 // socket file at GRPC_UDS (an earlier run's) is removed first; any other
-// file there is an error.
+// file there is an error. The socket is made udsMode before any call is
+// served.
 func listenGRPC(c *config) (net.Listener, error) {
 	if p := c.Listen.GRPCUDS; p != "" {
 		if fi, err := os.Lstat(p); err == nil && fi.Mode()&os.ModeSocket != 0 {
@@ -148,6 +158,10 @@ func listenGRPC(c *config) (net.Listener, error) {
 		}
 		l, err := net.Listen("unix", p)
 		if err != nil {
+			return nil, fmt.Errorf("GRPC_UDS: %w", err)
+		}
+		if err := os.Chmod(p, udsMode); err != nil {
+			l.Close()
 			return nil, fmt.Errorf("GRPC_UDS: %w", err)
 		}
 		return l, nil

@@ -8,10 +8,84 @@ import (
 // redacted replaces a secret wherever Throttle shows a setting.
 const redacted = "xxxxx"
 
+// secretKind is how a secret setting's value is hidden.
+type secretKind int
+
+const (
+	// secretWhole: the value is a key, a password or headers carrying
+	// tokens; it is hidden whole.
+	secretWhole secretKind = iota + 1
+	// secretURL: the value is a URL (or an address) that may carry a
+	// password; redactURL hides that and keeps the rest.
+	secretURL
+)
+
+// secretSettings are the settings whose values are, or may carry, secrets,
+// by variable: wherever Throttle shows a setting (/debug/pprof/cmdline,
+// the logs, errors) their values are hidden. Any other value that holds a
+// URL has its password hidden too (redactArgs). TestSecretSettings checks
+// that every setting whose name speaks of a key, a password, headers or a
+// URL is here or said not to be secret.
+var secretSettings = map[string]secretKind{
+	"ADMIN_API_KEY":                             secretWhole,
+	"REDIS_AUTH":                                secretWhole,
+	"REDIS_SENTINEL_AUTH":                       secretWhole,
+	"REDIS_PERSECOND_AUTH":                      secretWhole,
+	"REDIS_PERSECOND_SENTINEL_AUTH":             secretWhole,
+	"OTEL_EXPORTER_OTLP_HEADERS":                secretWhole,
+	"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS": secretWhole,
+	"REDIS_URL":                                 secretURL,
+	"REDIS_PERSECOND_URL":                       secretURL,
+	"DATABASE_URL":                              secretURL,
+	"OTEL_EXPORTER_OTLP_ENDPOINT":               secretURL,
+	"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT":        secretURL,
+	"CONFIG_GRPC_XDS_SERVER_URL":                secretURL,
+}
+
+// secretFlags are secretSettings by flag name (serveSettings' rows).
+var secretFlags = flagKinds(serveSettings, secretSettings)
+
+func flagKinds(rows []setting, kinds map[string]secretKind) map[string]secretKind {
+	out := map[string]secretKind{}
+	for _, s := range rows {
+		if k, ok := kinds[s.env]; ok {
+			out[s.flag] = k
+		}
+	}
+	return out
+}
+
+// scrubSetting is err, an error about the value of the setting env, with
+// the secrets of that value hidden when the setting is a secret one.
+func scrubSetting(env, value string, err error) error {
+	switch secretSettings[env] {
+	case secretWhole:
+		if value == "" {
+			return err
+		}
+		return scrub(err, []string{value})
+	case secretURL:
+		return scrub(err, urlSecrets(value))
+	}
+	return err
+}
+
+// redactSetting is value, of a setting of kind, as Throttle may show it.
+func redactSetting(kind secretKind, value string) string {
+	switch kind {
+	case secretWhole:
+		return redacted
+	case secretURL:
+		return redactURL(value)
+	}
+	return value
+}
+
 // redactURL returns raw with the password of its user info, and the value
-// of every query parameter whose name holds "password" (pgx's password and
-// sslpassword), replaced by xxxxx — whether raw parses as a URL or not, as
-// an error about a URL that does not parse must not show it either:
+// of every query parameter whose name speaks of a secret (secretParam:
+// pgx's password and sslpassword, a collector's api_key or token),
+// replaced by xxxxx — whether raw parses as a URL or not, as an error
+// about a URL that does not parse must not show it either:
 // redis://user:xxxxx@host:6379/0.
 func redactURL(raw string) string {
 	scheme, rest, ok := strings.Cut(raw, "://")
@@ -30,13 +104,25 @@ func redactURL(raw string) string {
 	return scheme + "://" + authority + redactQuery(tail)
 }
 
-// redactQuery replaces the values of the password parameters of a URL's
+// secretParam reports whether a URL's query parameter named name may hold a
+// secret: a password, a token, a key, a secret, credentials.
+func secretParam(name string) bool {
+	name = strings.ToLower(name)
+	for _, w := range []string{"password", "passwd", "token", "key", "secret", "auth", "credential", "signature"} {
+		if strings.Contains(name, w) {
+			return true
+		}
+	}
+	return false
+}
+
+// redactQuery replaces the values of the secret parameters of a URL's
 // "?query#fragment" tail.
 func redactQuery(tail string) string {
 	query, fragment, hasFragment := strings.Cut(tail, "#")
 	params := strings.Split(query, "&")
 	for i, p := range params {
-		if k, _, ok := strings.Cut(p, "="); ok && strings.Contains(strings.ToLower(k), "password") {
+		if k, _, ok := strings.Cut(p, "="); ok && secretParam(k) {
 			params[i] = k + "=" + redacted
 		}
 	}
@@ -73,7 +159,7 @@ func urlSecrets(raw string) []string {
 	}
 	query, _, _ = strings.Cut(query, "#")
 	for _, p := range strings.Split(query, "&") {
-		if k, v, ok := strings.Cut(p, "="); ok && strings.Contains(strings.ToLower(k), "password") {
+		if k, v, ok := strings.Cut(p, "="); ok && secretParam(k) {
 			add(v)
 		}
 	}

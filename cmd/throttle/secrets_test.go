@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -52,6 +54,52 @@ func TestRedactArgs(t *testing.T) {
 	if strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Errorf("redactArgs = %q\nwant %q", got, want)
 	}
+
+	// The xDS headers, OTLP endpoints with credentials, and a URL of any
+	// other flag or argument.
+	got = redactArgs([]string{"ratelimit", "--config-grpc-xds-client-additional-headers=authorization:Bearer t0ken", "-config-grpc-xds-client-additional-headers", "x-k:v",
+		"--otel-exporter-otlp-endpoint", "https://u:pw@collector:4318?api_key=k3y&region=eu", "--otel-exporter-otlp-traces-endpoint=http://c:4318/v1/traces?token=t",
+		"--descriptors-dir=http://u:pw@x/", "postgres://a:b@c/d", "--redis-auth="})
+	want = []string{"ratelimit", "--config-grpc-xds-client-additional-headers=xxxxx", "-config-grpc-xds-client-additional-headers", "xxxxx",
+		"--otel-exporter-otlp-endpoint", "https://u:xxxxx@collector:4318?api_key=xxxxx&region=eu", "--otel-exporter-otlp-traces-endpoint=http://c:4318/v1/traces?token=xxxxx",
+		"--descriptors-dir=http://u:xxxxx@x/", "postgres://a:xxxxx@c/d", "--redis-auth=xxxxx"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("redactArgs = %q\nwant %q", got, want)
+	}
+}
+
+// TestSecretSettings: every setting whose name speaks of a secret (a key,
+// a password, credentials, headers, a URL or an endpoint) is hidden
+// (secretSettings), or is known not to hold one; and a value that does not
+// parse is never quoted in the error.
+func TestSecretSettings(t *testing.T) {
+	notSecret := map[string]string{
+		"STATS_MAX_VALUE_KEYS": "a number", "CACHE_KEY_PREFIX": "a key prefix", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "a switch",
+		"MAX_KEYS_PER_CLIENT": "a number", "RATE_LIMIT_HEADERS": "header sets", "RATE_LIMIT_RESPONSE_HEADERS": "a switch",
+		"LIMIT_RESPONSE_HEADERS_ENABLED": "a switch", "GRPC_SERVER_TLS_KEY": "a file path", "HTTP_TLS_KEY": "a file path",
+		"REDIS_TLS_CLIENT_KEY": "a file path", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY": "a file path",
+	}
+	for _, s := range serveSettings {
+		_, secret := secretSettings[s.env]
+		if strings.Contains(s.env, "LIMIT_") && strings.HasSuffix(s.env, "_HEADER") { // header names
+			continue
+		}
+		for _, w := range []string{"KEY", "AUTH", "PASSWORD", "TOKEN", "SECRET", "CREDENTIAL", "HEADERS", "URL", "ENDPOINT"} {
+			if strings.Contains(s.env, w) && !secret && notSecret[s.env] == "" {
+				t.Errorf("%s: is it a secret? Put it in secretSettings, or in this test's notSecret", s.env)
+			}
+		}
+	}
+	for env := range secretSettings {
+		if !slices.ContainsFunc(serveSettings, func(s setting) bool { return s.env == env }) {
+			t.Errorf("secretSettings names %s, which is no setting", env)
+		}
+	}
+	_, err := parseServe(nil, env(map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "ftp://u:" + urlPassword + "@collector"}), io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "ftp://u:xxxxx@collector") {
+		t.Errorf("a bad OTLP endpoint: %v, want it named with its password hidden", err)
+	}
+	assertNoSecrets(t, "the error", fmt.Sprint(err))
 }
 
 // Secrets of TestNoSecretsInOutput: none may appear in anything the
@@ -60,11 +108,12 @@ const (
 	urlPassword = "s3cretPW"
 	adminKey    = "adminSecretKey-0123456789"
 	otelToken   = "otelS3cretToken"
+	xdsToken    = "xdsS3cretToken"
 )
 
 func assertNoSecrets(t *testing.T, what, out string, more ...string) {
 	t.Helper()
-	for _, s := range append([]string{urlPassword, adminKey, otelToken}, more...) {
+	for _, s := range append([]string{urlPassword, adminKey, otelToken, xdsToken}, more...) {
 		if strings.Contains(out, s) {
 			t.Errorf("%s shows the secret %q:\n%s", what, s, out)
 		}
@@ -142,7 +191,10 @@ func TestNoSecretsInOutput(t *testing.T) {
 		debugAddr := "127.0.0.1:" + strconv.Itoa(testkit.FreePort(t))
 		cmd := throttletest.Command(t, "serve", "--redis-url", "redis://:"+urlPassword+"@127.0.0.1:"+closed+"/0",
 			"--admin-api-key="+adminKey, "--port", strconv.Itoa(testkit.FreePort(t)), "--grpc-port", strconv.Itoa(testkit.FreePort(t)),
-			"--bind-address", "127.0.0.1", "--debug-address", debugAddr)
+			"--bind-address", "127.0.0.1", "--debug-address", debugAddr,
+			"--config-type=GRPC_XDS_SOTW", "--config-grpc-xds-server-url", "127.0.0.1:"+closed, "--force-start-without-initial-config=true",
+			"--config-grpc-xds-client-additional-headers", "authorization:Bearer "+xdsToken,
+			"--otel-exporter-otlp-endpoint=http://collector:"+urlPassword+"@127.0.0.1:"+closed+"?api_key="+otelToken)
 		var logs logbuf.Buffer
 		cmd.Stdout, cmd.Stderr = &logs, &logs
 		if err := cmd.Start(); err != nil {
@@ -163,8 +215,11 @@ func TestNoSecretsInOutput(t *testing.T) {
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
-		if !bytes.Contains(body, []byte("redis://:xxxxx@127.0.0.1:"+closed+"/0")) || !bytes.Contains(body, []byte("--admin-api-key=xxxxx")) {
-			t.Errorf("cmdline = %q, want the URL's password and the key hidden", body)
+		for _, want := range []string{"redis://:xxxxx@127.0.0.1:" + closed + "/0", "--admin-api-key=xxxxx", "--config-grpc-xds-client-additional-headers\x00xxxxx",
+			"--otel-exporter-otlp-endpoint=http://collector:xxxxx@127.0.0.1:" + closed + "?api_key=xxxxx"} {
+			if !bytes.Contains(body, []byte(want)) {
+				t.Errorf("cmdline = %q, want %q: the URLs' passwords, the keys and the headers hidden", body, want)
+			}
 		}
 		assertNoSecrets(t, "/debug/pprof/cmdline", string(body))
 		assertNoSecrets(t, "the logs", logs.String())

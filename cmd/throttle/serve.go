@@ -236,12 +236,13 @@ func (a *app) openAPIs(context.Context) error {
 		return err
 	}
 	a.quota.Register(a.grpcSrv, a.health)
+	envoyJSON, configDump, metrics := a.restDoors(rls) // the pages PORT serves without a key (doors.go)
 	handler := restapi.NewHandler(a.withTenancy(a.withRESTApps(restapi.Deps{
-		Log: a.log, DB: a.db, Cache: a.cache, Usage: a.usage, Limiter: a.limiter, Registerer: a.reg, Gatherer: a.reg,
-		TrustedProxies: cfg.TrustedProxies, ConfigDump: a.configDump, HeaderSets: cfg.HeaderSets, TracerProvider: a.tracer, Propagator: a.propagator,
+		Log: a.log, DB: a.db, Cache: a.cache, Usage: a.usage, Limiter: a.limiter, Registerer: a.reg, Gatherer: metrics,
+		TrustedProxies: cfg.TrustedProxies, ConfigDump: configDump, HeaderSets: cfg.HeaderSets, TracerProvider: a.tracer, Propagator: a.propagator,
 		RegisterLimit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: cfg.RegisterLimit, Window: time.Hour},
 		Descriptors:   a.descStatus, EnvoyCounters: rls, AdminKey: cfg.AdminKey, LimiterReady: a.ready, FailureMode: cfg.FailureMode,
-		EnvoyJSON: rls.JSONHandler(), Healthcheck: a.healthcheck(),
+		EnvoyJSON: envoyJSON, Healthcheck: a.healthcheck(),
 	})))
 	a.httpSrv = restapi.NewServer(cfg.httpAddress(), handler)
 	if a.httpTLS != nil {
@@ -250,10 +251,11 @@ func (a *app) openAPIs(context.Context) error {
 	return nil
 }
 
-// configDump is GET /rlconfig: the YAML configuration in use, as the
-// reference service's debug endpoint (REST client rules are private to
-// their clients and not part of it); under SHADOW_MODE every limit shows
-// shadow_mode: true.
+// configDump is GET /rlconfig (of the debug port, and of PORT with
+// RLCONFIG_ON_REST_PORT): the YAML configuration in use, as the reference
+// service's debug endpoint (REST client rules are private to their clients
+// and not part of it); under SHADOW_MODE every limit shows shadow_mode:
+// true.
 func (a *app) configDump() string {
 	switch {
 	case a.current == nil:
@@ -283,6 +285,9 @@ func (a *app) listen(context.Context) error {
 			return fmt.Errorf("debug port (DEBUG_ADDRESS, DEBUG_HOST/DEBUG_PORT): %w", err)
 		}
 		a.log.Info("serving the debug port", "addr", dl.Addr().String())
+		if !isLoopback(dl.Addr()) {
+			a.log.Warn("the debug port listens beyond loopback: whoever reaches it reads Go's profiler (/debug/pprof/), /rlconfig and /stats, in plain HTTP and with no key; give DEBUG_HOST=127.0.0.1 (or a loopback DEBUG_ADDRESS) unless that is meant", "addr", dl.Addr().String())
+		}
 		pages := debugPages{ConfigDump: a.configDump, Gatherer: a.reg}
 		a.goBG("debug server", func(ctx context.Context) error { return serveDebug(ctx, dl, pages) })
 	}

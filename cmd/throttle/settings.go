@@ -30,7 +30,7 @@ type setting struct {
 // compares them) all come from here. The rows come in groups, each beside
 // the code it configures; the reference service's settings Throttle has no
 // use for are not rows but referenceSettings entries (reference.go).
-var serveSettings = slices.Concat(coreSettings, redisSettings, listenerSettings, runtimeSettings, tlsSettings, tracingSettings, referenceTracingSettings, xdsSettings, statsSettings, tenancySettings)
+var serveSettings = slices.Concat(coreSettings, redisSettings, listenerSettings, doorSettings, runtimeSettings, tlsSettings, tracingSettings, referenceTracingSettings, xdsSettings, statsSettings, tenancySettings)
 
 // coreSettings are the listeners, the backends and the APIs' knobs.
 var coreSettings = []setting{
@@ -47,7 +47,7 @@ var coreSettings = []setting{
 	{"REST_BACKEND_TIMEOUT", "rest-backend-timeout", "500ms", "budget of a Redis call for a check that brings no deadline (REST /check, gRPC without grpc-timeout); past it: 503/UNAVAILABLE if Redis answers others (overload), else FAILURE_MODE", func(c *config, v string) (err error) { c.RESTTimeout, err = parseDuration(v); return }},
 	{"TRUSTED_PROXIES", "trusted-proxies", "", "comma-separated CIDRs whose X-Forwarded-For/X-Real-IP are believed", func(c *config, v string) (err error) { c.TrustedProxies, err = parseCIDRs(v); return }},
 	{"LOG_LEVEL", "log-level", "info", "debug, info, warn or error", func(c *config, v string) (err error) { c.LogLevel, err = parseLogLevel(v); return }},
-	{"DEBUG_ADDRESS", "debug-address", "", "host:port serving Go's profiler at /debug/pprof/, in plain HTTP whatever the TLS settings (bind it to loopback, e.g. 127.0.0.1:6070); empty = off", func(c *config, v string) error { c.DebugAddress = v; return nil }},
+	{"DEBUG_ADDRESS", "debug-address", "", "host:port of the debug port (Go's profiler at /debug/pprof/, /rlconfig, /stats), in plain HTTP whatever the TLS settings, no key asked (keep it on loopback, e.g. 127.0.0.1:6070; an empty host is 127.0.0.1, any other than loopback is logged as a warning at start); empty = off", func(c *config, v string) error { c.DebugAddress = v; return nil }},
 	{"RATE_LIMIT_HEADERS", "rate-limit-headers", "both", "rate-limit headers on REST /check, /check/ip and /register replies, and on gRPC responses with RATE_LIMIT_RESPONSE_HEADERS: x (X-RateLimit-* only), ietf (only RateLimit-Policy and RateLimit of draft-ietf-httpapi-ratelimit-headers-11) or both; Retry-After comes with every rejection whatever this says", func(c *config, v string) (err error) { c.HeaderSets, err = ratelimitheader.ParseSets(v); return }},
 	{"RATE_LIMIT_RESPONSE_HEADERS", "rate-limit-response-headers", "false", "add the RATE_LIMIT_HEADERS headers (and Retry-After when over the limit, RateLimit-Degraded: true when FAILURE_MODE decided) to gRPC rate-limit responses, for Envoy to add to its reply", func(c *config, v string) (err error) { c.ResponseHeaders, err = parseBool(v); return }},
 	{"SHADOW_MODE", "shadow-mode", "false", "answer every gRPC rate-limit request OK: limits are still decided, counted and reported per descriptor, only the overall OVER_LIMIT becomes OK; the rate-limit quota service assigns every bucket allow-all (usage still counted); GET /rlconfig shows every limit in shadow mode", func(c *config, v string) (err error) { c.ShadowMode, err = parseBool(v); return }},

@@ -93,7 +93,7 @@ func TestDomainsAreTheOperators(t *testing.T) {
 			t.Parallel()
 			dir := t.TempDir()
 			writeFile(t, filepath.Join(dir, "edge.yaml"), mustRead(t, "testdata/edge.yaml"))
-			s := throttletest.Start(t, append(env, "DESCRIPTORS_DIR="+dir, "DESCRIPTORS_RELOAD_INTERVAL=200ms", "CLAIMABLE_DOMAINS=tenant-*")...)
+			s := throttletest.Start(t, append(env, "DESCRIPTORS_DIR="+dir, "DESCRIPTORS_RELOAD_INTERVAL=200ms", "CLAIMABLE_DOMAINS=tenant-*", "RLCONFIG_ON_REST_PORT=true")...)
 			for _, tc := range []struct {
 				what, key, body string
 				status          int

@@ -234,11 +234,16 @@ func TestGRPCMutualTLS(t *testing.T) {
 
 // TestRESTOverHTTPS: HTTP_TLS_CERT serves the REST API over HTTPS, and
 // HTTP_CLIENT_TLS_CACERT asks its clients for a certificate.
+// httpsClient is an HTTPS client of a server of srv's, with the client
+// certificate c (nil: none).
+func (srv tlsFiles) httpsClient(t *testing.T, c *certtest.Pair) *http.Client {
+	t.Helper()
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: certtest.ClientTLS(t, srv.ca, "localhost", c), ForceAttemptHTTP2: true}}
+}
+
 func TestRESTOverHTTPS(t *testing.T) {
 	srv := newTLSFiles(t)
-	client := func(c *certtest.Pair) *http.Client {
-		return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: certtest.ClientTLS(t, srv.ca, "localhost", c), ForceAttemptHTTP2: true}}
-	}
+	client := func(c *certtest.Pair) *http.Client { return srv.httpsClient(t, c) }
 	t.Run("TLS", func(t *testing.T) {
 		s := throttletest.StartTLS(t, client(nil), "HTTP_TLS_CERT="+srv.files.Cert, "HTTP_TLS_KEY="+srv.files.Key)
 		key := s.Register(t, "https app")

@@ -192,14 +192,15 @@ func (c *tracingConfig) sampler() sdktrace.Sampler {
 }
 
 // String describes where spans go, for the start log line: never the
-// headers (they may hold a key), nor a password in the URL.
+// headers (they may hold a key), nor the URL's user and password, nor a
+// query parameter that may be a secret (redactURL).
 func (c *tracingConfig) String() string {
 	if c.Endpoint == "" {
 		return "off"
 	}
 	u, _ := url.Parse(c.Endpoint)
 	u.User = nil
-	return c.Protocol + " " + u.String()
+	return c.Protocol + " " + redactURL(u.String())
 }
 
 // newTracerProvider returns the trace pipeline of c: spans batched and sent

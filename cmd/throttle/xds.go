@@ -36,7 +36,7 @@ func (a *app) openXDS(ctx context.Context) error {
 	a.current = layers.Current
 	a.goBG("xds", c.Run)
 	if a.cfg.ForceStart {
-		a.log.Info("serving before the first xDS configuration (FORCE_START_WITHOUT_INITIAL_CONFIG)", "server", x.ServerURL, "node", x.NodeID)
+		a.log.Info("serving before the first xDS configuration (FORCE_START_WITHOUT_INITIAL_CONFIG)", "server", redactURL(x.ServerURL), "node", x.NodeID)
 		return nil
 	}
 	return a.waitForXDS(ctx, c)
@@ -51,7 +51,7 @@ const xdsWaitReminder = 30 * time.Second
 // says so when it starts, and every xdsWaitReminder until it ends.
 func (a *app) waitForXDS(ctx context.Context, c *xdsconfig.Client) error {
 	x := &a.cfg.XDS
-	a.log.Info("waiting for the first xDS configuration before serving (FORCE_START_WITHOUT_INITIAL_CONFIG=true serves at once)", "server", x.ServerURL, "node", x.NodeID)
+	a.log.Info("waiting for the first xDS configuration before serving (FORCE_START_WITHOUT_INITIAL_CONFIG=true serves at once)", "server", redactURL(x.ServerURL), "node", x.NodeID)
 	t := time.NewTicker(xdsWaitReminder)
 	defer t.Stop()
 	start := time.Now()
@@ -62,7 +62,7 @@ func (a *app) waitForXDS(ctx context.Context, c *xdsconfig.Client) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-t.C:
-			a.log.Warn("still waiting for the first xDS configuration before serving", "server", x.ServerURL, "node", x.NodeID, "waited", time.Since(start).Round(time.Second).String())
+			a.log.Warn("still waiting for the first xDS configuration before serving", "server", redactURL(x.ServerURL), "node", x.NodeID, "waited", time.Since(start).Round(time.Second).String())
 		}
 	}
 }

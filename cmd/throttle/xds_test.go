@@ -101,6 +101,7 @@ func TestXDSEnvoyGateway(t *testing.T) {
 	statsdPort, statsd := listenStatsd(t, "tcp")
 	port, grpcPort := strconv.Itoa(testkit.FreePort(t)), strconv.Itoa(testkit.FreePort(t))
 	s := throttletest.StartReference(t,
+		"RLCONFIG_ON_REST_PORT=true",
 		"RUNTIME_ROOT=/data",
 		"RUNTIME_SUBDIRECTORY=ratelimit",
 		"RUNTIME_IGNOREDOTFILES=true",
@@ -212,7 +213,7 @@ func TestXDSWaitsAndOverlays(t *testing.T) {
 	srv := xdstest.Start(t, xdstest.Options{})
 	port, grpcPort := testkit.FreePort(t), testkit.FreePort(t)
 	cmd := throttletest.Command(t, "serve")
-	cmd.Env = append(cmd.Env, "PORT="+strconv.Itoa(port), "GRPC_PORT="+strconv.Itoa(grpcPort), "BIND_ADDRESS=127.0.0.1", "LOG_LEVEL=info",
+	cmd.Env = append(cmd.Env, "PORT="+strconv.Itoa(port), "GRPC_PORT="+strconv.Itoa(grpcPort), "BIND_ADDRESS=127.0.0.1", "LOG_LEVEL=info", "RLCONFIG_ON_REST_PORT=true",
 		"DESCRIPTORS_DIR="+dir, "CONFIG_TYPE=GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL="+srv.Addr, "CONFIG_GRPC_XDS_NODE_ID="+egNode)
 	var logs logbuf.Buffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs

@@ -54,6 +54,28 @@ func (r *Reloader) verifyClient(pool *x509.CertPool, cs tls.ConnectionState) err
 	return &RefusedError{Reason: reason, Err: err}
 }
 
+// CheckClient checks the client certificate of cs, a connection another
+// listener accepted, as this listener's handshakes check theirs: it must
+// chain to the CA bundle loaded last and carry one of AllowedSANs when
+// there are any. A route of that other listener that must ask what this
+// one asks (POST /json on the REST port, as gRPC asks) calls it; cs nil
+// (plain HTTP), a connection without a certificate, or a Reloader without
+// a CA bundle is refused. The error says why (a *RefusedError); nothing is
+// counted, as no handshake failed.
+func (r *Reloader) CheckClient(cs *tls.ConnectionState) error {
+	pool := r.cur.Load().pool
+	switch {
+	case pool == nil:
+		return &RefusedError{Reason: ReasonOther, Err: errors.New("no CA bundle to check client certificates against")}
+	case cs == nil:
+		return &RefusedError{Reason: ReasonNoCertificate, Err: errors.New("no TLS, so no client certificate")}
+	}
+	if reason, err := checkClient(pool, r.o.AllowedSANs, *cs, r.o); err != nil {
+		return &RefusedError{Reason: reason, Err: err}
+	}
+	return nil
+}
+
 func checkClient(pool *x509.CertPool, allowList []string, cs tls.ConnectionState, o Options) (reason string, err error) {
 	if len(cs.PeerCertificates) == 0 {
 		return ReasonNoCertificate, errors.New("no client certificate")

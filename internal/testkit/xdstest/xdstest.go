@@ -34,6 +34,10 @@ type Options struct {
 	Addr string
 	// TLS is the listener's; nil: plaintext.
 	TLS *tls.Config
+	// OnResponse, optional, is called with the version of each response
+	// just before it is sent: a test may Set the next snapshot there,
+	// before the client answers this one.
+	OnResponse func(s *Server, version string)
 }
 
 // Server is one running control plane.
@@ -90,6 +94,11 @@ func Start(t testing.TB, o Options) *Server {
 			s.record(r)
 			return nil
 		},
+	}
+	if o.OnResponse != nil {
+		cb.StreamResponseFunc = func(_ context.Context, _ int64, _ *discovery.DiscoveryRequest, resp *discovery.DiscoveryResponse) {
+			o.OnResponse(s, resp.GetVersionInfo())
+		}
 	}
 	discovery.RegisterAggregatedDiscoveryServiceServer(s.grpc, serverv3.NewServer(ctx, s.cache, cb))
 	served := make(chan struct{})
