@@ -166,7 +166,7 @@ func TestOversizedPartsRefused(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	s, c, _ := serveServer(t, ratelimitsvc.Options{Limiter: algorithms.NewMemoryStore(algorithms.MemoryOptions{Now: func() time.Time { return t0 }}),
 		Descriptors: loadConfig(t, "testdata/test.yaml"), Registerer: reg})
-	web := httptest.NewServer(s.JSONHandler())
+	web := httptest.NewServer(s.JSONHandler(ratelimitsvc.JSONAccess{}))
 	t.Cleanup(web.Close)
 	big := strings.Repeat("v", 512<<10)
 	k1025 := strings.Repeat("k", 1025)

@@ -118,7 +118,7 @@ func FuzzShouldRateLimit(f *testing.F) {
 // caps.
 func FuzzJSON(f *testing.F) {
 	s := fuzzServer(f)
-	h := s.JSONHandler()
+	h := s.JSONHandler(ratelimitsvc.JSONAccess{})
 	for _, req := range fuzzSeeds() {
 		b, err := protojson.Marshal(req)
 		if err != nil {
@@ -130,7 +130,9 @@ func FuzzJSON(f *testing.F) {
 	f.Add([]byte(`{"domain": 3}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		w := httptest.NewRecorder()
-		h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/json", bytes.NewReader(body)))
+		r := httptest.NewRequest(http.MethodPost, "/json", bytes.NewReader(body))
+		r.Header.Set("Content-Type", "application/json") // (POST /json takes no other)
+		h.ServeHTTP(w, r)
 		switch w.Code {
 		case http.StatusOK, http.StatusTooManyRequests:
 			var req rlsv3.RateLimitRequest
