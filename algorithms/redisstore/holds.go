@@ -294,6 +294,9 @@ func (s *Store) SweepHolds(ctx context.Context) (expired int, held int64, err er
 // given back, the holds gone (refundAt). It returns the positions it took
 // back.
 func (s *Store) voidHolds(ctx context.Context, reqs []algorithms.Request, at []int) []int {
+	if len(at) == 0 {
+		return nil // (split reads nil as every position)
+	}
 	var done []int
 	for _, p := range s.route.split(reqs, at) {
 		sts := make([]algorithms.Settle, len(p.reqs))
