@@ -63,18 +63,18 @@ type Options struct {
 // shared limit. It works with a single Redis, Sentinel or Cluster. The
 // package doc names the stages a request goes through.
 type Store struct {
-	rdb    redis.UniversalClient
-	now    func() time.Time
+	rdb redis.UniversalClient
+	now func() time.Time
 	// library is the engine as a function library; batchFn, settleFn and
 	// sweepFn its functions (each with its script form, where functions
 	// cannot be loaded).
 	library                    string
 	batchFn, settleFn, sweepFn luaFn
-	reset             *redis.Script
-	clear             *redis.Script
-	refund            *redis.Script // refundVoided (Cluster), refundPlain
-	route             *router       // the master of each key: one, or a Cluster's
-	opts              Options
+	reset                      *redis.Script
+	clear                      *redis.Script
+	refund                     *redis.Script // refundVoided (Cluster), refundPlain
+	route                      *router       // the master of each key: one, or a Cluster's
+	opts                       Options
 	// tracer makes the spans of trace.go; nil: none.
 	tracer trace.Tracer
 	// approx holds the approximate limits, syncer syncs them
