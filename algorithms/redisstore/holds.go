@@ -8,6 +8,7 @@ import (
 	"math"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -221,24 +222,33 @@ func decodeSettles(res []any, sts []algorithms.Settle) ([]algorithms.SettleResul
 // holdMetrics are the sweeper's metrics.
 type holdMetrics struct {
 	swept prometheus.Counter
-	held  prometheus.Gauge
+	held  atomic.Int64 // hits held, as the last sweep read them
 }
 
 func newHoldMetrics() *holdMetrics {
-	return &holdMetrics{
-		swept: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "throttle_reservations_expired_total",
-			Help: "Holds (reservations) that expired unsettled and that this replica's sweeper gave back in Redis, whoever made them.",
-		}),
-		held: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "throttle_reservations_held_hits",
-			Help: "Hits held by unexpired, unsettled holds (reservations) in Redis, over every master that answered, as this replica's sweeper last read it.",
-		}),
-	}
+	return &holdMetrics{swept: prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "throttle_reservations_expired_total",
+		Help: "Holds (reservations) that expired unsettled and that this replica's sweeper gave back in Redis, whoever made them.",
+	})}
 }
 
+// register registers the metrics on reg. A second store of the process
+// (REDIS_PERSECOND) adds to the first's counter; the gauge stays the
+// first store's.
 func (m *holdMetrics) register(reg prometheus.Registerer) error {
-	return errors.Join(reg.Register(m.swept), reg.Register(m.held))
+	var err error
+	if m.swept, err = register(reg, m.swept); err != nil {
+		return fmt.Errorf("register hold metrics: %w", err)
+	}
+	held := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "throttle_reservations_held_hits",
+		Help: "Hits held by unexpired, unsettled holds (reservations) in Redis, over every master that answered, as this replica's sweeper last read them.",
+	}, func() float64 { return float64(m.held.Load()) })
+	var are prometheus.AlreadyRegisteredError
+	if err := reg.Register(held); err != nil && !errors.As(err, &are) {
+		return fmt.Errorf("register hold metrics: %w", err)
+	}
+	return nil
 }
 
 // runSweeper sweeps expired holds every every until stop is closed, each
@@ -258,7 +268,7 @@ func (s *Store) runSweeper(every time.Duration, stop, done chan struct{}) {
 		cancel()
 		s.holdMetrics.swept.Add(float64(expired))
 		if err == nil {
-			s.holdMetrics.held.Set(float64(held))
+			s.holdMetrics.held.Store(held)
 		}
 	}
 }

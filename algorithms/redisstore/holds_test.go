@@ -9,20 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/throttle-rl/throttle/algorithms"
-	"github.com/throttle-rl/throttle/algorithms/storetest"
 )
-
-// TestHoldsCluster runs the holds of the conformance suite on a Redis
-// Cluster: holds, settles and sweeps on each request's master, with the
-// index of holds on that master.
-func TestHoldsCluster(t *testing.T) {
-	cc := newClusterClient(t)
-	storetest.Holds(t, []storetest.Factory{{Name: "cluster", New: func(t *testing.T, clock func() time.Time) algorithms.Store {
-		s := New(cc, Options{Now: clock})
-		t.Cleanup(s.Close)
-		return s
-	}, Sweep: sweeper}})
-}
 
 // TestHoldExpiresOnAnotherReplica: a hold that one store made and never
 // settled is given back within its TTL and a sweep interval by another
