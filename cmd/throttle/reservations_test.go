@@ -124,13 +124,21 @@ func (c *replicaSet) reserveAndCommit(t *testing.T, rule string, clients int, d 
 // capacity less the tokens (token bucket "bucket").
 func usedInRedis(t *testing.T, rdb *redis.Client, rule string) float64 {
 	t.Helper()
-	if rule == "tokens" {
-		return float64(windowCount(t, []redis.UniversalClient{rdb}, time.Now().Unix()/3600))
-	}
 	ctx := context.Background()
-	keys, err := rdb.Keys(ctx, "*llm}:tb:n:rule:bucket").Result()
+	pattern := "*llm}:tb:n:rule:bucket"
+	if rule == "tokens" { // (not /register's counter, of the same hour)
+		pattern = "*llm}:fw:n:rule:tokens@3600000000:" + strconv.FormatInt(time.Now().Unix()/3600, 10)
+	}
+	keys, err := rdb.Keys(ctx, pattern).Result()
 	if err != nil || len(keys) != 1 {
-		t.Fatalf("the bucket's keys: %v, %v", keys, err)
+		t.Fatalf("the counter's keys: %v, %v", keys, err)
+	}
+	if rule == "tokens" {
+		n, err := rdb.Get(ctx, keys[0]).Float64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
 	}
 	tokens, err := rdb.HGet(ctx, keys[0], "t").Float64()
 	if err != nil {
