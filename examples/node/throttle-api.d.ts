@@ -214,8 +214,8 @@ export interface paths {
         put?: never;
         /**
          * Mint a check-only API key
-         * @description A key of your client with scope `check`: it may call POST /check, /check/ip and
-         *     /check/batch, and is refused 403 `KEY_SCOPE` anywhere else, so a browser app can embed
+         * @description A key of your client with scope `check`: it may call POST /check, /check/ip,
+         *     /check/batch and the reservations' routes, and is refused 403 `KEY_SCOPE` anywhere else, so a browser app can embed
          *     it without being able to change or read your rules. The secret, `api_key`, is in this
          *     reply only; only its hash is stored. Only your client's own key may mint, list and
          *     revoke keys. A client has at most MAX_KEYS_PER_CLIENT (100) keys.
@@ -1211,7 +1211,7 @@ export interface components {
                 "application/json": components["schemas"]["UnauthorizedError"];
             };
         };
-        /** @description A check-only key (`KEY_SCOPE`, see POST /keys) may only call /check, /check/ip and /check/batch. */
+        /** @description A check-only key (`KEY_SCOPE`, see POST /keys) may only call /check, /check/ip, /check/batch and /reservations/…. */
         KeyScope: {
             headers: {
                 [name: string]: unknown;
