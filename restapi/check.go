@@ -32,6 +32,7 @@ type checkRequest struct {
 	WarnThreshold *float64 `json:"warn_threshold"`
 	RefillRate    *float64 `json:"refill_rate"`
 	Hits          *int64   `json:"hits"`
+	ReserveTTL    *float64 `json:"reserve_ttl"`
 }
 
 // checkReply is the reply of POST /check and POST /check/ip.
@@ -48,6 +49,10 @@ type checkReply struct {
 	Override   string `json:"override,omitempty"`
 	Warning    bool   `json:"warning"`
 	Reason     string `json:"reason"`
+	// ReservationID and ReservationExpiresAt: the reservation the check
+	// made (reserve_ttl), when its hits were admitted and held.
+	ReservationID        string `json:"reservation_id,omitempty"`
+	ReservationExpiresAt string `json:"reservation_expires_at,omitempty"`
 }
 
 // The reasons of a decision (checkReply.Reason): what decided it.
@@ -107,6 +112,9 @@ type check struct {
 	// alwaysCount: the rule always counts its hits, even past the limit (a
 	// cost reported after the fact).
 	alwaysCount bool
+	// reserveTTL, when > 0, holds the admitted hits as a reservation for
+	// that long (reserve_ttl; reservations.go).
+	reserveTTL time.Duration
 }
 
 // newCheck checks the body req of a /check (byIP false) or /check/ip
@@ -148,6 +156,11 @@ func newCheck(r *http.Request, d checkDeps, c store.Client, req checkRequest, by
 			return check{}, invalidField(fmt.Sprintf("hits must be between %d and %d", -int64(algorithms.MaxLimit), int64(algorithms.MaxLimit)))
 		}
 		ch.hits = *h
+	}
+	if req.ReserveTTL != nil {
+		if err := checkReservation(&ch, *req.ReserveTTL, d.Reservations); err != nil {
+			return check{}, err
+		}
 	}
 	return ch, nil
 }
@@ -198,13 +211,21 @@ func decideChecks(ctx context.Context, d checkDeps, m *metrics, c store.Client, 
 			reqs[i].AllOrNothing = true
 		}
 	}
+	holds, err := d.holdReservations(c, checks, at, reqs)
+	if err != nil {
+		return nil, err
+	}
 	decs, err := decideRequests(ctx, d.Limiter, reqs)
 	if err != nil {
+		d.Outstanding.release(c.ID, holds...)
 		return nil, err
 	}
 	for k, dec := range decs {
 		i := at[k]
 		out[i].reply, out[i].reset = checks[i].reply(dec), ceilSeconds(dec.ResetAfter)
+		if h := reqs[k].Hold; h != nil {
+			d.reserved(m, c, checks[i], h.ID, dec, &out[i].reply)
+		}
 	}
 	for _, o := range out {
 		alg := string(o.check.limit.Algorithm)
@@ -288,6 +309,35 @@ type checkDeps struct {
 	TrustedProxies []netip.Prefix
 	HeaderSets     ratelimitheader.Sets
 	Now            func() time.Time
+	Reservations   ReservationLimits
+	Outstanding    *outstanding // the reservations each client has made here
+}
+
+// holdReservations gives the requests of the checks with reserve_ttl (at:
+// the check of each request) a hold of a new id each, and claims their
+// places among their client's outstanding reservations; it returns the ids.
+func (d checkDeps) holdReservations(c store.Client, checks []check, at []int, reqs []algorithms.Request) ([]string, error) {
+	var ids []string
+	var ttls []time.Duration
+	for k := range reqs {
+		if ttl := checks[at[k]].reserveTTL; ttl > 0 {
+			reqs[k].Hold = &algorithms.Hold{ID: newHoldID(), TTL: ttl}
+			ids, ttls = append(ids, reqs[k].Hold.ID), append(ttls, ttl)
+		}
+	}
+	return ids, d.Outstanding.claim(c.ID, ids, ttls)
+}
+
+// reserved writes to reply the reservation that ch's hold id made when
+// dec kept it, and frees its place when it did not.
+func (d checkDeps) reserved(m *metrics, c store.Client, ch check, id string, dec algorithms.Decision, reply *checkReply) {
+	if dec.HoldExpires.IsZero() {
+		d.Outstanding.release(c.ID, id)
+		return
+	}
+	m.reservations.WithLabelValues("made").Inc()
+	reply.ReservationID = reservationID(c, ch, id)
+	reply.ReservationExpiresAt = dec.HoldExpires.UTC().Format(time.RFC3339Nano)
 }
 
 // decideRequests decides reqs (none is fine): an error comes back mapped for

@@ -137,6 +137,9 @@ type Deps struct {
 	// IDEMPOTENCY_MAX_BYTES_PER_CLIENT; the Redis store takes its own).
 	// Default DefaultIdempotencyRecords, DefaultIdempotencyBytes.
 	IdempotencyQuota IdempotencyQuota
+	// Reservations bounds reservations (reserve_ttl; reservations.go).
+	// Default: each field's default.
+	Reservations ReservationLimits
 }
 
 // maxBodyBytes is the largest request body accepted (413 above it).
@@ -164,6 +167,7 @@ func NewHandler(d Deps) http.Handler {
 	if d.RegisterLimit == (algorithms.Limit{}) {
 		d.RegisterLimit = algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 10, Window: time.Hour}
 	}
+	d.Reservations.setDefaults()
 	m := newMetrics(d.Registerer, d.Log)
 	tr := newTracing(d.TracerProvider, d.Propagator)
 

@@ -13,6 +13,10 @@ type metrics struct {
 	duration  *prometheus.HistogramVec
 	inFlight  prometheus.Gauge
 	decisions *prometheus.CounterVec
+	// reservations counts reservations by outcome: made, committed,
+	// cancelled, and the settles refused (already_settled, expired,
+	// not_found).
+	reservations *prometheus.CounterVec
 }
 
 // newMetrics makes the metrics and registers them on reg (when not nil). A
@@ -37,6 +41,10 @@ func newMetrics(reg prometheus.Registerer, log *slog.Logger) *metrics {
 			Name: "throttle_decisions_total",
 			Help: "Rate limit decisions, by API, algorithm, accuracy (exact, approximate) and outcome (allowed, rejected, exempt).",
 		}, []string{"api", "algorithm", "accuracy", "outcome"}),
+		reservations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "throttle_reservations_total",
+			Help: "REST reservations (reserve_ttl) by outcome: made, committed, cancelled; and settles refused: already_settled, expired (found expired by its commit), not_found. Holds given back by expiry are throttle_reservations_expired_total.",
+		}, []string{"outcome"}),
 	}
 	if reg == nil {
 		return m
@@ -45,6 +53,7 @@ func newMetrics(reg prometheus.Registerer, log *slog.Logger) *metrics {
 	m.duration = register(reg, log, m.duration)
 	m.inFlight = register(reg, log, m.inFlight)
 	m.decisions = register(reg, log, m.decisions)
+	m.reservations = register(reg, log, m.reservations)
 	return m
 }
 

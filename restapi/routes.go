@@ -21,7 +21,8 @@ func addRoutes(mux routeTable, d Deps, m *metrics, tr *tracing) {
 	checkAuth := authenticate(d.Cache, store.ScopeCheck) // or a check-only key
 	check := checkDeps{
 		Cache: d.Cache, Usage: d.Usage, TrustedProxies: d.TrustedProxies, HeaderSets: d.HeaderSets, Now: d.Now,
-		Limiter: tr.decisions(d.Limiter), // /check and /check/ip decide in a span of their own when traced
+		Limiter:      tr.decisions(d.Limiter), // /check and /check/ip decide in a span of their own when traced
+		Reservations: d.Reservations, Outstanding: newOutstanding(d.Reservations.MaxOutstanding, d.Now),
 	}
 
 	mux.Handle("GET /{$}", handleRoot(d.Gatherer != nil))
@@ -50,6 +51,8 @@ func addRoutes(mux routeTable, d Deps, m *metrics, tr *tracing) {
 	mux.Handle("POST /check", checkAuth(once(handleCheck(check, m, false))))
 	mux.Handle("POST /check/ip", checkAuth(idempotent(d.Idempotency, d.IdempotencyTTL, address)(handleCheck(check, m, true))))
 	mux.Handle("POST /check/batch", checkAuth(once(handleCheckBatch(check, m))))
+	mux.Handle("POST /reservations/{id}/commit", checkAuth(handleReservationSettle(d.Limiter, check.Outstanding, m, false)))
+	mux.Handle("DELETE /reservations/{id}", checkAuth(handleReservationSettle(d.Limiter, check.Outstanding, m, true)))
 	mux.Handle("POST /reset", auth(handleReset(d.Limiter)))
 
 	mux.Handle("POST /rules", auth(handleRuleCreate(d.DB, d.Cache)))

@@ -26,7 +26,9 @@
 // Beside them: approxsync.go syncs the approximate limits with each master
 // every interval and resizes its leases (approxcall.go, approx.lua; approxentry.go holds a limit's windows,
 // approxregistry.go and approx_replicas.lua count the replicas,
-// approxmetrics.go measures them); ready.go's Store.Ready asks every master
+// approxmetrics.go measures them); holds.go keeps holds (reservations)
+// beside their counters (hold.lua: batch.lua writes them, settle and sweep give
+// them back) and runs each store's sweeper of expired holds; ready.go's Store.Ready asks every master
 // whether it answers, through no breaker; guardmetrics.go is the Guard's
 // metrics.
 //

@@ -196,12 +196,12 @@ func TestRedisCluster(t *testing.T) {
 			t.Fatal("a Cluster store must route by master")
 		}
 		return s
-	}}, {Name: "redis-cluster-unindexed", Unindexed: true, New: func(t *testing.T, clock func() time.Time) algorithms.Store {
+	}, Sweep: sweeper}, {Name: "redis-cluster-unindexed", Unindexed: true, New: func(t *testing.T, clock func() time.Time) algorithms.Store {
 		// Windows counted first (plain.go) on every master.
 		s := New(rdb, Options{Now: clock, Coalesce: 2})
 		t.Cleanup(s.Close)
 		return storetest.Unindexed(s)
-	}}})
+	}, Sweep: sweeper}})
 
 	// The keys of a batch really are spread over the nodes.
 	ctx := context.Background()

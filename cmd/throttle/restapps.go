@@ -31,6 +31,9 @@ type restAppsConfig struct {
 	// IdempotencyMemoryPercent: no reply is kept in a Redis this full
 	// (IDEMPOTENCY_REDIS_MEMORY_PERCENT; 100: no budget).
 	IdempotencyMemoryPercent int
+	// Reservations bounds reservations (MAX_RESERVATION_TTL,
+	// RESERVATION_MAX_FRACTION, RESERVATION_MAX_OUTSTANDING_PER_CLIENT).
+	Reservations restapi.ReservationLimits
 }
 
 // parseOrigins reads CORS_ALLOWED_ORIGIN: comma-separated origins, a
@@ -103,6 +106,7 @@ func (a *app) withRESTApps(d restapi.Deps) restapi.Deps {
 	c := a.cfg.REST
 	d.CORSAllowedOrigins, d.ListObjects, d.IdempotencyTTL = c.CORSAllowedOrigins, c.ListObjects, c.IdempotencyTTL
 	d.IdempotencyQuota = c.IdempotencyQuota
+	d.Reservations = c.Reservations
 	if a.idempotency != nil {
 		d.Idempotency = a.idempotency
 	}

@@ -214,8 +214,8 @@ export interface paths {
         put?: never;
         /**
          * Mint a check-only API key
-         * @description A key of your client with scope `check`: it may call POST /check, /check/ip and
-         *     /check/batch, and is refused 403 `KEY_SCOPE` anywhere else, so a browser app can embed
+         * @description A key of your client with scope `check`: it may call POST /check, /check/ip,
+         *     /check/batch and the reservations' routes, and is refused 403 `KEY_SCOPE` anywhere else, so a browser app can embed
          *     it without being able to change or read your rules. The secret, `api_key`, is in this
          *     reply only; only its hash is stored. Only your client's own key may mint, list and
          *     revoke keys. A client has at most MAX_KEYS_PER_CLIENT (100) keys.
@@ -309,6 +309,51 @@ export interface paths {
          */
         post: operations["checkBatch"];
         delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/reservations/{id}/commit": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The reservation_id a check with reserve_ttl answered. */
+                id: components["parameters"]["ReservationID"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Commit what a reservation really used
+         * @description Replaces the reservation's held hits by `hits` in the window or bucket they were held in:
+         *     what was held and not used is given back, what was used past it is counted (even past the
+         *     limit, as a rule's `always_count` hits are). Check-only keys may call it.
+         */
+        post: operations["commitReservation"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/reservations/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The reservation_id a check with reserve_ttl answered. */
+                id: components["parameters"]["ReservationID"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /** Cancel a reservation, giving all its hits back */
+        delete: operations["cancelReservation"];
         options?: never;
         head?: never;
         patch?: never;
@@ -730,6 +775,15 @@ export interface components {
              *     bucket (never below zero used), is allowed, and counts nothing.
              */
             hits?: number;
+            /**
+             * @description Seconds (at most MAX_RESERVATION_TTL, 60 by default) to hold the admitted `hits` as a
+             *     reservation: they count against the limit until POST /reservations/{id}/commit says
+             *     what was really used, DELETE /reservations/{id} gives them back, or the TTL ends (then
+             *     they are given back, whichever replica made it). `hits` must be 1 or more and at most
+             *     RESERVATION_MAX_FRACTION (0.5) of the limit. Exact on every limit, approximate ones
+             *     too.
+             */
+            reserve_ttl?: number;
         };
         CheckRequest: {
             identifier: components["schemas"]["Identifier"];
@@ -767,6 +821,13 @@ export interface components {
              * @enum {string}
              */
             reason: "within_limit" | "rate_limited" | "exempt" | "failure_policy";
+            /** @description With `reserve_ttl`, when the hits were admitted and held — the id to commit or cancel. */
+            reservation_id?: string;
+            /**
+             * Format: date-time
+             * @description With `reservation_id`, when the reservation expires (RFC 3339).
+             */
+            reservation_expires_at?: string;
         };
         BatchRequest: {
             checks: components["schemas"]["CheckRequest"][];
@@ -775,6 +836,36 @@ export interface components {
             /** @description Every check was allowed (and counted, but exempt ones). */
             allowed: boolean;
             results: components["schemas"]["Decision"][];
+        };
+        CommitRequest: {
+            /**
+             * Format: int64
+             * @description What the reservation really used; more than was reserved is counted too.
+             */
+            hits: number;
+        };
+        SettleReply: {
+            identifier: string;
+            algorithm: components["schemas"]["Algorithm"];
+            /**
+             * Format: int64
+             * @description What the reservation held.
+             */
+            held: number;
+            /**
+             * Format: int64
+             * @description What is counted of it now (0 when cancelled).
+             */
+            committed: number;
+            /** Format: int64 */
+            limit: number;
+            /** Format: int64 */
+            remaining: number;
+            /**
+             * Format: int64
+             * @description When the state is fresh again, Unix seconds.
+             */
+            reset_at: number;
         };
         ResetRequest: {
             identifier: components["schemas"]["Identifier"];
@@ -1042,11 +1133,19 @@ export interface components {
         } & components["schemas"]["Error"];
         NotFoundError: {
             /** @enum {unknown} */
-            code?: "NOT_FOUND" | "RULE_NOT_FOUND" | "EXEMPTION_NOT_FOUND" | "DOMAIN_NOT_FOUND" | "OVERRIDE_NOT_FOUND" | "KEY_NOT_FOUND";
+            code?: "NOT_FOUND" | "RULE_NOT_FOUND" | "EXEMPTION_NOT_FOUND" | "DOMAIN_NOT_FOUND" | "OVERRIDE_NOT_FOUND" | "KEY_NOT_FOUND" | "RESERVATION_NOT_FOUND";
         } & components["schemas"]["Error"];
         ConflictError: {
             /** @enum {unknown} */
-            code?: "CONFLICT" | "DOMAIN_RESERVED" | "RULE_EXISTS" | "DESCRIPTORS_EXIST" | "EXEMPTION_EXISTS" | "IDEMPOTENCY_KEY_IN_PROGRESS" | "TOO_MANY_RULES" | "TOO_MANY_EXEMPTIONS" | "TOO_MANY_OVERRIDES" | "TOO_MANY_KEYS";
+            code?: "CONFLICT" | "DOMAIN_RESERVED" | "RULE_EXISTS" | "DESCRIPTORS_EXIST" | "EXEMPTION_EXISTS" | "IDEMPOTENCY_KEY_IN_PROGRESS" | "TOO_MANY_RULES" | "TOO_MANY_EXEMPTIONS" | "TOO_MANY_OVERRIDES" | "TOO_MANY_KEYS" | "RESERVATION_SETTLED";
+        } & components["schemas"]["Error"];
+        GoneError: {
+            /** @constant */
+            code?: "RESERVATION_EXPIRED";
+        } & components["schemas"]["Error"];
+        TooManyReservationsError: {
+            /** @constant */
+            code?: "TOO_MANY_RESERVATIONS";
         } & components["schemas"]["Error"];
         UnprocessableError: {
             /** @constant */
@@ -1112,7 +1211,7 @@ export interface components {
                 "application/json": components["schemas"]["UnauthorizedError"];
             };
         };
-        /** @description A check-only key (`KEY_SCOPE`, see POST /keys) may only call /check, /check/ip and /check/batch. */
+        /** @description A check-only key (`KEY_SCOPE`, see POST /keys) may only call /check, /check/ip, /check/batch and /reservations/…. */
         KeyScope: {
             headers: {
                 [name: string]: unknown;
@@ -1180,6 +1279,46 @@ export interface components {
                 "application/json": components["schemas"]["UnprocessableError"];
             };
         };
+        /** @description No reservation of yours has this id (`RESERVATION_NOT_FOUND`): never made, malformed, another client's, or forgotten after its window. */
+        ReservationNotFound: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["NotFoundError"];
+            };
+        };
+        /** @description The reservation was committed or cancelled already (`RESERVATION_SETTLED`); nothing changed. */
+        ReservationSettled: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ConflictError"];
+            };
+        };
+        /** @description The reservation expired before it was settled (`RESERVATION_EXPIRED`); its hits were given back, nothing is counted. */
+        ReservationExpired: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["GoneError"];
+            };
+        };
+        /**
+         * @description Your client has RESERVATION_MAX_OUTSTANDING_PER_CLIENT reservations outstanding (made
+         *     through this replica, neither settled nor expired) (`TOO_MANY_RESERVATIONS`); nothing
+         *     was counted.
+         */
+        TooManyReservations: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["TooManyReservationsError"];
+            };
+        };
         /** @description The body is over 1 MiB (`BODY_TOO_LARGE`). */
         TooLarge: {
             headers: {
@@ -1223,6 +1362,8 @@ export interface components {
         };
     };
     parameters: {
+        /** @description The reservation_id a check with reserve_ttl answered. */
+        ReservationID: string;
         /** @description The rule's name. */
         RuleName: components["schemas"]["RuleName"];
         /**
@@ -1725,6 +1866,7 @@ export interface operations {
             413: components["responses"]["TooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["IdempotencyKeyReused"];
+            429: components["responses"]["TooManyReservations"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
         };
@@ -1759,6 +1901,7 @@ export interface operations {
             413: components["responses"]["TooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["IdempotencyKeyReused"];
+            429: components["responses"]["TooManyReservations"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
         };
@@ -1811,6 +1954,72 @@ export interface operations {
             413: components["responses"]["TooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["IdempotencyKeyReused"];
+            429: components["responses"]["TooManyReservations"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    commitReservation: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The reservation_id a check with reserve_ttl answered. */
+                id: components["parameters"]["ReservationID"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CommitRequest"];
+            };
+        };
+        responses: {
+            /** @description Committed; the counter's state after. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SettleReply"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["ReservationNotFound"];
+            409: components["responses"]["ReservationSettled"];
+            410: components["responses"]["ReservationExpired"];
+            413: components["responses"]["TooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    cancelReservation: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The reservation_id a check with reserve_ttl answered. */
+                id: components["parameters"]["ReservationID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Cancelled (`committed` is 0); the counter's state after. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SettleReply"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["ReservationNotFound"];
+            409: components["responses"]["ReservationSettled"];
+            410: components["responses"]["ReservationExpired"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
         };
