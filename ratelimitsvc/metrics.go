@@ -36,6 +36,7 @@ type metrics struct {
 	perKey                                   [families]*prometheus.CounterVec
 	domainNotFound, globalShadowMode, folded prometheus.Counter
 	oversized                                *prometheus.CounterVec
+	holds                                    *prometheus.CounterVec
 	latency                                  *prometheus.HistogramVec
 
 	ref ReferenceStats // nil: none
@@ -83,6 +84,10 @@ func newMetrics(reg prometheus.Registerer, maxValueKeys int, ref ReferenceStats)
 			Name: "throttle_ratelimit_oversized_requests_total",
 			Help: "Requests refused, nothing counted, for more descriptors than MAX_DESCRIPTORS_PER_REQUEST (reason descriptors) or a descriptor with more entries than MAX_DESCRIPTOR_ENTRIES (reason entries).",
 		}, []string{"reason"}),
+		holds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "throttle_ratelimit_reservation_calls_total",
+			Help: "Envoy calls on limits that reserve, by what their handle made of them: reserve (hits_addend 0, a hold asked for), commit (hits_addend N, or 0 on a held handle, settled), recheck (hits_addend 0 on a handle settled or expired before), uncommitted (hits_addend N with no hold: counted as always_count).",
+		}, []string{"call"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "throttle_grpc_request_duration_seconds",
 			Help:    "gRPC request latency by method and status code.",
@@ -95,8 +100,11 @@ func newMetrics(reg prometheus.Registerer, maxValueKeys int, ref ReferenceStats)
 	for _, reason := range []string{oversizedDescriptors, oversizedEntries} {
 		m.oversized.WithLabelValues(reason) // both series from the start: two, fixed
 	}
+	for h := holdReserve; h <= holdAlways; h++ {
+		m.holds.WithLabelValues(h.call()) // every series from the start: four, fixed
+	}
 	if reg != nil {
-		cs := []prometheus.Collector{m.domainNotFound, m.globalShadowMode, m.folded, m.oversized, m.latency}
+		cs := []prometheus.Collector{m.domainNotFound, m.globalShadowMode, m.folded, m.oversized, m.holds, m.latency}
 		for _, v := range m.perKey {
 			cs = append(cs, v)
 		}
@@ -219,4 +227,26 @@ func (m *metrics) label(domain, key, rollup string) string {
 	}
 	m.folded.Inc()
 	return rollup
+}
+
+// call names h as throttle_ratelimit_reservation_calls_total does.
+func (h holdMode) call() string {
+	switch h {
+	case holdReserve:
+		return "reserve"
+	case holdRecheck:
+		return "recheck"
+	case holdSettled:
+		return "commit"
+	case holdAlways:
+		return "uncommitted"
+	}
+	return ""
+}
+
+// reservation counts one call on a limit that reserves.
+func (m *metrics) reservation(h holdMode) {
+	if h != noHold {
+		m.holds.WithLabelValues(h.call()).Inc()
+	}
 }
