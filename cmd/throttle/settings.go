@@ -73,6 +73,7 @@ var coreSettings = []setting{
 	}},
 	{"IDEMPOTENCY_REDIS_MEMORY_PERCENT", "idempotency-redis-memory-percent", "80", "no Idempotency-Key reply is kept in Redis while its used memory is at or past this percent of its maxmemory, so the records never take the counters' room (with maxmemory-policy noeviction); 100 turns the budget off", func(c *config, v string) (err error) { c.REST.IdempotencyMemoryPercent, err = parsePercent(v); return }},
 	{"RLQS_INTERVAL", "rlqs-interval", "1s", "how often the rate-limit quota service (RLQS, on GRPC_PORT) reassigns every Envoy's share of each limit (100ms-1h); set the Envoy filter's reporting_interval to a third of it", func(c *config, v string) (err error) { c.RLQSInterval, err = parseDuration(v); return }},
+	{"MAX_RESERVATION_TTL", "max-reservation-ttl", "60s", "the longest a reservation may hold quota uncommitted (1s-24h): a descriptor's reserve ttl above it does not load", func(c *config, v string) (err error) { c.MaxReservationTTL, err = parseDuration(v); return }},
 	{"APPROXIMATE_SYNC_INTERVAL", "approximate-sync-interval", "100ms", "with REDIS_URL: how often limits with accuracy: approximate report this replica's hits to Redis and resize its lease of each limit (10ms-10s); a replica decides from memory within its lease, and asks Redis at once when it runs out", func(c *config, v string) (err error) { c.ApproximateInterval, err = parseDuration(v); return }},
 }
 
