@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -117,13 +118,19 @@ func waitOffHourEdge(t *testing.T) {
 	}
 }
 
-// envoyReplicas starts 3 replicas with env and returns a client of each.
+// envoyReplicas starts 3 replicas with env and returns a client of each;
+// GET /rlconfig of the first shows the reservation.
 func envoyReplicas(t *testing.T, env []string) []rlsv3.RateLimitServiceClient {
 	t.Helper()
 	var out []rlsv3.RateLimitServiceClient
-	for range 3 {
+	for i := range 3 {
 		s := throttletest.Start(t, env...)
 		out = append(out, rlsClientAt(t, s.GRPCAddr))
+		if i == 0 {
+			if dump := getOK(t, s.URL+"/rlconfig"); !strings.Contains(dump, "reserve: hits=1000 ttl=1m0s handle=") {
+				t.Errorf("GET /rlconfig does not show the reservation:\n%s", dump)
+			}
+		}
 	}
 	return out
 }
@@ -274,5 +281,25 @@ func TestReservationDocs(t *testing.T) {
 	res, err := xdsconfig.ParseReservations("doc", []byte(docBlock(t, "reservations:")), descriptors.DefaultMaxReservationTTL)
 	if err != nil || len(res.Entries) != 1 || res.Entries[0].Domain != xdstest.AIGatewayDomain {
 		t.Errorf("the docs' overlay: %+v, %v; want one entry for %s", res, err, xdstest.AIGatewayDomain)
+	}
+}
+
+// TestConfigCheckReserve: `throttle config check` takes reserve and names
+// the file, line and path of a problem in it, with MAX_RESERVATION_TTL as
+// serve has it.
+func TestConfigCheckReserve(t *testing.T) {
+	bin := throttletest.Binary(t)
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{"llm.yaml": tokenBucketYAML})
+	good := filepath.Join(dir, "llm.yaml")
+	if out, err := exec.Command(bin, "config", "check", good).CombinedOutput(); err != nil || string(out) != "1 file(s) OK\n" {
+		t.Errorf("config check llm.yaml: %v %s", err, out)
+	}
+	cmd := exec.Command(bin, "config", "check", good)
+	cmd.Env = append(os.Environ(), "MAX_RESERVATION_TTL=30s")
+	out, err := cmd.CombinedOutput()
+	want := good + `:10: domain "llm" › descriptors[0] › rate_limit › reserve: reserve ttl 1m0s is longer than MAX_RESERVATION_TTL, 30s`
+	if err == nil || !strings.Contains(string(out), want) {
+		t.Errorf("config check with MAX_RESERVATION_TTL=30s: %v\n%s\nwant %s", err, out, want)
 	}
 }
