@@ -2,6 +2,8 @@ package ratelimitsvc
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 
 	"github.com/throttle-rl/throttle/algorithms"
@@ -131,4 +133,19 @@ func holdRequest(r *algorithms.Request, l *limited, ls *limitState) (peek int64)
 		r.AlwaysCount = true
 	}
 	return 0
+}
+
+// maxHandleLen is the longest handle value used as a hold's ID as it is;
+// a longer one (a client's own x-request-id, say) is used by its SHA-256,
+// so it still names one request and never exceeds the engine's bound on
+// IDs.
+const maxHandleLen = 128
+
+// holdID is the hold ID of a handle value.
+func holdID(handle string) string {
+	if len(handle) <= maxHandleLen {
+		return handle
+	}
+	sum := sha256.Sum256([]byte(handle))
+	return "sha256:" + hex.EncodeToString(sum[:])
 }

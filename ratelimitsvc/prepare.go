@@ -97,7 +97,10 @@ func fromOverride(domain string, d *rlcommon.RateLimitDescriptor, o *rlcommon.Ra
 func (s *Server) fromMatch(domain string, m *descriptors.Match, index int, hits int64) *limited {
 	l := &limited{index: index, shadow: m.ShadowMode, quota: m.QuotaMode && !m.Limit.Unlimited,
 		statsKey: withoutDomain(m.StatsKey, m.Domain), rollup: withoutDomain(m.ConfigKey, m.Domain),
-		metadata: m.Metadata, key: m.Key(), hits: hits, handle: m.Handle}
+		metadata: m.Metadata, key: m.Key(), hits: hits}
+	if m.Handle != "" {
+		l.handle = holdID(m.Handle)
+	}
 	l.limits = l.one[:]
 	if len(m.Limits) > 1 {
 		l.limits = make([]limitState, len(m.Limits))
