@@ -319,6 +319,11 @@ func (r Request) Validate() error {
 	if r.Hits < -MaxLimit || r.Hits > MaxLimit {
 		return invalidf("hits %d must be between %d and %d", r.Hits, -int64(MaxLimit), int64(MaxLimit))
 	}
+	if r.Hold != nil {
+		if err := r.Hold.validate(r.Hits); err != nil {
+			return err
+		}
+	}
 	return r.Limit.Validate()
 }
 
@@ -374,6 +379,10 @@ type Store interface {
 	// many existed. (The Envoy path's counters have no index: a REST reset
 	// of one works out the same Key and Limit as ShouldRateLimit does.)
 	Clear(ctx context.Context, reqs []Request) (int, error)
+	// Settle settles holds (see Hold and Settle): len(result) ==
+	// len(sts), in order. A settle that fails validation fails the whole
+	// batch with an error wrapping ErrInvalid, before anything is settled.
+	Settle(ctx context.Context, sts []Settle) ([]SettleResult, error)
 }
 
 // ValidateBatch checks every request of a batch, as a Store does before it

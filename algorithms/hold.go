@@ -1,6 +1,9 @@
 package algorithms
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // Holds: quota held for a time, then committed or given back (a
 // reservation). A Request with a Hold that is admitted and counted keeps
@@ -60,4 +63,65 @@ type SettleResult struct {
 	// Decision is the state of the counter after the settlement (Settled
 	// only), as a Check of 0 hits would read it.
 	Decision Decision
+}
+
+// MaxHoldIDLen bounds a hold's ID, in bytes.
+const MaxHoldIDLen = 256
+
+// validate reports why h cannot be kept for a request of hits.
+func (h *Hold) validate(hits int64) error {
+	switch {
+	case h.ID == "":
+		return invalidf("a hold needs an id")
+	case len(h.ID) > MaxHoldIDLen:
+		return invalidf("a hold's id is longer than %d bytes", MaxHoldIDLen)
+	case h.TTL <= 0 || h.TTL > MaxHoldTTL:
+		return invalidf("a hold's ttl %s must be above 0 and at most %s", h.TTL, MaxHoldTTL)
+	case hits <= 0:
+		return invalidf("a hold needs hits above 0, not %d", hits)
+	}
+	return nil
+}
+
+// Validate reports why st cannot be settled, as an error wrapping
+// ErrInvalid.
+func (st *Settle) Validate() error {
+	switch {
+	case st.ID == "":
+		return invalidf("a settle needs the hold's id")
+	case len(st.ID) > MaxHoldIDLen:
+		return invalidf("a hold's id is longer than %d bytes", MaxHoldIDLen)
+	case st.Request.Hits < 0:
+		return invalidf("a commit of %d hits: must be 0 or more", st.Request.Hits)
+	case st.Request.Hold != nil:
+		return invalidf("a settle's request makes no hold")
+	}
+	return st.Request.Validate()
+}
+
+// ValidateSettles checks every settle of a batch, as a Store does before it
+// settles anything, and names the first bad one by its position.
+func ValidateSettles(sts []Settle) error {
+	for i := range sts {
+		if err := sts[i].Validate(); err != nil {
+			return fmt.Errorf("settle %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// HoldKeep is how long a hold's record outlives its expiry, settled or
+// not, so that a late settle is told Expired or AlreadySettled rather
+// than UnknownHold: its TTL, or its limit's window when longer.
+func HoldKeep(l Limit, ttl time.Duration) time.Duration {
+	return max(ttl, l.Window)
+}
+
+// Committed is how much a settle of a hold of held hits commits: hits,
+// or none when it cancels.
+func (st *Settle) Committed() int64 {
+	if st.Cancel {
+		return 0
+	}
+	return st.Request.Hits
 }

@@ -3,6 +3,7 @@ package algorithms
 import (
 	"context"
 	"hash/maphash"
+	"math"
 	"slices"
 	"time"
 )
@@ -59,6 +60,7 @@ func NewMemoryStore(opts MemoryOptions) *MemoryStore {
 	for i := range s.shards {
 		s.shards[i].states = make(map[uint64]*memoryEntry)
 		s.shards[i].index = int32(i)
+		s.shards[i].nextHoldUS = math.MaxInt64
 	}
 	return s
 }
@@ -88,7 +90,11 @@ func (s *MemoryStore) Check(ctx context.Context, reqs []Request) ([]Decision, er
 		sh := p.sh
 		sh.mu.Lock()
 		at := sh.at(nowUS)
+		if at >= sh.nextHoldUS {
+			sh.expireHolds(at)
+		}
 		out[i].Counted = sh.decide(&p, r, at, true, &out[i])
+		s.keepHold(r, &p, at, &out[i])
 		sh.mu.Unlock()
 	}
 	return out, nil
@@ -121,8 +127,15 @@ func (s *MemoryStore) checkTied(reqs []Request, out []Decision, nowUS int64) {
 		nowUS = max(nowUS, s.shards[i].lastUS)
 	}
 	for _, i := range shards {
-		s.shards[i].at(nowUS)
+		if sh := &s.shards[i]; sh.at(nowUS) >= sh.nextHoldUS {
+			sh.expireHolds(nowUS)
+		}
 	}
+	defer func() {
+		for i := range reqs {
+			s.keepHold(&reqs[i], &ps[i].spot, nowUS, &out[i])
+		}
+	}()
 	voided := false
 	for i := range reqs {
 		r, p := &reqs[i], &ps[i]
@@ -311,6 +324,9 @@ func (s *MemoryStore) Sweep() {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		at := sh.at(nowUS)
+		if at >= sh.nextHoldUS {
+			sh.expireHolds(at)
+		}
 		for h, head := range sh.states {
 			sh.drop(h, head, at, func(e *memoryEntry) bool { return e.state.expiresUS <= at })
 		}

@@ -15,6 +15,11 @@ type memoryShard struct {
 	// units is the GCRA limit this shard last decided, and its gcraUnits:
 	// a request under the same limit skips working them out again.
 	units gcraUnitsMemo
+	// holds are the holds of the shard's identifiers, by holdName (nil
+	// until one is made); nextHoldUS is the earliest moment one of them
+	// expires or is forgotten (memoryhold.go).
+	holds      map[string]*memoryHold
+	nextHoldUS int64
 	// Pad to two cache lines of its own, so goroutines working on
 	// neighbouring shards do not contend on one.
 	_ [64]byte

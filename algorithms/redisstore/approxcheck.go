@@ -97,9 +97,11 @@ func (m *mixed) byPolicy(ctx context.Context, reqs []algorithms.Request, down ma
 
 // approximate reports whether the table decides r: an approximate limit,
 // not a refund (negative hits go to Redis, which keeps the count from going
-// below zero; the table sees the refund at its next sync).
+// below zero; the table sees the refund at its next sync), not a hold (Redis
+// decides it exactly, on the counter the leases count in, and writes the
+// hold beside it: holds.go).
 func approximate(r *algorithms.Request) bool {
-	return r.Limit.Accuracy == algorithms.Approximate && r.Hits >= 0
+	return r.Limit.Accuracy == algorithms.Approximate && r.Hits >= 0 && r.Hold == nil
 }
 
 // decideApprox decides a batch of approximate requests alone, none tied,

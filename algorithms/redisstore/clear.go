@@ -84,14 +84,21 @@ func (s *Store) refundAt(ctx context.Context, reqs []algorithms.Request, at []in
 	refunded := func(i int) {
 		ds[i].Counted = false
 		ds[i].Remaining = min(ds[i].Limit, ds[i].Remaining+reqs[i].Hits)
+		ds[i].HoldExpires = time.Time{}
 	}
-	var exact []int
+	var exact, held []int
 	for _, i := range at {
-		if approximate(&reqs[i]) && s.approx.undo(&reqs[i], ds[i].Now) {
+		switch {
+		case approximate(&reqs[i]) && s.approx.undo(&reqs[i], ds[i].Now):
 			refunded(i)
-			continue
+		case reqs[i].Hold != nil && ds[i].Allowed:
+			held = append(held, i) // kept a hold: take it back with its hits
+		default:
+			exact = append(exact, i) // Redis decided it (the table was full: overflow)
 		}
-		exact = append(exact, i) // Redis decided it (the table was full: overflow)
+	}
+	for _, i := range s.voidHolds(ctx, reqs, held) {
+		refunded(i)
 	}
 	if len(exact) == 0 {
 		return
@@ -159,4 +166,38 @@ func (g *Guard) Clear(ctx context.Context, reqs []algorithms.Request) (int, erro
 	cctx, cancel := context.WithTimeout(ctx, max(g.opts.Timeout, time.Second))
 	defer cancel()
 	return g.store.Clear(cctx, reqs)
+}
+
+// Settle settles on Redis; in FailLocal, a hold Redis does not know is
+// looked for in the local fallback (made while Redis was failing). It
+// fails when Redis cannot be reached: a settle must not look done when it
+// was not.
+func (g *Guard) Settle(ctx context.Context, sts []algorithms.Settle) ([]algorithms.SettleResult, error) {
+	cctx, cancel := context.WithTimeout(ctx, max(g.opts.Timeout, time.Second))
+	defer cancel()
+	out, err := g.store.Settle(cctx, sts)
+	if err != nil || g.opts.Local == nil {
+		return out, err
+	}
+	var at []int
+	for i := range out {
+		if out[i].Outcome == algorithms.UnknownHold {
+			at = append(at, i)
+		}
+	}
+	if len(at) == 0 {
+		return out, nil
+	}
+	sub := make([]algorithms.Settle, len(at))
+	for j, i := range at {
+		sub[j] = sts[i]
+	}
+	local, err := g.opts.Local.Settle(ctx, sub)
+	if err != nil {
+		return nil, err
+	}
+	for j, i := range at {
+		out[i] = local[j]
+	}
+	return out, nil
 }

@@ -28,6 +28,8 @@ var (
 	gcraLua string
 	//go:embed batch.lua
 	batchLua string
+	//go:embed hold.lua
+	holdLua string
 	//go:embed reset.lua
 	resetLua string
 	//go:embed clear.lua
@@ -44,8 +46,20 @@ var (
 // The library's name carries a hash of its code, so replicas of different
 // versions, during a rolling upgrade, each call their own.
 
-// evalCall ends the script form of the code.
-const evalCall = "\nreturn batch(KEYS, ARGV)\n"
+// evalCall ends the script form of the code; settleCall and sweepCall
+// end the forms that settle holds and sweep expired ones (hold.lua).
+const (
+	evalCall   = "\nreturn batch(KEYS, ARGV)\n"
+	settleCall = "\nreturn settle(KEYS, ARGV)\n"
+	sweepCall  = "\nreturn sweep(KEYS, ARGV)\n"
+)
+
+// luaFn is one function of the library: its name, and the script that
+// runs it where functions cannot be used.
+type luaFn struct {
+	name   string
+	script *redis.Script
+}
 
 // How a master runs the engine (shard.lua): luaUnknown until a call told.
 const (
@@ -54,17 +68,20 @@ const (
 	luaEval
 )
 
-// luaLibrary returns the library's code and the name of its function.
-func luaLibrary() (code, function string) {
+// luaLibrary returns the library's code and the version its functions'
+// names end in (throttle_batch_<version>, throttle_settle_…,
+// throttle_sweep_…).
+func luaLibrary() (code, version string) {
 	body := luaCode()
 	sum := sha1.Sum([]byte(body))
-	version := hex.EncodeToString(sum[:8])
-	function = "throttle_batch_" + version
+	version = hex.EncodeToString(sum[:8])
 	// allow-cross-slot-keys: on a Cluster one call touches keys of several
 	// slots of its master; elsewhere it changes nothing.
-	code = "#!lua name=throttle_" + version + "\n" + body +
-		"\nredis.register_function{function_name='" + function + "', callback=batch, flags={'allow-cross-slot-keys'}}\n"
-	return code, function
+	code = "#!lua name=throttle_" + version + "\n" + body
+	for _, f := range []string{"batch", "settle", "sweep"} {
+		code += "\nredis.register_function{function_name='throttle_" + f + "_" + version + "', callback=" + f + ", flags={'allow-cross-slot-keys'}}"
+	}
+	return code + "\n", version
 }
 
 // runBatch runs the engine on sh's master: FCALL, loading the library
@@ -72,21 +89,26 @@ func luaLibrary() (code, function string) {
 // persistence, FUNCTION FLUSH); EVALSHA where functions cannot be loaded or
 // called (Redis 6).
 func (s *Store) runBatch(ctx context.Context, sh *shard, keys []string, args []any) *redis.Cmd {
+	return s.runFn(ctx, sh, s.batchFn, keys, args)
+}
+
+// runFn runs f of the library on sh's master, as runBatch says.
+func (s *Store) runFn(ctx context.Context, sh *shard, f luaFn, keys []string, args []any) *redis.Cmd {
 	if sh.lua.Load() == luaEval {
-		return s.script.Run(ctx, sh.client, keys, args...)
+		return f.script.Run(ctx, sh.client, keys, args...)
 	}
-	cmd := sh.client.FCall(ctx, s.function, keys, args...)
+	cmd := sh.client.FCall(ctx, f.name, keys, args...)
 	err := cmd.Err()
 	switch {
 	case isNoFunction(err):
 		s.loadLibrary(ctx, sh)
 		if sh.lua.Load() == luaEval {
-			return s.script.Run(ctx, sh.client, keys, args...)
+			return f.script.Run(ctx, sh.client, keys, args...)
 		}
-		return sh.client.FCall(ctx, s.function, keys, args...)
+		return sh.client.FCall(ctx, f.name, keys, args...)
 	case isUnknownCommand(err):
 		sh.lua.Store(luaEval)
-		return s.script.Run(ctx, sh.client, keys, args...)
+		return f.script.Run(ctx, sh.client, keys, args...)
 	case err == nil || errors.Is(err, redis.Nil):
 		sh.lua.Store(luaFunction)
 	}
@@ -130,6 +152,7 @@ func luaCode() string {
 	for _, a := range algorithms.Algorithms {
 		b.WriteString(algorithmLua(a))
 	}
+	b.WriteString(holdLua)
 	b.WriteString(batchLua)
 	return b.String()
 }

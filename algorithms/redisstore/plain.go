@@ -53,9 +53,10 @@ const expiryMargin = 100 * time.Millisecond
 
 // plainEligible reports whether r is counted first and refunded after
 // (algorithms.CountThenRefund): a fixed or sliding window, unindexed, not a
-// refund (negative hits go by the script).
+// refund (negative hits go by the script), keeping no hold (a hold is
+// written in the script call that counts it).
 func plainEligible(r *algorithms.Request) bool {
-	return r.Counting == algorithms.CountThenRefund && r.Unindexed && r.Hits >= 0 &&
+	return r.Counting == algorithms.CountThenRefund && r.Unindexed && r.Hits >= 0 && r.Hold == nil &&
 		(r.Limit.Algorithm == algorithms.FixedWindow || r.Limit.Algorithm == algorithms.SlidingWindow)
 }
 

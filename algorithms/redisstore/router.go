@@ -51,6 +51,10 @@ type topology struct {
 	slots   []*shard // a Cluster's: clusterSlots long
 	masters []*shard // the shards that serve slots now; the unassigned shard among them when a slot has none
 	read    bool     // false until the first read was tried
+	// first is, for each slot of a Cluster's, the first slot of the run of
+	// slots its master serves that holds it: where the master's index of
+	// holds lives (holds.go).
+	first []uint16
 }
 
 // router keeps the slot table and a client per master.
@@ -211,6 +215,14 @@ func (r *router) topologyOf(slots []redis.ClusterSlot) *topology {
 		if sh == r.unassigned {
 			t.masters = append(t.masters, sh)
 			break
+		}
+	}
+	t.first = make([]uint16, clusterSlots)
+	for i := 1; i < clusterSlots; i++ {
+		if t.slots[i] == t.slots[i-1] {
+			t.first[i] = t.first[i-1]
+		} else {
+			t.first[i] = uint16(i)
 		}
 	}
 	return t

@@ -23,6 +23,7 @@ const (
 	flagIndexed      = 1
 	flagAlwaysCount  = 2
 	flagAllOrNothing = 4
+	// flagHold = 8 (holds.go)
 )
 
 // algNumber is an algorithm's number in the packed requests (algs in
@@ -42,7 +43,8 @@ func algNumber(a algorithms.Algorithm) byte {
 }
 
 // scriptArgs returns the keys and arguments of one script call deciding
-// reqs, packed for its master (router.pack).
+// reqs, packed for its master (router.pack): after the state keys, each
+// indexed request's member and each hold's arguments (holdArgs), in order.
 func (s *Store) scriptArgs(reqs []algorithms.Request, sizes []int, now string) ([]string, []any) {
 	keys := make([]string, len(reqs))
 	blob := make([]byte, 0, packedSize*len(reqs))
@@ -62,6 +64,10 @@ func (s *Store) scriptArgs(reqs []algorithms.Request, sizes []int, now string) (
 			}
 			if tied && r.AllOrNothing {
 				flags |= flagAllOrNothing
+			}
+			if r.Hold != nil {
+				flags |= flagHold
+				members = s.holdArgs(members, r, keys[i])
 			}
 			third := float64(r.Limit.Window.Microseconds())
 			if r.Limit.Algorithm == algorithms.TokenBucket {
@@ -98,6 +104,7 @@ func decodeReply(res []any, reqs []algorithms.Request, sizes []int) ([]algorithm
 	if err != nil {
 		return nil, fmt.Errorf("redis: %w", err)
 	}
+	setHoldExpires(reqs, ds)
 	return ds, nil
 }
 

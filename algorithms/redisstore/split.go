@@ -156,3 +156,39 @@ func (s *Split) Ready(ctx context.Context) map[string]error {
 	}
 	return out
 }
+
+// Settle settles each hold on its side (PerSecond of its request).
+func (s *Split) Settle(ctx context.Context, sts []algorithms.Settle) ([]algorithms.SettleResult, error) {
+	if err := algorithms.ValidateSettles(sts); err != nil {
+		return nil, err
+	}
+	var fast, slow []int
+	for i := range sts {
+		if PerSecond(&sts[i].Request) {
+			fast = append(fast, i)
+		} else {
+			slow = append(slow, i)
+		}
+	}
+	out := make([]algorithms.SettleResult, len(sts))
+	for _, side := range []struct {
+		g  *Guard
+		at []int
+	}{{s.main, slow}, {s.perSecond, fast}} {
+		if len(side.at) == 0 {
+			continue
+		}
+		sub := make([]algorithms.Settle, len(side.at))
+		for j, i := range side.at {
+			sub[j] = sts[i]
+		}
+		rs, err := side.g.Settle(ctx, sub)
+		if err != nil {
+			return nil, err
+		}
+		for j, i := range side.at {
+			out[i] = rs[j]
+		}
+	}
+	return out, nil
+}

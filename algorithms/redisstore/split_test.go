@@ -70,12 +70,20 @@ func TestSplitConformance(t *testing.T) {
 		{Name: "split", New: func(t *testing.T, clock func() time.Time) algorithms.Store {
 			s, _ := newSplit(t, Options{Now: clock})
 			return s
-		}, Keep: splitKeeper},
+		}, Keep: splitKeeper, Sweep: splitSweeper},
 		{Name: "split-unindexed-coalesced", Unindexed: true, New: func(t *testing.T, clock func() time.Time) algorithms.Store {
 			s, _ := newSplit(t, Options{Now: clock, Coalesce: 2})
 			return storetest.Unindexed(s)
-		}, Keep: splitKeeper},
+		}, Keep: splitKeeper, Sweep: splitSweeper},
 	})
+}
+
+// splitSweeper sweeps the holds of both sides of a Split.
+func splitSweeper(t *testing.T, s algorithms.Store) {
+	t.Helper()
+	sp := storetest.Unwrap(s).(*Split)
+	sweeper(t, sp.main.store)
+	sweeper(t, sp.perSecond.store)
 }
 
 // TestSplitGroups: a request tied across the two sides counts on neither

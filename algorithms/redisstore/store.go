@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -48,6 +49,10 @@ type Options struct {
 	// ApproximateMaxKeys bounds the approximate limits held at once; past
 	// it a new one is decided exactly. Default DefaultApproximateMaxKeys.
 	ApproximateMaxKeys int
+	// HoldSweepEvery is how often the store gives back the holds that
+	// expired in Redis, whoever made them (holds.go). Default
+	// DefaultHoldSweepEvery; < 0: never (tests that sweep by hand).
+	HoldSweepEvery time.Duration
 	// Tracer makes the spans of Redis calls ("redis.check",
 	// "redis.batch"; see trace.go), children of the caller's span. Default
 	// nil: no spans, nothing spent on tracing.
@@ -60,9 +65,11 @@ type Options struct {
 type Store struct {
 	rdb    redis.UniversalClient
 	now    func() time.Time
-	script *redis.Script // the engine as a script: where functions cannot be loaded
-	// library is the engine as a function library, function its name.
-	library, function string
+	// library is the engine as a function library; batchFn, settleFn and
+	// sweepFn its functions (each with its script form, where functions
+	// cannot be loaded).
+	library                    string
+	batchFn, settleFn, sweepFn luaFn
 	reset             *redis.Script
 	clear             *redis.Script
 	refund            *redis.Script // refundVoided (Cluster), refundPlain
@@ -75,6 +82,11 @@ type Store struct {
 	approx        *approxTable
 	syncer        *approxSyncer
 	approxMetrics *approxMetrics
+	// holdMetrics measures the sweeper of holds; sweepStop stops it,
+	// sweepDone says it stopped (holds.go).
+	holdMetrics          *holdMetrics
+	sweepStop, sweepDone chan struct{}
+	closeOnce            sync.Once
 }
 
 // New returns a store over rdb. The client should honour context
@@ -87,17 +99,23 @@ func New(rdb redis.UniversalClient, opts Options) *Store {
 	s := &Store{
 		rdb:    rdb,
 		now:    opts.Now,
-		script: redis.NewScript(luaCode() + evalCall),
 		reset:  redis.NewScript(resetLua),
 		refund: redis.NewScript(refundLua),
 		clear:  redis.NewScript(clearLua),
 		opts:   opts,
 		tracer: opts.Tracer,
 	}
-	s.library, s.function = luaLibrary()
-	if cc, ok := rdb.(*redis.ClusterClient); ok {
+	var version string
+	s.library, version = luaLibrary()
+	script := func(call string) *redis.Script { return redis.NewScript(luaCode() + call) }
+	if _, ok := rdb.(*redis.ClusterClient); ok {
 		// Each master's call may touch keys of several of its slots.
-		s.script = redis.NewScript(crossSlot + luaCode() + evalCall)
+		script = func(call string) *redis.Script { return redis.NewScript(crossSlot + luaCode() + call) }
+	}
+	s.batchFn = luaFn{"throttle_batch_" + version, script(evalCall)}
+	s.settleFn = luaFn{"throttle_settle_" + version, script(settleCall)}
+	s.sweepFn = luaFn{"throttle_sweep_" + version, script(sweepCall)}
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
 		s.clear = redis.NewScript(crossSlot + clearLua)
 		s.refund = redis.NewScript(crossSlot + refundLua)
 		s.route = newClusterRouter(cc, s.indexKey, func(name string, c *redis.Client) *shard {
@@ -110,6 +128,13 @@ func New(rdb redis.UniversalClient, opts Options) *Store {
 	s.approx = newApproxTable(opts.ApproximateInterval, opts.ApproximateMaxKeys, opts.Now)
 	s.approxMetrics = newApproxMetrics(s.approx)
 	s.syncer = newApproxSyncer(s, s.approx, s.approxMetrics)
+	s.holdMetrics = newHoldMetrics()
+	s.sweepStop, s.sweepDone = make(chan struct{}), make(chan struct{})
+	if opts.HoldSweepEvery > 0 {
+		go s.runSweeper(opts.HoldSweepEvery, s.sweepStop, s.sweepDone)
+	} else {
+		close(s.sweepDone)
+	}
 	return s
 }
 
@@ -124,12 +149,15 @@ func (o *Options) setDefaults() {
 	if o.ApproximateMaxKeys <= 0 {
 		o.ApproximateMaxKeys = DefaultApproximateMaxKeys
 	}
+	if o.HoldSweepEvery == 0 {
+		o.HoldSweepEvery = DefaultHoldSweepEvery
+	}
 }
 
 // RegisterMetrics registers the store's metrics (approximate limits,
-// decisions by accuracy) on reg.
+// decisions by accuracy, the sweeper of holds) on reg.
 func (s *Store) RegisterMetrics(reg prometheus.Registerer) error {
-	return s.approxMetrics.register(reg)
+	return errors.Join(s.approxMetrics.register(reg), s.holdMetrics.register(reg))
 }
 
 // Drain sends the pending hits of approximate limits to Redis within ctx,
@@ -140,9 +168,12 @@ func (s *Store) Drain(ctx context.Context) error {
 }
 
 // Close drains the approximate limits (Drain, within a second, unless
-// done), stops the coalescing workers, if any, and on a Cluster the slot
-// table's refreshes and the masters' clients. It does not close rdb.
+// done), stops the sweeper of holds, the coalescing workers, if any, and on
+// a Cluster the slot table's refreshes and the masters' clients. It does
+// not close rdb.
 func (s *Store) Close() {
+	s.closeOnce.Do(func() { close(s.sweepStop) })
+	<-s.sweepDone
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	s.Drain(ctx) // unless done already; what it cannot send is lost
 	cancel()

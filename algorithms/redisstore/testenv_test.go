@@ -64,27 +64,27 @@ func storeFactories() []storetest.Factory {
 	return []storetest.Factory{
 		{Name: "redis", New: func(t *testing.T, clock func() time.Time) algorithms.Store {
 			return New(newRedisClient(t, 0), Options{Now: clock})
-		}, Keep: keeper},
+		}, Keep: keeper, Sweep: sweeper},
 		{Name: "redis-script", New: func(t *testing.T, clock func() time.Time) algorithms.Store {
 			// The engine as a script (EVALSHA), as on Redis 6 or where an
 			// ACL refuses FUNCTION LOAD.
 			s := New(newRedisClient(t, 0), Options{Now: clock})
 			singleShard(s).lua.Store(luaEval)
 			return s
-		}, Keep: keeper},
+		}, Keep: keeper, Sweep: sweeper},
 		{Name: "redis-coalesced", New: func(t *testing.T, clock func() time.Time) algorithms.Store {
 			s := New(newRedisClient(t, 0), Options{Now: clock, Coalesce: 2})
 			t.Cleanup(s.Close)
 			return s
-		}, Keep: keeper},
+		}, Keep: keeper, Sweep: sweeper},
 		{Name: "redis-unindexed", Unindexed: true, New: func(t *testing.T, clock func() time.Time) algorithms.Store {
 			return storetest.Unindexed(New(newRedisClient(t, 0), Options{Now: clock}))
-		}, Keep: keeper},
+		}, Keep: keeper, Sweep: sweeper},
 		{Name: "redis-unindexed-coalesced", Unindexed: true, New: func(t *testing.T, clock func() time.Time) algorithms.Store {
 			s := New(newRedisClient(t, 0), Options{Now: clock, Coalesce: 2})
 			t.Cleanup(s.Close)
 			return storetest.Unindexed(s)
-		}, Keep: keeper},
+		}, Keep: keeper, Sweep: sweeper},
 	}
 }
 
@@ -120,6 +120,14 @@ func (k stateKeeper) Exists() bool {
 		k.t.Fatal(err)
 	}
 	return n == 1
+}
+
+// sweeper gives back the holds that expired on the store's clock.
+func sweeper(t *testing.T, s algorithms.Store) {
+	t.Helper()
+	if _, _, err := storetest.Unwrap(s).(*Store).SweepHolds(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // singleShard is the one master of a store over a single Redis.

@@ -37,6 +37,11 @@ type Factory struct {
 	// Keep, when set, returns a Keeper of r's state on s: for a backend
 	// that expires state on its own clock while the suite moves a fake one.
 	Keep func(t *testing.T, s algorithms.Store, r algorithms.Request) Keeper
+	// Sweep, when set, gives back the holds that expired on the suite's
+	// clock now: for a store that sweeps them in the background (Redis),
+	// so that the suite need not wait for it. Optional: a store that
+	// gives them back on access (memory) needs none.
+	Sweep func(t *testing.T, s algorithms.Store)
 }
 
 // Keeper holds one request's state against the backend's own expiry.
@@ -80,7 +85,7 @@ func Run(t *testing.T, factories []Factory) {
 
 // Contract runs the decisions of every algorithm step by step, batches,
 // isolation, Reset, invalid requests, all-or-nothing groups,
-// always-counting limits, Clear, refunds and a key repeated in a group over
+// always-counting limits, Clear, refunds, a key repeated in a group and holds over
 // factories, each as a subtest.
 func Contract(t *testing.T, factories []Factory) {
 	t.Run("decisions", func(t *testing.T) { Decisions(t, factories) })
@@ -93,6 +98,7 @@ func Contract(t *testing.T, factories []Factory) {
 	t.Run("clear", func(t *testing.T) { Clear(t, factories) })
 	t.Run("refund", func(t *testing.T) { Refund(t, factories) })
 	t.Run("repeated in group", func(t *testing.T) { RepeatedInGroup(t, factories) })
+	t.Run("holds", func(t *testing.T) { Holds(t, factories) })
 }
 
 // UniqueScope gives each test its own scope, so tests sharing one backend

@@ -322,3 +322,17 @@ func (c *Cache) Reset(ctx context.Context, scope, identifier string, alg algorit
 	}
 	return c.next.Reset(ctx, scope, identifier, alg)
 }
+
+// Settle forgets the cached rejections of the settled holds' keys and
+// limits (a settle can give quota back before a cached rejection's retry
+// time), then settles them on the wrapped store.
+func (c *Cache) Settle(ctx context.Context, sts []algorithms.Settle) ([]algorithms.SettleResult, error) {
+	for _, st := range sts {
+		k := cacheKey{st.Request.Key, st.Request.Limit}
+		s := c.stripeOf(k)
+		s.mu.Lock()
+		s.drop(k)
+		s.mu.Unlock()
+	}
+	return c.next.Settle(ctx, sts)
+}

@@ -1,0 +1,312 @@
+package redisstore
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/throttle-rl/throttle/algorithms"
+)
+
+// Holds (algorithms.Hold, reservations) in Redis. A request with a Hold
+// goes by the script (never counted first, never from the approximate
+// table): batch.lua counts its hits as any others and, in the same call,
+// writes the hold beside the counter (hold.lua): a key "<state>:h:<id>"
+// in the counter's slot that says what it holds, where it was counted and
+// until when, listed in its master's index of holds (a sorted set by
+// expiry). Settle is one call per master (hold.lua's settle). Every
+// replica's sweeper calls each master every HoldSweepEvery (hold.lua's
+// sweep) and gives back the holds of its index that expired, whoever made
+// them: a hold nobody settles is given back within its TTL and a sweep
+// interval, also when the replica that made it is gone.
+//
+// The index of a master: on a single Redis (or Sentinel's master) one key;
+// on a Cluster one key per run of consecutive slots the master serves,
+// named with a hash tag of the run's first slot, so it lives on that
+// master and moves with the run (a failover hands the replica the same
+// slots, and the same indexes). A hold is listed in the index of its
+// counter's run as the slot table says when it is made; the sweeper reads
+// the indexes of every master that answers, each on its own, so a master
+// that is down holds back only its own holds (they expire once it is back,
+// or its replica took over). Should a resharding split a run, a hold
+// listed in an index whose slot went elsewhere is dropped from the index
+// by the sweep that finds it (it then expires only with its counter's
+// window or bucket).
+
+// DefaultHoldSweepEvery is how often a store sweeps expired holds.
+const DefaultHoldSweepEvery = 250 * time.Millisecond
+
+// holdSweepBatch bounds the holds one sweep gives back per index.
+const holdSweepBatch = 512
+
+// flagHold marks a packed request that keeps a hold (batch.lua).
+const flagHold = 8
+
+// holdKey is the key of the hold id of r's state.
+func (s *Store) holdKey(r *algorithms.Request, id string) string {
+	var buf [192]byte
+	b := append(s.appendStateKey(buf[:0], r), ":h:"...)
+	return string(algorithms.AppendKeyPart(b, id))
+}
+
+// slotTags is, for each Cluster slot, a short hash tag in that slot.
+var slotTags = sync.OnceValue(func() []string {
+	tags := make([]string, clusterSlots)
+	left := clusterSlots
+	for n := int64(0); left > 0; n++ {
+		t := strconv.FormatInt(n, 36)
+		if slot := crc16(t) % clusterSlots; tags[slot] == "" {
+			tags[slot] = t
+			left--
+		}
+	}
+	return tags
+})
+
+// holdIndexOfSlot is the key of the index of holds named for slot.
+func (s *Store) holdIndexOfSlot(slot int) string {
+	return s.opts.KeyPrefix + keyPrefix + "{" + slotTags()[slot] + "}:holds"
+}
+
+// holdIndex is the index of holds that lists a hold of the counter key.
+func (s *Store) holdIndex(key string) string {
+	if t := s.route.topo.Load(); t.one == nil && t.first != nil {
+		return s.holdIndexOfSlot(int(t.first[keySlot(key)]))
+	}
+	return s.holdIndexOfSlot(0)
+}
+
+// holdIndexesOf are the indexes of holds of master sh.
+func (s *Store) holdIndexesOf(sh *shard) []string {
+	t := s.route.topo.Load()
+	if t.one != nil || t.first == nil {
+		return []string{s.holdIndexOfSlot(0)}
+	}
+	var out []string
+	for i, at := range t.slots {
+		if at == sh && int(t.first[i]) == i {
+			out = append(out, s.holdIndexOfSlot(i))
+		}
+	}
+	return out
+}
+
+// holdArgs appends to args the arguments batch.lua reads of r's hold after
+// r's member: the hold's key, TTL in µs, keep in ms, and index.
+func (s *Store) holdArgs(args []any, r *algorithms.Request, key string) []any {
+	h := r.Hold
+	return append(args, s.holdKey(r, h.ID), strconv.FormatInt(h.TTL.Microseconds(), 10),
+		strconv.FormatInt(algorithms.HoldKeep(r.Limit, h.TTL).Milliseconds(), 10), s.holdIndex(key))
+}
+
+// setHoldExpires sets the HoldExpires of the decisions whose requests kept
+// a hold (batch.lua keeps one where the hits were within the limit and
+// stayed counted).
+func setHoldExpires(reqs []algorithms.Request, ds []algorithms.Decision) {
+	for i := range reqs {
+		if h := reqs[i].Hold; h != nil && ds[i].Counted && ds[i].Allowed {
+			ds[i].HoldExpires = ds[i].Now.Add(h.TTL)
+		}
+	}
+}
+
+// Settle settles each hold on its master: one call per master.
+func (s *Store) Settle(ctx context.Context, sts []algorithms.Settle) ([]algorithms.SettleResult, error) {
+	if err := algorithms.ValidateSettles(sts); err != nil {
+		return nil, err
+	}
+	out := make([]algorithms.SettleResult, len(sts))
+	if len(sts) == 0 {
+		return out, nil
+	}
+	reqs := make([]algorithms.Request, len(sts))
+	for i := range sts {
+		reqs[i] = sts[i].Request
+	}
+	s.route.ready(ctx)
+	for _, p := range s.route.split(reqs, nil) {
+		sub := make([]algorithms.Settle, len(p.at))
+		for j, i := range p.at {
+			sub[j] = sts[i]
+		}
+		var rs []algorithms.SettleResult
+		err := s.route.onKey(ctx, s.indexKey(p.reqs[0].Key.Scope, p.reqs[0].Key.Identifier), func(sh *shard) error {
+			var err error
+			rs, err = s.settleOn(ctx, sh, sub, false)
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("redis: settle: %w", err)
+		}
+		for j, i := range p.at {
+			out[i] = rs[j]
+		}
+	}
+	return out, nil
+}
+
+// settleOn runs hold.lua's settle for sts on master sh; void: the holds
+// are cancelled and leave no record (voidHolds).
+func (s *Store) settleOn(ctx context.Context, sh *shard, sts []algorithms.Settle, void bool) ([]algorithms.SettleResult, error) {
+	keys := make([]string, 0, 3*len(sts))
+	blob := make([]byte, 0, 26*len(sts))
+	for i := range sts {
+		st := &sts[i]
+		r := &st.Request
+		state := s.stateKey(r)
+		keys = append(keys, state, s.holdKey(r, st.ID), s.holdIndex(state))
+		var flags byte
+		if st.Cancel {
+			flags = 1
+		}
+		if void {
+			flags = 3
+		}
+		blob = append(blob, algNumber(r.Limit.Algorithm), flags)
+		for _, f := range []float64{float64(r.Limit.Limit), thirdOf(r), float64(r.Hits)} {
+			blob = binary.LittleEndian.AppendUint64(blob, math.Float64bits(f))
+		}
+	}
+	keys, args := s.route.pack(keys, []any{s.nowArg(), blob, ""}, 2)
+	res, err := s.runFn(ctx, sh, s.settleFn, keys, args).Slice()
+	if err != nil {
+		return nil, err
+	}
+	sh.answered.Store(time.Now().UnixNano())
+	return decodeSettles(res, sts)
+}
+
+// thirdOf is the third number of a packed request: a token bucket's
+// refill rate, else its window in µs.
+func thirdOf(r *algorithms.Request) float64 {
+	if r.Limit.Algorithm == algorithms.TokenBucket {
+		return r.Limit.Refill()
+	}
+	return float64(r.Limit.Window.Microseconds())
+}
+
+// decodeSettles turns settle's reply into results.
+func decodeSettles(res []any, sts []algorithms.Settle) ([]algorithms.SettleResult, error) {
+	r := replyReader{res: res}
+	nowUS := r.int()
+	out := make([]algorithms.SettleResult, len(sts))
+	for i := range sts {
+		o := algorithms.SettleOutcome(r.int())
+		out[i].Outcome = o
+		if o != algorithms.Settled || r.err != nil {
+			continue
+		}
+		out[i].Held = r.int()
+		peek := sts[i].Request
+		peek.Hits = 0
+		f := r.found(&peek)
+		algorithms.Decide(&peek, &f, nowUS, &out[i].Decision)
+	}
+	if r.err == nil && r.at != len(res) {
+		r.err = fmt.Errorf("%d values in the reply, %d read", len(res), r.at)
+	}
+	if r.err != nil {
+		return nil, fmt.Errorf("settle reply: %w", r.err)
+	}
+	return out, nil
+}
+
+// holdMetrics are the sweeper's metrics.
+type holdMetrics struct {
+	swept prometheus.Counter
+	held  prometheus.Gauge
+}
+
+func newHoldMetrics() *holdMetrics {
+	return &holdMetrics{
+		swept: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "throttle_reservations_expired_total",
+			Help: "Holds (reservations) that expired unsettled and that this replica's sweeper gave back in Redis, whoever made them.",
+		}),
+		held: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "throttle_reservations_held_hits",
+			Help: "Hits held by unexpired, unsettled holds (reservations) in Redis, over every master that answered, as this replica's sweeper last read it.",
+		}),
+	}
+}
+
+func (m *holdMetrics) register(reg prometheus.Registerer) error {
+	return errors.Join(reg.Register(m.swept), reg.Register(m.held))
+}
+
+// runSweeper sweeps expired holds every every until stop is closed, each
+// sweep within a deadline of every.
+func (s *Store) runSweeper(every time.Duration, stop, done chan struct{}) {
+	defer close(done)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), every)
+		expired, held, err := s.SweepHolds(ctx)
+		cancel()
+		s.holdMetrics.swept.Add(float64(expired))
+		if err == nil {
+			s.holdMetrics.held.Set(float64(held))
+		}
+	}
+}
+
+// SweepHolds gives back the holds that expired, on every master at once,
+// and returns how many it gave back and how many hits are still held. A
+// master that fails does not stop the others; the error joins theirs.
+func (s *Store) SweepHolds(ctx context.Context) (expired int, held int64, err error) {
+	var mu sync.Mutex
+	_, errs := s.route.each(ctx, func(ctx context.Context, sh *shard) error {
+		if sh.client == nil {
+			return errNoMaster
+		}
+		keys, args := s.route.pack(s.holdIndexesOf(sh), []any{s.nowArg(), strconv.Itoa(holdSweepBatch), ""}, 2)
+		if len(keys) == 0 {
+			return nil
+		}
+		res, err := s.runFn(ctx, sh, s.sweepFn, keys, args).Int64Slice()
+		if err != nil {
+			return fmt.Errorf("redis: sweep holds on %q: %w", sh.name, err)
+		}
+		mu.Lock()
+		expired += int(res[0])
+		held += res[1]
+		mu.Unlock()
+		return nil
+	})
+	return expired, held, errors.Join(errs...)
+}
+
+// voidHolds takes back the holds of the requests of reqs at positions at,
+// counted for an all-or-nothing group another master voided: their hits
+// given back, the holds gone (refundAt). It returns the positions it took
+// back.
+func (s *Store) voidHolds(ctx context.Context, reqs []algorithms.Request, at []int) []int {
+	var done []int
+	for _, p := range s.route.split(reqs, at) {
+		sts := make([]algorithms.Settle, len(p.reqs))
+		for j := range p.reqs {
+			sts[j] = algorithms.Settle{Request: p.reqs[j], ID: p.reqs[j].Hold.ID, Cancel: true}
+			sts[j].Request.Hold = nil
+		}
+		if p.sh.client == nil {
+			continue
+		}
+		if _, err := s.settleOn(ctx, p.sh, sts, true); err == nil {
+			done = append(done, p.at...)
+		}
+	}
+	return done
+}
