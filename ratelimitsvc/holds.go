@@ -38,11 +38,6 @@ import (
 // backend cannot settle (Redis down), the calls are decided as if no hold
 // existed, by the failure policy (FAILURE_MODE) like every other check.
 
-// settler settles holds: algorithms.Store's Settle.
-type settler interface {
-	Settle(ctx context.Context, settles []algorithms.Settle) ([]algorithms.SettleResult, error)
-}
-
 // holdMode is what a limit's handle makes of a call.
 type holdMode uint8
 
@@ -67,7 +62,7 @@ func (s *Server) settleHolds(ctx context.Context, todo []*limited) error {
 		for i := range l.limits {
 			ls := &l.limits[i]
 			ls.hold = noHold
-			if l.handle == "" || ls.limit.Reserve == nil || ls.engine.Algorithm == "" || s.opts.Holds == nil {
+			if l.handle == "" || ls.limit.Reserve == nil || ls.engine.Algorithm == "" {
 				continue
 			}
 			settles = append(settles, algorithms.Settle{ID: l.handle,
@@ -78,7 +73,7 @@ func (s *Server) settleHolds(ctx context.Context, todo []*limited) error {
 	if len(settles) == 0 {
 		return nil
 	}
-	results, err := s.opts.Holds.Settle(ctx, settles)
+	results, err := s.opts.Limiter.Settle(ctx, settles)
 	if err != nil {
 		if errors.Is(err, algorithms.ErrInvalid) || ctx.Err() != nil {
 			return err

@@ -36,10 +36,6 @@ type Options struct {
 	// Limiter decides; required. Usually a redisstore.Guard over Redis, or
 	// a MemoryStore.
 	Limiter algorithms.Store
-	// Holds settles reservations (holds.go); optional: without it a limit
-	// that reserves is decided as if no hold were ever made (each call
-	// counts its hits_addend, as check-then-charge does). Usually Limiter.
-	Holds settler
 	// Descriptors returns the current YAML configuration; optional (nil
 	// means no YAML domains). When set, a nil Config means it has not loaded
 	// yet (FORCE_START_WITHOUT_INITIAL_CONFIG): as the reference service
