@@ -95,19 +95,9 @@ func (p *parser) rateLimit(n *yaml.Node, at place) *RateLimit {
 		l.Accuracy = algorithms.Accuracy(a)
 	}
 	if rr := fs["refill_rate"].value; !isNull(rr) {
-		switch v := display(rr).(type) {
-		case int:
-			l.RefillRate = float64(v)
-		case int64:
-			l.RefillRate = float64(v)
-		case uint64:
-			l.RefillRate = float64(v)
-		case float64:
-			l.RefillRate = v
-		default:
-			p.fail(at, "refill_rate must be a number of tokens per second, not %v", v)
-			ok = false
-		}
+		var good bool
+		l.RefillRate, good = p.refillRate(rr, at)
+		ok = ok && good
 	}
 	if rn := fs["reserve"]; !isNull(rn.value) {
 		var good bool
@@ -125,6 +115,24 @@ func (p *parser) rateLimit(n *yaml.Node, at place) *RateLimit {
 		}
 	}
 	return l
+}
+
+// refillRate reads a rate_limit's refill_rate, a number of tokens per
+// second.
+func (p *parser) refillRate(n *yaml.Node, at place) (float64, bool) {
+	switch v := display(n).(type) {
+	case int:
+		return float64(v), true
+	case int64:
+		return float64(v), true
+	case uint64:
+		return float64(v), true
+	case float64:
+		return v, true
+	default:
+		p.fail(at, "refill_rate must be a number of tokens per second, not %v", v)
+	}
+	return 0, false
 }
 
 // reserve reads a rate_limit's reserve: hits, ttl (seconds, or a duration
