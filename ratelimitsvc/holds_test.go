@@ -8,6 +8,7 @@ import (
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/throttle-rl/throttle/algorithms"
 	"github.com/throttle-rl/throttle/algorithms/redisstore"
@@ -42,8 +43,9 @@ func TestReservationCalls(t *testing.T) {
 	stores["redis"] = rs
 	for name, store := range stores {
 		t.Run(name, func(t *testing.T) {
+			reg := prometheus.NewRegistry()
 			rls, _ := serve(t, ratelimitsvc.Options{Limiter: store, Descriptors: func() *descriptors.Config { return cfg },
-				Now: time.Now})
+				Now: time.Now, Registerer: reg})
 			call := func(hits uint64, ds ...*rlcommon.RateLimitDescriptor) *rlsv3.RateLimitResponse {
 				t.Helper()
 				for _, d := range ds {
@@ -87,6 +89,11 @@ func TestReservationCalls(t *testing.T) {
 				st := resp.GetStatuses()[0]
 				if over := resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT; over != s.over || st.GetLimitRemaining() != s.remaining {
 					t.Errorf("%s: over %t, remaining %d; want over %t, remaining %d", s.what, over, st.GetLimitRemaining(), s.over, s.remaining)
+				}
+			}
+			for call, want := range map[string]float64{"reserve": 4, "commit": 2, "recheck": 1, "uncommitted": 2} {
+				if got := counter(t, reg, "throttle_ratelimit_reservation_calls_total", map[string]string{"call": call}); got != want {
+					t.Errorf("throttle_ratelimit_reservation_calls_total{call=%q} = %v, want %v", call, got, want)
 				}
 			}
 		})
