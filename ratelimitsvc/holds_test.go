@@ -3,6 +3,7 @@ package ratelimitsvc_test
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
@@ -98,4 +99,41 @@ func TestReservationCalls(t *testing.T) {
 			}
 		})
 	}
+}
+
+// BenchmarkReservation: Envoy's two calls for one request, one after the
+// other on Redis through a real gRPC listener: check-then-charge (hits 0,
+// then 1, no handle) against reserve-then-commit (the same with a handle:
+// a settle and a check with a hold, then a settle).
+func BenchmarkReservation(b *testing.B) {
+	rs := redisstore.New(redistest.NewClient(b, redistest.SharedURL(b)), redisstore.Options{KeyPrefix: fmt.Sprintf("bench%d_", time.Now().UnixNano())})
+	b.Cleanup(rs.Close)
+	cfg, err := descriptors.Load(descriptors.Options{}, descriptors.Source{Name: "b.yaml", Data: []byte(`domain: llm
+descriptors:
+  - key: tenant
+    rate_limit: {unit: hour, requests_per_unit: 4000000000, always_count: true, reserve: {hits: 1, ttl: 60, handle: rid}}
+`)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	c := serveBench(b, ratelimitsvc.Options{Limiter: rs, Descriptors: func() *descriptors.Config { return cfg }})
+	call := func(hits uint64, kv ...string) {
+		req := &rlsv3.RateLimitRequest{Domain: "llm", Descriptors: []*rlcommon.RateLimitDescriptor{withHits(desc(kv...), hits)}}
+		if _, err := c.ShouldRateLimit(context.Background(), req); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Run("check_then_charge", func(b *testing.B) {
+		for range b.N {
+			call(0, "tenant", "acme")
+			call(1, "tenant", "acme")
+		}
+	})
+	b.Run("reserve_then_commit", func(b *testing.B) {
+		for i := range b.N {
+			rid := strconv.Itoa(i)
+			call(0, "tenant", "acme", "rid", rid)
+			call(1, "tenant", "acme", "rid", rid)
+		}
+	})
 }
