@@ -34,6 +34,9 @@ type Config struct {
 type Domain struct {
 	name string
 	root level
+	// handles are the keys the domain's limits reserve under
+	// (RateLimit.Reserve.Handle), for Match.
+	handles []string
 }
 
 // Name returns the domain's name.
@@ -100,6 +103,7 @@ func (d *Domain) addRule(r Rule) error {
 	if i, err := checkLimits(limits); err != nil {
 		return fmt.Errorf("rate_limits[%d]: %w", i, err)
 	}
+	d.noteHandles(limits)
 	lvl := &d.root
 	fullKey := d.name
 	for i, e := range r.Entries {

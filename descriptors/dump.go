@@ -18,7 +18,8 @@ import (
 // '.'. An unlimited descriptor shows unit=UNKNOWN, as upstream's does. Throttle's own settings follow only when they are set:
 // ", unit_multiplier: <n>" (above 1), ", quota_mode: true",
 // ", algorithm: <name>" (not fixed_window), ", refill_rate: <tokens per
-// second>", ", always_count: true" and ", accuracy: approximate", so a configuration written for the
+// second>", ", always_count: true", ", accuracy: approximate" and ", reserve: hits=<n>
+// ttl=<duration> handle=<key>", so a configuration written for the
 // reference service dumps line for line as there. A descriptor with several
 // limits (rate_limits) has one line per limit, in configuration order, each
 // ending in ", name: <name>" when the limit has one. Unlike upstream, which
@@ -76,6 +77,9 @@ func (l *level) dump(b *strings.Builder, shadow bool) {
 			}
 			if lim.Accuracy == algorithms.Approximate && !lim.Unlimited {
 				b.WriteString(", accuracy: approximate")
+			}
+			if r := lim.Reserve; r != nil {
+				fmt.Fprintf(b, ", reserve: hits=%d ttl=%s handle=%s", r.Hits, r.TTL, r.Handle)
 			}
 			if len(n.limits) > 1 && lim.Name != "" {
 				fmt.Fprintf(b, ", name: %s", lim.Name)

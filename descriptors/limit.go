@@ -55,6 +55,11 @@ type RateLimit struct {
 	// synced to Redis in the background (algorithms.Approximate); fixed
 	// and sliding windows only.
 	Accuracy algorithms.Accuracy
+	// Reserve, optional, makes the limit hold quota on Envoy's request
+	// path and commit the real cost on its response path (Throttle's
+	// extension, reserve: see Reserve). Not with Unlimited or a
+	// requests_per_unit of 0.
+	Reserve *Reserve
 	// Rule names the REST rule (of one limit) this limit was built from,
 	// whose per-identifier overrides apply to it; empty for the YAML.
 	Rule string
@@ -115,7 +120,14 @@ func (l RateLimit) validate() error {
 	if err := l.checkUnit(strings.ToLower(l.Unit.String())); err != nil {
 		return err
 	}
-	return l.checkSettings()
+	if err := l.checkSettings(); err != nil {
+		return err
+	}
+	if l.Reserve != nil {
+		// The REST API bounds the TTL by MAX_RESERVATION_TTL itself.
+		return l.Reserve.check(l, algorithms.MaxHoldTTL)
+	}
+	return nil
 }
 
 // checkUnit checks that l has a unit (or a Window), and none when
@@ -192,6 +204,9 @@ func checkLimits(ls []RateLimit) (int, error) {
 	}
 	if len(ls) < 2 {
 		return 0, nil
+	}
+	if i, err := checkReserves(ls); err != nil {
+		return i, err
 	}
 	names := map[string]int{}
 	engines := map[algorithms.Limit]int{}

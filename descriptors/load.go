@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Options changes how files combine into one Config.
@@ -36,6 +37,9 @@ type Options struct {
 	// config_load_error. It is called with the Reloader's lock held: it
 	// must not call Reload. Load and LoadFiles do not call it.
 	OnLoad func(error)
+	// MaxReservationTTL bounds a reservation's ttl (setting
+	// MAX_RESERVATION_TTL). Optional; 0 means DefaultMaxReservationTTL.
+	MaxReservationTTL time.Duration
 }
 
 // Source is the content of one configuration file and the name errors use.
@@ -66,7 +70,7 @@ func load(opts Options, srcs []Source) (*Config, []*File, error) {
 		b        = builder{opts: opts, config: &Config{domains: map[string]*Domain{}}, problems: problems}
 	)
 	for i, s := range srcs {
-		f, unreadable, err := parse(s.Name, s.Data)
+		f, unreadable, err := parse(s.Name, s.Data, opts.maxReservationTTL())
 		files[i] = f
 		problems[i] = configErrors(err)
 		if f.Domain != "" {
@@ -107,13 +111,14 @@ func (b *builder) file(i int, f *File, unreadable map[string]bool) {
 		b.problems[i] = append(b.problems[i], &ConfigError{File: f.Name, Line: f.Line, Msg: fmt.Sprintf("duplicate domain '%s' in config file", f.Domain)})
 		return
 	}
-	fb := fileBuilder{builder: b, index: i, name: f.Name, unreadable: unreadable}
+	fb := fileBuilder{builder: b, domain: d, index: i, name: f.Name, unreadable: unreadable}
 	fb.add(&d.root, f.Domain, f.Descriptors, domainPlace(f.Domain, f.Line))
 }
 
 // fileBuilder adds the descriptors of one file.
 type fileBuilder struct {
 	*builder
+	domain     *Domain
 	index      int
 	name       string
 	unreadable map[string]bool
@@ -134,6 +139,7 @@ func (b fileBuilder) add(lvl *level, parentKey string, ds []Descriptor, at place
 			continue
 		}
 		n := lvl.add(s, fullKey)
+		b.domain.noteHandles(s.limits)
 		b.add(&n.children, fullKey, d.Descriptors, dat)
 	}
 }

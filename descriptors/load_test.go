@@ -164,6 +164,21 @@ rate_limits_bad_element.yaml:9: domain "test-domain" › descriptors[0] › rate
 			want: `unit_multiplier_unlimited.yaml:4: domain "test-domain" › descriptors[0] › rate_limit: should not specify rate limit unit when unlimited`},
 		{files: []string{ours + "always_count_unlimited.yaml"},
 			want: `always_count_unlimited.yaml:4: domain "test-domain" › descriptors[0] › rate_limit: always_count has no meaning for an unlimited limit, which counts nothing`},
+		// Issue 43: reserve.
+		{files: []string{ours + "reserve_too_many_hits.yaml"},
+			want: `reserve_too_many_hits.yaml:7: domain "test-domain" › descriptors[0] › rate_limit › reserve: reserve hits 101 must be between 1 and the limit, 100`},
+		{files: []string{ours + "reserve_ttl_too_long.yaml"},
+			want: `reserve_ttl_too_long.yaml:7: domain "test-domain" › descriptors[0] › rate_limit › reserve: reserve ttl 2m0s is longer than MAX_RESERVATION_TTL, 1m0s`},
+		{files: []string{ours + "reserve_bad_ttl.yaml"},
+			want: `reserve_bad_ttl.yaml:7: domain "test-domain" › descriptors[0] › rate_limit › reserve: ttl "soon" must be a number of seconds or a duration such as 60s or 1m`},
+		{files: []string{ours + "reserve_no_handle.yaml"},
+			want: `reserve_no_handle.yaml:7: domain "test-domain" › descriptors[0] › rate_limit › reserve: reserve needs a handle: the key of the descriptor entry whose value names a request (as request_id)`},
+		{files: []string{ours + "reserve_unknown_key.yaml"},
+			want: `reserve_unknown_key.yaml:7: domain "test-domain" › descriptors[0] › rate_limit › reserve: config error, unknown key 'amount'`},
+		{files: []string{ours + "reserve_unlimited.yaml"},
+			want: `reserve_unlimited.yaml:6: domain "test-domain" › descriptors[0] › rate_limit › reserve: reserve has no meaning for an unlimited limit, which counts nothing`},
+		{files: []string{ours + "reserve_two_handles.yaml"},
+			want: `reserve_two_handles.yaml:8: domain "test-domain" › descriptors[0] › rate_limits[1]: reserve handle 'trace_id' is not rate_limits[0]'s, 'request_id': the limits of one descriptor reserve under one handle`},
 		// Every problem is reported, not only the first: a file with a
 		// problem is still checked for duplicates, within itself and
 		// against the other files.
@@ -230,6 +245,7 @@ func TestLoadAccepts(t *testing.T) {
 		ours + "gcra.yaml",
 		ours + "rate_limits.yaml",
 		ours + "approximate.yaml",
+		ours + "reserve.yaml",
 	}
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {

@@ -81,7 +81,8 @@ func wildcardMatch(pattern, s string) bool {
 type Match struct {
 	// Domain is the request's domain.
 	Domain string
-	// Entries are the request's entries.
+	// Entries are the request's entries, without its handle entry when
+	// Handle is set.
 	Entries []Entry
 	// Limits are the limits that apply, in configuration order: the
 	// descriptor's rate_limit, or each of its rate_limits (a request passes
@@ -119,6 +120,11 @@ type Match struct {
 	// length prefixes, so unlike upstream's key_value joins, (a, b_c) and
 	// (a_b, c) never share a counter.
 	Counter string
+	// Handle is the value of the request's handle entry when the limits
+	// reserve (RateLimit.Reserve) and the request carries the entry they
+	// name; "" otherwise. It names the request's hold; it is in neither
+	// StatsKey nor Counter.
+	Handle string
 }
 
 // Key returns the engine key of the match's counter: scope the domain's
@@ -131,10 +137,27 @@ func (m *Match) Key() algorithms.Key {
 
 // Match returns the limit for the request descriptor entries, or nil when
 // none applies. d may be nil (unknown domain).
+//
+// In a domain whose limits reserve (RateLimit.Reserve), the entries whose
+// key is a handle are first taken out: when the rest match limits that
+// reserve under one of those keys, that is the match, its Handle the
+// entry's value, and the handle is in neither its StatsKey nor its Counter
+// (a descriptor with the handle entry counts where it counts without).
+// Otherwise the entries match as they are.
 func (d *Domain) Match(entries []Entry) *Match {
 	if d == nil || len(entries) == 0 {
 		return nil
 	}
+	if len(d.handles) > 0 {
+		if m := d.matchHandle(entries); m != nil {
+			return m
+		}
+	}
+	return d.match(entries)
+}
+
+// match is Match without taking handles out.
+func (d *Domain) match(entries []Entry) *Match {
 	var (
 		buf      [8]step // no allocation for the few entries of a usual descriptor
 		steps    = buf[:0]

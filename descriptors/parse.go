@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	yaml "go.yaml.in/yaml/v4"
 )
@@ -39,7 +40,7 @@ func (p place) String() string { return strings.Join(p.path, " › ") }
 // *ConfigError values (joined with errors.Join when there are several),
 // each with the line of the problem when the file is YAML at all.
 func Parse(name string, data []byte) (*File, error) {
-	f, _, err := parse(name, data)
+	f, _, err := parse(name, data, DefaultMaxReservationTTL)
 	if err != nil {
 		return nil, err
 	}
@@ -52,8 +53,10 @@ func Parse(name string, data []byte) (*File, error) {
 // it could read, so that the loader can look for problems across them too.
 // unreadable holds the places (place.String) of the descriptors whose key
 // or value could not be read: they take part in no duplicate check.
-func parse(name string, data []byte) (f *File, unreadable map[string]bool, err error) {
-	p := &parser{file: name, unreadable: map[string]bool{}}
+//
+// maxTTL bounds a reservation's TTL (Options.MaxReservationTTL).
+func parse(name string, data []byte, maxTTL time.Duration) (f *File, unreadable map[string]bool, err error) {
+	p := &parser{file: name, unreadable: map[string]bool{}, maxTTL: maxTTL}
 	f = &File{Name: name}
 	p.parse(f, data)
 	return f, p.unreadable, errors.Join(p.errs...)
@@ -64,6 +67,7 @@ type parser struct {
 	file       string
 	errs       []error
 	unreadable map[string]bool
+	maxTTL     time.Duration // of a reservation
 }
 
 func (p *parser) fail(at place, format string, args ...any) {

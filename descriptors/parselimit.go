@@ -3,6 +3,7 @@ package descriptors
 import (
 	"fmt"
 	"math"
+	"time"
 
 	yaml "go.yaml.in/yaml/v4"
 
@@ -49,7 +50,7 @@ func (p *parser) rateLimit(n *yaml.Node, at place) *RateLimit {
 		return nil
 	}
 	fs, ok := p.fields(n, at, "unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm", "refill_rate",
-		"unit_multiplier", "always_count", "accuracy")
+		"unit_multiplier", "always_count", "accuracy", "reserve")
 	l := &RateLimit{
 		Unlimited:   p.boolean(fs["unlimited"].value, at, "unlimited"),
 		Name:        p.str(fs["name"].value, at, "name"),
@@ -94,26 +95,87 @@ func (p *parser) rateLimit(n *yaml.Node, at place) *RateLimit {
 		l.Accuracy = algorithms.Accuracy(a)
 	}
 	if rr := fs["refill_rate"].value; !isNull(rr) {
-		switch v := display(rr).(type) {
-		case int:
-			l.RefillRate = float64(v)
-		case int64:
-			l.RefillRate = float64(v)
-		case uint64:
-			l.RefillRate = float64(v)
-		case float64:
-			l.RefillRate = v
-		default:
-			p.fail(at, "refill_rate must be a number of tokens per second, not %v", v)
-			ok = false
-		}
+		var good bool
+		l.RefillRate, good = p.refillRate(rr, at)
+		ok = ok && good
 	}
-	if ok {
-		if err := l.checkSettings(); err != nil {
-			p.fail(at, "%s", err)
+	if rn := fs["reserve"]; !isNull(rn.value) {
+		var good bool
+		l.Reserve, good = p.reserve(rn.value, at.in("reserve", rn.key.Line))
+		ok = ok && good
+	}
+	if !ok {
+		return l
+	}
+	if err := l.checkSettings(); err != nil {
+		p.fail(at, "%s", err)
+	} else if l.Reserve != nil {
+		if err := l.Reserve.check(*l, p.maxTTL); err != nil {
+			p.fail(at.in("reserve", fs["reserve"].key.Line), "%s", err)
 		}
 	}
 	return l
+}
+
+// refillRate reads a rate_limit's refill_rate, a number of tokens per
+// second.
+func (p *parser) refillRate(n *yaml.Node, at place) (float64, bool) {
+	switch v := display(n).(type) {
+	case int:
+		return float64(v), true
+	case int64:
+		return float64(v), true
+	case uint64:
+		return float64(v), true
+	case float64:
+		return v, true
+	default:
+		p.fail(at, "refill_rate must be a number of tokens per second, not %v", v)
+	}
+	return 0, false
+}
+
+// reserve reads a rate_limit's reserve: hits, ttl (seconds, or a duration
+// such as 60s or 1m) and handle. It reports whether it read them all.
+func (p *parser) reserve(n *yaml.Node, at place) (*Reserve, bool) {
+	if deref(n).Kind != yaml.MappingNode {
+		p.fail(at, "reserve must be a map with hits, ttl and handle, not %v", display(n))
+		return nil, false
+	}
+	fs, ok := p.fields(n, at, "hits", "ttl", "handle")
+	r := &Reserve{Handle: p.str(fs["handle"].value, at, "handle")}
+	if h := fs["hits"].value; !isNull(h) {
+		v, good := wholeNumber(display(h))
+		if !good {
+			p.fail(at, "hits must be a whole number, not %v", display(h))
+		}
+		r.Hits, ok = v, ok && good
+	}
+	if t := fs["ttl"].value; !isNull(t) {
+		d, err := parseTTL(display(t))
+		if err != nil {
+			p.fail(at, "%s", err)
+		}
+		r.TTL, ok = d, ok && err == nil
+	}
+	return r, ok
+}
+
+// parseTTL reads a reservation's ttl: a whole number of seconds, or a Go
+// duration ("60s", "1m").
+func parseTTL(v any) (time.Duration, error) {
+	if s, isString := v.(string); isString {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return 0, fmt.Errorf("ttl %q must be a number of seconds or a duration such as 60s or 1m", s)
+		}
+		return d, nil
+	}
+	secs, ok := wholeNumber(v)
+	if !ok || secs > int64(algorithms.MaxHoldTTL/time.Second) {
+		return 0, fmt.Errorf("ttl %v must be a whole number of seconds or a duration such as 60s or 1m", v)
+	}
+	return time.Duration(secs) * time.Second, nil
 }
 
 // wholeNumber returns v as an integer when it is one (YAML ints, and floats

@@ -111,6 +111,7 @@ func (s *Server) prepareCounters(domain string, ds []envoycounters.Descriptor) (
 		if l == nil {
 			continue
 		}
+		l.handle = "" // a read never reserves, a reset never settles
 		c := envoycounters.Counters{Matched: true, Unlimited: l.unlimited(), ShadowMode: l.shadow, Key: l.rollup}
 		if !c.Unlimited {
 			for _, ls := range l.limits {

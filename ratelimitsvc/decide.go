@@ -53,6 +53,9 @@ type limited struct {
 	metadata map[string]any // the descriptor's metadata, for dynamic metadata
 	key      algorithms.Key
 	hits     int64
+	// handle names the hold of limits that reserve (descriptors.Reserve):
+	// the value of the descriptor's handle entry; "" for none.
+	handle string
 	// limits are the descriptor's limits in configuration order: one
 	// unlimited limit, or limits to decide. A descriptor of one limit holds
 	// it in one, without an allocation of its own.
@@ -78,6 +81,7 @@ type limitState struct {
 	retry     time.Duration // the engine's RetryAfter; 0 for requests_per_unit 0
 	cached    bool          // answered by the over-limit cache
 	degraded  bool          // decided by the failure policy (FAILURE_MODE), not by the backend
+	hold      holdMode      // what the descriptor's handle makes of this limit (holds.go)
 }
 
 func (l *limited) unlimited() bool { return l.limits[0].limit.Unlimited }
@@ -106,6 +110,9 @@ func (s *Server) grouped(l *limited) bool {
 func (s *Server) decide(ctx context.Context, todo []*limited) error {
 	if len(todo) == 0 {
 		return nil
+	}
+	if err := s.settleHolds(ctx, todo); err != nil {
+		return err
 	}
 	reqs, limits := s.collect(todo)
 	if len(reqs) > 0 {
@@ -146,6 +153,9 @@ func (s *Server) collect(todo []*limited) (reqs []algorithms.Request, limits []*
 		for i := range l.limits {
 			ls := &l.limits[i]
 			ls.peek = 0
+			if ls.hold == holdSettled {
+				continue // decided by its settlement
+			}
 			if ls.engine.Algorithm == "" {
 				ls.over = true
 				ls.reset = untilUnitEnds(ls.limit.WindowLength(), s.opts.Now())
@@ -158,9 +168,11 @@ func (s *Server) collect(todo []*limited) (reqs []algorithms.Request, limits []*
 			// Domain-scoped counters: no API but the REST counters
 			// endpoint (which clears them by key and limit) resets them, so
 			// Redis keeps no index for them; counted first, refunded after.
-			reqs = append(reqs, algorithms.Request{Key: l.key, Limit: ls.engine, Hits: l.hits,
+			r := algorithms.Request{Key: l.key, Limit: ls.engine, Hits: l.hits,
 				Unindexed: true, Counting: algorithms.CountThenRefund,
-				AlwaysCount: ls.limit.AlwaysCount || s.opts.CountRejectedHits})
+				AlwaysCount: ls.limit.AlwaysCount || s.opts.CountRejectedHits}
+			ls.peek = holdRequest(&r, l, ls)
+			reqs = append(reqs, r)
 			limits = append(limits, ls)
 		}
 	}
@@ -168,7 +180,7 @@ func (s *Server) collect(todo []*limited) (reqs []algorithms.Request, limits []*
 		r := &reqs[k]
 		r.AllOrNothing = len(group) > 1
 		if rejected && !r.AlwaysCount {
-			limits[k].peek, r.Hits = r.Hits, 0
+			limits[k].peek, r.Hits, r.Hold = max(limits[k].peek, r.Hits), 0, nil
 		}
 	}
 	return reqs, limits

@@ -39,6 +39,7 @@ type metrics struct {
 	perKey                                   [families]*prometheus.CounterVec
 	domainNotFound, globalShadowMode, folded prometheus.Counter
 	oversized                                *prometheus.CounterVec
+	holds                                    *prometheus.CounterVec
 	latency                                  *prometheus.HistogramVec
 
 	ref ReferenceStats // nil: none
@@ -80,6 +81,10 @@ func newMetrics(reg prometheus.Registerer, maxValueKeys int, ref ReferenceStats)
 			Name: "throttle_ratelimit_oversized_requests_total",
 			Help: "Requests refused, nothing counted, for more descriptors than MAX_DESCRIPTORS_PER_REQUEST (reason descriptors), a descriptor with more entries than MAX_DESCRIPTOR_ENTRIES (entries), a domain, key or value over 1024 bytes (string), a descriptor's keys and values over 4096 bytes (descriptor_bytes) or a limit override's window over MAX_OVERRIDE_WINDOW (override_window).",
 		}, []string{"reason"}),
+		holds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "throttle_ratelimit_reservation_calls_total",
+			Help: "Envoy calls on limits that reserve, by what their handle made of them: reserve (hits_addend 0, a hold asked for), commit (hits_addend N, or 0 on a held handle, settled), recheck (hits_addend 0 on a handle settled or expired before), uncommitted (hits_addend N with no hold: counted as always_count).",
+		}, []string{"call"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "throttle_grpc_request_duration_seconds",
 			Help:    "gRPC request latency by method and status code.",
@@ -92,8 +97,11 @@ func newMetrics(reg prometheus.Registerer, maxValueKeys int, ref ReferenceStats)
 	for _, reason := range inputsize.Reasons {
 		m.oversized.WithLabelValues(reason) // every series from the start: a fixed set
 	}
+	for h := holdReserve; h <= holdAlways; h++ {
+		m.holds.WithLabelValues(h.call()) // every series from the start: four, fixed
+	}
 	if reg != nil {
-		cs := []prometheus.Collector{m.domainNotFound, m.globalShadowMode, m.folded, m.oversized, m.latency}
+		cs := []prometheus.Collector{m.domainNotFound, m.globalShadowMode, m.folded, m.oversized, m.holds, m.latency}
 		for _, v := range m.perKey {
 			cs = append(cs, v)
 		}
@@ -216,4 +224,26 @@ func (m *metrics) label(domain, key, rollup string) string {
 	}
 	m.folded.Inc()
 	return rollup
+}
+
+// call names h as throttle_ratelimit_reservation_calls_total does.
+func (h holdMode) call() string {
+	switch h {
+	case holdReserve:
+		return "reserve"
+	case holdRecheck:
+		return "recheck"
+	case holdSettled:
+		return "commit"
+	case holdAlways:
+		return "uncommitted"
+	}
+	return ""
+}
+
+// reservation counts one call on a limit that reserves.
+func (m *metrics) reservation(h holdMode) {
+	if h != noHold {
+		m.holds.WithLabelValues(h.call()).Inc()
+	}
 }

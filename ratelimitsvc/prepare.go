@@ -70,7 +70,7 @@ func (s *Server) prepare(domain string, known bool, d *rlcommon.RateLimitDescrip
 	if m == nil {
 		return nil
 	}
-	return s.fromMatch(domain, d, m, index, hits)
+	return s.fromMatch(domain, m, index, hits)
 }
 
 // fromOverride prepares a descriptor by the limit it carries (Envoy's
@@ -94,16 +94,19 @@ func fromOverride(domain string, d *rlcommon.RateLimitDescriptor, o *rlcommon.Ra
 
 // fromMatch prepares a descriptor by the configuration's limits that match
 // it; nil when one cannot be enforced (a bug of the configuration check).
-func (s *Server) fromMatch(domain string, d *rlcommon.RateLimitDescriptor, m *descriptors.Match, index int, hits int64) *limited {
+func (s *Server) fromMatch(domain string, m *descriptors.Match, index int, hits int64) *limited {
 	l := &limited{index: index, shadow: m.ShadowMode, quota: m.QuotaMode && !m.Limit.Unlimited,
 		statsKey: withoutDomain(m.StatsKey, m.Domain), rollup: withoutDomain(m.ConfigKey, m.Domain),
 		metadata: m.Metadata, key: m.Key(), hits: hits}
+	if m.Handle != "" {
+		l.handle = holdID(m.Handle)
+	}
 	l.limits = l.one[:]
 	if len(m.Limits) > 1 {
 		l.limits = make([]limitState, len(m.Limits))
 	}
 	for i, rl := range m.Limits {
-		rl = s.withOverride(domain, rl, d) // a REST rule's override of the identifier (rules.go)
+		rl = s.withOverride(domain, rl, m.Entries) // a REST rule's override of the identifier (rules.go)
 		ls := limitState{limit: rl, unit: rlsv3.RateLimitResponse_RateLimit_Unit(rl.Unit)}
 		if !rl.Unlimited && !rl.AlwaysOverLimit() {
 			el, err := rl.EngineLimit()

@@ -1,8 +1,6 @@
 package ratelimitsvc
 
 import (
-	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
-
 	"github.com/throttle-rl/throttle/descriptors"
 	"github.com/throttle-rl/throttle/internal/ruledomain"
 )
@@ -21,12 +19,12 @@ func (s *Server) ruleDomain(domain string) *descriptors.Domain {
 	return s.rules.Domain(domain)
 }
 
-// withOverride returns rl, a limit matched on domain for descriptor d, with
-// the override its rule has for d's identifier (the value of its last
-// entry), if any: a REST rule's per-identifier overrides hold for the Envoy
-// requests it matches too. Limits of the YAML have no rule, and keep theirs.
-func (s *Server) withOverride(domain string, rl descriptors.RateLimit, d *rlcommon.RateLimitDescriptor) descriptors.RateLimit {
-	es := d.GetEntries()
+// withOverride returns rl, a limit matched on domain for the entries es (a
+// request descriptor's, without its handle entry), with the override its
+// rule has for their identifier (the value of the last entry), if any: a
+// REST rule's per-identifier overrides hold for the Envoy requests it
+// matches too. Limits of the YAML have no rule, and keep theirs.
+func (s *Server) withOverride(domain string, rl descriptors.RateLimit, es []descriptors.Entry) descriptors.RateLimit {
 	if rl.Rule == "" || s.opts.Rules == nil || len(es) == 0 {
 		return rl
 	}
@@ -34,7 +32,7 @@ func (s *Server) withOverride(domain string, rl descriptors.RateLimit, d *rlcomm
 	if !ok {
 		return rl
 	}
-	if o, ok := s.opts.Rules.Override(c.ID, rl.Rule, es[len(es)-1].GetValue()); ok {
+	if o, ok := s.opts.Rules.Override(c.ID, rl.Rule, es[len(es)-1].Value); ok {
 		return ruledomain.WithOverride(rl, o)
 	}
 	return rl

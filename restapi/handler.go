@@ -32,6 +32,9 @@ import (
 // Deps is what the REST API needs. DB, Cache, Usage and Limiter are required;
 // every other field is optional.
 type Deps struct {
+	// MaxReservationTTL bounds a rule's reserve.ttl (MAX_RESERVATION_TTL);
+	// 0: 60s.
+	MaxReservationTTL time.Duration
 	// Log receives one access line per request and every error, each with the
 	// request's request_id. Default: discard.
 	Log *slog.Logger
@@ -197,4 +200,12 @@ func NewServer(addr string, h http.Handler) *http.Server {
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
 	}
+}
+
+// maxReservationTTL is d.MaxReservationTTL with its default.
+func (d Deps) maxReservationTTL() time.Duration {
+	if d.MaxReservationTTL > 0 {
+		return d.MaxReservationTTL
+	}
+	return time.Minute
 }

@@ -23,6 +23,16 @@ type ruleRequest struct {
 	Accuracy    string                  `json:"accuracy"`
 	RateLimits  []ruleLimitRequest      `json:"rate_limits"`
 	Descriptors []store.DescriptorEntry `json:"descriptors"`
+	Reserve     *reserveJSON            `json:"reserve"`
+}
+
+// reserveJSON is a rule's reserve: hits held on Envoy's request path, for
+// ttl seconds, under the value of the descriptor entry keyed handle
+// (docs/envoy-ai-gateway-reservations.md).
+type reserveJSON struct {
+	Hits   int64  `json:"hits"`
+	TTL    int64  `json:"ttl"`
+	Handle string `json:"handle"`
 }
 
 // ruleLimitRequest is one limit of a rule's rate_limits.
@@ -50,6 +60,7 @@ type ruleReply struct {
 	Accuracy    string                  `json:"accuracy,omitempty"`
 	RateLimits  []ruleLimitReply        `json:"rate_limits,omitempty"`
 	Descriptors []store.DescriptorEntry `json:"descriptors,omitempty"`
+	Reserve     *reserveJSON            `json:"reserve,omitempty"`
 	CreatedAt   time.Time               `json:"created_at"`
 }
 
@@ -66,6 +77,9 @@ type ruleLimitReply struct {
 
 func newRuleReply(r store.Rule) ruleReply {
 	reply := ruleReply{Name: r.Name, Descriptors: r.Descriptors, CreatedAt: r.CreatedAt.UTC()}
+	if v := r.Reserve; v != nil {
+		reply.Reserve = &reserveJSON{Hits: v.Hits, TTL: int64(v.TTL / time.Second), Handle: v.Handle}
+	}
 	if len(r.RateLimits) == 0 {
 		w := int64(r.Limit.Window / time.Second)
 		reply.Algorithm, reply.Limit, reply.Window = string(r.Limit.Algorithm), r.Limit.Limit, &w
@@ -82,7 +96,7 @@ func newRuleReply(r store.Rule) ruleReply {
 
 // handleRuleCreate creates a rule of the caller's client. The algorithm
 // defaults to the client's default algorithm.
-func handleRuleCreate(db *store.DB, cache *store.Cache) http.Handler {
+func handleRuleCreate(db *store.DB, cache *store.Cache, maxTTL time.Duration) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		req, err := decode[ruleRequest](w, r)
 		if err != nil {
@@ -93,7 +107,7 @@ func handleRuleCreate(db *store.DB, cache *store.Cache) http.Handler {
 			writeError(w, r, missingField("name is required"))
 			return
 		}
-		rule, err := ruleFromRequest(clientFrom(r.Context()), req)
+		rule, err := ruleFromRequest(clientFrom(r.Context()), req, maxTTL)
 		if err == nil {
 			rule, err = db.CreateRule(r.Context(), rule)
 		}
@@ -113,7 +127,7 @@ func handleRuleCreate(db *store.DB, cache *store.Cache) http.Handler {
 // POST /rules, and every field it leaves out takes its default, as on
 // create. The name cannot change (a body naming another is 400); the
 // creation time is kept.
-func handleRuleUpdate(db *store.DB, cache *store.Cache) http.Handler {
+func handleRuleUpdate(db *store.DB, cache *store.Cache, maxTTL time.Duration) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		name := r.PathValue("name")
 		req, err := decode[ruleRequest](w, r)
@@ -126,7 +140,7 @@ func handleRuleUpdate(db *store.DB, cache *store.Cache) http.Handler {
 			return
 		}
 		req.Name = name
-		rule, err := ruleFromRequest(clientFrom(r.Context()), req)
+		rule, err := ruleFromRequest(clientFrom(r.Context()), req, maxTTL)
 		if err == nil {
 			rule, err = db.UpdateRule(r.Context(), rule)
 		}
@@ -143,9 +157,15 @@ func handleRuleUpdate(db *store.DB, cache *store.Cache) http.Handler {
 }
 
 // ruleFromRequest checks a POST /rules or PUT /rules/{name} body and turns
-// it into the rule to store for client c.
-func ruleFromRequest(c store.Client, req ruleRequest) (store.Rule, error) {
+// it into the rule to store for client c; maxTTL bounds its reserve.ttl.
+func ruleFromRequest(c store.Client, req ruleRequest, maxTTL time.Duration) (store.Rule, error) {
 	rule := store.Rule{ClientID: c.ID, Name: req.Name, Descriptors: req.Descriptors}
+	if v := req.Reserve; v != nil {
+		if v.TTL < 1 || time.Duration(v.TTL) > maxTTL/time.Second {
+			return store.Rule{}, invalidField(fmt.Sprintf("reserve.ttl %d must be between 1 and %d seconds (MAX_RESERVATION_TTL)", v.TTL, int64(maxTTL/time.Second)))
+		}
+		rule.Reserve = &store.RuleReserve{Hits: v.Hits, TTL: time.Duration(v.TTL) * time.Second, Handle: v.Handle}
+	}
 	if req.RateLimits != nil {
 		if req.Algorithm != "" || req.Limit != nil || req.Window != nil || req.RefillRate != nil || req.AlwaysCount != nil || req.Accuracy != "" {
 			return store.Rule{}, invalidField("give the rule's limit either in algorithm, limit, window, refill_rate, always_count and accuracy, or as a list in rate_limits, not both")

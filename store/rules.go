@@ -13,7 +13,7 @@ import (
 	"github.com/throttle-rl/throttle/algorithms"
 )
 
-const ruleColumns = `client_id, name, algorithm, "limit", window_seconds, refill_rate, accuracy, always_count, rate_limits, descriptors, created_at`
+const ruleColumns = `client_id, name, algorithm, "limit", window_seconds, refill_rate, accuracy, always_count, rate_limits, descriptors, reserve, created_at`
 
 func scanRule(row rowScanner) (Rule, error) {
 	var (
@@ -23,9 +23,17 @@ func scanRule(row rowScanner) (Rule, error) {
 		windowSecs  int64
 		rateLimits  string
 		descriptors string
+		reserve     string
 	)
-	if err := row.Scan(&r.ClientID, &r.Name, &algorithm, &r.Limit.Limit, &windowSecs, &r.Limit.RefillRate, &accuracy, &r.AlwaysCount, &rateLimits, &descriptors, timeScanner{&r.CreatedAt}); err != nil {
+	if err := row.Scan(&r.ClientID, &r.Name, &algorithm, &r.Limit.Limit, &windowSecs, &r.Limit.RefillRate, &accuracy, &r.AlwaysCount, &rateLimits, &descriptors, &reserve, timeScanner{&r.CreatedAt}); err != nil {
 		return Rule{}, err
+	}
+	if reserve != "" {
+		var v storedReserve
+		if err := json.Unmarshal([]byte(reserve), &v); err != nil {
+			return Rule{}, fmt.Errorf("rule %q: decode reserve: %w", r.Name, err)
+		}
+		r.Reserve = &RuleReserve{Hits: v.Hits, TTL: time.Duration(v.TTLSeconds) * time.Second, Handle: v.Handle}
 	}
 	r.Limit.Algorithm = algorithms.Algorithm(algorithm)
 	r.Limit.Window = time.Duration(windowSecs) * time.Second
@@ -49,6 +57,13 @@ func scanRule(row rowScanner) (Rule, error) {
 		}
 	}
 	return r, nil
+}
+
+// storedReserve is a RuleReserve in the reserve column.
+type storedReserve struct {
+	Hits       int64  `json:"hits"`
+	TTLSeconds int64  `json:"ttl_seconds"`
+	Handle     string `json:"handle"`
 }
 
 // storedLimit is a RuleLimit in the rate_limits column.
@@ -99,10 +114,10 @@ func (db *DB) CreateRule(ctx context.Context, r Rule) (_ Rule, err error) {
 			return err
 		}
 		_, err := tx.ExecContext(ctx, db.q(`INSERT INTO rules
-			(client_id, name, algorithm, "limit", window_seconds, refill_rate, accuracy, always_count, rate_limits, descriptors, created_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+			(client_id, name, algorithm, "limit", window_seconds, refill_rate, accuracy, always_count, rate_limits, descriptors, reserve, created_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 			r.ClientID, r.Name, string(r.Limit.Algorithm), r.Limit.Limit, windowSeconds(r.Limit), r.Limit.RefillRate, r.Limit.Accuracy.String(),
-			r.AlwaysCount, cols.rateLimits, descriptors, r.CreatedAt)
+			r.AlwaysCount, cols.rateLimits, descriptors, cols.reserve, r.CreatedAt)
 		if err != nil {
 			return err
 		}
@@ -134,11 +149,11 @@ func (db *DB) UpdateRule(ctx context.Context, r Rule) (_ Rule, err error) {
 	descriptors := cols.descriptors
 	err = db.inTx(ctx, nil, func(tx *sql.Tx) error {
 		row := tx.QueryRowContext(ctx, db.q(`UPDATE rules
-			SET algorithm = ?, "limit" = ?, window_seconds = ?, refill_rate = ?, accuracy = ?, always_count = ?, rate_limits = ?, descriptors = ?
+			SET algorithm = ?, "limit" = ?, window_seconds = ?, refill_rate = ?, accuracy = ?, always_count = ?, rate_limits = ?, descriptors = ?, reserve = ?
 			WHERE client_id = ? AND name = ?
 			RETURNING created_at`),
 			string(r.Limit.Algorithm), r.Limit.Limit, windowSeconds(r.Limit), r.Limit.RefillRate, r.Limit.Accuracy.String(),
-			r.AlwaysCount, cols.rateLimits, descriptors, r.ClientID, r.Name)
+			r.AlwaysCount, cols.rateLimits, descriptors, cols.reserve, r.ClientID, r.Name)
 		if err := row.Scan(timeScanner{&r.CreatedAt}); err != nil {
 			if errors.Is(err, sql.ErrNoRows) {
 				return fmt.Errorf("rule %q: %w", r.Name, ErrNotFound)
@@ -157,7 +172,7 @@ func (db *DB) UpdateRule(ctx context.Context, r Rule) (_ Rule, err error) {
 }
 
 // ruleCols are a rule's columns encoded as JSON.
-type ruleCols struct{ descriptors, rateLimits string }
+type ruleCols struct{ descriptors, rateLimits, reserve string }
 
 // prepareRule checks r for CreateRule and UpdateRule: its client id in
 // canonical form, the client's default algorithm where a limit has none,
@@ -195,6 +210,13 @@ func (db *DB) prepareRule(ctx context.Context, r Rule) (Rule, ruleCols, error) {
 		if cols.rateLimits, err = encodeRateLimits(r.RateLimits); err != nil {
 			return Rule{}, ruleCols{}, fmt.Errorf("rule %q: encode rate_limits: %w", r.Name, err)
 		}
+	}
+	if v := r.Reserve; v != nil {
+		b, err := json.Marshal(storedReserve{Hits: v.Hits, TTLSeconds: int64(v.TTL / time.Second), Handle: v.Handle})
+		if err != nil {
+			return Rule{}, ruleCols{}, fmt.Errorf("rule %q: encode reserve: %w", r.Name, err)
+		}
+		cols.reserve = string(b)
 	}
 	return r, cols, nil
 }

@@ -77,7 +77,22 @@ type Rule struct {
 	// Descriptors, when not empty, makes the rule apply to Envoy requests on
 	// the client's domain whose descriptor matches these entries in order.
 	Descriptors []DescriptorEntry
-	CreatedAt   time.Time
+	// Reserve, optional, makes the rule's limits hold quota on Envoy's
+	// request path and commit the real cost on its response path
+	// (descriptors.Reserve); only with Descriptors.
+	Reserve   *RuleReserve
+	CreatedAt time.Time
+}
+
+// RuleReserve is a rule's reservation on Envoy's two calls: Hits held
+// (1..each limit) for TTL (whole seconds, 1s..algorithms.MaxHoldTTL; the
+// REST API bounds it by MAX_RESERVATION_TTL) under the value of the
+// request's descriptor entry keyed Handle (not a key of the rule's
+// descriptors).
+type RuleReserve struct {
+	Hits   int64
+	TTL    time.Duration
+	Handle string
 }
 
 // RuleLimit is one limit of a rule's RateLimits, checked as a rule's own

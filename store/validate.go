@@ -169,7 +169,32 @@ func normalizeRule(r Rule) (Rule, error) {
 	if len(r.Descriptors) == 0 {
 		r.Descriptors = nil
 	}
-	return r, nil
+	return r, checkReserve(r)
+}
+
+// checkReserve checks r's Reserve against its descriptors and limits.
+func checkReserve(r Rule) error {
+	v := r.Reserve
+	switch {
+	case v == nil:
+		return nil
+	case len(r.Descriptors) == 0:
+		return invalid("reserve is only for rules with descriptors: it reserves on Envoy's calls")
+	case v.Handle == "":
+		return invalid("reserve.handle is required: the key of the request's descriptor entry that names the request (as request_id)")
+	case len(v.Handle) > maxDescriptorText || !cleanText(v.Handle):
+		return invalid("reserve.handle must be UTF-8 text of at most %d bytes", maxDescriptorText)
+	case slices.ContainsFunc(r.Descriptors, func(d DescriptorEntry) bool { return d.Key == v.Handle }):
+		return invalid("reserve.handle %q is a key of the rule's descriptors: the handle entry is taken out before matching", v.Handle)
+	case v.TTL < time.Second || v.TTL%time.Second != 0 || v.TTL > algorithms.MaxHoldTTL:
+		return invalid("reserve.ttl must be a whole number of seconds from 1 to %d", int64(algorithms.MaxHoldTTL/time.Second))
+	}
+	for _, l := range r.Limits() {
+		if v.Hits < 1 || v.Hits > l.Limit.Limit {
+			return invalid("reserve.hits %d must be between 1 and the limit, %d", v.Hits, l.Limit.Limit)
+		}
+	}
+	return nil
 }
 
 // normalizeLimit checks one limit of a rule; at prefixes its messages

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strconv"
 
@@ -30,17 +31,25 @@ func Load(opts descriptors.Options, resources []*anypb.Any) (*descriptors.Config
 	if err != nil {
 		return nil, err
 	}
-	return loadConfigs(opts, cfgs)
+	return loadConfigs(opts, cfgs, nil, nil)
 }
 
-// loadConfigs is Load of the resources unmarshal decoded.
-func loadConfigs(opts descriptors.Options, cfgs []*rlsconf.RateLimitConfig) (*descriptors.Config, error) {
+// loadConfigs is Load of the resources unmarshal decoded, with the
+// reservation overlay res (optional) set on them; log (optional) warns of
+// each overlay entry that did not apply.
+func loadConfigs(opts descriptors.Options, cfgs []*rlsconf.RateLimitConfig, res *Reservations, log *slog.Logger) (*descriptors.Config, error) {
 	srcs := make([]descriptors.Source, len(cfgs))
 	for i, c := range cfgs {
 		if err := checkSizes(c); err != nil {
 			return nil, fmt.Errorf("%s: %w", resourceName(c, i), err)
 		}
-		data, err := YAML(c)
+		f := yamlFileOf(c)
+		for _, note := range res.apply(&f) {
+			if log != nil {
+				log.Warn("reservation overlay entry left out of an xDS configuration (RESERVATION_OVERLAY)", "resource", resourceName(c, i), "why", note)
+			}
+		}
+		data, err := encodeYAML(f)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", resourceName(c, i), err)
 		}
@@ -156,6 +165,12 @@ type (
 		Unlimited       bool          `json:"unlimited,omitempty"`
 		Name            string        `json:"name,omitempty"`
 		Replaces        []yamlReplace `json:"replaces,omitempty"`
+		Reserve         *yamlReserve  `json:"reserve,omitempty"` // from the overlay (reservations.go)
+	}
+	yamlReserve struct {
+		Hits   int64  `json:"hits"`
+		TTL    string `json:"ttl"`
+		Handle string `json:"handle"`
 	}
 	yamlReplace struct {
 		Name string `json:"name"`
@@ -173,7 +188,16 @@ type (
 // (the proto's zero, what a control plane sends when it sets no unit) is
 // left out, as the reference accepts it.
 func YAML(c *rlsconf.RateLimitConfig) ([]byte, error) {
-	f := yamlFile{Domain: c.GetDomain(), Descriptors: yamlDescriptors(c.GetDescriptors())}
+	return encodeYAML(yamlFileOf(c))
+}
+
+// yamlFileOf is the descriptor file of c, before it is written.
+func yamlFileOf(c *rlsconf.RateLimitConfig) yamlFile {
+	return yamlFile{Domain: c.GetDomain(), Descriptors: yamlDescriptors(c.GetDescriptors())}
+}
+
+// encodeYAML writes f.
+func encodeYAML(f yamlFile) ([]byte, error) {
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)

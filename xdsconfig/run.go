@@ -130,7 +130,7 @@ func (c *Client) load(resources []*anypb.Any) ([sha256.Size]byte, *descriptors.C
 	if err != nil {
 		return rawDigest(resources), nil, err
 	}
-	cfg, err := loadConfigs(c.o.Load, cfgs)
+	cfg, err := loadConfigs(c.o.Load, cfgs, c.o.Reservations, c.o.Log)
 	return digest(cfgs), cfg, err
 }
 

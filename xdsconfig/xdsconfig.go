@@ -59,6 +59,9 @@ type Options struct {
 	Backoff Backoff
 	// Load says how the resources combine (MergeDomains).
 	Load descriptors.Options
+	// Reservations, optional, sets reserve on limits of the resources
+	// (RESERVATION_OVERLAY; see Reservations).
+	Reservations *Reservations
 	// OnLoad, optional, is called after each response is handled: with nil
 	// when it was loaded (ACK), with the reason when it was refused (NACK).
 	// A response equal to one refused lately, which a control plane sends

@@ -102,7 +102,15 @@ func configCmd(args []string, getenv func(string) string, stdout io.Writer) erro
 		return errors.New(configUsage)
 	}
 	merge, _ := strconv.ParseBool(getenv("MERGE_DOMAIN_CONFIG"))
-	n, err := descriptors.Check(descriptors.Options{MergeDomains: merge}, args[1:]...)
+	opts := descriptors.Options{MergeDomains: merge}
+	if v := getenv("MAX_RESERVATION_TTL"); v != "" {
+		ttl, err := parseDuration(v)
+		if err != nil {
+			return fmt.Errorf("MAX_RESERVATION_TTL: %w", err)
+		}
+		opts.MaxReservationTTL = ttl
+	}
+	n, err := descriptors.Check(opts, args[1:]...)
 	if err != nil {
 		return fmt.Errorf("invalid descriptor configuration:\n%w", err)
 	}

@@ -77,12 +77,14 @@ type config struct {
 	RLQSInterval      time.Duration
 	// ApproximateInterval is APPROXIMATE_SYNC_INTERVAL.
 	ApproximateInterval time.Duration
-	Tracing             tracingConfig
-	TLS                 tlsConfig
-	REST                restAppsConfig // CORS, list format, idempotency (restapps.go)
-	XDS                 xdsConfig      // CONFIG_TYPE=GRPC_XDS_SOTW (xdssettings.go)
-	Stats               statsConfig    // the reference service's stats (statssettings.go)
-	Tenancy             tenancyConfig  // the tenants' lanes (tenancy.go)
+	// MaxReservationTTL is MAX_RESERVATION_TTL.
+	MaxReservationTTL time.Duration
+	Tracing           tracingConfig
+	TLS               tlsConfig
+	REST              restAppsConfig // CORS, list format, idempotency (restapps.go)
+	XDS               xdsConfig      // CONFIG_TYPE=GRPC_XDS_SOTW (xdssettings.go)
+	Stats             statsConfig    // the reference service's stats (statssettings.go)
+	Tenancy           tenancyConfig  // the tenants' lanes (tenancy.go)
 
 	// IgnoredReference are the settings of the reference service given
 	// that have no meaning here (referenceSettings), by name, for the log.
@@ -214,6 +216,9 @@ func (c *config) Validate() error {
 	}
 	if c.ApproximateInterval < 10*time.Millisecond || c.ApproximateInterval > 10*time.Second {
 		errs = append(errs, fmt.Errorf("APPROXIMATE_SYNC_INTERVAL: %s is not within 10ms-10s", c.ApproximateInterval))
+	}
+	if c.MaxReservationTTL < time.Second || c.MaxReservationTTL > algorithms.MaxHoldTTL {
+		errs = append(errs, fmt.Errorf("MAX_RESERVATION_TTL: %s is not within 1s-24h", c.MaxReservationTTL))
 	}
 	errs = append(errs, c.validateListen()...)
 	errs = append(errs, c.TLS.validate(c.redisTLSOn())...)

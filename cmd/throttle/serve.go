@@ -242,7 +242,7 @@ func (a *app) openAPIs(context.Context) error {
 		TrustedProxies: cfg.TrustedProxies, ConfigDump: configDump, HeaderSets: cfg.HeaderSets, TracerProvider: a.tracer, Propagator: a.propagator,
 		RegisterLimit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: cfg.RegisterLimit, Window: time.Hour},
 		Descriptors:   a.descStatus, EnvoyCounters: rls, AdminKey: cfg.AdminKey, LimiterReady: a.ready, FailureMode: cfg.FailureMode,
-		EnvoyJSON: envoyJSON, Healthcheck: a.healthcheck(),
+		EnvoyJSON: envoyJSON, Healthcheck: a.healthcheck(), MaxReservationTTL: cfg.MaxReservationTTL,
 	})))
 	a.httpSrv = restapi.NewServer(cfg.httpAddress(), handler)
 	if a.httpTLS != nil {

@@ -78,10 +78,6 @@ var coreSettings = []setting{
 		return err
 	}},
 	{"IDEMPOTENCY_REDIS_MEMORY_PERCENT", "idempotency-redis-memory-percent", "80", "no Idempotency-Key reply is kept in Redis while its used memory is at or past this percent of its maxmemory, so the records never take the counters' room (with maxmemory-policy noeviction); 100 turns the budget off", func(c *config, v string) (err error) { c.REST.IdempotencyMemoryPercent, err = parsePercent(v); return }},
-	{"MAX_RESERVATION_TTL", "max-reservation-ttl", "60s", "longest reserve_ttl of a REST check (a reservation: hits held until committed, cancelled or expired); longer is 400 INVALID_FIELD (at most 24h)", func(c *config, v string) (err error) {
-		c.REST.Reservations.MaxTTL, err = parseReservationTTL(v)
-		return
-	}},
 	{"RESERVATION_MAX_FRACTION", "reservation-max-fraction", "0.5", "largest share of its limit one reservation may hold, above 0 and at most 1; more is 400 INVALID_FIELD", func(c *config, v string) (err error) {
 		c.REST.Reservations.MaxFraction, err = parseShare(v)
 		return
@@ -91,6 +87,11 @@ var coreSettings = []setting{
 		return
 	}},
 	{"RLQS_INTERVAL", "rlqs-interval", "1s", "how often the rate-limit quota service (RLQS, on GRPC_PORT) reassigns every Envoy's share of each limit (100ms-1h); set the Envoy filter's reporting_interval to a third of it", func(c *config, v string) (err error) { c.RLQSInterval, err = parseDuration(v); return }},
+	{"MAX_RESERVATION_TTL", "max-reservation-ttl", "60s", "the longest a reservation may hold quota uncommitted (1s-24h): a REST check's reserve_ttl above it is 400 INVALID_FIELD, a descriptor's or a rule's reserve ttl above it does not load", func(c *config, v string) (err error) {
+		c.MaxReservationTTL, err = parseReservationTTL(v)
+		c.REST.Reservations.MaxTTL = c.MaxReservationTTL
+		return
+	}},
 	{"APPROXIMATE_SYNC_INTERVAL", "approximate-sync-interval", "100ms", "with REDIS_URL: how often limits with accuracy: approximate report this replica's hits to Redis and resize its lease of each limit (10ms-10s); a replica decides from memory within its lease, and asks Redis at once when it runs out", func(c *config, v string) (err error) { c.ApproximateInterval, err = parseDuration(v); return }},
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/throttle-rl/throttle/descriptors"
@@ -21,10 +22,14 @@ func (a *app) openXDS(ctx context.Context) error {
 	if !x.on() {
 		return nil
 	}
+	res, err := a.reservationOverlay()
+	if err != nil {
+		return err
+	}
 	c, err := xdsconfig.New(xdsconfig.Options{
 		Server: x.ServerURL, NodeID: x.NodeID, NodeMetadata: x.NodeMetadata, Headers: x.Headers, TLS: a.xdsTLS,
-		MaxRecvMsgSize: x.MaxMsgSize, ConnectTimeout: x.ConnectTimeout, Backoff: x.Backoff,
-		Load: descriptors.Options{MergeDomains: a.cfg.MergeDomains}, Log: a.log, Registerer: a.reg,
+		MaxRecvMsgSize: x.MaxMsgSize, ConnectTimeout: x.ConnectTimeout, Backoff: x.Backoff, Reservations: res,
+		Load: descriptors.Options{MergeDomains: a.cfg.MergeDomains, MaxReservationTTL: a.cfg.MaxReservationTTL}, Log: a.log, Registerer: a.reg,
 		OnLoad: a.onConfigLoad(), // the reference's config_load_success and _error
 	})
 	if err != nil {
@@ -40,6 +45,24 @@ func (a *app) openXDS(ctx context.Context) error {
 		return nil
 	}
 	return a.waitForXDS(ctx, c)
+}
+
+// reservationOverlay reads RESERVATION_OVERLAY, if set.
+func (a *app) reservationOverlay() (*xdsconfig.Reservations, error) {
+	path := a.cfg.XDS.ReservationOverlay
+	if path == "" {
+		return nil, nil
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("RESERVATION_OVERLAY: %w", err)
+	}
+	res, err := xdsconfig.ParseReservations(path, data, a.cfg.MaxReservationTTL)
+	if err != nil {
+		return nil, fmt.Errorf("RESERVATION_OVERLAY: %w", err)
+	}
+	a.log.Info("reservation overlay read", "file", path, "entries", len(res.Entries))
+	return res, nil
 }
 
 // xdsWaitReminder is how often a server waiting for its first xDS

@@ -32,6 +32,9 @@ type xdsConfig struct {
 	ClientCert, ClientKey, ServerCA, ServerSAN string
 	Backoff                                    xdsconfig.Backoff
 	MaxMsgSize                                 int // 0: gRPC's default
+	// ReservationOverlay is RESERVATION_OVERLAY: the overlay file's path,
+	// or "" for none.
+	ReservationOverlay string
 }
 
 // on reports whether the xDS config source is on.
@@ -56,6 +59,7 @@ var xdsSettings = []setting{
 	{"XDS_CLIENT_BACKOFF_MAX_INTERVAL", "xds-client-backoff-max-interval", "60s", "the longest wait between attempts to connect to the xDS control plane", func(c *config, v string) (err error) { c.XDS.Backoff.Max, err = parseDuration(v); return }},
 	{"XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "xds-client-backoff-random-factor", "0.5", "with XDS_CLIENT_BACKOFF_JITTER: each wait is drawn at random within this fraction of it (0-1; 0.5: between half and one and a half times it, at most the maximum)", func(c *config, v string) (err error) { c.XDS.Backoff.RandomFactor, err = parseFraction(v); return }},
 	{"XDS_CLIENT_BACKOFF_JITTER", "xds-client-backoff-jitter", "true", "draw the waits between attempts at random (XDS_CLIENT_BACKOFF_RANDOM_FACTOR), so replicas do not reconnect all at once", func(c *config, v string) (err error) { c.XDS.Backoff.Jitter, err = parseBool(v); return }},
+	{"RESERVATION_OVERLAY", "reservation-overlay", "", "YAML file that sets reserve on limits of xDS domains (Envoy Gateway, Envoy AI Gateway), whose control plane has no field for it: docs/envoy-ai-gateway-reservations.md; read at start; empty = none", func(c *config, v string) error { c.XDS.ReservationOverlay = v; return nil }},
 	{"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "xds-client-max-msg-size-in-bytes", "", "the largest xDS response taken, in bytes; empty = gRPC's 4 MiB (a larger configuration is refused until this is raised)", func(c *config, v string) (err error) { c.XDS.MaxMsgSize, err = parseMsgSize(v); return }},
 }
 

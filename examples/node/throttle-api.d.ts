@@ -906,6 +906,22 @@ export interface components {
             rate_limits?: components["schemas"]["RuleLimitRequest"][];
             /** @description Makes the rule apply to Envoy requests of your domain whose descriptor matches these entries in order. */
             descriptors?: components["schemas"]["DescriptorEntry"][];
+            reserve?: components["schemas"]["RuleReserve"];
+        };
+        /** @description With descriptors: a reservation on Envoy's two calls (docs/envoy-ai-gateway-reservations.md). A request-path call (hits_addend 0) carrying the entry keyed `handle` holds `hits` on each of the rule's limits for `ttl` seconds; the response-path call (hits_addend N, same handle) commits N in their place. The handle entry is not part of the match. */
+        RuleReserve: {
+            /**
+             * Format: int64
+             * @description Held on the request path; at most each limit.
+             */
+            hits: number;
+            /**
+             * Format: int64
+             * @description Seconds a hold lasts uncommitted; at most MAX_RESERVATION_TTL (60 by default).
+             */
+            ttl: number;
+            /** @description Key of the descriptor entry that names the request (as request_id); not a key of the rule's descriptors. */
+            handle: string;
         };
         RuleLimit: {
             name?: string;
@@ -934,6 +950,7 @@ export interface components {
             accuracy?: components["schemas"]["Accuracy"];
             rate_limits?: components["schemas"]["RuleLimit"][];
             descriptors?: components["schemas"]["DescriptorEntry"][];
+            reserve?: components["schemas"]["RuleReserve"];
             created_at: components["schemas"]["Time"];
         };
         RuleList: components["schemas"]["Rule"][] | {

@@ -124,6 +124,9 @@ func Rules(rules []store.Rule) []descriptors.Rule {
 				AlwaysCount:     l.AlwaysCount,
 				Accuracy:        l.Limit.Accuracy,
 			}
+			if v := r.Reserve; v != nil {
+				converted[i].Reserve = &descriptors.Reserve{Hits: v.Hits, TTL: v.TTL, Handle: v.Handle}
+			}
 		}
 		if len(r.RateLimits) == 0 {
 			converted[0].Rule = r.Name // its overrides apply (WithOverride)
