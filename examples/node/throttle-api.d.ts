@@ -68,7 +68,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Prometheus metrics */
+        /**
+         * Prometheus metrics
+         * @description Served while METRICS_ON_REST_PORT is true (the default: Prometheus scrapes this port in the Helm chart and the manifests). No key is asked; the series name the Envoy domains and descriptor keys in use, and the values of `detailed_metric` descriptors. Set METRICS_ON_REST_PORT=false where the port is public, and scrape the debug port's `/stats` or a port only Prometheus reaches. 404 when off.
+         */
         get: operations["metrics"];
         put?: never;
         post?: never;
@@ -85,7 +88,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** The descriptor configuration in use, as Envoy's reference service shows it */
+        /**
+         * The descriptor configuration in use, as Envoy's reference service shows it
+         * @description Served only while RLCONFIG_ON_REST_PORT is true (default false: it shows the operator's limits and domains to anyone, and the reference serves it on its debug port only, where Throttle's debug port serves it too). No key is asked. 404 when off.
+         */
         get: operations["rlconfig"];
         put?: never;
         post?: never;
@@ -127,6 +133,8 @@ export interface paths {
         /**
          * ShouldRateLimit in JSON, as Envoy's reference service serves it
          * @description A RateLimitRequest of envoy.service.ratelimit.v3 in protobuf's JSON mapping (as a Lua filter sends it), decided as over gRPC on the domain's descriptors; the reply is the RateLimitResponse in the same mapping, with status 429 when its overall code is OVER_LIMIT.
+         *
+         *     Served only while JSON_ON_REST_PORT is true (default false; true when the binary is started as `ratelimit`, the reference's drop-in). It asks no key for the domains of the descriptor configuration (YAML, xDS): whoever reaches the port spends their counters, as with the reference, up to `hits_addend` per descriptor. A domain a REST client owns is decided only with that client's API key (401 without one or with an unknown one, 403 with another client's). The body must be `application/json` (415 otherwise, a missing Content-Type included): no web page can make a browser send that without a CORS preflight. When the gRPC port asks client certificates (GRPC_CLIENT_TLS_CACERT, GRPC_CLIENT_TLS_SAN) the call must bring one gRPC would take (403 otherwise): over HTTPS with HTTP_CLIENT_TLS_CACERT.
          */
         post: operations["envoyJSON"];
         delete?: never;
@@ -163,8 +171,10 @@ export interface paths {
         put?: never;
         /**
          * Register an application and get its API key (shown once)
-         * @description Limited per client IP (REGISTER_LIMIT_PER_HOUR, default 10 an hour); the 201 and the
-         *     429 carry that limit's rate-limit headers, its policy named `register`. The body must be
+         * @description Limited per source (REGISTER_LIMIT_PER_HOUR, default 10 an hour): an IPv4 address (an
+         *     IPv4-mapped IPv6 address is its IPv4 address), or an IPv6 /64, since one subnet's host may
+         *     take any of its 2^64 addresses; and MAX_CLIENTS clients in all (10,000 by default, 409
+         *     `TOO_MANY_CLIENTS`, the operator's registrations too). The 201 and the 429 carry that limit's rate-limit headers, its policy named `register`. The body must be
          *     `application/json` (415 otherwise, a missing Content-Type included): no web page can
          *     make a browser send that without a CORS preflight.
          *
@@ -677,7 +687,8 @@ export interface components {
             register: string;
             health: string;
             ready: string;
-            metrics: string;
+            /** @description /metrics, while it is served (METRICS_ON_REST_PORT) */
+            metrics?: string;
             docs: string;
         };
         Health: {
@@ -1154,7 +1165,7 @@ export interface components {
         } & components["schemas"]["Error"];
         ConflictError: {
             /** @enum {unknown} */
-            code?: "CONFLICT" | "DOMAIN_RESERVED" | "RULE_EXISTS" | "DESCRIPTORS_EXIST" | "EXEMPTION_EXISTS" | "IDEMPOTENCY_KEY_IN_PROGRESS" | "TOO_MANY_RULES" | "TOO_MANY_EXEMPTIONS" | "TOO_MANY_OVERRIDES" | "TOO_MANY_KEYS" | "RESERVATION_SETTLED";
+            code?: "CONFLICT" | "DOMAIN_RESERVED" | "RULE_EXISTS" | "DESCRIPTORS_EXIST" | "EXEMPTION_EXISTS" | "IDEMPOTENCY_KEY_IN_PROGRESS" | "TOO_MANY_RULES" | "TOO_MANY_EXEMPTIONS" | "TOO_MANY_OVERRIDES" | "TOO_MANY_KEYS" | "TOO_MANY_CLIENTS" | "RESERVATION_SETTLED";
         } & components["schemas"]["Error"];
         GoneError: {
             /** @constant */
@@ -1257,6 +1268,15 @@ export interface components {
             };
             content: {
                 "application/json": components["schemas"]["ConflictError"];
+            };
+        };
+        /** @description The server does not serve this route (`NOT_FOUND`); its setting turns it on. */
+        RouteOff: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["NotFoundError"];
             };
         };
         /** @description Nothing limits the domain (`DOMAIN_NOT_FOUND`). */
@@ -1529,6 +1549,7 @@ export interface operations {
                     "application/openmetrics-text": string;
                 };
             };
+            404: components["responses"]["RouteOff"];
         };
     };
     rlconfig: {
@@ -1549,6 +1570,7 @@ export interface operations {
                     "text/plain": string;
                 };
             };
+            404: components["responses"]["RouteOff"];
         };
     };
     healthcheck: {
@@ -1611,8 +1633,45 @@ export interface operations {
                     "text/plain": string;
                 };
             };
+            /** @description The domain is a REST client's, and no API key came or the key is not known; the text says which. */
+            401: {
+                headers: {
+                    "WWW-Authenticate": components["headers"]["WWW-Authenticate"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/plain": string;
+                };
+            };
+            /** @description The domain is another client's, or the gRPC port asks a client certificate this call did not bring; the text says which. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/plain": string;
+                };
+            };
+            /** @description JSON_ON_REST_PORT is off. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["NotFoundError"];
+                };
+            };
             /** @description A body over 1 MiB. */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/plain": string;
+                };
+            };
+            /** @description A body not sent as application/json. */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1699,7 +1758,7 @@ export interface operations {
             };
             /**
              * @description The domain is another client's (`CONFLICT`), or the descriptor configuration names it
-             *     (`DOMAIN_RESERVED`).
+             *     (`DOMAIN_RESERVED`), or Throttle has MAX_CLIENTS clients (`TOO_MANY_CLIENTS`).
              */
             409: {
                 headers: {
@@ -1711,7 +1770,7 @@ export interface operations {
             };
             413: components["responses"]["TooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
-            /** @description Too many registrations from this address (`RATE_LIMITED`). */
+            /** @description Too many registrations from this address, or this IPv6 /64 (`RATE_LIMITED`). */
             429: {
                 headers: {
                     "Retry-After": components["headers"]["Retry-After"];
