@@ -221,8 +221,17 @@ func decodeSettles(res []any, sts []algorithms.Settle) ([]algorithms.SettleResul
 
 // holdMetrics are the sweeper's metrics.
 type holdMetrics struct {
+	mu    sync.Mutex // guards swept: register swaps it while the sweeper runs
 	swept prometheus.Counter
 	held  atomic.Int64 // hits held, as the last sweep read them
+}
+
+// expired counts n holds the sweeper gave back.
+func (m *holdMetrics) expired(n int) {
+	m.mu.Lock()
+	c := m.swept
+	m.mu.Unlock()
+	c.Add(float64(n))
 }
 
 func newHoldMetrics() *holdMetrics {
@@ -236,8 +245,11 @@ func newHoldMetrics() *holdMetrics {
 // (REDIS_PERSECOND) adds to the first's counter; the gauge stays the
 // first store's.
 func (m *holdMetrics) register(reg prometheus.Registerer) error {
-	var err error
-	if m.swept, err = register(reg, m.swept); err != nil {
+	m.mu.Lock()
+	swept, err := register(reg, m.swept)
+	m.swept = swept
+	m.mu.Unlock()
+	if err != nil {
 		return fmt.Errorf("register hold metrics: %w", err)
 	}
 	held := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -266,7 +278,7 @@ func (s *Store) runSweeper(every time.Duration, stop, done chan struct{}) {
 		ctx, cancel := context.WithTimeout(context.Background(), every)
 		expired, held, err := s.SweepHolds(ctx)
 		cancel()
-		s.holdMetrics.swept.Add(float64(expired))
+		s.holdMetrics.expired(expired)
 		if err == nil {
 			s.holdMetrics.held.Store(held)
 		}

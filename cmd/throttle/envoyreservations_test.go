@@ -124,6 +124,7 @@ func waitOffHourEdge(t *testing.T) {
 func envoyReplicas(t *testing.T, env []string) []rlsv3.RateLimitServiceClient {
 	t.Helper()
 	var out []rlsv3.RateLimitServiceClient
+	env = append(env, "RLCONFIG_ON_REST_PORT=true") // (off by default: the operator's limits)
 	for i := range 3 {
 		s := throttletest.Start(t, env...)
 		out = append(out, rlsClientAt(t, s.GRPCAddr))
