@@ -128,6 +128,39 @@ type Limit struct {
 	RefillRate float64
 	// Accuracy is Exact (the default, "") or Approximate: see Accuracy.
 	Accuracy Accuracy
+	// Global says the limit is one budget for every region: counted in
+	// the global Redis (GLOBAL_REDIS_URL) and decided from memory in each
+	// replica of each region, with leases from it (so Accuracy must be
+	// Approximate); false (scope "regional", the default) counts it where
+	// every other limit is. See ParseScope.
+	Global bool
+}
+
+// ParseScope returns whether the limit scope named s is global: "global",
+// or "regional" (or "") for false; else an error wrapping ErrInvalid.
+func ParseScope(s string) (global bool, err error) {
+	switch s {
+	case "", ScopeRegional:
+		return false, nil
+	case ScopeGlobal:
+		return true, nil
+	}
+	return false, invalidf("scope %q is not one of regional or global", s)
+}
+
+// The names of a limit's scope, as the YAML (scope:) and the REST API
+// ("scope") give them.
+const (
+	ScopeRegional = "regional"
+	ScopeGlobal   = "global"
+)
+
+// ScopeName names a limit's scope: ScopeGlobal or ScopeRegional.
+func (l Limit) ScopeName() string {
+	if l.Global {
+		return ScopeGlobal
+	}
+	return ScopeRegional
 }
 
 // Accuracy says how closely a limit is kept across replicas.
@@ -189,6 +222,9 @@ func (l Limit) Validate() error {
 	}
 	if _, err := ParseAccuracy(string(l.Accuracy)); err != nil {
 		return err
+	}
+	if l.Global && l.Accuracy != Approximate {
+		return invalidf("scope global is decided from memory with leases of the global budget: its accuracy is approximate, not %s (an exact global limit would wait on the global Redis for every decision)", l.Accuracy)
 	}
 	if l.Accuracy == Approximate && l.Algorithm != FixedWindow && l.Algorithm != SlidingWindow {
 		return invalidf("accuracy approximate applies to fixed_window and sliding_window, not %s (whose every decision must read and write the shared state)", l.Algorithm)

@@ -2,6 +2,7 @@ package algorithms
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 )
@@ -22,5 +23,36 @@ func TestGCRAExactnessBound(t *testing.T) {
 		if (err == nil) != tc.ok || (err != nil && !errors.Is(err, ErrInvalid)) {
 			t.Errorf("limit %d per 1000 s: Validate = %v, want ok %v", tc.limit, err, tc.ok)
 		}
+	}
+}
+
+func TestGlobalScope(t *testing.T) {
+	for _, c := range []struct {
+		in     string
+		global bool
+		ok     bool
+	}{{"", false, true}, {"regional", false, true}, {"global", true, true}, {"Global", false, false}, {"world", false, false}} {
+		g, err := ParseScope(c.in)
+		if (err == nil) != c.ok || g != c.global {
+			t.Errorf("ParseScope(%q) = %v, %v; want %v, ok %v", c.in, g, err, c.global, c.ok)
+		}
+		if err != nil && !errors.Is(err, ErrInvalid) {
+			t.Errorf("ParseScope(%q): %v does not wrap ErrInvalid", c.in, err)
+		}
+	}
+	base := Limit{Algorithm: FixedWindow, Limit: 10, Window: time.Minute, Global: true}
+	if err := base.Validate(); err == nil || !strings.Contains(err.Error(), "scope global") {
+		t.Errorf("a global exact limit: %v, want the scope global error", err)
+	}
+	base.Accuracy = Approximate
+	if err := base.Validate(); err != nil {
+		t.Errorf("a global approximate fixed window: %v", err)
+	}
+	if base.ScopeName() != "global" || (Limit{}).ScopeName() != "regional" {
+		t.Errorf("ScopeName: %q, %q", base.ScopeName(), Limit{}.ScopeName())
+	}
+	base.Algorithm = TokenBucket
+	if err := base.Validate(); err == nil {
+		t.Error("a global token bucket validated")
 	}
 }
