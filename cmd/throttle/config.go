@@ -34,6 +34,11 @@ type config struct {
 	Redis          redisConfig
 	RedisPerSecond bool
 	PerSecond      redisConfig
+	// Global is the Redis every region shares, where limits of scope
+	// global are counted (GLOBAL_REDIS_*); Region names this deployment's
+	// region in their metrics (REGION).
+	Global redisConfig
+	Region string
 	// RedisHealthCheck is REDIS_HEALTH_CHECK_ACTIVE_CONNECTION.
 	RedisHealthCheck bool
 	// ExpirationJitter is EXPIRATION_JITTER_MAX_SECONDS.

@@ -98,5 +98,6 @@ func (c *config) redisSecrets() []string {
 	if c.RedisPerSecond {
 		out = append(out, c.PerSecond.secrets()...)
 	}
+	out = append(out, c.Global.secrets()...)
 	return out
 }

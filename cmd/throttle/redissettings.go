@@ -53,10 +53,13 @@ func (rc redisConfig) secrets() []string {
 var redisSettings = slices.Concat(
 	redisConnection("REDIS_", "redis-", "the counters' Redis (with REDIS_URL)", func(c *config) *redisConfig { return &c.Redis }),
 	redisConnection("REDIS_PERSECOND_", "redis-persecond-", "the per-second Redis (with REDIS_PERSECOND=true)", func(c *config) *redisConfig { return &c.PerSecond }),
+	redisConnection("GLOBAL_REDIS_", "global-redis-", "the global Redis (with GLOBAL_REDIS_URL)", func(c *config) *redisConfig { return &c.Global }),
 	[]setting{
 		{"REDIS_URL", "redis-url", "", "counters in Redis: a redis:// or rediss:// URL (?master_name=M for Sentinel, ?cluster=true&addr=host:port… for Cluster), or as the reference service gives it: host:port, a unix socket's path, mymaster,host:port… with REDIS_TYPE=sentinel, host:port,… with REDIS_TYPE=cluster; empty = in memory", func(c *config, v string) error { c.Redis.URL = v; return nil }},
 		{"REDIS_PERSECOND", "redis-persecond", "false", "keep the counters of limits whose window is one second (unit: second) in a Redis of their own, REDIS_PERSECOND_URL, as the reference service does: a request with both kinds counts in both, all or nothing; a dead per-second Redis fails only per-second decisions, by FAILURE_MODE", func(c *config, v string) (err error) { c.RedisPerSecond, err = parseBool(v); return }},
 		{"REDIS_PERSECOND_URL", "redis-persecond-url", "", "with REDIS_PERSECOND=true: the per-second Redis, in any form REDIS_URL takes", func(c *config, v string) error { c.PerSecond.URL = v; return nil }},
+		{"GLOBAL_REDIS_URL", "global-redis-url", "", "with REDIS_URL: the Redis every region shares, in any form REDIS_URL takes, where limits of scope: global are counted; each replica of each region decides them from memory within leases of the global budget, sized for its round trip to this Redis (docs/global-limits.md); every other limit stays on REDIS_URL. Empty: scope: global is refused", func(c *config, v string) error { c.Global.URL = v; return nil }},
+		{"REGION", "region", "", "the name of this deployment's region (letters, digits, '-', '_', '.'; at most 63), the label region of the global limits' metrics; empty = none", func(c *config, v string) (err error) { c.Region, err = parseRegion(v); return }},
 		{"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "redis-health-check-active-connection", "false", "the reference's /healthcheck fails while no connection to Redis is up", func(c *config, v string) (err error) { c.RedisHealthCheck, err = parseBool(v); return }},
 		{"EXPIRATION_JITTER_MAX_SECONDS", "expiration-jitter-max-seconds", "0", "with REDIS_URL: add a random 0 to N seconds to the TTL of each window counter the Envoy path makes, so one window's counters do not all expire at once (the reference's default is 300, which keeps a one-second counter 150 times as long on average)", func(c *config, v string) (err error) { c.ExpirationJitter, err = parseJitter(v); return }},
 		{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "stop-cache-key-increment-when-overlimit", "false", "true: a gRPC rate-limit request over a limit counts on none of its descriptors, which is Throttle's way already (it contradicts COUNT_REJECTED_HITS=true); false, the reference's default: COUNT_REJECTED_HITS decides", func(c *config, v string) (err error) { c.StopIncrementOverLimit, err = parseBool(v); return }},
@@ -166,6 +169,13 @@ func (c *config) validateRedis() []error {
 			}
 		}
 	}
+	if c.Global.URL != "" {
+		if c.Redis.URL == "" {
+			errs = append(errs, errors.New("GLOBAL_REDIS_URL needs REDIS_URL: global limits are decided from leases beside a regional Redis; without REDIS_URL counters are in memory, on one node"))
+		} else if _, err := parseRedisTarget(c.Global, "GLOBAL_REDIS_"); err != nil {
+			errs = append(errs, scrub(err, c.Global.secrets()))
+		}
+	}
 	if c.StopIncrementOverLimit && c.CountRejectedHits {
 		errs = append(errs, errors.New("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true and COUNT_REJECTED_HITS=true contradict each other: the first counts nothing of a request over a limit, the second counts every hit; give one"))
 	}
@@ -179,5 +189,23 @@ func (c *config) validateRedis() []error {
 // URL or REDIS_TLS=true, of the counters' Redis or of the per-second one.
 func (c *config) redisTLSOn() bool {
 	on := func(rc redisConfig) bool { return strings.HasPrefix(rc.URL, "rediss://") || (rc.TLS && rc.URL != "") }
-	return on(c.Redis) || (c.RedisPerSecond && on(c.PerSecond))
+	return on(c.Redis) || (c.RedisPerSecond && on(c.PerSecond)) || on(c.Global)
+}
+
+// GlobalScope reports whether limits of scope global can be kept: a
+// global Redis is set (GLOBAL_REDIS_URL).
+func (c *config) GlobalScope() bool { return c.Global.URL != "" }
+
+// parseRegion checks a REGION: empty, or a short name fit for a metric
+// label.
+func parseRegion(v string) (string, error) {
+	if len(v) > 63 {
+		return "", fmt.Errorf("%q is longer than 63 characters", v)
+	}
+	for _, r := range v {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
+			return "", fmt.Errorf("%q holds %q: a region is letters, digits, '-', '_' and '.'", v, r)
+		}
+	}
+	return v, nil
 }
