@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -12,6 +13,8 @@ import (
 
 	"github.com/throttle-rl/throttle/algorithms"
 	"github.com/throttle-rl/throttle/internal/testkit"
+	"github.com/throttle-rl/throttle/internal/testkit/redistest"
+	"github.com/throttle-rl/throttle/internal/testkit/throttletest"
 	"github.com/throttle-rl/throttle/store"
 )
 
@@ -68,5 +71,24 @@ func TestServeRefusesGlobalScope(t *testing.T) {
 		`client "Shop" (domain shop) rule "checkout", client "Shop" (domain shop) rule "tenant"; set GLOBAL_REDIS_URL, or make those rules regional (PUT /rules/{name} without "scope": "global")`
 	if err == nil || err.Error() != want {
 		t.Errorf("serve with global rules: err = %v\nwant %s", err, want)
+	}
+}
+
+// TestRLConfigShowsScope: with GLOBAL_REDIS_URL, the built binary serves
+// descriptor files with scope: global, and GET /rlconfig shows the scope
+// of a global limit as it shows accuracy approximate.
+func TestRLConfigShowsScope(t *testing.T) {
+	dir := t.TempDir()
+	global, err := os.ReadFile("testdata/global.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFiles(t, dir, map[string]string{"global.yaml": string(global)})
+	redisURL := redistest.SharedURL(t)
+	s := throttletest.Start(t, "DESCRIPTORS_DIR="+dir, "RLCONFIG_ON_REST_PORT=true", "REDIS_URL="+redisURL, "GLOBAL_REDIS_URL="+redisURL,
+		"CACHE_KEY_PREFIX=scope-"+testkit.RandomHex(t, 4)+":")
+	want := "edge.tenant: unit=MINUTE requests_per_unit=6000, shadow_mode: false, accuracy: approximate, scope: global\n"
+	if code, _, body := getText(t, s.URL+"/rlconfig"); code != http.StatusOK || body != want {
+		t.Errorf("GET /rlconfig = %d %q, want 200 %q", code, body, want)
 	}
 }
