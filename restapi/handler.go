@@ -171,6 +171,9 @@ func NewHandler(d Deps) http.Handler {
 		d.RegisterLimit = algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 10, Window: time.Hour}
 	}
 	d.Reservations.setDefaults()
+	if d.Reservations.Ledger == nil {
+		d.Reservations.Ledger = newMemoryLedger(d.Now)
+	}
 	m := newMetrics(d.Registerer, d.Log)
 	tr := newTracing(d.TracerProvider, d.Propagator)
 
@@ -200,6 +203,11 @@ func NewServer(addr string, h http.Handler) *http.Server {
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
 	}
+}
+
+// outstanding is the cap of each client's outstanding reservations.
+func (d Deps) outstanding() *outstanding {
+	return &outstanding{ledger: d.Reservations.Ledger, max: d.Reservations.MaxOutstanding}
 }
 
 // maxReservationTTL is d.MaxReservationTTL with its default.

@@ -22,7 +22,7 @@ func addRoutes(mux routeTable, d Deps, m *metrics, tr *tracing) {
 	check := checkDeps{
 		Cache: d.Cache, Usage: d.Usage, TrustedProxies: d.TrustedProxies, HeaderSets: d.HeaderSets, Now: d.Now,
 		Limiter:      tr.decisions(d.Limiter), // /check and /check/ip decide in a span of their own when traced
-		Reservations: d.Reservations, Outstanding: newOutstanding(d.Reservations.MaxOutstanding, d.Now),
+		Reservations: d.Reservations, Outstanding: d.outstanding(),
 	}
 
 	mux.Handle("GET /{$}", handleRoot(d.Gatherer != nil))
@@ -53,7 +53,7 @@ func addRoutes(mux routeTable, d Deps, m *metrics, tr *tracing) {
 	mux.Handle("POST /check/batch", checkAuth(once(handleCheckBatch(check, m))))
 	mux.Handle("POST /reservations/{id}/commit", checkAuth(handleReservationSettle(d.Limiter, check.Outstanding, m, false)))
 	mux.Handle("DELETE /reservations/{id}", checkAuth(handleReservationSettle(d.Limiter, check.Outstanding, m, true)))
-	mux.Handle("POST /reset", auth(handleReset(d.Limiter)))
+	mux.Handle("POST /reset", auth(handleReset(d.Limiter, check.Outstanding)))
 
 	mux.Handle("POST /rules", auth(handleRuleCreate(d.DB, d.Cache, d.maxReservationTTL())))
 	mux.Handle("GET /rules/list", auth(handleRuleList(d.DB, d.ListObjects)))
