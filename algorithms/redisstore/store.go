@@ -68,13 +68,13 @@ type Store struct {
 	// library is the engine as a function library; batchFn, settleFn and
 	// sweepFn its functions (each with its script form, where functions
 	// cannot be loaded).
-	library                    string
+	library                            string
 	batchFn, settleFn, sweepFn, heldFn luaFn
-	reset                      *redis.Script
-	clear                      *redis.Script
-	refund                     *redis.Script // refundVoided (Cluster), refundPlain
-	route                      *router       // the master of each key: one, or a Cluster's
-	opts                       Options
+	reset                              *redis.Script
+	clear                              *redis.Script
+	refund                             *redis.Script // refundVoided (Cluster), refundPlain
+	route                              *router       // the master of each key: one, or a Cluster's
+	opts                               Options
 	// tracer makes the spans of trace.go; nil: none.
 	tracer trace.Tracer
 	// approx holds the approximate limits, syncer syncs them
