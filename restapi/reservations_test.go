@@ -193,3 +193,39 @@ func TestReservationCapAcrossReplicas(t *testing.T) {
 	}
 	wantError(t, two.call(t, "POST", "/check", c.Key, body("cap")), http.StatusTooManyRequests, "TOO_MANY_RESERVATIONS")
 }
+
+// TestStatsReservations: /stats lists the caller's outstanding
+// reservations by counter with the quota used and, of it, held — up with
+// each reservation, down with a commit; a counter with none left is not
+// listed. Both stores.
+func TestStatsReservations(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		e := newEnv(t, b)
+		c := e.register(t, "stats-held")
+		limit := `"limit":10,"window":3600,"algorithm":"fixed_window"`
+		stats := func() statsReply {
+			t.Helper()
+			r := e.call(t, "GET", "/stats/"+c.ID, c.Key, "")
+			if r.status != http.StatusOK {
+				t.Fatalf("stats: %d %s", r.status, r.body)
+			}
+			return decodeReply[statsReply](t, r)
+		}
+		if s := stats(); s.Reservations == nil || s.Reservations.Outstanding != 0 || len(s.Reservations.Counters) != 0 {
+			t.Errorf("stats before any reservation: %+v, want 0 outstanding, no counters", s.Reservations)
+		}
+		a, _ := e.check(t, c, `{"identifier":"s",`+limit+`,"hits":4,"reserve_ttl":30}`)
+		e.check(t, c, `{"identifier":"s",`+limit+`,"hits":2,"reserve_ttl":30}`)
+		e.check(t, c, `{"identifier":"s",`+limit+`,"hits":1}`)
+		want := heldCounterStats{Identifier: "s", Algorithm: "fixed_window", Limit: 10, Window: 3600, Used: 7, Held: 6, Remaining: 3,
+			ResetAt: testNow.Truncate(time.Hour).Add(time.Hour).Unix(), Reservations: 2}
+		if s := stats(); s.Reservations == nil || s.Reservations.Outstanding != 2 || len(s.Reservations.Counters) != 1 || s.Reservations.Counters[0] != want {
+			t.Errorf("stats with 6 held: %+v, want 2 outstanding, %+v", s.Reservations, want)
+		}
+		e.call(t, "POST", "/reservations/"+a.ReservationID+"/commit", c.Key, `{"hits":1}`)
+		want.Used, want.Held, want.Remaining, want.Reservations = 4, 2, 6, 1
+		if s := stats(); s.Reservations == nil || s.Reservations.Outstanding != 1 || len(s.Reservations.Counters) != 1 || s.Reservations.Counters[0] != want {
+			t.Errorf("stats after a commit of 1 of 4: %+v, want %+v", s.Reservations, want)
+		}
+	})
+}
