@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/throttle-rl/throttle/algorithms"
@@ -21,12 +22,14 @@ type reservationStats struct {
 	Counters    []heldCounterStats `json:"counters"`
 }
 
-// heldCounterStats is one counter with outstanding reservations: used
-// counts every admitted hit of its current window (or bucket), held the
-// part of it that unexpired, unsettled reservations hold.
+// heldCounterStats is one counter with outstanding reservations (an
+// identifier under a rule, or an inline limit): used counts every admitted
+// hit of its current window (or what is missing from its bucket), held the
+// part of it that unexpired, unsettled reservations hold — at most used: a
+// bucket's refill gives tokens back, held or not.
 type heldCounterStats struct {
 	Identifier   string  `json:"identifier"`
-	Counter      string  `json:"counter,omitempty"`
+	Rule         string  `json:"rule,omitempty"`
 	Algorithm    string  `json:"algorithm"`
 	Limit        int64   `json:"limit"`
 	Window       int64   `json:"window,omitempty"`
@@ -94,10 +97,11 @@ func readReservationStats(ctx context.Context, limiter algorithms.Store, out *ou
 	}
 	for i, ct := range counters {
 		l, d := ct.req.Limit, ds[i]
+		used := max(0, l.Limit-d.Remaining)
 		rs.Counters = append(rs.Counters, heldCounterStats{
-			Identifier: ct.req.Key.Identifier, Counter: ct.req.Key.Name, Algorithm: string(l.Algorithm),
+			Identifier: ct.req.Key.Identifier, Rule: strings.TrimPrefix(ct.req.Key.Name, "rule:"), Algorithm: string(l.Algorithm),
 			Limit: l.Limit, Window: int64(l.Window / time.Second), RefillRate: l.RefillRate,
-			Used: max(0, l.Limit-d.Remaining), Held: held[i], Remaining: d.Remaining, ResetAt: ceilUnix(d.ResetAt()),
+			Used: used, Held: min(held[i], used), Remaining: d.Remaining, ResetAt: ceilUnix(d.ResetAt()),
 			Reservations: ct.n,
 		})
 	}

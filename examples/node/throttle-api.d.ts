@@ -1083,8 +1083,8 @@ export interface components {
                 outstanding: number;
                 counters: {
                     identifier: string;
-                    /** @description The rule (or rule limit) the reservations were checked under; absent for an inline limit. */
-                    counter?: string;
+                    /** @description The rule the reservations were checked under; absent for an inline limit. */
+                    rule?: string;
                     algorithm: components["schemas"]["Algorithm"];
                     /** Format: int64 */
                     limit: number;
@@ -1096,12 +1096,12 @@ export interface components {
                     refill_rate?: number;
                     /**
                      * Format: int64
-                     * @description Hits counted in the current window (or bucket), held ones included.
+                     * @description Hits counted in the current window (a bucket's: what is missing from it), held ones included: limit minus remaining.
                      */
                     used: number;
                     /**
                      * Format: int64
-                     * @description Of used, the hits unexpired, unsettled reservations hold in the current window (or bucket): given back at their expiry or by a commit of less.
+                     * @description Of used, the hits unexpired, unsettled reservations hold in the current window (or bucket), given back at their expiry or by a commit of less; at most used (a bucket's refill gives tokens back, held or not). A sliding window's reservations made in the window before are not listed.
                      */
                     held: number;
                     /** Format: int64 */
