@@ -419,6 +419,12 @@ type Store interface {
 	// len(sts), in order. A settle that fails validation fails the whole
 	// batch with an error wrapping ErrInvalid, before anything is settled.
 	Settle(ctx context.Context, sts []Settle) ([]SettleResult, error)
+	// Held returns, for each request, the hits that unexpired, unsettled
+	// holds keep on its (Key, Limit): those counted in its current window
+	// (fixed and sliding window; a sliding window's holds of the window
+	// before weigh in its estimate but are not listed) or in its bucket.
+	// They are part of what Check counts as used. It counts nothing.
+	Held(ctx context.Context, reqs []Request) ([]int64, error)
 }
 
 // ValidateBatch checks every request of a batch, as a Store does before it

@@ -53,6 +53,11 @@ const (
 	// UnknownHold: no hold of that ID is known on that counter (never
 	// made, or forgotten after its counter's window ended).
 	UnknownHold
+	// Cleared: the hold's counter was reset or cleared (Store.Reset,
+	// Store.Clear) while the hold was held: its hits went with the
+	// counter, and nothing was counted — the fresh counter never gets the
+	// commit of a hold made before it.
+	Cleared
 )
 
 // SettleResult is the store's answer to one Settle.

@@ -272,6 +272,9 @@ func (s *MemoryStore) Reset(ctx context.Context, scope, identifier string, alg A
 	defer sh.mu.Unlock()
 	nowUS = sh.at(nowUS)
 	n, an := 0, memoryAlg(alg) // 0 for all algorithms
+	sh.clearHolds(nowUS, func(h *memoryHold) bool {
+		return h.req.Key.Scope == scope && h.req.Key.Identifier == identifier && (an == 0 || h.p.lk.alg == an)
+	})
 	for h, head := range sh.states {
 		n += sh.drop(h, head, nowUS, func(e *memoryEntry) bool {
 			return e.key.scope == scope && e.key.identifier == identifier && (an == 0 || e.key.alg == an)
@@ -297,6 +300,7 @@ func (s *MemoryStore) Clear(ctx context.Context, reqs []Request) (int, error) {
 		s.place(&reqs[i], &p)
 		p.sh.mu.Lock()
 		at := p.sh.at(nowUS)
+		p.sh.clearHolds(at, func(h *memoryHold) bool { return h.p.lk == p.lk && h.req.Key == *key })
 		n += p.sh.drop(p.h, p.sh.states[p.h], at, func(e *memoryEntry) bool { return e.key.is(key, &p.lk) })
 		p.sh.mu.Unlock()
 	}

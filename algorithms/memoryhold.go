@@ -20,6 +20,7 @@ const (
 	holdHeld holdStatus = iota
 	holdSettled
 	holdExpired
+	holdCleared // its state was reset or cleared while it was held
 )
 
 // memoryHold is one hold: the request that made it (without its Hold),
@@ -178,6 +179,8 @@ func (sh *memoryShard) settle(st *Settle, p *spot, nowUS int64) SettleResult {
 		return SettleResult{Outcome: AlreadySettled}
 	case h.status == holdExpired:
 		return SettleResult{Outcome: Expired}
+	case h.status == holdCleared:
+		return SettleResult{Outcome: Cleared}
 	}
 	sh.adjust(h, st.Committed()-h.hits, nowUS)
 	h.status = holdSettled
@@ -187,4 +190,82 @@ func (sh *memoryShard) settle(st *Settle, p *spot, nowUS int64) SettleResult {
 	sh.decide(p, &peek, nowUS, false, &res.Decision)
 	res.Decision.Allowed = true
 	return res
+}
+
+// clearHolds marks the held holds of the shard that gone names as cleared
+// (their state was reset or cleared): their hits went with the state, and
+// a settle finds them Cleared. Holds that expired by nowUS are given back
+// first, so they stay Expired. Call it with sh.mu held, before the states
+// are dropped.
+func (sh *memoryShard) clearHolds(nowUS int64, gone func(h *memoryHold) bool) {
+	if len(sh.holds) == 0 {
+		return
+	}
+	if nowUS >= sh.nextHoldUS {
+		sh.expireHolds(nowUS)
+	}
+	for _, h := range sh.holds {
+		if h.status == holdHeld && gone(h) {
+			h.status = holdCleared
+		}
+	}
+	sh.expireHolds(nowUS) // nextHoldUS: a cleared hold waits only to be forgotten
+}
+
+// Held returns, for each request, the hits its counter's unexpired,
+// unsettled holds hold: those counted in its current window (the window
+// algorithms) or in its bucket. Nothing is counted.
+func (s *MemoryStore) Held(ctx context.Context, reqs []Request) ([]int64, error) {
+	if err := ValidateBatch(reqs); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	out := make([]int64, len(reqs))
+	nowUS := s.nowUS()
+	for i := range reqs {
+		r := &reqs[i]
+		var p spot
+		s.place(r, &p)
+		p.sh.mu.Lock()
+		at := p.sh.at(nowUS)
+		if at >= p.sh.nextHoldUS {
+			p.sh.expireHolds(at)
+		}
+		var start int64
+		if w := p.lk.windowUS; w > 0 {
+			start = at - at%w
+		}
+		for _, h := range p.sh.holds {
+			if h.status == holdHeld && h.p.lk == p.lk && h.req.Key == r.Key && h.start == start {
+				out[i] += h.hits
+			}
+		}
+		p.sh.mu.Unlock()
+	}
+	return out, nil
+}
+
+// HeldHits is the hits every unexpired, unsettled hold of the store holds
+// now (the throttle_reservations_held_hits gauge of a memory store).
+func (s *MemoryStore) HeldHits() int64 {
+	nowUS := s.nowUS()
+	var n int64
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		if len(sh.holds) > 0 {
+			if at := sh.at(nowUS); at >= sh.nextHoldUS {
+				sh.expireHolds(at)
+			}
+			for _, h := range sh.holds {
+				if h.status == holdHeld {
+					n += h.hits
+				}
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return n
 }

@@ -58,6 +58,10 @@ var (
 		"throttle_db_in_use_connections",
 		"throttle_approximate_blind_hits_total",
 		"throttle_approximate_excess_hits_total",
+		"throttle_reservations_held_hits",
+		"throttle_reservations_total",
+		"throttle_reservations_expired_total",
+		"throttle_ratelimit_reservation_calls_total",
 	}
 	histograms = []string{
 		"throttle_http_request_duration_seconds",

@@ -47,6 +47,7 @@ const (
 	holdRecheck          // a reused handle: read, over when reserve.hits do not fit
 	holdSettled          // settled; decided by the settlement
 	holdAlways           // a commit with no hold to commit to: count it always
+	holdCleared          // a commit of a hold its counter's reset took: count nothing, read
 )
 
 // settleHolds settles the handle of every limit of todo that reserves, and
@@ -105,6 +106,8 @@ func holdModeOf(reserve bool, found algorithms.SettleOutcome) holdMode {
 	switch {
 	case found == algorithms.Settled:
 		return holdSettled
+	case !reserve && found == algorithms.Cleared:
+		return holdCleared
 	case reserve && found == algorithms.UnknownHold:
 		return holdReserve
 	case reserve:
@@ -124,6 +127,8 @@ func holdRequest(r *algorithms.Request, l *limited, ls *limitState) (peek int64)
 	case holdRecheck:
 		r.Hits = 0
 		return ls.limit.Reserve.Hits
+	case holdCleared:
+		r.Hits = 0 // the reset forgot the hold and its hits: nothing counts into the fresh counter
 	case holdAlways:
 		r.AlwaysCount = true
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/throttle-rl/throttle/algorithms"
 	"github.com/throttle-rl/throttle/algorithms/redisstore"
 	"github.com/throttle-rl/throttle/descriptors"
+	"github.com/throttle-rl/throttle/internal/envoycounters"
 	"github.com/throttle-rl/throttle/internal/testkit/redistest"
 	"github.com/throttle-rl/throttle/ratelimitsvc"
 )
@@ -45,7 +46,7 @@ func TestReservationCalls(t *testing.T) {
 	for name, store := range stores {
 		t.Run(name, func(t *testing.T) {
 			reg := prometheus.NewRegistry()
-			rls, _ := serve(t, ratelimitsvc.Options{Limiter: store, Descriptors: func() *descriptors.Config { return cfg },
+			srv, rls, _ := serveServer(t, ratelimitsvc.Options{Limiter: store, Descriptors: func() *descriptors.Config { return cfg },
 				Now: time.Now, Registerer: reg})
 			call := func(hits uint64, ds ...*rlcommon.RateLimitDescriptor) *rlsv3.RateLimitResponse {
 				t.Helper()
@@ -92,7 +93,23 @@ func TestReservationCalls(t *testing.T) {
 					t.Errorf("%s: over %t, remaining %d; want over %t, remaining %d", s.what, over, st.GetLimitRemaining(), s.over, s.remaining)
 				}
 			}
-			for call, want := range map[string]float64{"reserve": 4, "commit": 2, "recheck": 1, "uncommitted": 2} {
+			// A reset of the counters (REST's POST /descriptors/{domain}/counters/reset)
+			// takes the holds: a commit after counts nothing into the fresh counter.
+			reset := func() {
+				t.Helper()
+				if _, _, err := srv.ResetCounters(context.Background(), "llm", []envoycounters.Descriptor{counterDesc("tenant", "acme")}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			reset()
+			if st := call(0, tenant("r5")).GetStatuses()[0]; st.GetLimitRemaining() != 6 {
+				t.Fatalf("reserve r5 after a reset: remaining %d, want 6", st.GetLimitRemaining())
+			}
+			reset()
+			if st := call(3, tenant("r5")).GetStatuses()[0]; st.GetLimitRemaining() != 10 {
+				t.Errorf("commit 3 of r5 after the reset: remaining %d, want 10 (nothing counted)", st.GetLimitRemaining())
+			}
+			for call, want := range map[string]float64{"reserve": 5, "commit": 2, "recheck": 1, "uncommitted": 2, "cleared": 1} {
 				if got := counter(t, reg, "throttle_ratelimit_reservation_calls_total", map[string]string{"call": call}); got != want {
 					t.Errorf("throttle_ratelimit_reservation_calls_total{call=%q} = %v, want %v", call, got, want)
 				}

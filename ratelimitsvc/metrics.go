@@ -83,7 +83,7 @@ func newMetrics(reg prometheus.Registerer, maxValueKeys int, ref ReferenceStats)
 		}, []string{"reason"}),
 		holds: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "throttle_ratelimit_reservation_calls_total",
-			Help: "Envoy calls on limits that reserve, by what their handle made of them: reserve (hits_addend 0, a hold asked for), commit (hits_addend N, or 0 on a held handle, settled), recheck (hits_addend 0 on a handle settled or expired before), uncommitted (hits_addend N with no hold: counted as always_count).",
+			Help: "Envoy calls on limits that reserve, by what their handle made of them: reserve (hits_addend 0, a hold asked for), commit (hits_addend N, or 0 on a held handle, settled), recheck (hits_addend 0 on a handle settled or expired before), uncommitted (hits_addend N with no hold: counted as always_count), cleared (hits_addend N on a hold its counters' reset took: nothing counted).",
 		}, []string{"call"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "throttle_grpc_request_duration_seconds",
@@ -97,8 +97,8 @@ func newMetrics(reg prometheus.Registerer, maxValueKeys int, ref ReferenceStats)
 	for _, reason := range inputsize.Reasons {
 		m.oversized.WithLabelValues(reason) // every series from the start: a fixed set
 	}
-	for h := holdReserve; h <= holdAlways; h++ {
-		m.holds.WithLabelValues(h.call()) // every series from the start: four, fixed
+	for h := holdReserve; h <= holdCleared; h++ {
+		m.holds.WithLabelValues(h.call()) // every series from the start: five, fixed
 	}
 	if reg != nil {
 		cs := []prometheus.Collector{m.domainNotFound, m.globalShadowMode, m.folded, m.oversized, m.holds, m.latency}
@@ -237,6 +237,8 @@ func (h holdMode) call() string {
 		return "commit"
 	case holdAlways:
 		return "uncommitted"
+	case holdCleared:
+		return "cleared"
 	}
 	return ""
 }

@@ -41,6 +41,8 @@ type statsReply struct {
 	Rejected       int64             `json:"rejected"`
 	ByAlgorithm    map[string]int64  `json:"by_algorithm"`
 	TopIdentifiers []identifierStats `json:"top_identifiers"`
+	// Reservations: absent when the counters could not be read.
+	Reservations *reservationStats `json:"reservations,omitempty"`
 }
 
 // identifierStats is one identifier's /check counts.
@@ -57,8 +59,9 @@ const defaultTopIdentifiers = 10
 
 // handleStats reports the caller's /check counts, and its most checked
 // identifiers (?top=N, 0 to store.MaxTopIdentifiers, default 10). A key may
-// only read its own client's stats: any other client id is 403.
-func handleStats(usage *store.UsageRecorder) http.Handler {
+// only read its own client's stats: any other client id is 403. With them,
+// its outstanding reservations and the quota they hold on each counter.
+func handleStats(usage *store.UsageRecorder, limiter algorithms.Store, out *outstanding) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c := clientFrom(r.Context())
 		if r.PathValue("client_id") != c.ID {
@@ -102,6 +105,7 @@ func handleStats(usage *store.UsageRecorder) http.Handler {
 			Rejected:       u.Rejected,
 			ByAlgorithm:    by,
 			TopIdentifiers: top,
+			Reservations:   readReservationStats(r.Context(), limiter, out, c),
 		})
 	})
 }

@@ -211,20 +211,20 @@ func decideChecks(ctx context.Context, d checkDeps, m *metrics, c store.Client, 
 			reqs[i].AllOrNothing = true
 		}
 	}
-	holds, err := d.holdReservations(c, checks, at, reqs)
+	holds, err := d.holdReservations(ctx, c, checks, at, reqs)
 	if err != nil {
 		return nil, err
 	}
 	decs, err := decideRequests(ctx, d.Limiter, reqs)
 	if err != nil {
-		d.Outstanding.release(c.ID, holds...)
+		d.Outstanding.release(ctx, c.ID, holds...)
 		return nil, err
 	}
 	for k, dec := range decs {
 		i := at[k]
 		out[i].reply, out[i].reset = checks[i].reply(dec), ceilSeconds(dec.ResetAfter)
 		if h := reqs[k].Hold; h != nil {
-			d.reserved(m, c, checks[i], h.ID, dec, &out[i].reply)
+			d.reserved(ctx, m, c, checks[i], h.ID, dec, &out[i].reply)
 		}
 	}
 	for _, o := range out {
@@ -315,28 +315,30 @@ type checkDeps struct {
 
 // holdReservations gives the requests of the checks with reserve_ttl (at:
 // the check of each request) a hold of a new id each, and claims their
-// places among their client's outstanding reservations; it returns the ids.
-func (d checkDeps) holdReservations(c store.Client, checks []check, at []int, reqs []algorithms.Request) ([]string, error) {
+// places among their client's outstanding reservations; it returns their
+// reservation ids.
+func (d checkDeps) holdReservations(ctx context.Context, c store.Client, checks []check, at []int, reqs []algorithms.Request) ([]string, error) {
 	var ids []string
 	var ttls []time.Duration
 	for k := range reqs {
 		if ttl := checks[at[k]].reserveTTL; ttl > 0 {
 			reqs[k].Hold = &algorithms.Hold{ID: newHoldID(), TTL: ttl}
-			ids, ttls = append(ids, reqs[k].Hold.ID), append(ttls, ttl)
+			ids, ttls = append(ids, reservationID(c, checks[at[k]], reqs[k].Hold.ID)), append(ttls, ttl)
 		}
 	}
-	return ids, d.Outstanding.claim(c.ID, ids, ttls)
+	return ids, d.Outstanding.claim(ctx, c.ID, ids, ttls)
 }
 
 // reserved writes to reply the reservation that ch's hold id made when
 // dec kept it, and frees its place when it did not.
-func (d checkDeps) reserved(m *metrics, c store.Client, ch check, id string, dec algorithms.Decision, reply *checkReply) {
+func (d checkDeps) reserved(ctx context.Context, m *metrics, c store.Client, ch check, id string, dec algorithms.Decision, reply *checkReply) {
+	rid := reservationID(c, ch, id)
 	if dec.HoldExpires.IsZero() {
-		d.Outstanding.release(c.ID, id)
+		d.Outstanding.release(ctx, c.ID, rid)
 		return
 	}
 	m.reservations.WithLabelValues("made").Inc()
-	reply.ReservationID = reservationID(c, ch, id)
+	reply.ReservationID = rid
 	reply.ReservationExpiresAt = dec.HoldExpires.UTC().Format(time.RFC3339Nano)
 }
 

@@ -119,6 +119,7 @@ func newEnvAt(t *testing.T, dbURL string, b backend, opts ...func(*Deps)) *testE
 	var idem IdempotencyStore // the memory store, or Redis
 	var memIdem *memoryIdempotency
 	var ready func(context.Context) map[string]error // memory: none, always ready
+	var ledger ReservationLedger                     // memory: the handler's own
 	switch b.limiter {
 	case "memory":
 		limiter = algorithms.NewMemoryStore(algorithms.MemoryOptions{Now: testClock})
@@ -126,7 +127,7 @@ func newEnvAt(t *testing.T, dbURL string, b backend, opts ...func(*Deps)) *testE
 		idem = memIdem
 	case "redis":
 		rs := redisstore.New(redisClient(t), redisstore.Options{Now: testClock})
-		limiter, ready = rs, rs.Ready
+		limiter, ready, ledger = rs, rs.Ready, rs.Ledger()
 		idem = idempotency.NewRedis(redisClient(t), "test-"+testkit.RandomHex(t, 8)+":", idempotency.Quota{Records: DefaultIdempotencyRecords, Bytes: DefaultIdempotencyBytes})
 	default:
 		t.Fatalf("unknown limiter %q", b.limiter)
@@ -153,6 +154,7 @@ func newEnvAt(t *testing.T, dbURL string, b backend, opts ...func(*Deps)) *testE
 		Now:           testClock,
 		Idempotency:   idem,
 		AdminKey:      testAdminKey,
+		Reservations:  ReservationLimits{Ledger: ledger},
 	}
 	for _, o := range opts {
 		o(&d)

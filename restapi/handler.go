@@ -175,6 +175,9 @@ func NewHandler(d Deps) http.Handler {
 		d.RegisterLimit = algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 10, Window: time.Hour}
 	}
 	d.Reservations.setDefaults()
+	if d.Reservations.Ledger == nil {
+		d.Reservations.Ledger = newMemoryLedger(d.Now)
+	}
 	m := newMetrics(d.Registerer, d.Log)
 	tr := newTracing(d.TracerProvider, d.Propagator)
 
@@ -209,6 +212,11 @@ func NewServer(addr string, h http.Handler) *http.Server {
 // ruleOptions are what a rule body is checked against.
 func (d Deps) ruleOptions() ruleOptions {
 	return ruleOptions{maxTTL: d.maxReservationTTL(), globalScope: d.GlobalScope}
+}
+
+// outstanding is the cap of each client's outstanding reservations.
+func (d Deps) outstanding() *outstanding {
+	return &outstanding{ledger: d.Reservations.Ledger, max: d.Reservations.MaxOutstanding}
 }
 
 // maxReservationTTL is d.MaxReservationTTL with its default.

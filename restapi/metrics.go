@@ -43,7 +43,7 @@ func newMetrics(reg prometheus.Registerer, log *slog.Logger) *metrics {
 		}, []string{"api", "algorithm", "accuracy", "outcome"}),
 		reservations: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "throttle_reservations_total",
-			Help: "REST reservations (reserve_ttl) by outcome: made, committed, cancelled; and settles refused: already_settled, expired (found expired by its commit), not_found. Holds given back by expiry are throttle_reservations_expired_total.",
+			Help: "REST reservations (reserve_ttl) by outcome: made, committed, cancelled; and settles refused: already_settled, expired (found expired by its commit), reset (its counter was reset after it was made), not_found. Holds given back by expiry are throttle_reservations_expired_total.",
 		}, []string{"outcome"}),
 	}
 	if reg == nil {

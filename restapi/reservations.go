@@ -1,6 +1,7 @@
 package restapi
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
@@ -34,6 +35,7 @@ const (
 	reservationErrorCodeNotFound        = "RESERVATION_NOT_FOUND"
 	reservationErrorCodeSettled         = "RESERVATION_SETTLED"
 	reservationErrorCodeExpired         = "RESERVATION_EXPIRED"
+	reservationErrorCodeReset           = "RESERVATION_RESET"
 	reservationErrorCodeTooManyReserved = "TOO_MANY_RESERVATIONS"
 )
 
@@ -46,9 +48,12 @@ type ReservationLimits struct {
 	// hold, (0, 1]. Default DefaultReservationMaxFraction.
 	MaxFraction float64
 	// MaxOutstanding is how many unsettled, unexpired reservations one
-	// client may have made through this replica. Default
-	// DefaultReservationMaxOutstanding.
+	// client may have, on every replica together when Ledger is shared.
+	// Default DefaultReservationMaxOutstanding.
 	MaxOutstanding int
+	// Ledger keeps each client's outstanding reservations. Optional:
+	// default, this replica's memory (the cap then counts per replica).
+	Ledger ReservationLedger
 }
 
 func (l *ReservationLimits) setDefaults() {
@@ -93,32 +98,58 @@ func reservationID(c store.Client, ch check, holdID string) string {
 		Client: c.ID, Identifier: ch.identifier, Counter: ch.counter, Algorithm: string(l.Algorithm),
 		Limit: l.Limit, WindowMS: l.Window.Milliseconds(), Refill: l.RefillRate, Accuracy: string(l.Accuracy), Global: l.Global, Hold: holdID,
 	}
+	return tok.id()
+}
+
+// id is the reservation id of tok: the one form the ledger knows it by,
+// however a client spelled the id it settles.
+func (tok reservationToken) id() string {
 	b, _ := json.Marshal(tok) // a struct of strings and numbers
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-// parseReservationID returns the settle request of id for client c; an
-// id that is malformed, or another client's, is RESERVATION_NOT_FOUND.
-func parseReservationID(c store.Client, id string) (algorithms.Settle, error) {
-	notFound := &apiError{http.StatusNotFound, reservationErrorCodeNotFound, "no reservation of yours has this id"}
+// decodeReservationID returns the token of id, or false when id is
+// malformed or none of client c's.
+func decodeReservationID(c store.Client, id string) (reservationToken, bool) {
+	var tok reservationToken
 	if len(id) > maxReservationIDLen {
-		return algorithms.Settle{}, notFound
+		return tok, false
 	}
 	b, err := base64.RawURLEncoding.DecodeString(id)
-	var tok reservationToken
 	if err != nil || json.Unmarshal(b, &tok) != nil || tok.Client != c.ID || tok.Hold == "" {
-		return algorithms.Settle{}, notFound
+		return tok, false
 	}
+	return tok, true
+}
+
+// settleOf is the settle request of tok's hold.
+func (tok reservationToken) settleOf() (algorithms.Settle, bool) {
 	req := algorithms.Request{
-		Key: algorithms.Key{Scope: algorithms.ClientScope(c.ID), Identifier: tok.Identifier, Name: tok.Counter},
+		Key: algorithms.Key{Scope: algorithms.ClientScope(tok.Client), Identifier: tok.Identifier, Name: tok.Counter},
 		Limit: algorithms.Limit{Algorithm: algorithms.Algorithm(tok.Algorithm), Limit: tok.Limit,
 			Window: time.Duration(tok.WindowMS) * time.Millisecond, RefillRate: tok.Refill, Accuracy: algorithms.Accuracy(tok.Accuracy),
 			Global: tok.Global},
 	}
 	if req.Validate() != nil {
-		return algorithms.Settle{}, notFound
+		return algorithms.Settle{}, false
 	}
-	return algorithms.Settle{Request: req, ID: tok.Hold}, nil
+	return algorithms.Settle{Request: req, ID: tok.Hold}, true
+}
+
+// parseReservationID returns the settle request of id for client c, and
+// the id the ledger knows it by; an id that is malformed, or another
+// client's, is RESERVATION_NOT_FOUND.
+func parseReservationID(c store.Client, id string) (algorithms.Settle, string, error) {
+	notFound := &apiError{http.StatusNotFound, reservationErrorCodeNotFound, "no reservation of yours has this id"}
+	tok, ok := decodeReservationID(c, id)
+	if !ok {
+		return algorithms.Settle{}, "", notFound
+	}
+	st, ok := tok.settleOf()
+	if !ok {
+		return algorithms.Settle{}, "", notFound
+	}
+	return st, tok.id(), nil
 }
 
 // checkReservation checks a reserve_ttl of seconds for ch: the hits held
@@ -140,60 +171,144 @@ func checkReservation(ch *check, seconds float64, lim ReservationLimits) error {
 	return nil
 }
 
-// outstanding counts each client's reservations made through this
-// replica that are neither settled nor expired, to cap them.
-type outstanding struct {
+// ReservationLedger keeps each client's outstanding reservations (made,
+// neither settled nor expired) by reservation id, to cap them
+// (RESERVATION_MAX_OUTSTANDING_PER_CLIENT) and list them (/stats). Deps
+// takes one shared by every replica (redisstore.Ledger, with REDIS_URL);
+// without one, each replica keeps its own in memory.
+type ReservationLedger interface {
+	// Claim adds ids, each expiring after its ttl, to owner's
+	// reservations, unless that would make more than most: then it adds
+	// none and returns false. n is how many owner had before.
+	Claim(ctx context.Context, owner string, ids []string, ttls []time.Duration, most int) (n int, ok bool, err error)
+	// Release takes ids out of owner's reservations.
+	Release(ctx context.Context, owner string, ids []string) error
+	// List returns owner's reservations.
+	List(ctx context.Context, owner string) ([]string, error)
+}
+
+// memoryLedger is a ReservationLedger of one replica's memory.
+type memoryLedger struct {
 	mu  sync.Mutex
-	max int
 	now func() time.Time
-	// by client: hold id → expiry.
+	// by owner: reservation id → expiry.
 	held map[string]map[string]time.Time
 }
 
-func newOutstanding(max int, now func() time.Time) *outstanding {
-	return &outstanding{max: max, now: now, held: map[string]map[string]time.Time{}}
+func newMemoryLedger(now func() time.Time) *memoryLedger {
+	return &memoryLedger{now: now, held: map[string]map[string]time.Time{}}
 }
 
-// claim takes n places for client's new reservations, or refuses them all
-// (TOO_MANY_RESERVATIONS) when the client would pass the cap.
-func (o *outstanding) claim(client string, ids []string, ttl []time.Duration) error {
-	if len(ids) == 0 {
-		return nil
-	}
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	now := o.now()
-	m := o.held[client]
+// live returns owner's reservations after dropping the expired ones. Call
+// it with l.mu held.
+func (l *memoryLedger) live(owner string) map[string]time.Time {
+	now := l.now()
+	m := l.held[owner]
 	for id, exp := range m {
 		if !exp.After(now) {
 			delete(m, id)
 		}
 	}
-	if len(m)+len(ids) > o.max {
-		return &apiError{http.StatusTooManyRequests, reservationErrorCodeTooManyReserved,
-			fmt.Sprintf("your client has %d outstanding reservations on this replica, the most it may have (RESERVATION_MAX_OUTSTANDING_PER_CLIENT): commit or cancel some first", len(m))}
+	if len(m) == 0 {
+		delete(l.held, owner)
+		return nil
+	}
+	return m
+}
+
+func (l *memoryLedger) Claim(_ context.Context, owner string, ids []string, ttls []time.Duration, most int) (int, bool, error) {
+	if len(ids) == 0 {
+		return 0, true, nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	m := l.live(owner)
+	if len(m)+len(ids) > most {
+		return len(m), false, nil
 	}
 	if m == nil {
 		m = map[string]time.Time{}
-		o.held[client] = m
+		l.held[owner] = m
 	}
+	now := l.now()
 	for i, id := range ids {
-		m[id] = now.Add(ttl[i])
+		m[id] = now.Add(ttls[i])
 	}
-	return nil
+	return len(m) - len(ids), true, nil
 }
 
-// release frees client's places of ids (settled, or never made).
-func (o *outstanding) release(client string, ids ...string) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	m := o.held[client]
+func (l *memoryLedger) Release(_ context.Context, owner string, ids []string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	m := l.held[owner]
 	for _, id := range ids {
 		delete(m, id)
 	}
 	if len(m) == 0 {
-		delete(o.held, client)
+		delete(l.held, owner)
 	}
+	return nil
+}
+
+func (l *memoryLedger) List(_ context.Context, owner string) ([]string, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	m := l.live(owner)
+	ids := make([]string, 0, len(m))
+	for id := range m {
+		ids = append(ids, id)
+	}
+	return ids, nil
+}
+
+// outstanding caps each client's outstanding reservations on a ledger.
+type outstanding struct {
+	ledger ReservationLedger
+	max    int
+}
+
+// claim takes places for client's new reservations ids, or refuses them
+// all (TOO_MANY_RESERVATIONS) when the client would pass the cap.
+func (o *outstanding) claim(ctx context.Context, client string, ids []string, ttls []time.Duration) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	n, ok, err := o.ledger.Claim(ctx, client, ids, ttls, o.max)
+	if err != nil {
+		return limiterError(err)
+	}
+	if !ok {
+		return &apiError{http.StatusTooManyRequests, reservationErrorCodeTooManyReserved,
+			fmt.Sprintf("your client has %d outstanding reservations, the most it may have (RESERVATION_MAX_OUTSTANDING_PER_CLIENT): commit or cancel some first", n)}
+	}
+	return nil
+}
+
+// release frees client's places of ids (settled, or never made). A
+// release that fails leaves them taken until their reservations' expiry:
+// the cap errs on the side of fewer reservations, never more.
+func (o *outstanding) release(ctx context.Context, client string, ids ...string) {
+	if len(ids) > 0 {
+		_ = o.ledger.Release(context.WithoutCancel(ctx), client, ids)
+	}
+}
+
+// releaseReset frees the places of client c's reservations on identifier
+// (of algorithm alg; every one when alg is empty), whose holds a reset just
+// took: their commit is 410 RESERVATION_RESET, and they no longer count
+// against the cap.
+func (o *outstanding) releaseReset(ctx context.Context, c store.Client, identifier string, alg algorithms.Algorithm) {
+	ids, err := o.ledger.List(ctx, c.ID)
+	if err != nil {
+		return // they leave at their expiry
+	}
+	var gone []string
+	for _, id := range ids {
+		if tok, ok := decodeReservationID(c, id); ok && tok.Identifier == identifier && (alg == "" || tok.Algorithm == string(alg)) {
+			gone = append(gone, id)
+		}
+	}
+	o.release(ctx, c.ID, gone...)
 }
 
 // commitRequest is the body of POST /reservations/{id}/commit.
@@ -218,7 +333,7 @@ type settleReply struct {
 func handleReservationSettle(limiter algorithms.Store, out *outstanding, m *metrics, cancel bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c := clientFrom(r.Context())
-		st, err := parseReservationID(c, r.PathValue("id"))
+		st, id, err := parseReservationID(c, r.PathValue("id"))
 		if err == nil && !cancel {
 			st.Request.Hits, err = parseCommit(w, r)
 		}
@@ -235,7 +350,7 @@ func handleReservationSettle(limiter algorithms.Store, out *outstanding, m *metr
 			writeError(w, r, limiterError(err))
 			return
 		}
-		out.release(c.ID, st.ID)
+		out.release(r.Context(), c.ID, id)
 		res := rs[0]
 		if err := settleError(res.Outcome); err != nil {
 			m.reservations.WithLabelValues(outcomeName(res.Outcome)).Inc()
@@ -278,6 +393,8 @@ func settleError(o algorithms.SettleOutcome) error {
 		return &apiError{http.StatusConflict, reservationErrorCodeSettled, "the reservation was committed or cancelled already; nothing changed"}
 	case algorithms.Expired:
 		return &apiError{http.StatusGone, reservationErrorCodeExpired, "the reservation expired before it was settled and gave its hits back; nothing was counted"}
+	case algorithms.Cleared:
+		return &apiError{http.StatusGone, reservationErrorCodeReset, "the reservation's counter was reset after it was made: its hits went with the counter, and nothing was counted into the fresh one"}
 	}
 	return &apiError{http.StatusNotFound, reservationErrorCodeNotFound, "no reservation of yours has this id (never made, or forgotten after its window)"}
 }
@@ -289,6 +406,8 @@ func outcomeName(o algorithms.SettleOutcome) string {
 		return "already_settled"
 	case algorithms.Expired:
 		return "expired"
+	case algorithms.Cleared:
+		return "reset"
 	}
 	return "not_found"
 }

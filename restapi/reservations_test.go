@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/throttle-rl/throttle/internal/testkit/pgtest"
 )
 
 // TestReservations: a check with reserve_ttl holds its hits (a peek shows
@@ -98,6 +100,132 @@ func TestReservations(t *testing.T) {
 		}
 		if v := counterValue(t, e.reg, "throttle_reservations_total", map[string]string{"outcome": "committed"}); v != 8 {
 			t.Errorf("throttle_reservations_total{committed} = %v, want 8", v)
+		}
+	})
+}
+
+// TestReservationsReset: POST /reset of an identifier takes its
+// reservations with its counters: the quota is whole at once, a commit or
+// a cancel after is 410 RESERVATION_RESET and counts nothing into the
+// fresh counter (nor brings a bucket back), the reservation no longer
+// counts against the cap, and a reservation made after the reset commits
+// as usual. A reset of another identifier leaves them alone. Every
+// algorithm, both stores.
+func TestReservationsReset(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		e := newEnv(t, b, func(d *Deps) { d.Reservations.MaxOutstanding = 4 })
+		c := e.register(t, "resetter")
+		for _, alg := range []string{"fixed_window", "sliding_window", "token_bucket", "gcra"} {
+			limit := `"limit":10,"window":3600,"algorithm":"` + alg + `"`
+			ident := "r-" + alg
+			reserve := func(hits int64) checkReply {
+				t.Helper()
+				got, _ := e.check(t, c, `{"identifier":"`+ident+`",`+limit+`,"hits":`+itoa(hits)+`,"reserve_ttl":30}`)
+				if !got.Allowed || got.ReservationID == "" {
+					t.Fatalf("%s: reserve %d = %+v", alg, hits, got)
+				}
+				return got
+			}
+			a, other := reserve(4), reserve(2)
+			e.call(t, "POST", "/reset", c.Key, `{"identifier":"someone-else"}`)
+			if n := e.peek(t, c, `{"identifier":"`+ident+`",`+limit+`}`); n != 4 {
+				t.Errorf("%s: after a reset of another identifier: %d left, want 4", alg, n)
+			}
+			if r := e.call(t, "POST", "/reset", c.Key, `{"identifier":"`+ident+`"}`); r.status != http.StatusOK {
+				t.Fatalf("%s: reset: %d %s", alg, r.status, r.body)
+			}
+			if n := e.peek(t, c, `{"identifier":"`+ident+`",`+limit+`}`); n != 10 {
+				t.Errorf("%s: after the reset: %d left, want 10", alg, n)
+			}
+			wantError(t, e.call(t, "POST", "/reservations/"+a.ReservationID+"/commit", c.Key, `{"hits":4}`), http.StatusGone, "RESERVATION_RESET")
+			wantError(t, e.call(t, "DELETE", "/reservations/"+other.ReservationID, c.Key, ""), http.StatusGone, "RESERVATION_RESET")
+			if n := e.peek(t, c, `{"identifier":"`+ident+`",`+limit+`}`); n != 10 {
+				t.Errorf("%s: after the commit of a reset reservation: %d left, want 10 (nothing counted)", alg, n)
+			}
+			// The cap is 4: the two reset ones hold no place.
+			fresh := []checkReply{reserve(1), reserve(1), reserve(1), reserve(1)}
+			r := e.call(t, "POST", "/reservations/"+fresh[0].ReservationID+"/commit", c.Key, `{"hits":3}`)
+			if s := decodeReply[settleReply](t, r); r.status != http.StatusOK || s.Held != 1 || s.Committed != 3 || s.Remaining != 4 {
+				t.Errorf("%s: commit 3 of a reservation made after the reset = %d %+v, want 4 left (3 + 3 held)", alg, r.status, s)
+			}
+			e.call(t, "POST", "/reset", c.Key, `{"identifier":"`+ident+`"}`) // frees the other three's places
+		}
+		if v := counterValue(t, e.reg, "throttle_reservations_total", map[string]string{"outcome": "reset"}); v != 8 {
+			t.Errorf(`throttle_reservations_total{outcome="reset"} = %v, want 8`, v)
+		}
+	})
+}
+
+// TestReservationCapAcrossReplicas: two REST replicas on one Redis (and
+// one database) cap a client's outstanding reservations together: with
+// RESERVATION_MAX_OUTSTANDING_PER_CLIENT 3, the fourth is 429
+// TOO_MANY_RESERVATIONS on either replica and counts nothing; a commit on
+// one replica frees a place on the other.
+func TestReservationCapAcrossReplicas(t *testing.T) {
+	b := backend{"postgres+redis", "postgres", "redis"}
+	dbURL := pgtest.FreshDatabase(t, "restapi")
+	cap3 := func(d *Deps) { d.Reservations.MaxOutstanding = 3 }
+	one := newEnvAt(t, dbURL, b, cap3)
+	c := one.register(t, "two-replicas")
+	two := newEnvAt(t, dbURL, b, cap3) // loads the client at its start
+	body := func(ident string) string {
+		return `{"identifier":"` + ident + `","limit":10,"window":3600,"hits":1,"reserve_ttl":30}`
+	}
+	var ids []string
+	for i, e := range []*testEnv{one, two, one} {
+		got, _ := e.check(t, c, body("cap"))
+		if got.ReservationID == "" {
+			t.Fatalf("reservation %d: %+v, want one", i+1, got)
+		}
+		ids = append(ids, got.ReservationID)
+	}
+	for name, e := range map[string]*testEnv{"one": one, "two": two} {
+		wantError(t, e.call(t, "POST", "/check", c.Key, body("cap-"+name)), http.StatusTooManyRequests, "TOO_MANY_RESERVATIONS")
+		if n := e.peek(t, c, `{"identifier":"cap-`+name+`","limit":10,"window":3600}`); n != 10 {
+			t.Errorf("replica %s: the refused reservation left %d of 10, want 10 (nothing counted)", name, n)
+		}
+	}
+	if r := two.call(t, "POST", "/reservations/"+ids[0]+"/commit", c.Key, `{"hits":1}`); r.status != http.StatusOK {
+		t.Fatalf("commit on replica two of a reservation made on one: %d %s", r.status, r.body)
+	}
+	if got, _ := one.check(t, c, body("cap")); got.ReservationID == "" {
+		t.Errorf("a reservation on replica one after a commit on two: %+v, want one", got)
+	}
+	wantError(t, two.call(t, "POST", "/check", c.Key, body("cap")), http.StatusTooManyRequests, "TOO_MANY_RESERVATIONS")
+}
+
+// TestStatsReservations: /stats lists the caller's outstanding
+// reservations by counter with the quota used and, of it, held — up with
+// each reservation, down with a commit; a counter with none left is not
+// listed. Both stores.
+func TestStatsReservations(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		e := newEnv(t, b)
+		c := e.register(t, "stats-held")
+		limit := `"limit":10,"window":3600,"algorithm":"fixed_window"`
+		stats := func() statsReply {
+			t.Helper()
+			r := e.call(t, "GET", "/stats/"+c.ID, c.Key, "")
+			if r.status != http.StatusOK {
+				t.Fatalf("stats: %d %s", r.status, r.body)
+			}
+			return decodeReply[statsReply](t, r)
+		}
+		if s := stats(); s.Reservations == nil || s.Reservations.Outstanding != 0 || len(s.Reservations.Counters) != 0 {
+			t.Errorf("stats before any reservation: %+v, want 0 outstanding, no counters", s.Reservations)
+		}
+		a, _ := e.check(t, c, `{"identifier":"s",`+limit+`,"hits":4,"reserve_ttl":30}`)
+		e.check(t, c, `{"identifier":"s",`+limit+`,"hits":2,"reserve_ttl":30}`)
+		e.check(t, c, `{"identifier":"s",`+limit+`,"hits":1}`)
+		want := heldCounterStats{Identifier: "s", Algorithm: "fixed_window", Limit: 10, Window: 3600, Used: 7, Held: 6, Remaining: 3,
+			ResetAt: testNow.Truncate(time.Hour).Add(time.Hour).Unix(), Reservations: 2}
+		if s := stats(); s.Reservations == nil || s.Reservations.Outstanding != 2 || len(s.Reservations.Counters) != 1 || s.Reservations.Counters[0] != want {
+			t.Errorf("stats with 6 held: %+v, want 2 outstanding, %+v", s.Reservations, want)
+		}
+		e.call(t, "POST", "/reservations/"+a.ReservationID+"/commit", c.Key, `{"hits":1}`)
+		want.Used, want.Held, want.Remaining, want.Reservations = 4, 2, 6, 1
+		if s := stats(); s.Reservations == nil || s.Reservations.Outstanding != 1 || len(s.Reservations.Counters) != 1 || s.Reservations.Counters[0] != want {
+			t.Errorf("stats after a commit of 1 of 4: %+v, want %+v", s.Reservations, want)
 		}
 	})
 }

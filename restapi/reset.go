@@ -20,8 +20,10 @@ type resetReply struct {
 
 // handleReset forgets the counters of one of the caller's identifiers: every
 // limit on it, or only those of one algorithm. Other identifiers, and other
-// clients' identical identifiers, are untouched.
-func handleReset(limiter algorithms.Store) http.Handler {
+// clients' identical identifiers, are untouched. Its outstanding
+// reservations go with its counters (a commit is 410 RESERVATION_RESET)
+// and leave the cap.
+func handleReset(limiter algorithms.Store, out *outstanding) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c := clientFrom(r.Context())
 		req, err := decodeIdentified(w, r, func(b resetRequest) string { return b.Identifier })
@@ -41,6 +43,7 @@ func handleReset(limiter algorithms.Store) http.Handler {
 			writeError(w, r, limiterError(err))
 			return
 		}
+		out.releaseReset(r.Context(), c, req.Identifier, alg)
 		encode(w, r, http.StatusOK, resetReply{Message: "Identifier reset successfully", Identifier: req.Identifier, KeysDeleted: n})
 	})
 }

@@ -22,7 +22,7 @@ func addRoutes(mux routeTable, d Deps, m *metrics, tr *tracing) {
 	check := checkDeps{
 		Cache: d.Cache, Usage: d.Usage, TrustedProxies: d.TrustedProxies, HeaderSets: d.HeaderSets, Now: d.Now,
 		Limiter:      tr.decisions(d.Limiter), // /check and /check/ip decide in a span of their own when traced
-		Reservations: d.Reservations, Outstanding: newOutstanding(d.Reservations.MaxOutstanding, d.Now),
+		Reservations: d.Reservations, Outstanding: d.outstanding(),
 	}
 
 	mux.Handle("GET /{$}", handleRoot(d.Gatherer != nil))
@@ -53,7 +53,7 @@ func addRoutes(mux routeTable, d Deps, m *metrics, tr *tracing) {
 	mux.Handle("POST /check/batch", checkAuth(once(handleCheckBatch(check, m))))
 	mux.Handle("POST /reservations/{id}/commit", checkAuth(handleReservationSettle(d.Limiter, check.Outstanding, m, false)))
 	mux.Handle("DELETE /reservations/{id}", checkAuth(handleReservationSettle(d.Limiter, check.Outstanding, m, true)))
-	mux.Handle("POST /reset", auth(handleReset(d.Limiter)))
+	mux.Handle("POST /reset", auth(handleReset(d.Limiter, check.Outstanding)))
 
 	mux.Handle("POST /rules", auth(handleRuleCreate(d.DB, d.Cache, d.ruleOptions())))
 	mux.Handle("GET /rules/list", auth(handleRuleList(d.DB, d.ListObjects)))
@@ -67,7 +67,7 @@ func addRoutes(mux routeTable, d Deps, m *metrics, tr *tracing) {
 	mux.Handle("GET /exemptions/list", auth(handleExemptionList(d.DB, d.ListObjects)))
 	mux.Handle("DELETE /exemptions/{identifier...}", auth(handleExemptionDelete(d.DB, d.Cache)))
 
-	mux.Handle("GET /stats/{client_id}", auth(handleStats(d.Usage)))
+	mux.Handle("GET /stats/{client_id}", auth(handleStats(d.Usage, d.Limiter, check.Outstanding)))
 	mux.Handle("GET /descriptors", auth(handleDescriptors(d.Descriptors)))
 	if d.EnvoyJSON != nil {
 		mux.Handle("POST /json", d.EnvoyJSON)

@@ -221,7 +221,7 @@ func TestStats(t *testing.T) {
 		e := newEnv(t, b)
 		c := e.register(t, "stats")
 		r := e.call(t, "GET", "/stats/"+c.ID, c.Key, "")
-		want := `{"client_id":"` + c.ID + `","total_checks":0,"allowed":0,"rejected":0,"by_algorithm":{"fixed_window":0,"gcra":0,"sliding_window":0,"token_bucket":0},"top_identifiers":[]}`
+		want := `{"client_id":"` + c.ID + `","total_checks":0,"allowed":0,"rejected":0,"by_algorithm":{"fixed_window":0,"gcra":0,"sliding_window":0,"token_bucket":0},"top_identifiers":[],"reservations":{"outstanding":0,"counters":[]}}`
 		if r.status != http.StatusOK || strings.TrimSpace(r.body) != want {
 			t.Errorf("GET /stats with no checks = %d %s, want %s", r.status, r.body, want)
 		}
@@ -244,6 +244,7 @@ func TestStats(t *testing.T) {
 				{Identifier: "vip", TotalChecks: 2, Allowed: 2},
 				{Identifier: "v", TotalChecks: 1, Allowed: 1},
 			},
+			Reservations: &reservationStats{Counters: []heldCounterStats{}},
 		}
 		stats := func(when, query string, want statsReply) {
 			t.Helper()

@@ -126,7 +126,7 @@ func TestReservationIDKeepsScope(t *testing.T) {
 	for _, global := range []bool{true, false} {
 		l := algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 6000, Window: time.Minute, Accuracy: algorithms.Approximate, Global: global}
 		id := reservationID(c, check{identifier: "acme", limit: l, counter: "rule:tenant"}, "00112233445566778899aabbccddeeff")
-		s, err := parseReservationID(c, id)
+		s, _, err := parseReservationID(c, id)
 		if err != nil {
 			t.Fatalf("global %v: parseReservationID: %v", global, err)
 		}

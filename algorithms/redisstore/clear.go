@@ -52,13 +52,16 @@ func (s *Store) Clear(ctx context.Context, reqs []algorithms.Request) (int, erro
 func (s *Store) clearOn(ctx context.Context, c redis.Cmdable, reqs []algorithms.Request) (int, error) {
 	keys := make([]string, len(reqs))
 	blob := make([]byte, 0, 9*len(reqs))
+	args := make([]any, 3, 3+len(reqs))
 	for i := range reqs {
 		r := &reqs[i]
 		keys[i] = s.stateKey(r)
 		blob = append(blob, algNumber(r.Limit.Algorithm))
 		blob = binary.LittleEndian.AppendUint64(blob, math.Float64bits(float64(r.Limit.Window.Microseconds())))
+		args = append(args, s.holdIndex(keys[i]))
 	}
-	keys, args := s.route.pack(keys, []any{s.nowArg(), blob, ""}, 2)
+	args[0], args[1], args[2] = s.nowArg(), blob, ""
+	keys, args = s.route.pack(keys, args, 2)
 	return s.clear.Run(ctx, c, keys, args...).Int()
 }
 

@@ -3,6 +3,8 @@
 -- request, packed little-endian, the algorithm (as in batch.lua) and the
 -- window µs (a double; 0 for the token bucket). ARGV[3]: "" when KEYS holds
 -- the state keys, else their number and they follow in ARGV (Cluster).
+-- Then, per request, the master's index of holds: the holds of each state
+-- are marked cleared (forget.lua).
 local now
 if ARGV[1] == "" then
   local t = redis.call("TIME")
@@ -10,9 +12,9 @@ if ARGV[1] == "" then
 else
   now = tonumber(ARGV[1])
 end
-local keys, k = KEYS, 0
+local keys, k, m = KEYS, 0, 3
 if ARGV[3] ~= "" then
-  keys, k = ARGV, 3
+  keys, k, m = ARGV, 3, 3 + tonumber(ARGV[3])
 end
 local blob, pos, i, cleared = ARGV[2], 1, 0, 0
 while pos <= #blob do
@@ -20,6 +22,7 @@ while pos <= #blob do
   alg, window, pos = struct.unpack("<Bd", blob, pos)
   i = i + 1
   local key, n = keys[k + i], 0
+  forget_holds(key, ARGV[m + i], now)
   if alg <= 2 then
     -- A window's counters: the current one, and for the sliding window
     -- the one before (a fixed window never reads it).

@@ -30,6 +30,8 @@ var (
 	batchLua string
 	//go:embed hold.lua
 	holdLua string
+	//go:embed forget.lua
+	forgetLua string
 	//go:embed reset.lua
 	resetLua string
 	//go:embed clear.lua
@@ -46,12 +48,14 @@ var (
 // The library's name carries a hash of its code, so replicas of different
 // versions, during a rolling upgrade, each call their own.
 
-// evalCall ends the script form of the code; settleCall and sweepCall
-// end the forms that settle holds and sweep expired ones (hold.lua).
+// evalCall ends the script form of the code; settleCall, sweepCall and
+// heldCall end the forms that settle holds, sweep expired ones and sum
+// what a counter's holds hold (hold.lua).
 const (
 	evalCall   = "\nreturn batch(KEYS, ARGV)\n"
 	settleCall = "\nreturn settle(KEYS, ARGV)\n"
 	sweepCall  = "\nreturn sweep(KEYS, ARGV)\n"
+	heldCall   = "\nreturn held(KEYS, ARGV)\n"
 )
 
 // luaFn is one function of the library: its name, and the script that
@@ -70,7 +74,7 @@ const (
 
 // luaLibrary returns the library's code and the version its functions'
 // names end in (throttle_batch_<version>, throttle_settle_…,
-// throttle_sweep_…).
+// throttle_sweep_…, throttle_held_…).
 func luaLibrary() (code, version string) {
 	body := luaCode()
 	sum := sha1.Sum([]byte(body))
@@ -78,7 +82,7 @@ func luaLibrary() (code, version string) {
 	// allow-cross-slot-keys: on a Cluster one call touches keys of several
 	// slots of its master; elsewhere it changes nothing.
 	code = "#!lua name=throttle_" + version + "\n" + body
-	for _, f := range []string{"batch", "settle", "sweep"} {
+	for _, f := range []string{"batch", "settle", "sweep", "held"} {
 		code += "\nredis.register_function{function_name='throttle_" + f + "_" + version + "', callback=" + f + ", flags={'allow-cross-slot-keys'}}"
 	}
 	return code + "\n", version

@@ -2,11 +2,15 @@
 -- which it reuses, and before batch.lua, which keeps holds (keep_hold). A hold is a string key "<state>:h:<id>", in its
 -- counter's slot, holding
 --   <status>|<alg>|<limit>|<window µs or refill rate>|<hits>|<expiry µs>|<counted key>
--- status H (held), S (settled) or E (expired: given back); the counted key
+-- status H (held), S (settled), E (expired: given back) or R (its state was
+-- reset or cleared while it was held: forget.lua); the counted key
 -- is the window counter or bucket its hits were counted in. It lives until
 -- its expiry plus its keep (algorithms.HoldKeep), a tombstone once settled.
 -- Each held hold is also in an index of its master, a sorted set scored by
--- expiry (the index's ":n" counts the hits held), which sweep reads.
+-- expiry (the index's ":n" counts the hits held), which sweep reads, and in
+-- its state's list "<state>:h" (a sorted set by expiry, in the counter's
+-- slot), which held sums and a reset or clear of the state marks cleared
+-- (forget.lua).
 
 local hold_algs = {fixed_window, sliding_window, token_bucket, gcra}
 
@@ -42,6 +46,12 @@ local function parse_hold(rec)
   return st, tonumber(alg), tonumber(limit), tonumber(third), tonumber(hits), tonumber(exp), key
 end
 
+-- hold_list is the list of holds of a hold's state: its key without the
+-- id (an id is escaped: it has no ':').
+local function hold_list(hkey)
+  return string.match(hkey, "^(.*):[^:]*$")
+end
+
 -- keep_hold records a hold of hits counted in ckey at now.
 local function keep_hold(hkey, ttl, keep, index, alg, limit, third, hits, ckey, now)
   local exp = now + ttl
@@ -49,6 +59,10 @@ local function keep_hold(hkey, ttl, keep, index, alg, limit, third, hits, ckey, 
     itoa(hits) .. "|" .. itoa(exp) .. "|" .. ckey, "PX", itoa(math.ceil(ttl / 1000) + keep))
   redis.call("ZADD", index, itoa(exp), hkey)
   redis.call("INCRBY", index .. ":n", itoa(hits))
+  local list = hold_list(hkey)
+  redis.call("ZADD", list, itoa(exp), hkey)
+  local live = math.ceil(ttl / 1000) + 1000
+  if redis.call("PTTL", list) < live then redis.call("PEXPIRE", list, itoa(live)) end
 end
 
 -- give_back gives a held hold's hits back and marks it status.
@@ -57,6 +71,7 @@ local function give_back(hkey, rec, index, status, delta, now)
   adjust(alg, ckey, limit, third, delta - hits, now)
   redis.call("SET", hkey, status .. string.sub(rec, 2), "KEEPTTL")
   redis.call("ZREM", index, hkey)
+  redis.call("ZREM", hold_list(hkey), hkey)
   if redis.call("DECRBY", index .. ":n", itoa(hits)) <= 0 then
     redis.call("DEL", index .. ":n")
   end
@@ -77,7 +92,7 @@ end
 -- rate, hits committed (doubles); ARGV[3] "" when KEYS holds the keys, else
 -- their number, and they follow in ARGV. Three keys per settle: its state
 -- key, its hold, its master's index. Returns the time, then per settle its
--- outcome (1 settled, 2 already settled, 3 expired, 4 unknown) and, when
+-- outcome (1 settled, 2 already settled, 3 expired, 4 unknown, 5 cleared) and, when
 -- settled, what it held and what a read of its state finds (as batch).
 local function settle(KEYS, ARGV)
   out, nout, texts = {}, 1, {}
@@ -100,6 +115,8 @@ local function settle(KEYS, ARGV)
       put(2)
     elseif st == "E" then
       put(3)
+    elseif st == "R" then
+      put(5)
     elseif exp <= now then
       give_back(hkey, rec, index, "E", 0, now)
       put(3)
@@ -141,4 +158,37 @@ local function sweep(KEYS, ARGV)
     held = held + (tonumber(redis.call("GET", index .. ":n")) or 0)
   end
   return {expired, held}
+end
+
+-- held sums, for each state, the hits of its unexpired held holds counted
+-- in its current window (window algorithms) or its bucket, from its list
+-- of holds: a hold past its expiry is not summed even before a sweep gave
+-- it back. ARGV[1] the time ("" = Redis TIME); ARGV[2] per state, packed
+-- little-endian: algorithm, window µs (a double; 0 for the buckets);
+-- ARGV[3] "" when KEYS holds the state keys, else their number, and they
+-- follow in ARGV. Returns the sums, in order.
+local function held(KEYS, ARGV)
+  out, nout, texts = {}, 0, {}
+  local now = time_arg(ARGV[1])
+  local keys, k = KEYS, 0
+  if ARGV[3] ~= "" then keys, k = ARGV, 3 end
+  local sums, blob, pos, i = {}, ARGV[2], 1, 0
+  while pos <= #blob do
+    local alg, window
+    alg, window, pos = struct.unpack("<Bd", blob, pos)
+    i = i + 1
+    local state = keys[k + i]
+    local cur = state
+    if alg <= 2 then cur = window_key(state, (now - now % window) / window) end
+    local sum = 0
+    for _, hkey in ipairs(redis.call("ZRANGEBYSCORE", state .. ":h", "(" .. itoa(now), "+inf")) do
+      local rec = redis.call("GET", hkey)
+      if rec then
+        local st, _, _, _, hits, exp, ckey = parse_hold(rec)
+        if st == "H" and exp > now and ckey == cur then sum = sum + hits end
+      end
+    end
+    sums[i] = sum
+  end
+  return sums
 end

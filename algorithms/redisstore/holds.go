@@ -254,7 +254,7 @@ func (m *holdMetrics) register(reg prometheus.Registerer) error {
 	}
 	held := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "throttle_reservations_held_hits",
-		Help: "Hits held by unexpired, unsettled holds (reservations) in Redis, over every master that answered, as this replica's sweeper last read them.",
+		Help: "Hits held by unexpired, unsettled holds (reservations): in Redis, over every master that answered, as this replica's sweeper last read them; in memory, now.",
 	}, func() float64 { return float64(m.held.Load()) })
 	var are prometheus.AlreadyRegisteredError
 	if err := reg.Register(held); err != nil && !errors.As(err, &are) {
@@ -334,4 +334,76 @@ func (s *Store) voidHolds(ctx context.Context, reqs []algorithms.Request, at []i
 		}
 	}
 	return done
+}
+
+// Held sums, for each request, the hits of its counter's unexpired held
+// holds (hold.lua's held, from the state's list of holds): one call per
+// master. A hold past its expiry is left out even before a sweep gave it
+// back.
+func (s *Store) Held(ctx context.Context, reqs []algorithms.Request) ([]int64, error) {
+	if err := algorithms.ValidateBatch(reqs); err != nil {
+		return nil, err
+	}
+	out := make([]int64, len(reqs))
+	if len(reqs) == 0 {
+		return out, nil
+	}
+	s.route.ready(ctx)
+	for _, p := range s.route.split(reqs, nil) {
+		keys := make([]string, len(p.reqs))
+		blob := make([]byte, 0, 9*len(p.reqs))
+		for j := range p.reqs {
+			r := &p.reqs[j]
+			keys[j] = s.stateKey(r)
+			blob = append(blob, algNumber(r.Limit.Algorithm))
+			blob = binary.LittleEndian.AppendUint64(blob, math.Float64bits(float64(r.Limit.Window.Microseconds())))
+		}
+		keys, args := s.route.pack(keys, []any{s.nowArg(), blob, ""}, 2)
+		var sums []int64
+		err := s.route.onKey(ctx, s.indexKey(p.reqs[0].Key.Scope, p.reqs[0].Key.Identifier), func(sh *shard) error {
+			var err error
+			sums, err = s.runFn(ctx, sh, s.heldFn, keys, args).Int64Slice()
+			return err
+		})
+		if err == nil && len(sums) != len(p.at) {
+			err = fmt.Errorf("%d sums for %d counters", len(sums), len(p.at))
+		}
+		if err != nil {
+			return nil, fmt.Errorf("redis: held: %w", err)
+		}
+		for j, i := range p.at {
+			out[i] = sums[j]
+		}
+	}
+	return out, nil
+}
+
+// Held reads on Redis within the Guard's timeout (at least a second). It
+// fails when Redis cannot be reached: nothing decides by policy here.
+func (g *Guard) Held(ctx context.Context, reqs []algorithms.Request) ([]int64, error) {
+	cctx, cancel := context.WithTimeout(ctx, max(g.opts.Timeout, time.Second))
+	defer cancel()
+	return g.store.Held(cctx, reqs)
+}
+
+// Held reads each request's held hits on its side.
+func (s *Split) Held(ctx context.Context, reqs []algorithms.Request) ([]int64, error) {
+	if err := algorithms.ValidateBatch(reqs); err != nil {
+		return nil, err
+	}
+	at, _ := s.bySide(len(reqs), func(i int) *algorithms.Request { return &reqs[i] })
+	out := make([]int64, len(reqs))
+	for k, g := range s.sides {
+		if len(at[k]) == 0 {
+			continue
+		}
+		sums, err := g.Held(ctx, subset(reqs, at[k]))
+		if err != nil {
+			return nil, sideErr(k, err)
+		}
+		for j, i := range at[k] {
+			out[i] = sums[j]
+		}
+	}
+	return out, nil
 }

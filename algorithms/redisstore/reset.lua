@@ -3,9 +3,11 @@
 -- A window algorithm's member ends in "@<window µs>": its state is a
 -- counter per window, and the live ones are the current window's and the
 -- one before.
+-- The holds of each state deleted are marked cleared (forget.lua).
 -- KEYS[1] the identifier's index set
 -- ARGV: key prefix of the identifier ("throttle:{…}:"), algorithm code ("" = all),
--- the time in µs ("" = Redis TIME; only tests pass one)
+-- the time in µs ("" = Redis TIME; only tests pass one), the master's
+-- index of holds (holds.go)
 local members = redis.call("SMEMBERS", KEYS[1])
 local prefix, code = ARGV[1], ARGV[2]
 local now
@@ -20,6 +22,7 @@ for _, m in ipairs(members) do
   if code == "" or string.sub(m, 1, #code + 1) == code .. ":" then
     local window = tonumber(string.match(m, "@(%d+)$"))
     local n
+    forget_holds(prefix .. m, ARGV[4], now)
     if window then
       local num = (now - now % window) / window
       local cur, prev = prefix .. m .. ":" .. num, prefix .. m .. ":" .. (num - 1)

@@ -74,13 +74,13 @@ type Store struct {
 	// library is the engine as a function library; batchFn, settleFn and
 	// sweepFn its functions (each with its script form, where functions
 	// cannot be loaded).
-	library                    string
-	batchFn, settleFn, sweepFn luaFn
-	reset                      *redis.Script
-	clear                      *redis.Script
-	refund                     *redis.Script // refundVoided (Cluster), refundPlain
-	route                      *router       // the master of each key: one, or a Cluster's
-	opts                       Options
+	library                            string
+	batchFn, settleFn, sweepFn, heldFn luaFn
+	reset                              *redis.Script
+	clear                              *redis.Script
+	refund                             *redis.Script // refundVoided (Cluster), refundPlain
+	route                              *router       // the master of each key: one, or a Cluster's
+	opts                               Options
 	// tracer makes the spans of trace.go; nil: none.
 	tracer trace.Tracer
 	// approx holds the approximate limits, syncer syncs them
@@ -105,9 +105,9 @@ func New(rdb redis.UniversalClient, opts Options) *Store {
 	s := &Store{
 		rdb:    rdb,
 		now:    opts.Now,
-		reset:  redis.NewScript(resetLua),
+		reset:  redis.NewScript(forgetLua + resetLua),
 		refund: redis.NewScript(refundLua),
-		clear:  redis.NewScript(clearLua),
+		clear:  redis.NewScript(forgetLua + clearLua),
 		opts:   opts,
 		tracer: opts.Tracer,
 	}
@@ -121,8 +121,11 @@ func New(rdb redis.UniversalClient, opts Options) *Store {
 	s.batchFn = luaFn{"throttle_batch_" + version, script(evalCall)}
 	s.settleFn = luaFn{"throttle_settle_" + version, script(settleCall)}
 	s.sweepFn = luaFn{"throttle_sweep_" + version, script(sweepCall)}
+	s.heldFn = luaFn{"throttle_held_" + version, script(heldCall)}
 	if cc, ok := rdb.(*redis.ClusterClient); ok {
-		s.clear = redis.NewScript(crossSlot + clearLua)
+		// Reset and Clear mark holds in their master's index of holds.
+		s.reset = redis.NewScript(crossSlot + forgetLua + resetLua)
+		s.clear = redis.NewScript(crossSlot + forgetLua + clearLua)
 		s.refund = redis.NewScript(crossSlot + refundLua)
 		s.route = newClusterRouter(cc, s.indexKey, func(name string, c *redis.Client) *shard {
 			return s.newShard(name, c, func(ctx context.Context) error { return clusterReady(ctx, c) }, c.Close)
@@ -274,7 +277,7 @@ func (s *Store) Reset(ctx context.Context, scope, identifier string, alg algorit
 	var n int
 	err := s.route.onKey(ctx, index, func(sh *shard) error {
 		var err error
-		n, err = s.reset.Run(ctx, sh.client, []string{index}, s.identityPrefix(scope, identifier), alg.Tag(), s.nowArg()).Int()
+		n, err = s.reset.Run(ctx, sh.client, []string{index}, s.identityPrefix(scope, identifier), alg.Tag(), s.nowArg(), s.holdIndex(index)).Int()
 		if errors.Is(err, redis.Nil) {
 			return nil
 		}

@@ -159,3 +159,145 @@ func holdSequence(t *testing.T, h *holdSteps) {
 		t.Errorf("after f expired: %d left, want 1", got)
 	}
 }
+
+func (h *holdSteps) held() int64 {
+	h.t.Helper()
+	got, err := h.s.Held(context.Background(), []algorithms.Request{{Key: h.key, Limit: h.l}})
+	if err != nil {
+		h.t.Fatalf("held: %v", err)
+	}
+	return got[0]
+}
+
+// Held: what a counter's unexpired, unsettled holds hold — up with each
+// hold, down with each commit, cancel and expiry (an expired hold is not
+// summed even before a sweep gave it back), and nothing of another
+// counter's holds. Every algorithm, every store.
+func Held(t *testing.T, factories []Factory) {
+	for _, f := range factories {
+		for _, l := range HourLimits {
+			t.Run(fmt.Sprintf("%s/%s", f.Name, l.Algorithm), func(t *testing.T) {
+				clock := NewClock(T0)
+				s := f.New(t, clock.Now)
+				scope := UniqueScope(t)
+				h := &holdSteps{t: t, s: s, f: f, clock: clock, l: l, key: algorithms.Key{Scope: scope, Identifier: "user", Name: "llm"}}
+				other := &holdSteps{t: t, s: s, f: f, clock: clock, l: l, key: algorithms.Key{Scope: scope, Identifier: "user", Name: "other"}}
+				if got := h.held(); got != 0 {
+					t.Errorf("held of a new counter: %d, want 0", got)
+				}
+				h.hold("a", 3, false)
+				h.hold("b", 2, false)
+				other.hold("a", 4, false)
+				if got := h.held(); got != 5 {
+					t.Errorf("held with a of 3 and b of 2: %d, want 5", got)
+				}
+				if got := other.held(); got != 4 {
+					t.Errorf("held of the other counter: %d, want 4", got)
+				}
+				h.settle("a", 1, false)
+				if got := h.held(); got != 2 {
+					t.Errorf("held after a's commit: %d, want 2 (b)", got)
+				}
+				h.settle("b", 0, true)
+				if got := h.held(); got != 0 {
+					t.Errorf("held after b's cancel: %d, want 0", got)
+				}
+				h.hold("c", 4, false)
+				clock.Advance(10 * time.Second)
+				h.hold("d", 1, false)
+				if got := h.held(); got != 5 {
+					t.Errorf("held with c of 4 and d of 1: %d, want 5", got)
+				}
+				clock.Advance(20 * time.Second) // c's expiry, no sweep yet
+				if got := h.held(); got != 1 {
+					t.Errorf("held at c's expiry: %d, want 1 (d)", got)
+				}
+				if got := h.remaining(); got != 8 {
+					t.Errorf("after c's expiry: %d left, want 8 (1 used by a, 1 held by d)", got)
+				}
+				clock.Advance(10 * time.Second)
+				if got := h.held(); got != 0 {
+					t.Errorf("held after every expiry: %d, want 0", got)
+				}
+			})
+		}
+	}
+}
+
+// HoldsCleared: a reset or a clear of a counter takes its holds with it:
+// its quota is whole again, a commit of a hold made before finds it
+// Cleared and counts nothing (the fresh counter never gets it, and a
+// bucket is not brought back), and a hold made after settles as usual. A
+// reset of another algorithm leaves the hold alone. Every algorithm, every
+// store (Reset where the store indexes its states).
+func HoldsCleared(t *testing.T, factories []Factory) {
+	for _, f := range factories {
+		for _, l := range HourLimits {
+			for _, how := range []string{"reset", "clear"} {
+				if how == "reset" && f.Unindexed {
+					continue
+				}
+				t.Run(fmt.Sprintf("%s/%s/%s", f.Name, l.Algorithm, how), func(t *testing.T) {
+					clock := NewClock(T0)
+					s := f.New(t, clock.Now)
+					h := &holdSteps{t: t, s: s, f: f, clock: clock, l: l,
+						key: algorithms.Key{Scope: UniqueScope(t), Identifier: "user", Name: "llm"}}
+					holdsClearedSequence(t, h, how)
+				})
+			}
+		}
+	}
+}
+
+func holdsClearedSequence(t *testing.T, h *holdSteps, how string) {
+	ctx := context.Background()
+	if d := h.hold("a", 4, false); !d.Allowed || d.Remaining != 6 {
+		t.Fatalf("hold a of 4: %+v, want allowed, 6 left", d)
+	}
+	if how == "reset" {
+		other := algorithms.GCRA
+		if h.l.Algorithm == algorithms.GCRA {
+			other = algorithms.FixedWindow
+		}
+		if _, err := h.s.Reset(ctx, h.key.Scope, h.key.Identifier, other); err != nil {
+			t.Fatal(err)
+		}
+		if got := h.held(); got != 4 {
+			t.Errorf("held after a reset of %s only: %d, want 4", other, got)
+		}
+	}
+	var err error
+	if how == "reset" {
+		_, err = h.s.Reset(ctx, h.key.Scope, h.key.Identifier, "")
+	} else {
+		_, err = h.s.Clear(ctx, []algorithms.Request{{Key: h.key, Limit: h.l}})
+	}
+	if err != nil {
+		t.Fatalf("%s: %v", how, err)
+	}
+	if got := h.held(); got != 0 {
+		t.Errorf("held after the %s: %d, want 0", how, got)
+	}
+	if got := h.remaining(); got != 10 {
+		t.Errorf("after the %s: %d left, want 10", how, got)
+	}
+	if r := h.settle("a", 4, false); r.Outcome != algorithms.Cleared {
+		t.Errorf("commit of a after the %s: %+v, want cleared", how, r)
+	}
+	if r := h.settle("a", 0, true); r.Outcome != algorithms.Cleared {
+		t.Errorf("cancel of a after the %s: %+v, want cleared", how, r)
+	}
+	if got := h.remaining(); got != 10 {
+		t.Errorf("after a's commit: %d left, want 10 (the fresh counter never gets it)", got)
+	}
+	if d := h.hold("b", 3, false); !d.Allowed || d.Remaining != 7 {
+		t.Fatalf("hold b of 3 after the %s: %+v, want allowed, 7 left", how, d)
+	}
+	if r := h.settle("b", 2, false); r.Outcome != algorithms.Settled || r.Held != 3 || r.Decision.Remaining != 8 {
+		t.Errorf("commit 2 of b's 3: %+v, want settled, 8 left", r)
+	}
+	h.clock.Advance(time.Minute) // past a's expiry: still cleared, not expired
+	if r := h.settle("a", 4, false); r.Outcome != algorithms.Cleared {
+		t.Errorf("commit of a past its expiry: %+v, want cleared", r)
+	}
+}

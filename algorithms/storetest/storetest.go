@@ -99,6 +99,8 @@ func Contract(t *testing.T, factories []Factory) {
 	t.Run("refund", func(t *testing.T) { Refund(t, factories) })
 	t.Run("repeated in group", func(t *testing.T) { RepeatedInGroup(t, factories) })
 	t.Run("holds", func(t *testing.T) { Holds(t, factories) })
+	t.Run("held", func(t *testing.T) { Held(t, factories) })
+	t.Run("holds cleared", func(t *testing.T) { HoldsCleared(t, factories) })
 }
 
 // UniqueScope gives each test its own scope, so tests sharing one backend

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/throttle-rl/throttle/algorithms"
@@ -22,7 +23,10 @@ func (a *app) openCounters(ctx context.Context) error {
 		mem := algorithms.NewMemoryStore(algorithms.MemoryOptions{})
 		a.goBG("memory sweep", mem.Run)
 		a.limiter, a.backend = mem, "memory"
-		return nil
+		return a.reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "throttle_reservations_held_hits",
+			Help: "Hits held by unexpired, unsettled holds (reservations): in Redis, over every master that answered, as this replica's sweeper last read them; in memory, now.",
+		}, func() float64 { return float64(mem.HeldHits()) }))
 	}
 	// go-redis has one process-wide logger; serve is the process.
 	redis.SetLogger(&redisLog{log: a.log, secrets: cfg.redisSecrets()})
@@ -34,6 +38,7 @@ func (a *app) openCounters(ctx context.Context) error {
 		return err
 	}
 	a.limiter, a.backend, a.ready, sides.Main = main, "redis", mainStore.Ready, main
+	a.ledger = mainStore.Ledger() // every replica caps reservations on one count
 	if cfg.RedisPerSecond {
 		if sides.PerSecond, _, err = a.openGuarded(ctx, cfg.PerSecond, "REDIS_PERSECOND_", "redis_per_second", local); err != nil {
 			return err

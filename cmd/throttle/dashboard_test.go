@@ -202,6 +202,9 @@ func TestDashboard(t *testing.T) {
 		t.Errorf("the edit form of the rule of two limits = %q, want 2|daily|1000|true|approximate|10", got)
 	}
 	shot("02-two-limits.png")
+	// A full-page screenshot resizes the page and gives its viewport back
+	// a moment later: wait for the button to be in view before clicking it.
+	waitFor("the save button in view after the screenshot", `(r => r.top >= 0 && r.bottom <= innerHeight)((b => (b.scrollIntoView({block: 'center'}), b.getBoundingClientRect()))(document.getElementById('rule-submit')))`)
 	do("save it unchanged", chromedp.Click(chromedp.ID("rule-submit")))
 	waitFor("the form closed", `document.getElementById('rule-form').hidden`)
 	// An approximate rule; approximate with a token bucket is refused, with

@@ -107,6 +107,9 @@ func (a *app) withRESTApps(d restapi.Deps) restapi.Deps {
 	d.CORSAllowedOrigins, d.ListObjects, d.IdempotencyTTL = c.CORSAllowedOrigins, c.ListObjects, c.IdempotencyTTL
 	d.IdempotencyQuota = c.IdempotencyQuota
 	d.Reservations = c.Reservations
+	if a.ledger != nil {
+		d.Reservations.Ledger = a.ledger
+	}
 	if a.idempotency != nil {
 		d.Idempotency = a.idempotency
 	}

@@ -106,6 +106,9 @@ type app struct {
 
 	// idempotency keeps Idempotency-Key replies; nil: the REST API's memory.
 	idempotency restapi.IdempotencyStore
+	// ledger keeps each client's outstanding reservations; nil: the REST
+	// API's memory (per replica).
+	ledger restapi.ReservationLedger
 
 	// refStats are the reference service's stats; nil: off. statsSrv
 	// serves them on PROMETHEUS_ADDR with USE_PROMETHEUS.

@@ -82,7 +82,7 @@ var coreSettings = []setting{
 		c.REST.Reservations.MaxFraction, err = parseShare(v)
 		return
 	}},
-	{"RESERVATION_MAX_OUTSTANDING_PER_CLIENT", "reservation-max-outstanding-per-client", "1000", "most reservations one client may have outstanding (neither settled nor expired) through one replica; one more is 429 TOO_MANY_RESERVATIONS, nothing counted", func(c *config, v string) (err error) {
+	{"RESERVATION_MAX_OUTSTANDING_PER_CLIENT", "reservation-max-outstanding-per-client", "1000", "most reservations one client may have outstanding (neither settled nor expired) on every replica together (counted in Redis with REDIS_URL, else per replica); one more is 429 TOO_MANY_RESERVATIONS, nothing counted", func(c *config, v string) (err error) {
 		c.REST.Reservations.MaxOutstanding, err = parsePositive(v)
 		return
 	}},

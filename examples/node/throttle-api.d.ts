@@ -378,7 +378,12 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Clear an identifier's counters */
+        /**
+         * Clear an identifier's counters
+         * @description Its outstanding reservations go with its counters: a commit or cancel of one after the
+         *     reset is `410 RESERVATION_RESET` and counts nothing into the fresh counters, and they no
+         *     longer count against RESERVATION_MAX_OUTSTANDING_PER_CLIENT.
+         */
         post: operations["reset"];
         delete?: never;
         options?: never;
@@ -570,7 +575,7 @@ export interface paths {
             };
             cookie?: never;
         };
-        /** Your decision counts and top identifiers */
+        /** Your decision counts, top identifiers, and the quota your reservations hold */
         get: operations["stats"];
         put?: never;
         post?: never;
@@ -1083,6 +1088,48 @@ export interface components {
                 rejected: number;
                 last_seen_at: components["schemas"]["Time"];
             }[];
+            /**
+             * @description Your outstanding reservations (neither settled nor expired): how many, and the
+             *     counters they hold quota on (the most reserved first, at most 20). Absent when the
+             *     counters cannot be read (the counter backend does not answer).
+             */
+            reservations?: {
+                /** @description Counted as RESERVATION_MAX_OUTSTANDING_PER_CLIENT counts them. */
+                outstanding: number;
+                counters: {
+                    identifier: string;
+                    /** @description The rule the reservations were checked under; absent for an inline limit. */
+                    rule?: string;
+                    algorithm: components["schemas"]["Algorithm"];
+                    /** Format: int64 */
+                    limit: number;
+                    /**
+                     * Format: int64
+                     * @description Seconds; absent for a token bucket without one.
+                     */
+                    window?: number;
+                    refill_rate?: number;
+                    /**
+                     * Format: int64
+                     * @description Hits counted in the current window (a bucket's: what is missing from it), held ones included: limit minus remaining.
+                     */
+                    used: number;
+                    /**
+                     * Format: int64
+                     * @description Of used, the hits unexpired, unsettled reservations hold in the current window (or bucket), given back at their expiry or by a commit of less; at most used (a bucket's refill gives tokens back, held or not). A sliding window's reservations made in the window before are not listed.
+                     */
+                    held: number;
+                    /** Format: int64 */
+                    remaining: number;
+                    /**
+                     * Format: int64
+                     * @description Unix seconds when the counter is fresh again.
+                     */
+                    reset_at: number;
+                    /** @description Your outstanding reservations on this counter. */
+                    reservations: number;
+                }[];
+            };
         };
         DescriptorStatus: {
             domain: string;
@@ -1183,8 +1230,8 @@ export interface components {
             code?: "CONFLICT" | "DOMAIN_RESERVED" | "RULE_EXISTS" | "DESCRIPTORS_EXIST" | "EXEMPTION_EXISTS" | "IDEMPOTENCY_KEY_IN_PROGRESS" | "TOO_MANY_RULES" | "TOO_MANY_EXEMPTIONS" | "TOO_MANY_OVERRIDES" | "TOO_MANY_KEYS" | "TOO_MANY_CLIENTS" | "RESERVATION_SETTLED";
         } & components["schemas"]["Error"];
         GoneError: {
-            /** @constant */
-            code?: "RESERVATION_EXPIRED";
+            /** @enum {unknown} */
+            code?: "RESERVATION_EXPIRED" | "RESERVATION_RESET";
         } & components["schemas"]["Error"];
         TooManyReservationsError: {
             /** @constant */
@@ -1349,7 +1396,12 @@ export interface components {
                 "application/json": components["schemas"]["ConflictError"];
             };
         };
-        /** @description The reservation expired before it was settled (`RESERVATION_EXPIRED`); its hits were given back, nothing is counted. */
+        /**
+         * @description The reservation expired before it was settled (`RESERVATION_EXPIRED`); its hits were given
+         *     back, nothing is counted. Or its counter was reset (`POST /reset` of its identifier) after
+         *     it was made (`RESERVATION_RESET`): its hits went with the counter, and nothing is counted
+         *     into the fresh one.
+         */
         ReservationExpired: {
             headers: {
                 [name: string]: unknown;
@@ -1359,9 +1411,9 @@ export interface components {
             };
         };
         /**
-         * @description Your client has RESERVATION_MAX_OUTSTANDING_PER_CLIENT reservations outstanding (made
-         *     through this replica, neither settled nor expired) (`TOO_MANY_RESERVATIONS`); nothing
-         *     was counted.
+         * @description Your client has RESERVATION_MAX_OUTSTANDING_PER_CLIENT reservations outstanding (neither
+         *     settled nor expired, on every replica together with Redis; through this replica without)
+         *     (`TOO_MANY_RESERVATIONS`); nothing was counted.
          */
         TooManyReservations: {
             headers: {

@@ -336,3 +336,8 @@ func (c *Cache) Settle(ctx context.Context, sts []algorithms.Settle) ([]algorith
 	}
 	return c.next.Settle(ctx, sts)
 }
+
+// Held reads on the wrapped store: the cache keeps no holds.
+func (c *Cache) Held(ctx context.Context, reqs []algorithms.Request) ([]int64, error) {
+	return c.next.Held(ctx, reqs)
+}

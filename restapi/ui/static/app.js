@@ -176,7 +176,7 @@
     $('session').hidden = true;
     $('login').hidden = false;
     $('app').dataset.state = 'signed-out';
-    for (const id of ['rules', 'exemptions', 'identifiers', 'keys']) $(id).tBodies[0].replaceChildren();
+    for (const id of ['rules', 'exemptions', 'identifiers', 'keys', 'reservations']) $(id).tBodies[0].replaceChildren();
     $('key-minted').hidden = true;
     closeRuleForm();
     showError('login-error', message || null);
@@ -222,6 +222,7 @@
     $('live-text').textContent = 'live · ' + new Date(now).toLocaleTimeString('en-GB', { hour12: false });
     renderStats(s, sample, interval);
     renderIdentifiers(s.top_identifiers || [], interval);
+    renderReservations(s.reservations);
     drawChart();
   }
 
@@ -257,6 +258,33 @@
     body.replaceChildren(...rows);
     $('identifiers-empty').hidden = list.length > 0;
     state.lastIdents = new Map(list.map((u) => [u.identifier, u.total_checks]));
+  }
+
+  // renderReservations shows the counters the client's outstanding
+  // reservations hold quota on: used, and of it held, beside the limit,
+  // with a bar of the limit (committed used, held, free). Absent (the
+  // counters could not be read): the table keeps its last rows.
+  function renderReservations(r) {
+    if (!r) return;
+    const list = r.counters || [];
+    $('reservations-count').textContent = r.outstanding
+      ? fmt(r.outstanding) + ' outstanding' + (r.outstanding === 1 ? ' reservation' : ' reservations')
+      : 'none outstanding';
+    const pct = (n, l) => (l > 0 ? Math.min(100, 100 * n / l) : 0).toFixed(1) + '%';
+    $('reservations').tBodies[0].replaceChildren(...list.map((c) => el('tr', { 'data-identifier': c.identifier, 'data-rule': c.rule || '' },
+      el('td', { class: 'ident', title: c.identifier, text: c.identifier }),
+      el('td', {}, c.rule ? el('span', { text: c.rule }) : el('span', { class: 'muted', text: 'inline' }), ' ',
+        el('span', { class: 'pill ' + c.algorithm, text: c.algorithm })),
+      el('td', { class: 'num', text: fmt(c.limit) + (c.window ? ' / ' + fmt(c.window) + ' s' : '') }),
+      el('td', { class: 'num', 'data-field': 'used', text: fmt(c.used) }),
+      el('td', { class: 'num held', 'data-field': 'held', text: fmt(c.held) }),
+      el('td', { class: 'num', 'data-field': 'remaining', text: fmt(c.remaining) }),
+      el('td', {}, el('div', { class: 'quota-bar', title: fmt(c.used - c.held) + ' committed · ' + fmt(c.held) + ' held · ' + fmt(c.remaining) + ' free of ' + fmt(c.limit) },
+        el('span', { class: 'used', style: 'width:' + pct(c.used - c.held, c.limit) }),
+        el('span', { class: 'held', style: 'width:' + pct(c.held, c.limit) }))),
+      el('td', { class: 'num', 'data-field': 'reservations', text: fmt(c.reservations) }),
+      el('td', { class: 'muted seen', title: dateTimeOf(new Date(c.reset_at * 1000).toISOString()), text: timeOf(new Date(c.reset_at * 1000).toISOString()) }))));
+    $('reservations-empty').hidden = list.length > 0;
   }
 
   // niceStep is the smallest 1, 2 or 5 × 10^k that is at least v.
