@@ -84,6 +84,9 @@ type approxTable struct {
 	// most by which approximate limits can have gone over. excess counts
 	// what Redis saw past a limit when those hits were reported.
 	blindHits, excess atomic.Int64
+	// rtt is the moving average of the syncs' round trips, in ns
+	// (roundTrip).
+	rtt atomic.Int64
 }
 
 // approxStripe is one lock's part of the table.
@@ -187,9 +190,39 @@ func (t *approxTable) monoNow(local time.Time) int64 {
 	return t.mono(local)
 }
 
-// callTimeout bounds one round of syncs, and an ask.
+// callTimeout bounds one round of syncs, and an ask: two intervals, four
+// round trips to Redis (a global Redis a region away), at least 500 ms.
 func (t *approxTable) callTimeout() time.Duration {
-	return max(2*t.interval, 500*time.Millisecond)
+	return max(2*t.interval, 4*t.roundTrip(), 500*time.Millisecond)
+}
+
+// horizon is how long a lease must last at this replica's demand: until
+// the next sync's answer brings the next one — an interval and a round
+// trip —, twice over, so a burst or a late answer does not leave the
+// replica asking. On a Redis beside the replica the round trip is nothing;
+// on a global Redis a region away (GLOBAL_REDIS_URL) it sizes the leases
+// for the distance.
+func (t *approxTable) horizon() time.Duration {
+	return 2 * (t.interval + t.roundTrip())
+}
+
+// roundTrip is the round trip to Redis the syncs measure: a moving
+// average of their calls' times (0 before the first answer).
+func (t *approxTable) roundTrip() time.Duration { return time.Duration(t.rtt.Load()) }
+
+// noteRoundTrip adds one answered call's time to the average: an eighth
+// of it, or all of it for the first.
+func (t *approxTable) noteRoundTrip(d time.Duration) {
+	for {
+		old := t.rtt.Load()
+		next := int64(d)
+		if old != 0 {
+			next = old + (int64(d)-old)/8
+		}
+		if t.rtt.CompareAndSwap(old, max(next, 1)) {
+			return
+		}
+	}
 }
 
 // leaseTTL is how long a lease of a window of l lasts unless renewed:

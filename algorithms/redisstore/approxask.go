@@ -118,7 +118,9 @@ func (y *approxSyncer) ask(ctx context.Context, op *approxOp) {
 			err = y.note(ops, []int{0}, res, sent, time.Now())
 		}
 		if err == nil {
-			sh.answered.Store(time.Now().UnixNano())
+			got := time.Now()
+			sh.answered.Store(got.UnixNano())
+			y.t.noteRoundTrip(got.Sub(sent))
 		}
 	}
 	y.apply(ops, true)

@@ -21,7 +21,8 @@ type approxOp struct {
 	prevKey  string // a sliding window's previous counter ("" for a fixed one)
 	leaseKey string
 	ttlMS    int64
-	index    string // the identifier's index, for an indexed request; member, its member there
+	leaseTTL time.Duration // how long the lease asked for lasts unless renewed (leaseTTL at take)
+	index    string        // the identifier's index, for an indexed request; member, its member there
 	member   string
 	covered  int64 // of hits, those the lease covered when the call began
 	flight   *approxFlight
@@ -71,6 +72,9 @@ func (y *approxSyncer) send(ctx context.Context, sh *shard, ops []approxOp, at [
 		res, err := y.call(ctx, sh, ops, part)
 		got := time.Now()
 		y.metrics.observe(got.Sub(sent), err)
+		if err == nil {
+			y.t.noteRoundTrip(got.Sub(sent))
+		}
 		if err != nil {
 			sh.approxFailed(got)
 			return fmt.Errorf("redis: approximate sync: %w", err)
@@ -121,7 +125,7 @@ func (y *approxSyncer) call(ctx context.Context, sh *shard, ops []approxOp, part
 		args = append(args, strconv.FormatInt(op.hits, 10), strconv.FormatInt(max(op.ttlMS, 1), 10),
 			strconv.FormatInt(op.e.req.Limit.Limit, 10), window, strconv.FormatInt(op.num, 10),
 			strconv.FormatInt(op.target, 10), strconv.FormatInt(op.need, 10), op.member,
-			strconv.FormatInt(y.t.leaseTTL(&op.e.req.Limit).Microseconds(), 10))
+			strconv.FormatInt(op.leaseTTL.Microseconds(), 10))
 	}
 	keys, args = y.s.route.pack(keys, args, 0)
 	return y.sync.Run(ctx, sh.client, keys, args...).Int64Slice()
@@ -166,7 +170,7 @@ func (y *approxSyncer) apply(ops []approxOp, asked bool) {
 // and whether anything is left to grant. st.mu is held.
 func (t *approxTable) answer(e *approxEntry, w *approxWindow, op *approxOp, localNS, nowUS int64) {
 	w.global, w.held = op.total, op.held
-	w.leaseUntil = t.mono(op.sent) + t.leaseTTL(&e.req.Limit).Nanoseconds()
+	w.leaseUntil = t.mono(op.sent) + op.leaseTTL.Nanoseconds()
 	if op.excess > 0 {
 		t.excess.Add(op.excess)
 	}

@@ -65,3 +65,49 @@ func TestApproximateDecideIn(t *testing.T) {
 		})
 	}
 }
+
+// TestApproximateLeaseForDistance: leases cover two intervals and two
+// round trips of demand, and calls time out after four round trips, so a
+// Redis a region away (a global one) is asked for larger leases, longer.
+func TestApproximateLeaseForDistance(t *testing.T) {
+	tb := newApproxTable(100*time.Millisecond, 1024, nil)
+	l := algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 1_000_000, Window: time.Hour, Accuracy: algorithms.Approximate}
+	for _, c := range []struct {
+		rtts                  []time.Duration // answered calls, in order
+		rtt, horizon, timeout time.Duration
+		ttl                   time.Duration
+		target                int64 // at 1,000 hits a second
+	}{
+		{nil, 0, 200 * time.Millisecond, 500 * time.Millisecond, 600 * time.Millisecond, 200},
+		{[]time.Duration{100 * time.Millisecond}, 100 * time.Millisecond, 400 * time.Millisecond, 500 * time.Millisecond, 600 * time.Millisecond, 400},
+		// 100 ms, then 8 calls of 260 ms: the average moves an eighth a call.
+		{[]time.Duration{260, 260, 260, 260, 260, 260, 260, 260}, 0, 0, 0, 0, 0},
+	} {
+		for _, d := range c.rtts {
+			if d < time.Millisecond {
+				d *= time.Millisecond
+			}
+			tb.noteRoundTrip(d)
+		}
+		if c.horizon == 0 { // the moving average: check its bounds only
+			if rtt := tb.roundTrip(); rtt < 200*time.Millisecond || rtt > 260*time.Millisecond {
+				t.Errorf("after 8 calls of 260 ms from 100 ms the round trip is %v, want between 200 and 260 ms", rtt)
+			}
+			if to := tb.callTimeout(); to != 4*tb.roundTrip() {
+				t.Errorf("call timeout %v at a round trip of %v, want four round trips", to, tb.roundTrip())
+			}
+			if ttl := tb.leaseTTL(&l); ttl != 4*tb.roundTrip()+100*time.Millisecond {
+				t.Errorf("lease TTL %v, want the call timeout and an interval", ttl)
+			}
+			continue
+		}
+		if tb.roundTrip() != c.rtt || tb.horizon() != c.horizon || tb.callTimeout() != c.timeout || tb.leaseTTL(&l) != c.ttl {
+			t.Errorf("rtt %v: round trip, horizon, timeout, ttl = %v %v %v %v; want %v %v %v %v", c.rtt,
+				tb.roundTrip(), tb.horizon(), tb.callTimeout(), tb.leaseTTL(&l), c.rtt, c.horizon, c.timeout, c.ttl)
+		}
+		e := &approxEntry{demand: 500, demandPrev: 500, sincePrev: 0}
+		if got := e.target(int64(time.Second), tb.horizon().Nanoseconds()); got != c.target {
+			t.Errorf("rtt %v: target at 1,000 hits a second = %d, want %d", c.rtt, got, c.target)
+		}
+	}
+}

@@ -82,12 +82,12 @@ func (w *approxWindow) view() int64 { return max(0, w.global-w.held) + w.unsent(
 // hits): what is lost when they cannot be sent.
 func (w *approxWindow) uncovered() int64 { return max(0, w.unsent()-w.held) }
 
-// target is the lease to ask for at localNS: about two intervals of the
-// demand of the last two gaps between the current window's calls (at
-// least a millisecond of it). It starts a new gap.
-func (e *approxEntry) target(localNS, intervalNS int64) int64 {
+// target is the lease to ask for at localNS: the demand of the last two
+// gaps between the current window's calls (at least a millisecond of it)
+// over horizonNS (approxTable.horizon). It starts a new gap.
+func (e *approxEntry) target(localNS, horizonNS int64) int64 {
 	elapsed := max(localNS-e.sincePrev, 1e6)
-	t := int64(math.Ceil(float64(e.demand+e.demandPrev) * float64(2*intervalNS) / float64(elapsed)))
+	t := int64(math.Ceil(float64(e.demand+e.demandPrev) * float64(horizonNS) / float64(elapsed)))
 	e.demandPrev, e.sincePrev = e.demand, e.since
 	e.demand, e.since = 0, localNS
 	return t

@@ -249,7 +249,7 @@ func TestApproximateLeaseScript(t *testing.T) {
 		t.Helper()
 		s.approx.replicas.Store(2)
 		s.approx.settled.Store(true)
-		ops := []approxOp{{e: e, num: num, hits: hits, target: target, need: need, ttlMS: 60_000,
+		ops := []approxOp{{e: e, num: num, hits: hits, target: target, need: need, ttlMS: 60_000, leaseTTL: s.approx.leaseTTL(&req.Limit),
 			key: s.windowKey(&req, num*time.Hour.Microseconds()), leaseKey: s.leaseKey(&req, num)}}
 		res, err := s.syncer.call(ctx, singleShard(s), ops, []int{0})
 		if err != nil {
@@ -307,7 +307,7 @@ func TestApproximateLeaseScript(t *testing.T) {
 		if err := rdb.Set(ctx, prev, 60, time.Minute).Err(); err != nil {
 			t.Fatal(err)
 		}
-		ops := []approxOp{{e: &approxEntry{req: sliding}, num: tc.num, target: 100, ttlMS: 60_000,
+		ops := []approxOp{{e: &approxEntry{req: sliding}, num: tc.num, target: 100, ttlMS: 60_000, leaseTTL: a.approx.leaseTTL(&sliding.Limit),
 			key: a.windowKey(&sliding, tc.num*wUS), prevKey: prev, leaseKey: a.leaseKey(&sliding, tc.num)}}
 		res, err := a.syncer.call(ctx, singleShard(a), ops, []int{0})
 		if err != nil {
@@ -345,7 +345,7 @@ func TestApproximateLeaseExpiry(t *testing.T) {
 		t.Helper()
 		s.approx.replicas.Store(2)
 		s.approx.settled.Store(true)
-		ops := []approxOp{{e: e, num: num, hits: hits, target: target, ttlMS: 60_000,
+		ops := []approxOp{{e: e, num: num, hits: hits, target: target, ttlMS: 60_000, leaseTTL: s.approx.leaseTTL(&req.Limit),
 			key: s.windowKey(&req, num*time.Hour.Microseconds()), leaseKey: s.leaseKey(&req, num)}}
 		res, err := s.syncer.call(ctx, singleShard(s), ops, []int{0})
 		if err != nil {

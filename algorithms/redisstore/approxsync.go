@@ -223,15 +223,15 @@ func (y *approxSyncer) takeDue(e *approxEntry, nowUS, localNS int64, final bool,
 }
 
 // take starts the call of w, a window of e, at nowUS (localNS): its
-// pending hits go in flight, and its target lease is two intervals of its
-// demand, at least need (an ask's hits), or nothing for a window that is
+// pending hits go in flight, and its target lease is its demand over the
+// table's horizon (two intervals and two round trips), at least need (an ask's hits), or nothing for a window that is
 // over or the last flush. Its stripe's lock is held.
 func (y *approxSyncer) take(e *approxEntry, w *approxWindow, nowUS, localNS, need int64) approxOp {
 	l := &e.req.Limit
 	wUS := l.Window.Microseconds()
 	op := approxOp{e: e, num: w.num, hits: w.pending, need: need, covered: min(w.pending, max(0, w.held-w.inflight))}
 	if w == &e.cur {
-		op.target = e.target(localNS, y.t.interval.Nanoseconds())
+		op.target = e.target(localNS, y.t.horizon().Nanoseconds())
 		if y.stopping.Load() {
 			op.target = 0 // leaving: no lease past what an ask needs
 		}
@@ -239,6 +239,7 @@ func (y *approxSyncer) take(e *approxEntry, w *approxWindow, nowUS, localNS, nee
 	} else {
 		op.need = 0 // over: its lease goes back
 	}
+	op.leaseTTL = y.t.leaseTTL(l)
 	op.key = y.s.windowKey(&e.req, w.num*wUS)
 	op.leaseKey = y.s.leaseKey(&e.req, w.num)
 	op.ttlMS = ((w.num+1)*wUS-nowUS)/1000 + min(expiryMargin, l.Window).Milliseconds()

@@ -4,109 +4,162 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/throttle-rl/throttle/algorithms"
 )
 
-// Split decides over two Redis deployments, as Envoy's reference service
-// does with REDIS_PERSECOND: a request whose limit's window is one second
-// (PerSecond) goes to the per-second Redis, every other to the main one.
-// Each is a Guard of its own, with its own breakers and failure policy, so
-// a dead per-second Redis fails only the per-second decisions.
+// Split decides over several Redis deployments, each a Guard of its own
+// with its own breakers and failure policy, so that a dead one fails only
+// its own decisions:
 //
-// A batch with requests on both sides is decided on both at once. Each
-// side keeps an all-or-nothing group atomic within itself; across the two,
-// what one side counted for a group the other side voided is taken back
+//   - the main Redis (REDIS_URL) decides every limit no other side takes;
+//   - the per-second Redis (REDIS_PERSECOND, as Envoy's reference service
+//     has it) the limits whose window is one second (PerSecond);
+//   - the global Redis (GLOBAL_REDIS_URL), shared by every region, the
+//     limits of scope global (algorithms.Limit.Global), whatever their
+//     window: approximate limits, decided from memory within leases of it.
+//
+// A batch with requests on several sides is decided on all of them at
+// once. Each side keeps an all-or-nothing group atomic within itself;
+// across sides, what one counted for a group another voided is taken back
 // after (algorithms.VoidedCounts, refundAt), as across the masters of a
 // Redis Cluster: between the counting and the refund another request can
 // see the count that is then taken back.
 type Split struct {
-	main, perSecond *Guard
+	sides [numSides]*Guard // nil: no such side
 }
 
-// NewSplit decides the per-second requests on perSecond and the others on
-// main.
-func NewSplit(main, perSecond *Guard) (*Split, error) {
-	if main == nil || perSecond == nil {
-		return nil, errors.New("redisstore: NewSplit needs two Guards")
+// The sides of a Split, in the order Ready and Reset visit them.
+const (
+	mainSide = iota
+	perSecondSide
+	globalSide
+	numSides
+)
+
+// sideNames prefix the errors of a side and the names of its masters in
+// Ready (the main side's are bare).
+var sideNames = [numSides]string{"", "per-second ", "global "}
+
+// Sides are the Redis deployments a Split decides over: Main always, the
+// others when set.
+type Sides struct {
+	Main, PerSecond, Global *Guard
+}
+
+// NewSplit decides each request on its side of sides.
+func NewSplit(sides Sides) (*Split, error) {
+	if sides.Main == nil || (sides.PerSecond == nil && sides.Global == nil) {
+		return nil, errors.New("redisstore: NewSplit needs a main Guard and another")
 	}
-	return &Split{main: main, perSecond: perSecond}, nil
+	return &Split{sides: [numSides]*Guard{sides.Main, sides.PerSecond, sides.Global}}, nil
 }
 
 // PerSecond reports whether r goes to the per-second Redis of a Split: its
 // limit's window is one second (the reference's unit SECOND).
 func PerSecond(r *algorithms.Request) bool { return r.Limit.Window == time.Second }
 
-// Check decides each request on its side, the two sides at once. When a
-// side fails (ErrOverloaded, the caller's deadline), the batch fails, and
-// what the other side counted stays counted: over-counting, never under.
+// side is where r is decided: the global side for a global limit, the
+// per-second one for a one-second window, else the main one (a side the
+// Split does not have is the main one's: a global limit reaches a Split
+// without a global Redis only if validation upstream let it through).
+func (s *Split) side(r *algorithms.Request) int {
+	switch {
+	case r.Limit.Global && s.sides[globalSide] != nil:
+		return globalSide
+	case PerSecond(r) && s.sides[perSecondSide] != nil:
+		return perSecondSide
+	}
+	return mainSide
+}
+
+// bySide returns the positions of the requests of reqs on each side.
+func (s *Split) bySide(n int, req func(i int) *algorithms.Request) (at [numSides][]int, sides int) {
+	for i := range n {
+		k := s.side(req(i))
+		if len(at[k]) == 0 {
+			sides++
+		}
+		at[k] = append(at[k], i)
+	}
+	return at, sides
+}
+
+// sideErr names the side an error came from.
+func sideErr(k int, err error) error {
+	if err == nil || k == mainSide {
+		return err
+	}
+	return fmt.Errorf("%sredis: %w", sideNames[k], err)
+}
+
+// Check decides each request on its side, the sides at once. When a side
+// fails (ErrOverloaded, the caller's deadline), the batch fails, and what
+// the others counted stays counted: over-counting, never under.
 func (s *Split) Check(ctx context.Context, reqs []algorithms.Request) ([]algorithms.Decision, error) {
 	if err := algorithms.ValidateBatch(reqs); err != nil {
 		return nil, err
 	}
-	fast, slow := s.sides(reqs)
+	at, sides := s.bySide(len(reqs), func(i int) *algorithms.Request { return &reqs[i] })
 	switch {
-	case len(fast) == 0:
-		return s.main.Check(ctx, reqs)
-	case len(slow) == 0:
-		return s.perSecond.Check(ctx, reqs)
+	case len(reqs) == 0:
+		return s.sides[mainSide].Check(ctx, reqs)
+	case sides == 1:
+		return s.sides[s.side(&reqs[0])].Check(ctx, reqs)
 	}
-	var fds []algorithms.Decision
-	var ferr error
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		fds, ferr = s.perSecond.Check(ctx, subset(reqs, fast))
-	}()
-	sds, serr := s.main.Check(ctx, subset(reqs, slow))
-	<-done
-	if err := errors.Join(serr, ferr); err != nil {
+	var ds [numSides][]algorithms.Decision
+	var errs [numSides]error
+	var wg sync.WaitGroup
+	for k, g := range s.sides {
+		if len(at[k]) == 0 {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ds[k], errs[k] = g.Check(ctx, subset(reqs, at[k]))
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs[:]...); err != nil {
 		return nil, err
 	}
 	out := make([]algorithms.Decision, len(reqs))
-	putBack(out, fast, fds)
-	putBack(out, slow, sds)
-	if at := algorithms.VoidedCounts(reqs, out); len(at) > 0 {
-		var fastAt, slowAt []int
-		for _, i := range at {
-			if PerSecond(&reqs[i]) {
-				fastAt = append(fastAt, i)
-			} else {
-				slowAt = append(slowAt, i)
+	for k := range s.sides {
+		putBack(out, at[k], ds[k])
+	}
+	if voided := algorithms.VoidedCounts(reqs, out); len(voided) > 0 {
+		var back [numSides][]int
+		for _, i := range voided {
+			k := s.side(&reqs[i])
+			back[k] = append(back[k], i)
+		}
+		for k, g := range s.sides {
+			if len(back[k]) > 0 {
+				g.store.refundAt(ctx, reqs, back[k], out)
 			}
 		}
-		s.perSecond.store.refundAt(ctx, reqs, fastAt, out)
-		s.main.store.refundAt(ctx, reqs, slowAt, out)
 	}
 	return out, nil
 }
 
-// sides returns the positions of the per-second requests of reqs, and of
-// the others; nil for none.
-func (s *Split) sides(reqs []algorithms.Request) (fast, slow []int) {
-	for i := range reqs {
-		if PerSecond(&reqs[i]) {
-			fast = append(fast, i)
-		} else {
-			slow = append(slow, i)
-		}
-	}
-	return fast, slow
-}
-
-// Reset resets (scope, identifier) on both sides and returns how many
+// Reset resets (scope, identifier) on every side and returns how many
 // limits' states it deleted in all.
 func (s *Split) Reset(ctx context.Context, scope, identifier string, alg algorithms.Algorithm) (int, error) {
-	n, err := s.main.Reset(ctx, scope, identifier, alg)
-	if err != nil {
-		return n, err
+	n := 0
+	for k, g := range s.sides {
+		if g == nil {
+			continue
+		}
+		m, err := g.Reset(ctx, scope, identifier, alg)
+		n += m
+		if err != nil {
+			return n, sideErr(k, err)
+		}
 	}
-	m, err := s.perSecond.Reset(ctx, scope, identifier, alg)
-	if err != nil {
-		return n + m, fmt.Errorf("per-second redis: %w", err)
-	}
-	return n + m, nil
+	return n, nil
 }
 
 // Clear clears each request's state on its side.
@@ -114,79 +167,70 @@ func (s *Split) Clear(ctx context.Context, reqs []algorithms.Request) (int, erro
 	if err := algorithms.ValidateBatch(reqs); err != nil {
 		return 0, err
 	}
-	fast, slow := s.sides(reqs)
+	at, _ := s.bySide(len(reqs), func(i int) *algorithms.Request { return &reqs[i] })
 	n := 0
-	if len(slow) > 0 {
-		var err error
-		if n, err = s.main.Clear(ctx, subset(reqs, slow)); err != nil {
-			return n, err
+	for k, g := range s.sides {
+		if len(at[k]) == 0 {
+			continue
 		}
-	}
-	if len(fast) > 0 {
-		m, err := s.perSecond.Clear(ctx, subset(reqs, fast))
-		if err != nil {
-			return n + m, fmt.Errorf("per-second redis: %w", err)
-		}
+		m, err := g.Clear(ctx, subset(reqs, at[k]))
 		n += m
+		if err != nil {
+			return n, sideErr(k, err)
+		}
 	}
 	return n, nil
 }
 
-// perSecondName starts the names of the per-second Redis's masters in
-// Ready: "per-second redis", or "per-second " and a Cluster master's
-// address.
-const perSecondName = "per-second "
-
-// Ready asks both sides whether they answer (Store.Ready): every master by
-// its name, the per-second Redis's after perSecondName.
+// Ready asks every side whether it answers (Store.Ready), at once: every
+// master by its name, after its side's name ("per-second redis", "global
+// redis", or a Cluster master's address after "per-second " or "global ").
 func (s *Split) Ready(ctx context.Context) map[string]error {
-	var fast map[string]error
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		fast = s.perSecond.store.Ready(ctx)
-	}()
-	out := s.main.store.Ready(ctx)
-	<-done
-	for name, err := range fast {
-		if err != nil {
-			err = fmt.Errorf("per-second %w", err)
+	var got [numSides]map[string]error
+	var wg sync.WaitGroup
+	for k, g := range s.sides {
+		if g == nil {
+			continue
 		}
-		out[perSecondName+name] = err
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got[k] = g.store.Ready(ctx)
+		}()
+	}
+	wg.Wait()
+	out := got[mainSide]
+	for k := mainSide + 1; k < numSides; k++ {
+		for name, err := range got[k] {
+			if err != nil {
+				err = fmt.Errorf("%s%w", sideNames[k], err)
+			}
+			out[sideNames[k]+name] = err
+		}
 	}
 	return out
 }
 
-// Settle settles each hold on its side (PerSecond of its request).
+// Settle settles each hold on its side (that of its request).
 func (s *Split) Settle(ctx context.Context, sts []algorithms.Settle) ([]algorithms.SettleResult, error) {
 	if err := algorithms.ValidateSettles(sts); err != nil {
 		return nil, err
 	}
-	var fast, slow []int
-	for i := range sts {
-		if PerSecond(&sts[i].Request) {
-			fast = append(fast, i)
-		} else {
-			slow = append(slow, i)
-		}
-	}
+	at, _ := s.bySide(len(sts), func(i int) *algorithms.Request { return &sts[i].Request })
 	out := make([]algorithms.SettleResult, len(sts))
-	for _, side := range []struct {
-		g  *Guard
-		at []int
-	}{{s.main, slow}, {s.perSecond, fast}} {
-		if len(side.at) == 0 {
+	for k, g := range s.sides {
+		if len(at[k]) == 0 {
 			continue
 		}
-		sub := make([]algorithms.Settle, len(side.at))
-		for j, i := range side.at {
+		sub := make([]algorithms.Settle, len(at[k]))
+		for j, i := range at[k] {
 			sub[j] = sts[i]
 		}
-		rs, err := side.g.Settle(ctx, sub)
+		rs, err := g.Settle(ctx, sub)
 		if err != nil {
-			return nil, err
+			return nil, sideErr(k, err)
 		}
-		for j, i := range side.at {
+		for j, i := range at[k] {
 			out[i] = rs[j]
 		}
 	}

@@ -44,7 +44,7 @@ func newSplit(t *testing.T, opts Options) (*Split, [2]*Store) {
 			t.Fatal(err)
 		}
 	}
-	s, err := NewSplit(guards[0], guards[1])
+	s, err := NewSplit(Sides{Main: guards[0], PerSecond: guards[1]})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,9 +55,9 @@ func newSplit(t *testing.T, opts Options) (*Split, [2]*Store) {
 func splitKeeper(t *testing.T, s algorithms.Store, r algorithms.Request) storetest.Keeper {
 	t.Helper()
 	sp := storetest.Unwrap(s).(*Split)
-	side, db := sp.main.store, mainDB
+	side, db := sp.sides[mainSide].store, mainDB
 	if PerSecond(&r) {
-		side, db = sp.perSecond.store, perSecondDB
+		side, db = sp.sides[perSecondSide].store, perSecondDB
 	}
 	return stateKeeper{t: t, rdb: newDBClient(t, db), key: side.stateKey(&r)}
 }
@@ -82,8 +82,8 @@ func TestSplitConformance(t *testing.T) {
 func splitSweeper(t *testing.T, s algorithms.Store) {
 	t.Helper()
 	sp := storetest.Unwrap(s).(*Split)
-	sweeper(t, sp.main.store)
-	sweeper(t, sp.perSecond.store)
+	sweeper(t, sp.sides[mainSide].store)
+	sweeper(t, sp.sides[perSecondSide].store)
 }
 
 // TestSplitGroups: a request tied across the two sides counts on neither
@@ -226,6 +226,112 @@ func TestSecondGuardMetrics(t *testing.T) {
 	for _, mf := range mfs {
 		if mf.GetName() == "throttle_backend_circuit_open" && len(mf.GetMetric()) != 2 {
 			t.Errorf("throttle_backend_circuit_open has %d series, want one per backend", len(mf.GetMetric()))
+		}
+	}
+}
+
+// globalDB is the database of the test Redis the global side uses.
+const globalDB = 2
+
+// TestSplitGlobal: a limit of scope global is counted in the global Redis
+// whatever its window, decided from memory there; every other limit where
+// it was (a one-second window on the per-second Redis when there is one,
+// else on the main one); the global store's metrics are its own.
+func TestSplitGlobal(t *testing.T) {
+	ctx := context.Background()
+	reg := prometheus.NewRegistry()
+	dbs := []int{mainDB, perSecondDB, globalDB}
+	var stores [3]*Store
+	var guards [3]*Guard
+	for i, db := range dbs {
+		stores[i] = New(newDBClient(t, db), Options{Global: db == globalDB})
+		t.Cleanup(stores[i].Close)
+		if err := stores[i].RegisterMetrics(reg); err != nil {
+			t.Fatal(err)
+		}
+		var err error
+		if guards[i], err = NewGuard(stores[i], GuardOptions{Mode: algorithms.FailOpen, Backend: fmt.Sprint("redis", i), Registerer: reg}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	scope := uniqueScope(t)
+	req := func(id string, window time.Duration, global bool) algorithms.Request {
+		l := algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 100, Window: window, Global: global}
+		if global {
+			l.Accuracy = algorithms.Approximate
+		}
+		return algorithms.Request{Key: algorithms.Key{Scope: scope, Identifier: id}, Limit: l, Hits: 1}
+	}
+	for _, tt := range []struct {
+		name  string
+		sides Sides
+		// want is the database of each request's counter.
+		want [4]int
+	}{
+		{"main, per-second, global", Sides{Main: guards[0], PerSecond: guards[1], Global: guards[2]}, [4]int{mainDB, perSecondDB, globalDB, globalDB}},
+		{"main, global", Sides{Main: guards[0], Global: guards[2]}, [4]int{mainDB, mainDB, globalDB, globalDB}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := NewSplit(tt.sides)
+			if err != nil {
+				t.Fatal(err)
+			}
+			reqs := []algorithms.Request{req(tt.name+"/minute", time.Minute, false), req(tt.name+"/second", time.Second, false),
+				req(tt.name+"/global-minute", time.Minute, true), req(tt.name+"/global-second", time.Second, true)}
+			for range 3 {
+				ds, err := s.Check(ctx, reqs)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i, d := range ds {
+					if !d.Allowed {
+						t.Fatalf("%s refused: %+v", reqs[i].Key.Identifier, d)
+					}
+				}
+			}
+			if err := stores[2].Drain(ctx); err != nil { // the global hits go to Redis
+				t.Fatal(err)
+			}
+			for i, r := range reqs {
+				for j, st := range stores {
+					keys, err := st.rdb.Keys(ctx, st.stateKey(&r)+"*").Result()
+					if err != nil {
+						t.Fatal(err)
+					}
+					if want := dbs[j] == tt.want[i]; (len(keys) > 0) != want {
+						t.Errorf("%s: keys %q in database %d, want some: %v", r.Key.Identifier, keys, dbs[j], want)
+					}
+				}
+			}
+			// The global minute counter holds the three hits, nothing leased
+			// (the store drained).
+			st := stores[2]
+			r := reqs[2]
+			if r.Limit.Window == time.Minute {
+				keys, _ := st.rdb.Keys(ctx, st.stateKey(&r)+"*").Result()
+				var total int64
+				for _, k := range keys {
+					if n, err := st.rdb.Get(ctx, k).Int64(); err == nil {
+						total += n
+					}
+				}
+				if tt.name == "main, per-second, global" && total != 3 {
+					t.Errorf("the global minute counter's keys %q hold %d, want 3", keys, total)
+				}
+			}
+		})
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, mf := range mfs {
+		names[mf.GetName()] = true
+	}
+	for _, n := range []string{"throttle_global_round_trip_seconds", "throttle_global_leased_hits", "throttle_global_blind_hits_total", "throttle_approximate_leased_hits", "throttle_approximate_round_trip_seconds"} {
+		if !names[n] {
+			t.Errorf("metric %s not registered", n)
 		}
 	}
 }

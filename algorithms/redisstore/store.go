@@ -49,6 +49,12 @@ type Options struct {
 	// ApproximateMaxKeys bounds the approximate limits held at once; past
 	// it a new one is decided exactly. Default DefaultApproximateMaxKeys.
 	ApproximateMaxKeys int
+	// Global says this is the global Redis (GLOBAL_REDIS_URL), which
+	// counts the limits of scope global for every region: its approximate
+	// limits' metrics are named throttle_global_* rather than
+	// throttle_approximate_*, so that both stores of a process have their
+	// own. Its leases are sized for its round trip as every store's are.
+	Global bool
 	// HoldSweepEvery is how often the store gives back the holds that
 	// expired in Redis, whoever made them (holds.go). Default
 	// DefaultHoldSweepEvery; < 0: never (tests that sweep by hand).
@@ -126,7 +132,11 @@ func New(rdb redis.UniversalClient, opts Options) *Store {
 		s.route = newSingleRouter(one, s.indexKey)
 	}
 	s.approx = newApproxTable(opts.ApproximateInterval, opts.ApproximateMaxKeys, opts.Now)
-	s.approxMetrics = newApproxMetrics(s.approx)
+	prefix := approxMetricPrefix
+	if opts.Global {
+		prefix = globalMetricPrefix
+	}
+	s.approxMetrics = newApproxMetrics(s.approx, prefix)
 	s.syncer = newApproxSyncer(s, s.approx, s.approxMetrics)
 	s.holdMetrics = newHoldMetrics()
 	s.sweepStop, s.sweepDone = make(chan struct{}), make(chan struct{})

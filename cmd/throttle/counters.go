@@ -13,7 +13,9 @@ import (
 
 // openCounters builds the counter store: memory without REDIS_URL, else
 // Redis behind the failure policy; with REDIS_PERSECOND, the limits of a
-// one-second window in a second Redis behind a policy of its own.
+// one-second window in a second Redis behind a policy of its own; with
+// GLOBAL_REDIS_URL, the limits of scope global in the Redis every region
+// shares, behind a policy of its own too.
 func (a *app) openCounters(ctx context.Context) error {
 	cfg := a.cfg
 	if cfg.Redis.URL == "" {
@@ -26,19 +28,26 @@ func (a *app) openCounters(ctx context.Context) error {
 	redis.SetLogger(&redisLog{log: a.log, secrets: cfg.redisSecrets()})
 	local := algorithms.NewMemoryStore(algorithms.MemoryOptions{})
 	a.goBG("local sweep", local.Run)
+	var sides redisstore.Sides
 	main, mainStore, err := a.openGuarded(ctx, cfg.Redis, "REDIS_", "redis", local)
 	if err != nil {
 		return err
 	}
-	a.limiter, a.backend, a.ready = main, "redis", mainStore.Ready
-	if !cfg.RedisPerSecond {
+	a.limiter, a.backend, a.ready, sides.Main = main, "redis", mainStore.Ready, main
+	if cfg.RedisPerSecond {
+		if sides.PerSecond, _, err = a.openGuarded(ctx, cfg.PerSecond, "REDIS_PERSECOND_", "redis_per_second", local); err != nil {
+			return err
+		}
+	}
+	if cfg.GlobalScope() {
+		if sides.Global, _, err = a.openGuarded(ctx, cfg.Global, "GLOBAL_REDIS_", "redis_global", local); err != nil {
+			return err
+		}
+	}
+	if sides.PerSecond == nil && sides.Global == nil {
 		return nil
 	}
-	perSecond, _, err := a.openGuarded(ctx, cfg.PerSecond, "REDIS_PERSECOND_", "redis_per_second", local)
-	if err != nil {
-		return err
-	}
-	split, err := redisstore.NewSplit(main, perSecond)
+	split, err := redisstore.NewSplit(sides)
 	if err != nil {
 		return err
 	}
@@ -62,7 +71,7 @@ func (a *app) openGuarded(ctx context.Context, rc redisConfig, prefix, backend s
 	// 64 Envoy calls in flight a third fewer calls than two always out, and
 	// 1.1 µs less Redis CPU a decision (measured at e03dc16).
 	counters := redisstore.New(rdb, redisstore.Options{Coalesce: 2, MaxBatch: 128, KeyPrefix: cfg.CacheKeyPrefix,
-		ApproximateInterval: cfg.ApproximateInterval, ExpirationJitter: cfg.ExpirationJitter,
+		ApproximateInterval: cfg.ApproximateInterval, ExpirationJitter: cfg.ExpirationJitter, Global: prefix == "GLOBAL_REDIS_",
 		Tracer: telemetry.Tracer(a.tracer, "github.com/throttle-rl/throttle/algorithms")})
 	if err := counters.RegisterMetrics(a.reg); err != nil {
 		return nil, nil, err

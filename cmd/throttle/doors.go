@@ -41,7 +41,7 @@ func (a *app) restDoors(rls *ratelimitsvc.Server) (envoyJSON http.Handler, confi
 		configDump = a.configDump
 	}
 	if d.Metrics {
-		metrics = a.reg
+		metrics = a.metrics
 	}
 	return envoyJSON, configDump, metrics
 }

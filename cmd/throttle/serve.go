@@ -67,7 +67,10 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer) error {
 type app struct {
 	cfg *config
 	log *slog.Logger
-	reg *prometheus.Registry
+	// metrics gathers every metric; reg registers them, each labelled
+	// region=REGION when REGION is set.
+	metrics *prometheus.Registry
+	reg     prometheus.Registerer
 
 	// closers undo what the open* steps did, run last to first by close.
 	// They are the one way anything stops: a background task's closer
@@ -114,7 +117,11 @@ func newApp(cfg *config, logOut io.Writer) (*app, error) {
 	if cfg.LogFormat == "text" {
 		logs = slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: cfg.LogLevel})
 	}
-	a := &app{cfg: cfg, log: slog.New(logs), reg: prometheus.NewRegistry()}
+	a := &app{cfg: cfg, log: slog.New(logs), metrics: prometheus.NewRegistry()}
+	a.reg = a.metrics
+	if cfg.Region != "" {
+		a.reg = prometheus.WrapRegistererWith(prometheus.Labels{"region": cfg.Region}, a.metrics)
+	}
 	if cfg.GCPercent > 0 {
 		// The collector's target is the process's; serve is the process.
 		debug.SetGCPercent(cfg.GCPercent)
@@ -288,7 +295,7 @@ func (a *app) listen(context.Context) error {
 		if !isLoopback(dl.Addr()) {
 			a.log.Warn("the debug port listens beyond loopback: whoever reaches it reads Go's profiler (/debug/pprof/), /rlconfig and /stats, in plain HTTP and with no key; give DEBUG_HOST=127.0.0.1 (or a loopback DEBUG_ADDRESS) unless that is meant", "addr", dl.Addr().String())
 		}
-		pages := debugPages{ConfigDump: a.configDump, Gatherer: a.reg}
+		pages := debugPages{ConfigDump: a.configDump, Gatherer: a.metrics}
 		a.goBG("debug server", func(ctx context.Context) error { return serveDebug(ctx, dl, pages) })
 	}
 	return a.listenStats()
@@ -300,7 +307,7 @@ func (a *app) serve(ctx context.Context) error {
 	a.log.Info("throttle serving", "version", version, "rest", a.httpLis.Addr().String(), "grpc", a.grpcLis.Addr().String(),
 		"counters", a.backend, "database", a.db.Dialect(), "failure_mode", string(a.cfg.FailureMode),
 		"tracing", a.cfg.Tracing.String(), "grpc_tls", describeTLS(a.grpcTLS != nil, a.cfg.TLS.GRPCClientCA),
-		"rest_tls", describeTLS(a.httpTLS != nil, a.cfg.TLS.HTTPClientCA))
+		"rest_tls", describeTLS(a.httpTLS != nil, a.cfg.TLS.HTTPClientCA), "global_limits", a.cfg.GlobalScope(), "region", a.cfg.Region)
 	if names := a.cfg.IgnoredReference; len(names) > 0 {
 		a.log.Warn("settings of envoyproxy/ratelimit that have no meaning in Throttle are ignored (docs/moving-from-envoy-ratelimit.md says why)", "settings", names)
 	}
