@@ -18,7 +18,7 @@ import (
 // '.'. An unlimited descriptor shows unit=UNKNOWN, as upstream's does. Throttle's own settings follow only when they are set:
 // ", unit_multiplier: <n>" (above 1), ", quota_mode: true",
 // ", algorithm: <name>" (not fixed_window), ", refill_rate: <tokens per
-// second>", ", always_count: true", ", accuracy: approximate" and ", reserve: hits=<n>
+// second>", ", always_count: true", ", accuracy: approximate", ", scope: global" and ", reserve: hits=<n>
 // ttl=<duration> handle=<key>", so a configuration written for the
 // reference service dumps line for line as there. A descriptor with several
 // limits (rate_limits) has one line per limit, in configuration order, each
@@ -77,6 +77,9 @@ func (l *level) dump(b *strings.Builder, shadow bool) {
 			}
 			if lim.Accuracy == algorithms.Approximate && !lim.Unlimited {
 				b.WriteString(", accuracy: approximate")
+			}
+			if lim.Global && !lim.Unlimited {
+				b.WriteString(", scope: global")
 			}
 			if r := lim.Reserve; r != nil {
 				fmt.Fprintf(b, ", reserve: hits=%d ttl=%s handle=%s", r.Hits, r.TTL, r.Handle)

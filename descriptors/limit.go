@@ -55,6 +55,11 @@ type RateLimit struct {
 	// synced to Redis in the background (algorithms.Approximate); fixed
 	// and sliding windows only.
 	Accuracy algorithms.Accuracy
+	// Global is Throttle's extension scope (scope: global; regional, the
+	// default, is false): one budget for every region, counted in the
+	// global Redis (algorithms.Limit.Global). Accuracy must then be
+	// Approximate, so fixed and sliding windows only; not with Unlimited.
+	Global bool
 	// Reserve, optional, makes the limit hold quota on Envoy's request
 	// path and commit the real cost on its response path (Throttle's
 	// extension, reserve: see Reserve). Not with Unlimited or a
@@ -109,6 +114,7 @@ func (l RateLimit) EngineLimit() (algorithms.Limit, error) {
 		Window:     l.WindowLength(),
 		RefillRate: l.RefillRate,
 		Accuracy:   l.Accuracy,
+		Global:     l.Global,
 	}
 	return el, el.Validate()
 }
@@ -143,7 +149,7 @@ func (l RateLimit) checkUnit(written string) error {
 }
 
 // checkSettings checks everything of l but its unit: replaces, algorithm,
-// accuracy, refill_rate, always_count, and that the engine takes the limit (whose
+// accuracy, scope, refill_rate, always_count, and that the engine takes the limit (whose
 // window, unit times unit_multiplier, must be at most 366 days).
 func (l RateLimit) checkSettings() error {
 	for _, r := range l.Replaces {
@@ -161,6 +167,9 @@ func (l RateLimit) checkSettings() error {
 	}
 	if _, err := algorithms.ParseAccuracy(string(l.Accuracy)); err != nil {
 		return fmt.Errorf("unknown accuracy '%s' (want exact or approximate)", l.Accuracy)
+	}
+	if err := l.checkScope(); err != nil {
+		return err
 	}
 	if l.Accuracy == algorithms.Approximate && !l.Unlimited {
 		if a := l.EngineAlgorithm(); a != algorithms.FixedWindow && a != algorithms.SlidingWindow {
@@ -185,6 +194,27 @@ func (l RateLimit) checkSettings() error {
 	}
 	_, err := l.EngineLimit()
 	return err
+}
+
+// globalScopeUnavailable is the problem of a limit of scope global on
+// a server without a global Redis (Options.GlobalScope false).
+const globalScopeUnavailable = "scope: global needs GLOBAL_REDIS_URL, the Redis every region shares (this server has none)"
+
+// checkScope checks a limit of scope global: a fixed or sliding window,
+// approximate, limited.
+func (l RateLimit) checkScope() error {
+	switch {
+	case !l.Global:
+		return nil
+	case l.Unlimited:
+		return errors.New("scope global has no meaning for an unlimited limit, which counts nothing")
+	case l.EngineAlgorithm() != algorithms.FixedWindow && l.EngineAlgorithm() != algorithms.SlidingWindow:
+		a := l.EngineAlgorithm()
+		return fmt.Errorf("scope global is only for fixed_window and sliding_window, not %s: a global limit is decided from memory with leases of the global budget, and a %s decides on the state it reads and writes in one step", a, a)
+	case l.Accuracy != algorithms.Approximate:
+		return fmt.Errorf("scope global is decided from memory with leases of the global budget: its accuracy is approximate, not exact (leave accuracy out, or write approximate)")
+	}
+	return nil
 }
 
 // MaxLimitsPerDescriptor is the most limits one descriptor may have

@@ -40,6 +40,10 @@ type Options struct {
 	// MaxReservationTTL bounds a reservation's ttl (setting
 	// MAX_RESERVATION_TTL). Optional; 0 means DefaultMaxReservationTTL.
 	MaxReservationTTL time.Duration
+	// GlobalScope says the server keeps limits of scope global: it has a
+	// global Redis (GLOBAL_REDIS_URL). Optional; by default a limit with
+	// scope: global is an error that names GLOBAL_REDIS_URL.
+	GlobalScope bool
 }
 
 // Source is the content of one configuration file and the name errors use.
@@ -70,7 +74,7 @@ func load(opts Options, srcs []Source) (*Config, []*File, error) {
 		b        = builder{opts: opts, config: &Config{domains: map[string]*Domain{}}, problems: problems}
 	)
 	for i, s := range srcs {
-		f, unreadable, err := parse(s.Name, s.Data, opts.maxReservationTTL())
+		f, unreadable, err := parse(s.Name, s.Data, opts)
 		files[i] = f
 		problems[i] = configErrors(err)
 		if f.Domain != "" {

@@ -2,12 +2,15 @@ package descriptors
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/throttle-rl/throttle/algorithms"
 )
 
 const (
@@ -223,6 +226,80 @@ duplicate_key.yaml:6: domain "test-domain" › descriptors[1]: duplicate descrip
 			}
 		})
 	}
+}
+
+// TestLoadScope: scope: global loads only with Options.GlobalScope (a
+// server with GLOBAL_REDIS_URL); it means accuracy approximate, refuses
+// exact, other algorithms and unlimited; regional is the default.
+func TestLoadScope(t *testing.T) {
+	c := mustLoad(t, Options{GlobalScope: true}, ours+"global.yaml")
+	d := c.Domain("test-domain")
+	tenant := d.root.find("tenant", "").limits
+	user := d.root.find("user", "").limits
+	want := []RateLimit{{Unit: Minute, RequestsPerUnit: 6000, Accuracy: algorithms.Approximate, Global: true}}
+	if diff := cmp.Diff(want, tenant); diff != "" {
+		t.Errorf("tenant's limit (-want +got):\n%s", diff)
+	}
+	want = []RateLimit{
+		{Unit: Second, RequestsPerUnit: 10, Algorithm: algorithms.SlidingWindow, Accuracy: algorithms.Approximate, Global: true},
+		{Unit: Second, RequestsPerUnit: 100},
+		{Unit: Hour, RequestsPerUnit: 1000},
+	}
+	if diff := cmp.Diff(want, user); diff != "" {
+		t.Errorf("user's limits (-want +got):\n%s", diff)
+	}
+	wantDump := "" +
+		"test-domain.tenant: unit=MINUTE requests_per_unit=6000, shadow_mode: false, accuracy: approximate, scope: global\n" +
+		"test-domain.user: unit=SECOND requests_per_unit=10, shadow_mode: false, algorithm: sliding_window, accuracy: approximate, scope: global\n" +
+		"test-domain.user: unit=SECOND requests_per_unit=100, shadow_mode: false\n" +
+		"test-domain.user: unit=HOUR requests_per_unit=1000, shadow_mode: false\n"
+	if diff := cmp.Diff(wantDump, c.Dump()); diff != "" {
+		t.Errorf("Dump (-want +got):\n%s", diff)
+	}
+	if el, err := tenant[0].EngineLimit(); err != nil || !el.Global || el.Accuracy != algorithms.Approximate {
+		t.Errorf("tenant's engine limit %+v, %v; want global and approximate", el, err)
+	}
+
+	tests := []struct {
+		file   string
+		global bool // Options.GlobalScope
+		want   string
+	}{
+		{"global.yaml", false, `global.yaml:4: domain "test-domain" › descriptors[0] › rate_limit: scope: global needs GLOBAL_REDIS_URL, the Redis every region shares (this server has none)
+global.yaml:10: domain "test-domain" › descriptors[1] › rate_limits[0]: scope: global needs GLOBAL_REDIS_URL, the Redis every region shares (this server has none)`},
+		{"global_exact.yaml", true, `global_exact.yaml:4: domain "test-domain" › descriptors[0] › rate_limit: scope global is decided from memory with leases of the global budget: its accuracy is approximate, not exact (leave accuracy out, or write approximate)`},
+		{"global_exact.yaml", false, `global_exact.yaml:4: domain "test-domain" › descriptors[0] › rate_limit: scope: global needs GLOBAL_REDIS_URL, the Redis every region shares (this server has none)
+global_exact.yaml:4: domain "test-domain" › descriptors[0] › rate_limit: scope global is decided from memory with leases of the global budget: its accuracy is approximate, not exact (leave accuracy out, or write approximate)`},
+		{"global_token_bucket.yaml", true, `global_token_bucket.yaml:7: domain "test-domain" › descriptors[0] › rate_limits[1]: scope global is only for fixed_window and sliding_window, not token_bucket: a global limit is decided from memory with leases of the global budget, and a token_bucket decides on the state it reads and writes in one step`},
+		{"global_unlimited.yaml", true, `global_unlimited.yaml:4: domain "test-domain" › descriptors[0] › rate_limit: scope global has no meaning for an unlimited limit, which counts nothing`},
+		{"bad_scope.yaml", true, `bad_scope.yaml:4: domain "test-domain" › descriptors[0] › rate_limit: unknown scope 'planet' (want regional or global)`},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("%s global %t", tt.file, tt.global), func(t *testing.T) {
+			c, err := loadFixtures(t, Options{GlobalScope: tt.global}, ours+tt.file)
+			if err == nil {
+				t.Fatalf("loaded %d domains, want error %q", c.DomainCount(), tt.want)
+			}
+			if got := err.Error(); got != tt.want {
+				t.Errorf("error:\n got %s\nwant %s", got, tt.want)
+			}
+			if !errors.Is(err, ErrInvalid) {
+				t.Errorf("error %v does not wrap ErrInvalid", err)
+			}
+		})
+	}
+	if _, err := Parse("global.yaml", mustRead(t, ours+"global.yaml")); err != nil {
+		t.Errorf("Parse, which knows no server: %v", err)
+	}
+}
+
+func mustRead(t *testing.T, path string) []byte {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
 }
 
 func TestLoadAccepts(t *testing.T) {

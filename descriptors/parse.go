@@ -40,7 +40,7 @@ func (p place) String() string { return strings.Join(p.path, " › ") }
 // *ConfigError values (joined with errors.Join when there are several),
 // each with the line of the problem when the file is YAML at all.
 func Parse(name string, data []byte) (*File, error) {
-	f, _, err := parse(name, data, DefaultMaxReservationTTL)
+	f, _, err := parse(name, data, Options{GlobalScope: true}) // no server to lack a global Redis
 	if err != nil {
 		return nil, err
 	}
@@ -54,9 +54,10 @@ func Parse(name string, data []byte) (*File, error) {
 // unreadable holds the places (place.String) of the descriptors whose key
 // or value could not be read: they take part in no duplicate check.
 //
-// maxTTL bounds a reservation's TTL (Options.MaxReservationTTL).
-func parse(name string, data []byte, maxTTL time.Duration) (f *File, unreadable map[string]bool, err error) {
-	p := &parser{file: name, unreadable: map[string]bool{}, maxTTL: maxTTL}
+// opts.MaxReservationTTL bounds a reservation's TTL; opts.GlobalScope says
+// whether scope: global is allowed.
+func parse(name string, data []byte, opts Options) (f *File, unreadable map[string]bool, err error) {
+	p := &parser{file: name, unreadable: map[string]bool{}, maxTTL: opts.maxReservationTTL(), globalScope: opts.GlobalScope}
 	f = &File{Name: name}
 	p.parse(f, data)
 	return f, p.unreadable, errors.Join(p.errs...)
@@ -68,6 +69,8 @@ type parser struct {
 	errs       []error
 	unreadable map[string]bool
 	maxTTL     time.Duration // of a reservation
+	// globalScope allows scope: global (Options.GlobalScope).
+	globalScope bool
 }
 
 func (p *parser) fail(at place, format string, args ...any) {

@@ -89,12 +89,12 @@ func TestParseNamesDomainOfBadFile(t *testing.T) {
 		"domain: d\nextra: 1\n",
 		"domain: d\ndescriptors: [{key: a, rate_limit: {unit: minutes}}]\n",
 	} {
-		if f, _, err := parse("f.yaml", []byte(y), DefaultMaxReservationTTL); err == nil || f.Domain != "d" {
+		if f, _, err := parse("f.yaml", []byte(y), Options{}); err == nil || f.Domain != "d" {
 			t.Errorf("parse(%q) = domain %q, %v; want d and an error", y, f.Domain, err)
 		}
 	}
 	for _, y := range []string{"domain: [d]\n", "domain: d\ndescriptors: [\n", ""} {
-		if f, _, err := parse("f.yaml", []byte(y), DefaultMaxReservationTTL); err == nil || f.Domain != "" {
+		if f, _, err := parse("f.yaml", []byte(y), Options{}); err == nil || f.Domain != "" {
 			t.Errorf("parse(%q) = domain %q, %v; want none and an error", y, f.Domain, err)
 		}
 	}

@@ -50,7 +50,7 @@ func (p *parser) rateLimit(n *yaml.Node, at place) *RateLimit {
 		return nil
 	}
 	fs, ok := p.fields(n, at, "unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm", "refill_rate",
-		"unit_multiplier", "always_count", "accuracy", "reserve")
+		"unit_multiplier", "always_count", "accuracy", "scope", "reserve")
 	l := &RateLimit{
 		Unlimited:   p.boolean(fs["unlimited"].value, at, "unlimited"),
 		Name:        p.str(fs["name"].value, at, "name"),
@@ -91,8 +91,20 @@ func (p *parser) rateLimit(n *yaml.Node, at place) *RateLimit {
 	if a := p.str(fs["algorithm"].value, at, "algorithm"); a != "" {
 		l.Algorithm = algorithms.Algorithm(a)
 	}
-	if a := p.str(fs["accuracy"].value, at, "accuracy"); a != "exact" {
-		l.Accuracy = algorithms.Accuracy(a)
+	accuracy := p.str(fs["accuracy"].value, at, "accuracy")
+	if accuracy != "exact" {
+		l.Accuracy = algorithms.Accuracy(accuracy)
+	}
+	if s := p.str(fs["scope"].value, at, "scope"); s != "" {
+		global, err := algorithms.ParseScope(s)
+		if err != nil {
+			p.fail(at, "unknown scope '%s' (want regional or global)", s)
+			ok = false
+		}
+		l.Global = global
+		if global && accuracy == "" {
+			l.Accuracy = algorithms.Approximate // what global means; exact written is refused
+		}
 	}
 	if rr := fs["refill_rate"].value; !isNull(rr) {
 		var good bool
@@ -103,6 +115,9 @@ func (p *parser) rateLimit(n *yaml.Node, at place) *RateLimit {
 		var good bool
 		l.Reserve, good = p.reserve(rn.value, at.in("reserve", rn.key.Line))
 		ok = ok && good
+	}
+	if l.Global && !p.globalScope {
+		p.fail(at, "%s", globalScopeUnavailable)
 	}
 	if !ok {
 		return l

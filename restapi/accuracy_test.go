@@ -22,20 +22,20 @@ func TestRuleAccuracy(t *testing.T) {
 		if r.status != http.StatusCreated {
 			t.Fatalf("POST /rules approximate = %d %s", r.status, r.body)
 		}
-		hourly := ruleReply{Name: "hourly", Algorithm: "fixed_window", Limit: 640, Window: win(3600), Accuracy: "approximate"}
+		hourly := ruleReply{Name: "hourly", Algorithm: "fixed_window", Limit: 640, Window: win(3600), Accuracy: "approximate", Scope: "regional"}
 		if diff := cmp.Diff(hourly, decodeReply[ruleReply](t, r), cmpopts.IgnoreFields(ruleReply{}, "CreatedAt")); diff != "" {
 			t.Errorf("POST /rules approximate (-want +got):\n%s", diff)
 		}
 		// "exact" is the default, spelled out or not; the algorithm the client's.
 		r = e.call(t, "POST", "/rules", c.Key, `{"name":"minute","limit":10,"window":60,"accuracy":"exact"}`)
-		minute := ruleReply{Name: "minute", Algorithm: "sliding_window", Limit: 10, Window: win(60), Accuracy: "exact"}
+		minute := ruleReply{Name: "minute", Algorithm: "sliding_window", Limit: 10, Window: win(60), Accuracy: "exact", Scope: "regional"}
 		if diff := cmp.Diff(minute, decodeReply[ruleReply](t, r), cmpopts.IgnoreFields(ruleReply{}, "CreatedAt")); r.status != http.StatusCreated || diff != "" {
 			t.Errorf("POST /rules exact = %d (-want +got):\n%s", r.status, diff)
 		}
 		r = e.call(t, "POST", "/rules", c.Key, `{"name":"search","descriptors":[{"key":"path","value":"/search"}],
 			"rate_limits":[{"name":"burst","algorithm":"fixed_window","limit":10,"window":1},{"name":"daily","limit":100000,"window":86400,"accuracy":"approximate"}]}`)
-		wantMulti := `"rate_limits":[{"name":"burst","algorithm":"fixed_window","limit":10,"window":1,"accuracy":"exact"},` +
-			`{"name":"daily","algorithm":"sliding_window","limit":100000,"window":86400,"accuracy":"approximate"}],`
+		wantMulti := `"rate_limits":[{"name":"burst","algorithm":"fixed_window","limit":10,"window":1,"accuracy":"exact","scope":"regional"},` +
+			`{"name":"daily","algorithm":"sliding_window","limit":100000,"window":86400,"accuracy":"approximate","scope":"regional"}],`
 		if r.status != http.StatusCreated || !strings.Contains(r.body, wantMulti) || strings.Contains(r.body, `"algorithm":"sliding_window","accuracy"`) {
 			t.Errorf("POST /rules with rate_limits = %d %s\nwant %s and no accuracy of the rule's own", r.status, r.body, wantMulti)
 		}
@@ -109,7 +109,7 @@ func TestRuleAccuracyRefused(t *testing.T) {
 			{"in rate_limits", `{"name":"x","descriptors":[{"key":"k"}],"rate_limits":[{"algorithm":"fixed_window","limit":2,"window":1},{"algorithm":"gcra","limit":5,"window":60,"accuracy":"approximate"}]}`,
 				"INVALID_FIELD", "rate_limits[1]: " + engine("gcra")},
 			{"beside rate_limits", `{"name":"x","accuracy":"approximate","descriptors":[{"key":"k"}],"rate_limits":[{"algorithm":"fixed_window","limit":2,"window":1}]}`,
-				"INVALID_FIELD", "give the rule's limit either in algorithm, limit, window, refill_rate, always_count and accuracy, or as a list in rate_limits, not both"},
+				"INVALID_FIELD", "give the rule's limit either in algorithm, limit, window, refill_rate, always_count, accuracy and scope, or as a list in rate_limits, not both"},
 			{"one counter, two accuracies", `{"name":"x","descriptors":[{"key":"k"}],"rate_limits":[{"algorithm":"fixed_window","limit":2,"window":1},{"algorithm":"fixed_window","limit":2,"window":1,"accuracy":"approximate"}]}`,
 				"INVALID_FIELD", "rate_limits[1]: same algorithm, limit, window and refill_rate as rate_limits[0]: the two would count against one counter"},
 		} {

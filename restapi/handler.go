@@ -35,6 +35,10 @@ type Deps struct {
 	// MaxReservationTTL bounds a rule's reserve.ttl (MAX_RESERVATION_TTL);
 	// 0: 60s.
 	MaxReservationTTL time.Duration
+	// GlobalScope says the server keeps limits of scope global: it has a
+	// global Redis (GLOBAL_REDIS_URL). Default false: a rule with a limit
+	// of "scope": "global" is refused, 400 GLOBAL_SCOPE_UNAVAILABLE.
+	GlobalScope bool
 	// Log receives one access line per request and every error, each with the
 	// request's request_id. Default: discard.
 	Log *slog.Logger
@@ -200,6 +204,11 @@ func NewServer(addr string, h http.Handler) *http.Server {
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
 	}
+}
+
+// ruleOptions are what a rule body is checked against.
+func (d Deps) ruleOptions() ruleOptions {
+	return ruleOptions{maxTTL: d.maxReservationTTL(), globalScope: d.GlobalScope}
 }
 
 // maxReservationTTL is d.MaxReservationTTL with its default.

@@ -73,7 +73,10 @@ type reservationToken struct {
 	WindowMS   int64   `json:"w,omitempty"`
 	Refill     float64 `json:"r,omitempty"`
 	Accuracy   string  `json:"x,omitempty"`
-	Hold       string  `json:"h"`
+	// Global is the limit's scope, so the hold settles where it was made
+	// (the global Redis).
+	Global bool   `json:"g,omitempty"`
+	Hold   string `json:"h"`
 }
 
 // newHoldID is a random hold id: 128 bits, hex.
@@ -88,7 +91,7 @@ func reservationID(c store.Client, ch check, holdID string) string {
 	l := ch.limit
 	tok := reservationToken{
 		Client: c.ID, Identifier: ch.identifier, Counter: ch.counter, Algorithm: string(l.Algorithm),
-		Limit: l.Limit, WindowMS: l.Window.Milliseconds(), Refill: l.RefillRate, Accuracy: string(l.Accuracy), Hold: holdID,
+		Limit: l.Limit, WindowMS: l.Window.Milliseconds(), Refill: l.RefillRate, Accuracy: string(l.Accuracy), Global: l.Global, Hold: holdID,
 	}
 	b, _ := json.Marshal(tok) // a struct of strings and numbers
 	return base64.RawURLEncoding.EncodeToString(b)
@@ -109,7 +112,8 @@ func parseReservationID(c store.Client, id string) (algorithms.Settle, error) {
 	req := algorithms.Request{
 		Key: algorithms.Key{Scope: algorithms.ClientScope(c.ID), Identifier: tok.Identifier, Name: tok.Counter},
 		Limit: algorithms.Limit{Algorithm: algorithms.Algorithm(tok.Algorithm), Limit: tok.Limit,
-			Window: time.Duration(tok.WindowMS) * time.Millisecond, RefillRate: tok.Refill, Accuracy: algorithms.Accuracy(tok.Accuracy)},
+			Window: time.Duration(tok.WindowMS) * time.Millisecond, RefillRate: tok.Refill, Accuracy: algorithms.Accuracy(tok.Accuracy),
+			Global: tok.Global},
 	}
 	if req.Validate() != nil {
 		return algorithms.Settle{}, notFound

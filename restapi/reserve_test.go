@@ -15,7 +15,7 @@ func TestRuleReserve(t *testing.T) {
 		c := e.register(t, "reserve", `"default_algorithm":"fixed_window"`)
 		r := e.call(t, "POST", "/rules", c.Key, `{"name":"tokens","limit":10000,"window":3600,"always_count":true,"descriptors":[{"key":"tenant"}],
 			"reserve":{"hits":1000,"ttl":60,"handle":"request_id"}}`)
-		want := `{"name":"tokens","algorithm":"fixed_window","limit":10000,"window":3600,"always_count":true,"accuracy":"exact",` +
+		want := `{"name":"tokens","algorithm":"fixed_window","limit":10000,"window":3600,"always_count":true,"accuracy":"exact","scope":"regional",` +
 			`"descriptors":[{"key":"tenant"}],"reserve":{"hits":1000,"ttl":60,"handle":"request_id"},"created_at":"`
 		if r.status != http.StatusCreated || !strings.HasPrefix(r.body, want) {
 			t.Fatalf("POST /rules with reserve = %d %s\nwant %s…", r.status, r.body, want)

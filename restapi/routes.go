@@ -55,9 +55,9 @@ func addRoutes(mux routeTable, d Deps, m *metrics, tr *tracing) {
 	mux.Handle("DELETE /reservations/{id}", checkAuth(handleReservationSettle(d.Limiter, check.Outstanding, m, true)))
 	mux.Handle("POST /reset", auth(handleReset(d.Limiter)))
 
-	mux.Handle("POST /rules", auth(handleRuleCreate(d.DB, d.Cache, d.maxReservationTTL())))
+	mux.Handle("POST /rules", auth(handleRuleCreate(d.DB, d.Cache, d.ruleOptions())))
 	mux.Handle("GET /rules/list", auth(handleRuleList(d.DB, d.ListObjects)))
-	mux.Handle("PUT /rules/{name}", auth(handleRuleUpdate(d.DB, d.Cache, d.maxReservationTTL())))
+	mux.Handle("PUT /rules/{name}", auth(handleRuleUpdate(d.DB, d.Cache, d.ruleOptions())))
 	mux.Handle("DELETE /rules/{name}", auth(handleRuleDelete(d.DB, d.Cache)))
 	mux.Handle("POST /rules/{name}/overrides", auth(handleOverridePut(d.DB, d.Cache)))
 	mux.Handle("GET /rules/{name}/overrides", auth(handleOverrideList(d.DB)))

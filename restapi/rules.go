@@ -11,8 +11,8 @@ import (
 )
 
 // ruleRequest is the body of POST /rules and PUT /rules/{name}. A rule has
-// one limit (algorithm, limit, window, refill_rate, always_count, accuracy)
-// or, with descriptors, several as a list (rate_limits), never both.
+// one limit (algorithm, limit, window, refill_rate, always_count, accuracy,
+// scope) or, with descriptors, several as a list (rate_limits), never both.
 type ruleRequest struct {
 	Name        string                  `json:"name"`
 	Algorithm   string                  `json:"algorithm"`
@@ -21,6 +21,7 @@ type ruleRequest struct {
 	RefillRate  *float64                `json:"refill_rate"`
 	AlwaysCount *bool                   `json:"always_count"`
 	Accuracy    string                  `json:"accuracy"`
+	Scope       string                  `json:"scope"`
 	RateLimits  []ruleLimitRequest      `json:"rate_limits"`
 	Descriptors []store.DescriptorEntry `json:"descriptors"`
 	Reserve     *reserveJSON            `json:"reserve"`
@@ -44,12 +45,13 @@ type ruleLimitRequest struct {
 	RefillRate  *float64 `json:"refill_rate"`
 	AlwaysCount bool     `json:"always_count"`
 	Accuracy    string   `json:"accuracy"`
+	Scope       string   `json:"scope"`
 }
 
 // ruleReply is a rule as the API shows it. Window is in seconds; accuracy
-// is always shown, "exact" or "approximate". A rule of several limits shows
-// them in rate_limits, and no algorithm, limit, window or accuracy of its
-// own.
+// and scope are always shown ("exact" or "approximate"; "regional" or
+// "global"). A rule of several limits shows them in rate_limits, and no
+// algorithm, limit, window, accuracy or scope of its own.
 type ruleReply struct {
 	Name        string                  `json:"name"`
 	Algorithm   string                  `json:"algorithm,omitempty"`
@@ -58,6 +60,7 @@ type ruleReply struct {
 	RefillRate  float64                 `json:"refill_rate,omitempty"`
 	AlwaysCount bool                    `json:"always_count,omitempty"`
 	Accuracy    string                  `json:"accuracy,omitempty"`
+	Scope       string                  `json:"scope,omitempty"`
 	RateLimits  []ruleLimitReply        `json:"rate_limits,omitempty"`
 	Descriptors []store.DescriptorEntry `json:"descriptors,omitempty"`
 	Reserve     *reserveJSON            `json:"reserve,omitempty"`
@@ -73,6 +76,7 @@ type ruleLimitReply struct {
 	RefillRate  float64 `json:"refill_rate,omitempty"`
 	AlwaysCount bool    `json:"always_count,omitempty"`
 	Accuracy    string  `json:"accuracy"`
+	Scope       string  `json:"scope"`
 }
 
 func newRuleReply(r store.Rule) ruleReply {
@@ -84,19 +88,21 @@ func newRuleReply(r store.Rule) ruleReply {
 		w := int64(r.Limit.Window / time.Second)
 		reply.Algorithm, reply.Limit, reply.Window = string(r.Limit.Algorithm), r.Limit.Limit, &w
 		reply.RefillRate, reply.AlwaysCount, reply.Accuracy = r.Limit.RefillRate, r.AlwaysCount, r.Limit.Accuracy.String()
+		reply.Scope = r.Limit.ScopeName()
 		return reply
 	}
 	reply.RateLimits = make([]ruleLimitReply, len(r.RateLimits))
 	for i, l := range r.RateLimits {
 		reply.RateLimits[i] = ruleLimitReply{Name: l.Name, Algorithm: string(l.Limit.Algorithm), Limit: l.Limit.Limit,
-			Window: int64(l.Limit.Window / time.Second), RefillRate: l.Limit.RefillRate, AlwaysCount: l.AlwaysCount, Accuracy: l.Limit.Accuracy.String()}
+			Window: int64(l.Limit.Window / time.Second), RefillRate: l.Limit.RefillRate, AlwaysCount: l.AlwaysCount, Accuracy: l.Limit.Accuracy.String(),
+			Scope: l.Limit.ScopeName()}
 	}
 	return reply
 }
 
 // handleRuleCreate creates a rule of the caller's client. The algorithm
 // defaults to the client's default algorithm.
-func handleRuleCreate(db *store.DB, cache *store.Cache, maxTTL time.Duration) http.Handler {
+func handleRuleCreate(db *store.DB, cache *store.Cache, opts ruleOptions) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		req, err := decode[ruleRequest](w, r)
 		if err != nil {
@@ -107,7 +113,7 @@ func handleRuleCreate(db *store.DB, cache *store.Cache, maxTTL time.Duration) ht
 			writeError(w, r, missingField("name is required"))
 			return
 		}
-		rule, err := ruleFromRequest(clientFrom(r.Context()), req, maxTTL)
+		rule, err := ruleFromRequest(clientFrom(r.Context()), req, opts)
 		if err == nil {
 			rule, err = db.CreateRule(r.Context(), rule)
 		}
@@ -127,7 +133,7 @@ func handleRuleCreate(db *store.DB, cache *store.Cache, maxTTL time.Duration) ht
 // POST /rules, and every field it leaves out takes its default, as on
 // create. The name cannot change (a body naming another is 400); the
 // creation time is kept.
-func handleRuleUpdate(db *store.DB, cache *store.Cache, maxTTL time.Duration) http.Handler {
+func handleRuleUpdate(db *store.DB, cache *store.Cache, opts ruleOptions) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		name := r.PathValue("name")
 		req, err := decode[ruleRequest](w, r)
@@ -140,7 +146,7 @@ func handleRuleUpdate(db *store.DB, cache *store.Cache, maxTTL time.Duration) ht
 			return
 		}
 		req.Name = name
-		rule, err := ruleFromRequest(clientFrom(r.Context()), req, maxTTL)
+		rule, err := ruleFromRequest(clientFrom(r.Context()), req, opts)
 		if err == nil {
 			rule, err = db.UpdateRule(r.Context(), rule)
 		}
@@ -156,25 +162,33 @@ func handleRuleUpdate(db *store.DB, cache *store.Cache, maxTTL time.Duration) ht
 	})
 }
 
+// ruleOptions are what a rule body is checked against: maxTTL bounds its
+// reserve.ttl (MAX_RESERVATION_TTL); globalScope says whether a limit may
+// be of scope global (GLOBAL_REDIS_URL).
+type ruleOptions struct {
+	maxTTL      time.Duration
+	globalScope bool
+}
+
 // ruleFromRequest checks a POST /rules or PUT /rules/{name} body and turns
-// it into the rule to store for client c; maxTTL bounds its reserve.ttl.
-func ruleFromRequest(c store.Client, req ruleRequest, maxTTL time.Duration) (store.Rule, error) {
+// it into the rule to store for client c.
+func ruleFromRequest(c store.Client, req ruleRequest, opts ruleOptions) (store.Rule, error) {
 	rule := store.Rule{ClientID: c.ID, Name: req.Name, Descriptors: req.Descriptors}
 	if v := req.Reserve; v != nil {
-		if v.TTL < 1 || time.Duration(v.TTL) > maxTTL/time.Second {
-			return store.Rule{}, invalidField(fmt.Sprintf("reserve.ttl %d must be between 1 and %d seconds (MAX_RESERVATION_TTL)", v.TTL, int64(maxTTL/time.Second)))
+		if v.TTL < 1 || time.Duration(v.TTL) > opts.maxTTL/time.Second {
+			return store.Rule{}, invalidField(fmt.Sprintf("reserve.ttl %d must be between 1 and %d seconds (MAX_RESERVATION_TTL)", v.TTL, int64(opts.maxTTL/time.Second)))
 		}
 		rule.Reserve = &store.RuleReserve{Hits: v.Hits, TTL: time.Duration(v.TTL) * time.Second, Handle: v.Handle}
 	}
 	if req.RateLimits != nil {
-		if req.Algorithm != "" || req.Limit != nil || req.Window != nil || req.RefillRate != nil || req.AlwaysCount != nil || req.Accuracy != "" {
-			return store.Rule{}, invalidField("give the rule's limit either in algorithm, limit, window, refill_rate, always_count and accuracy, or as a list in rate_limits, not both")
+		if req.Algorithm != "" || req.Limit != nil || req.Window != nil || req.RefillRate != nil || req.AlwaysCount != nil || req.Accuracy != "" || req.Scope != "" {
+			return store.Rule{}, invalidField("give the rule's limit either in algorithm, limit, window, refill_rate, always_count, accuracy and scope, or as a list in rate_limits, not both")
 		}
 		if len(req.RateLimits) == 0 {
 			return store.Rule{}, invalidField("rate_limits must list at least one limit")
 		}
 		for i, l := range req.RateLimits {
-			limit, err := ruleLimit(c, l.Algorithm, l.Accuracy, l.Limit, l.Window, l.RefillRate)
+			limit, err := ruleLimit(c, l.Algorithm, l.Accuracy, l.Scope, l.Limit, l.Window, l.RefillRate, opts.globalScope)
 			if err != nil {
 				var ae *apiError
 				if errors.As(err, &ae) {
@@ -186,7 +200,7 @@ func ruleFromRequest(c store.Client, req ruleRequest, maxTTL time.Duration) (sto
 		}
 		return rule, nil
 	}
-	limit, err := ruleLimit(c, req.Algorithm, req.Accuracy, req.Limit, req.Window, req.RefillRate)
+	limit, err := ruleLimit(c, req.Algorithm, req.Accuracy, req.Scope, req.Limit, req.Window, req.RefillRate, opts.globalScope)
 	if err != nil {
 		return store.Rule{}, err
 	}
@@ -195,8 +209,10 @@ func ruleFromRequest(c store.Client, req ruleRequest, maxTTL time.Duration) (sto
 }
 
 // ruleLimit checks one limit of a rule body; the algorithm defaults to the
-// client's, the accuracy to exact.
-func ruleLimit(c store.Client, alg, accuracy string, limit, window *int64, refill *float64) (algorithms.Limit, error) {
+// client's, the scope to regional, the accuracy to exact (approximate for
+// scope global, which refuses exact written out). globalScope says whether
+// the server keeps global limits.
+func ruleLimit(c store.Client, alg, accuracy, scope string, limit, window *int64, refill *float64, globalScope bool) (algorithms.Limit, error) {
 	if alg == "" {
 		alg = string(c.DefaultAlgorithm)
 	}
@@ -208,8 +224,23 @@ func ruleLimit(c store.Client, alg, accuracy string, limit, window *int64, refil
 	if err != nil {
 		return algorithms.Limit{}, invalidField(err.Error())
 	}
-	return inlineLimit(algorithms.Limit{Algorithm: a, Accuracy: acc}, limit, window, refill)
+	global, err := algorithms.ParseScope(scope)
+	if err != nil {
+		return algorithms.Limit{}, invalidField(err.Error())
+	}
+	if global && !globalScope {
+		return algorithms.Limit{}, errGlobalScopeUnavailable
+	}
+	if global && accuracy == "" {
+		acc = algorithms.Approximate // what global means
+	}
+	return inlineLimit(algorithms.Limit{Algorithm: a, Accuracy: acc, Global: global}, limit, window, refill)
 }
+
+// errGlobalScopeUnavailable refuses a limit of scope global on a server
+// without a global Redis.
+var errGlobalScopeUnavailable = &apiError{http.StatusBadRequest, "GLOBAL_SCOPE_UNAVAILABLE",
+	`scope "global" needs GLOBAL_REDIS_URL, the Redis every region shares (this server has none): leave scope out for a regional limit, or ask the operator for a global Redis`}
 
 // ruleError maps the store's rule errors that both create and update share.
 func ruleError(err error) error {

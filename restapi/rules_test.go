@@ -32,7 +32,7 @@ func TestRules(t *testing.T) {
 			t.Fatalf("POST /rules = %d %s, want 201", r.status, r.body)
 		}
 		got := decodeReply[ruleReply](t, r)
-		want := ruleReply{Name: "api_default", Algorithm: "sliding_window", Limit: 100, Window: win(60), Accuracy: "exact"}
+		want := ruleReply{Name: "api_default", Algorithm: "sliding_window", Limit: 100, Window: win(60), Accuracy: "exact", Scope: "regional"}
 		if diff := cmp.Diff(want, got, cmpopts.IgnoreFields(ruleReply{}, "CreatedAt")); diff != "" {
 			t.Errorf("POST /rules reply (-want +got):\n%s", diff)
 		}
@@ -48,7 +48,7 @@ func TestRules(t *testing.T) {
 		if r.status != http.StatusCreated {
 			t.Fatalf("POST /rules with descriptors = %d %s", r.status, r.body)
 		}
-		wantDesc := ruleReply{Name: "edge.login", Algorithm: "token_bucket", Limit: 5, Window: win(0), RefillRate: 0.25, Accuracy: "exact",
+		wantDesc := ruleReply{Name: "edge.login", Algorithm: "token_bucket", Limit: 5, Window: win(0), RefillRate: 0.25, Accuracy: "exact", Scope: "regional",
 			Descriptors: []store.DescriptorEntry{{Key: "path", Value: "/login"}, {Key: "user"}}}
 		if diff := cmp.Diff(wantDesc, decodeReply[ruleReply](t, r), cmpopts.IgnoreFields(ruleReply{}, "CreatedAt")); diff != "" {
 			t.Errorf("POST /rules with descriptors (-want +got):\n%s", diff)
@@ -130,7 +130,7 @@ func TestRuleUpdate(t *testing.T) {
 		if r.status != http.StatusOK {
 			t.Fatalf("PUT /rules/api = %d %s, want 200", r.status, r.body)
 		}
-		want := ruleReply{Name: "api", Algorithm: "fixed_window", Limit: 5, Window: win(60), Accuracy: "exact", CreatedAt: created.CreatedAt}
+		want := ruleReply{Name: "api", Algorithm: "fixed_window", Limit: 5, Window: win(60), Accuracy: "exact", Scope: "regional", CreatedAt: created.CreatedAt}
 		if diff := cmp.Diff(want, decodeReply[ruleReply](t, r)); diff != "" {
 			t.Errorf("PUT /rules/api reply (-want +got):\n%s", diff)
 		}
@@ -140,7 +140,7 @@ func TestRuleUpdate(t *testing.T) {
 
 		// Fields left out take their defaults; the body may repeat the name.
 		r = e.call(t, "PUT", "/rules/api", c.Key, `{"name":"api","limit":10,"window":3600,"descriptors":[{"key":"user_id"}]}`)
-		want = ruleReply{Name: "api", Algorithm: "sliding_window", Limit: 10, Window: win(3600), Accuracy: "exact",
+		want = ruleReply{Name: "api", Algorithm: "sliding_window", Limit: 10, Window: win(3600), Accuracy: "exact", Scope: "regional",
 			Descriptors: []store.DescriptorEntry{{Key: "user_id"}}, CreatedAt: created.CreatedAt}
 		if diff := cmp.Diff(want, decodeReply[ruleReply](t, r)); r.status != http.StatusOK || diff != "" {
 			t.Errorf("PUT /rules/api with defaults = %d (-want +got):\n%s", r.status, diff)
@@ -350,18 +350,18 @@ func TestRuleRateLimits(t *testing.T) {
 		c := e.register(t, "rate-limits", `"default_algorithm":"sliding_window"`)
 		r := e.call(t, "POST", "/rules", c.Key, `{"name":"login","descriptors":[{"key":"path","value":"/login"},{"key":"user"}],
 			"rate_limits":[{"name":"burst","algorithm":"fixed_window","limit":5,"window":60},{"limit":100,"window":86400,"always_count":true}]}`)
-		want := `{"name":"login","rate_limits":[{"name":"burst","algorithm":"fixed_window","limit":5,"window":60,"accuracy":"exact"},` +
-			`{"algorithm":"sliding_window","limit":100,"window":86400,"always_count":true,"accuracy":"exact"}],` +
+		want := `{"name":"login","rate_limits":[{"name":"burst","algorithm":"fixed_window","limit":5,"window":60,"accuracy":"exact","scope":"regional"},` +
+			`{"algorithm":"sliding_window","limit":100,"window":86400,"always_count":true,"accuracy":"exact","scope":"regional"}],` +
 			`"descriptors":[{"key":"path","value":"/login"},{"key":"user"}],"created_at":"`
 		if r.status != http.StatusCreated || !strings.HasPrefix(r.body, want) {
 			t.Fatalf("POST /rules with rate_limits = %d %s\nwant %s…", r.status, r.body, want)
 		}
 		r = e.call(t, "POST", "/rules", c.Key, `{"name":"tokens","algorithm":"fixed_window","limit":1000,"window":60,"always_count":true,"descriptors":[{"key":"tenant"}]}`)
-		if want := `{"name":"tokens","algorithm":"fixed_window","limit":1000,"window":60,"always_count":true,"accuracy":"exact","descriptors":[{"key":"tenant"}],"created_at":"`; r.status != http.StatusCreated || !strings.HasPrefix(r.body, want) {
+		if want := `{"name":"tokens","algorithm":"fixed_window","limit":1000,"window":60,"always_count":true,"accuracy":"exact","scope":"regional","descriptors":[{"key":"tenant"}],"created_at":"`; r.status != http.StatusCreated || !strings.HasPrefix(r.body, want) {
 			t.Fatalf("POST /rules with always_count = %d %s\nwant %s…", r.status, r.body, want)
 		}
 		list := e.call(t, "GET", "/rules/list", c.Key, "")
-		if !strings.Contains(list.body, `"rate_limits":[{"name":"burst"`) || !strings.Contains(list.body, `"always_count":true,"accuracy":"exact","descriptors":[{"key":"tenant"}]`) {
+		if !strings.Contains(list.body, `"rate_limits":[{"name":"burst"`) || !strings.Contains(list.body, `"always_count":true,"accuracy":"exact","scope":"regional","descriptors":[{"key":"tenant"}]`) {
 			t.Errorf("GET /rules/list = %s", list.body)
 		}
 
@@ -377,9 +377,9 @@ func TestRuleRateLimits(t *testing.T) {
 			code, msg  string
 		}{
 			{"both forms", `{"name":"x","limit":1,"window":1,"rate_limits":[{"limit":2,"window":1}],"descriptors":[{"key":"k"}]}`, 400, "INVALID_FIELD",
-				"give the rule's limit either in algorithm, limit, window, refill_rate, always_count and accuracy, or as a list in rate_limits, not both"},
+				"give the rule's limit either in algorithm, limit, window, refill_rate, always_count, accuracy and scope, or as a list in rate_limits, not both"},
 			{"always_count with the list", `{"name":"x","always_count":true,"rate_limits":[{"limit":2,"window":1}],"descriptors":[{"key":"k"}]}`, 400, "INVALID_FIELD",
-				"give the rule's limit either in algorithm, limit, window, refill_rate, always_count and accuracy, or as a list in rate_limits, not both"},
+				"give the rule's limit either in algorithm, limit, window, refill_rate, always_count, accuracy and scope, or as a list in rate_limits, not both"},
 			{"empty list", `{"name":"x","rate_limits":[],"descriptors":[{"key":"k"}]}`, 400, "INVALID_FIELD", "rate_limits must list at least one limit"},
 			{"without descriptors", `{"name":"x","rate_limits":[{"limit":2,"window":1}]}`, 400, "INVALID_FIELD",
 				"rate_limits is only for rules with descriptors (Envoy requests); a rule for /check has one limit"},

@@ -23,7 +23,7 @@ var ErrTooMany = errors.New("too many")
 // Override replaces a rule's limit for one identifier, or for every
 // identifier that starts with a prefix: an Identifier ending in '*' is the
 // pattern of the identifiers that start with what comes before the '*'.
-// The algorithm and the accuracy are always the rule's.
+// The algorithm, the accuracy and the scope are always the rule's.
 type Override struct {
 	ClientID string
 	Rule     string
@@ -44,7 +44,7 @@ func (o Override) Pattern() (string, bool) {
 }
 
 // Apply returns the rule's limit l with the override's limit and window;
-// the rest of l (algorithm, refill rate, accuracy) is kept.
+// the rest of l (algorithm, refill rate, accuracy, scope) is kept.
 func (o Override) Apply(l algorithms.Limit) algorithms.Limit {
 	l.Limit = o.Limit
 	if o.Window != 0 {
@@ -122,13 +122,13 @@ func (db *DB) checkOverride(ctx context.Context, tx *sql.Tx, o Override) error {
 		lock = " FOR UPDATE"
 	}
 	var (
-		alg, accuracy        string
+		alg, accuracy, scope string
 		limit, secs          int64
 		refill               float64
 		rateLimits, descJSON string
 	)
-	err := tx.QueryRowContext(ctx, db.q(`SELECT algorithm, "limit", window_seconds, refill_rate, accuracy, rate_limits, descriptors
-		FROM rules WHERE client_id = ? AND name = ?`+lock), o.ClientID, o.Rule).Scan(&alg, &limit, &secs, &refill, &accuracy, &rateLimits, &descJSON)
+	err := tx.QueryRowContext(ctx, db.q(`SELECT algorithm, "limit", window_seconds, refill_rate, accuracy, scope, rate_limits, descriptors
+		FROM rules WHERE client_id = ? AND name = ?`+lock), o.ClientID, o.Rule).Scan(&alg, &limit, &secs, &refill, &accuracy, &scope, &rateLimits, &descJSON)
 	if errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("rule %q: %w", o.Rule, ErrNotFound)
 	}
@@ -142,7 +142,7 @@ func (db *DB) checkOverride(ctx context.Context, tx *sql.Tx, o Override) error {
 		return invalid("window must be a whole number of seconds")
 	}
 	l := o.Apply(algorithms.Limit{Algorithm: algorithms.Algorithm(alg), Limit: limit, Window: time.Duration(secs) * time.Second, RefillRate: refill,
-		Accuracy: algorithms.Accuracy(accuracy)})
+		Accuracy: algorithms.Accuracy(accuracy), Global: scope == algorithms.ScopeGlobal})
 	if err := l.Validate(); err != nil {
 		return &refusal{reason: err.Error(), cause: err}
 	}

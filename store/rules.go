@@ -13,19 +13,20 @@ import (
 	"github.com/throttle-rl/throttle/algorithms"
 )
 
-const ruleColumns = `client_id, name, algorithm, "limit", window_seconds, refill_rate, accuracy, always_count, rate_limits, descriptors, reserve, created_at`
+const ruleColumns = `client_id, name, algorithm, "limit", window_seconds, refill_rate, accuracy, scope, always_count, rate_limits, descriptors, reserve, created_at`
 
 func scanRule(row rowScanner) (Rule, error) {
 	var (
 		r           Rule
 		algorithm   string
 		accuracy    string
+		scope       string
 		windowSecs  int64
 		rateLimits  string
 		descriptors string
 		reserve     string
 	)
-	if err := row.Scan(&r.ClientID, &r.Name, &algorithm, &r.Limit.Limit, &windowSecs, &r.Limit.RefillRate, &accuracy, &r.AlwaysCount, &rateLimits, &descriptors, &reserve, timeScanner{&r.CreatedAt}); err != nil {
+	if err := row.Scan(&r.ClientID, &r.Name, &algorithm, &r.Limit.Limit, &windowSecs, &r.Limit.RefillRate, &accuracy, &scope, &r.AlwaysCount, &rateLimits, &descriptors, &reserve, timeScanner{&r.CreatedAt}); err != nil {
 		return Rule{}, err
 	}
 	if reserve != "" {
@@ -39,6 +40,9 @@ func scanRule(row rowScanner) (Rule, error) {
 	r.Limit.Window = time.Duration(windowSecs) * time.Second
 	var err error
 	if r.Limit.Accuracy, err = algorithms.ParseAccuracy(accuracy); err != nil {
+		return Rule{}, fmt.Errorf("rule %q: %w", r.Name, err)
+	}
+	if r.Limit.Global, err = algorithms.ParseScope(scope); err != nil {
 		return Rule{}, fmt.Errorf("rule %q: %w", r.Name, err)
 	}
 	if descriptors != "" && descriptors != "[]" {
@@ -76,12 +80,14 @@ type storedLimit struct {
 	AlwaysCount   bool    `json:"always_count,omitempty"`
 	// Accuracy is "approximate", or left out (exact).
 	Accuracy string `json:"accuracy,omitempty"`
+	// Scope is "global", or left out (regional).
+	Scope string `json:"scope,omitempty"`
 }
 
 func (l storedLimit) ruleLimit() RuleLimit {
 	return RuleLimit{Name: l.Name, AlwaysCount: l.AlwaysCount, Limit: algorithms.Limit{
 		Algorithm: algorithms.Algorithm(l.Algorithm), Limit: l.Limit, Window: time.Duration(l.WindowSeconds) * time.Second, RefillRate: l.RefillRate,
-		Accuracy: algorithms.Accuracy(l.Accuracy),
+		Accuracy: algorithms.Accuracy(l.Accuracy), Global: l.Scope == algorithms.ScopeGlobal,
 	}}
 }
 
@@ -91,6 +97,9 @@ func encodeRateLimits(limits []RuleLimit) (string, error) {
 	for i, l := range limits {
 		stored[i] = storedLimit{Name: l.Name, Algorithm: string(l.Limit.Algorithm), Limit: l.Limit.Limit, WindowSeconds: windowSeconds(l.Limit),
 			RefillRate: l.Limit.RefillRate, AlwaysCount: l.AlwaysCount, Accuracy: string(l.Limit.Accuracy)}
+		if l.Limit.Global {
+			stored[i].Scope = algorithms.ScopeGlobal
+		}
 	}
 	b, err := json.Marshal(stored)
 	return string(b), err
@@ -114,9 +123,9 @@ func (db *DB) CreateRule(ctx context.Context, r Rule) (_ Rule, err error) {
 			return err
 		}
 		_, err := tx.ExecContext(ctx, db.q(`INSERT INTO rules
-			(client_id, name, algorithm, "limit", window_seconds, refill_rate, accuracy, always_count, rate_limits, descriptors, reserve, created_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
-			r.ClientID, r.Name, string(r.Limit.Algorithm), r.Limit.Limit, windowSeconds(r.Limit), r.Limit.RefillRate, r.Limit.Accuracy.String(),
+			(client_id, name, algorithm, "limit", window_seconds, refill_rate, accuracy, scope, always_count, rate_limits, descriptors, reserve, created_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+			r.ClientID, r.Name, string(r.Limit.Algorithm), r.Limit.Limit, windowSeconds(r.Limit), r.Limit.RefillRate, r.Limit.Accuracy.String(), r.Limit.ScopeName(),
 			r.AlwaysCount, cols.rateLimits, descriptors, cols.reserve, r.CreatedAt)
 		if err != nil {
 			return err
@@ -149,10 +158,10 @@ func (db *DB) UpdateRule(ctx context.Context, r Rule) (_ Rule, err error) {
 	descriptors := cols.descriptors
 	err = db.inTx(ctx, nil, func(tx *sql.Tx) error {
 		row := tx.QueryRowContext(ctx, db.q(`UPDATE rules
-			SET algorithm = ?, "limit" = ?, window_seconds = ?, refill_rate = ?, accuracy = ?, always_count = ?, rate_limits = ?, descriptors = ?, reserve = ?
+			SET algorithm = ?, "limit" = ?, window_seconds = ?, refill_rate = ?, accuracy = ?, scope = ?, always_count = ?, rate_limits = ?, descriptors = ?, reserve = ?
 			WHERE client_id = ? AND name = ?
 			RETURNING created_at`),
-			string(r.Limit.Algorithm), r.Limit.Limit, windowSeconds(r.Limit), r.Limit.RefillRate, r.Limit.Accuracy.String(),
+			string(r.Limit.Algorithm), r.Limit.Limit, windowSeconds(r.Limit), r.Limit.RefillRate, r.Limit.Accuracy.String(), r.Limit.ScopeName(),
 			r.AlwaysCount, cols.rateLimits, descriptors, cols.reserve, r.ClientID, r.Name)
 		if err := row.Scan(timeScanner{&r.CreatedAt}); err != nil {
 			if errors.Is(err, sql.ErrNoRows) {
@@ -254,9 +263,9 @@ func withDefaultAlgorithm(r Rule, alg func(l algorithms.Limit) algorithms.Algori
 
 // standIn is the algorithm a limit without one is checked with before the
 // client's default is read: the one that refuses least. A token bucket
-// needs no window; an approximate limit must be a window's.
+// needs no window; an approximate (or global) limit must be a window's.
 func standIn(l algorithms.Limit) algorithms.Algorithm {
-	if l.Accuracy == algorithms.Approximate {
+	if l.Accuracy == algorithms.Approximate || l.Global {
 		return algorithms.FixedWindow
 	}
 	return algorithms.TokenBucket
@@ -365,4 +374,32 @@ func collect[T any](rows *sql.Rows, scan func(rowScanner) (T, error), what strin
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	return out, nil
+}
+
+// GlobalRule names a rule with a limit of scope global: its client (id,
+// name, and Envoy domain if it has one) and its name.
+type GlobalRule struct {
+	ClientID, Client, Domain string
+	Rule                     string
+}
+
+// GlobalRules returns every client's rules with a limit of scope global
+// (the rule's, or one of its rate_limits), by client name and rule name:
+// a server without a global Redis refuses to start with them.
+func (db *DB) GlobalRules(ctx context.Context) (_ []GlobalRule, err error) {
+	ctx, end := db.begin(ctx, "global_rules")
+	defer end(&err)
+	// rate_limits is JSON encodeRateLimits wrote, "scope":"global" as is.
+	rows, err := db.sql.QueryContext(ctx, db.q(`SELECT c.id, c.name, coalesce(c.domain, ''), r.name
+		FROM rules r JOIN clients c ON c.id = r.client_id
+		WHERE r.scope = 'global' OR r.rate_limits LIKE '%"scope":"global"%'
+		ORDER BY c.name, c.id, r.name`))
+	if err != nil {
+		return nil, fmt.Errorf("list global rules: %w", err)
+	}
+	return collect(rows, func(row rowScanner) (GlobalRule, error) {
+		var g GlobalRule
+		err := row.Scan(&g.ClientID, &g.Client, &g.Domain, &g.Rule)
+		return g, err
+	}, "list global rules")
 }

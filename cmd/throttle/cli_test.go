@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io/fs"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -137,6 +138,26 @@ func TestConfigCheck(t *testing.T) {
 		"testdata/bad.yaml:4: domain \"edge\" › descriptors[0] › rate_limit: invalid rate limit unit 'minutes'"
 	if err == nil || err.Error() != want {
 		t.Errorf("bad file: err = %v\nwant %s", err, want)
+	}
+}
+
+// TestConfigCheckScope: the built binary's `throttle config check` refuses
+// scope: global, at its file and line, unless GLOBAL_REDIS_URL is set as
+// serve would have it.
+func TestConfigCheckScope(t *testing.T) {
+	bin := throttletest.Binary(t)
+	cmd := exec.Command(bin, "config", "check", "testdata/global.yaml")
+	cmd.Env = append(os.Environ(), "GLOBAL_REDIS_URL=")
+	out, err := cmd.CombinedOutput()
+	want := "throttle: invalid descriptor configuration:\n" +
+		"testdata/global.yaml:4: domain \"edge\" › descriptors[0] › rate_limit: scope: global needs GLOBAL_REDIS_URL, the Redis every region shares (this server has none)\n"
+	if err == nil || string(out) != want {
+		t.Errorf("config check without GLOBAL_REDIS_URL: %v\n%s\nwant %s", err, out, want)
+	}
+	cmd = exec.Command(bin, "config", "check", "testdata/global.yaml")
+	cmd.Env = append(os.Environ(), "GLOBAL_REDIS_URL=redis://global.example:6379")
+	if out, err := cmd.CombinedOutput(); err != nil || string(out) != "1 file(s) OK\n" {
+		t.Errorf("config check with GLOBAL_REDIS_URL: %v %s", err, out)
 	}
 }
 

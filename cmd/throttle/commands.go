@@ -102,7 +102,9 @@ func configCmd(args []string, getenv func(string) string, stdout io.Writer) erro
 		return errors.New(configUsage)
 	}
 	merge, _ := strconv.ParseBool(getenv("MERGE_DOMAIN_CONFIG"))
-	opts := descriptors.Options{MergeDomains: merge}
+	// scope: global is checked against the server the files are for: one
+	// with GLOBAL_REDIS_URL (cfg.GlobalScope) keeps it.
+	opts := descriptors.Options{MergeDomains: merge, GlobalScope: getenv("GLOBAL_REDIS_URL") != ""}
 	if v := getenv("MAX_RESERVATION_TTL"); v != "" {
 		ttl, err := parseDuration(v)
 		if err != nil {

@@ -139,8 +139,8 @@ func TestDashboard(t *testing.T) {
 		chromedp.Click(chromedp.ID("rule-submit")),
 		chromedp.WaitVisible(chromedp.CSS(`tr[data-rule="api_default"]`)),
 	)
-	if got := eval("rule row", `document.querySelector('tr[data-rule="api_default"]').innerText.replace(/\s+/g, ' ').trim()`); !strings.HasPrefix(got, "api_default fixed_window exact 5 3,600 s") {
-		t.Errorf("rule row = %q, want api_default fixed_window exact 5 3,600 s", got)
+	if got := eval("rule row", `document.querySelector('tr[data-rule="api_default"]').innerText.replace(/\s+/g, ' ').trim()`); !strings.HasPrefix(got, "api_default fixed_window exact regional 5 3,600 s") {
+		t.Errorf("rule row = %q, want api_default fixed_window exact regional 5 3,600 s", got)
 	}
 	// Overrides of the rule (made over HTTP) show in its row once the rules reload.
 	for _, o := range []string{`{"identifier":"partner-*","limit":500,"window":3600}`, `{"identifier":"acme","limit":100}`} {
@@ -191,7 +191,7 @@ func TestDashboard(t *testing.T) {
 		chromedp.Click(chromedp.ID("rule-submit")),
 		chromedp.WaitVisible(chromedp.CSS(`tr[data-rule="search"]`)),
 	)
-	if got := eval("rule of two limits", `document.querySelector('tr[data-rule="search"]').innerText.replace(/\s+/g, ' ').trim()`); !strings.HasPrefix(got, "search 2 limits, all must admit search[0] fixed_window daily sliding_window exact approximate 10 1,000 always counts 1 s 86,400 s") {
+	if got := eval("rule of two limits", `document.querySelector('tr[data-rule="search"]').innerText.replace(/\s+/g, ' ').trim()`); !strings.HasPrefix(got, "search 2 limits, all must admit search[0] fixed_window daily sliding_window exact approximate regional regional 10 1,000 always counts 1 s 86,400 s") {
 		t.Errorf("rule of two limits row = %q", got)
 	}
 	do("edit the rule of two limits",
@@ -216,8 +216,8 @@ func TestDashboard(t *testing.T) {
 		chromedp.Click(chromedp.ID("rule-submit")),
 		chromedp.WaitVisible(chromedp.CSS(`tr[data-rule="feed"]`)),
 	)
-	if got := eval("approximate rule row", `document.querySelector('tr[data-rule="feed"]').innerText.replace(/\s+/g, ' ').trim()`); !strings.HasPrefix(got, "feed fixed_window approximate 6,400 3,600 s") {
-		t.Errorf("approximate rule row = %q, want feed fixed_window approximate 6,400 3,600 s", got)
+	if got := eval("approximate rule row", `document.querySelector('tr[data-rule="feed"]').innerText.replace(/\s+/g, ' ').trim()`); !strings.HasPrefix(got, "feed fixed_window approximate regional 6,400 3,600 s") {
+		t.Errorf("approximate rule row = %q, want feed fixed_window approximate regional 6,400 3,600 s", got)
 	}
 	do("edit the approximate rule", chromedp.Click(chromedp.CSS(`tr[data-rule="feed"] button[data-action="edit"]`)), chromedp.WaitVisible(chromedp.ID("rule-form")))
 	if got := eval("the edit form's accuracy", `document.querySelector('`+firstLimit("accuracy")+`').value`); got != "approximate" {
@@ -237,12 +237,32 @@ func TestDashboard(t *testing.T) {
 		t.Errorf("rule form error = %q, want the server's reason", got)
 	}
 	do("cancel", chromedp.Click(chromedp.ID("rule-cancel")))
+	// Scope global: choosing it chooses approximate, and this server,
+	// without GLOBAL_REDIS_URL, refuses it, with its reason in the form.
+	do("try a global rule",
+		chromedp.Click(chromedp.ID("rule-new")),
+		typeInto("#rule-name", "tenant"),
+		chromedp.SetValue(chromedp.CSS(firstLimit("algorithm")), "fixed_window"),
+		typeInto(firstLimit("limit"), "6000"),
+		typeInto(firstLimit("window"), "60"),
+	)
+	// Chosen as a person chooses: the value, then the change event.
+	eval("choose global", `(() => { const e = document.querySelector('`+firstLimit("scope")+`'); e.value = 'global'; e.dispatchEvent(new Event('change')); return 'ok' })()`)
+	if got := eval("the global form's accuracy", `document.querySelector('`+firstLimit("accuracy")+`').value`); got != "approximate" {
+		t.Errorf("accuracy after choosing scope global = %q, want approximate", got)
+	}
+	do("submit it", chromedp.Click(chromedp.ID("rule-submit")))
+	waitFor("the refusal of global", `!document.getElementById('rule-error').hidden`)
+	if got := eval("the refusal of global", `document.getElementById('rule-error').textContent`); !strings.Contains(got, `scope "global" needs GLOBAL_REDIS_URL`) {
+		t.Errorf("rule form error = %q, want the server's GLOBAL_REDIS_URL sentence", got)
+	}
+	do("cancel", chromedp.Click(chromedp.ID("rule-cancel")))
 
 	rules := getJSONList(t, s.URL+"/rules/list", key)
-	if len(rules) != 4 || rules[0]["name"] != "api_default" || rules[0]["limit"] != float64(20) || rules[0]["accuracy"] != "exact" ||
+	if len(rules) != 4 || rules[0]["name"] != "api_default" || rules[0]["limit"] != float64(20) || rules[0]["accuracy"] != "exact" || rules[0]["scope"] != "regional" ||
 		rules[1]["name"] != "feed" || rules[1]["accuracy"] != "approximate" ||
 		rules[2]["name"] != "login" || rules[2]["refill_rate"] != 0.1 || fmt.Sprint(rules[2]["descriptors"]) != "[map[key:path value:/login] map[key:remote_address]]" ||
-		rules[3]["name"] != "search" || fmt.Sprint(rules[3]["rate_limits"]) != "[map[accuracy:exact algorithm:fixed_window limit:10 window:1] map[accuracy:approximate algorithm:sliding_window always_count:true limit:1000 name:daily window:86400]]" {
+		rules[3]["name"] != "search" || fmt.Sprint(rules[3]["rate_limits"]) != "[map[accuracy:exact algorithm:fixed_window limit:10 scope:regional window:1] map[accuracy:approximate algorithm:sliding_window always_count:true limit:1000 name:daily scope:regional window:86400]]" {
 		t.Errorf("rules over HTTP after the UI made them = %v", rules)
 	}
 

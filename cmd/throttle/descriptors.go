@@ -56,7 +56,7 @@ func (c *config) runtimeFolder() string {
 // descriptorsFolder is the folder of descriptor files, DESCRIPTORS_DIR's
 // or the reference's config folder, and how it is read; "" for none.
 func (c *config) descriptorsFolder() (string, descriptors.Options) {
-	opts := descriptors.Options{MergeDomains: c.MergeDomains, MaxReservationTTL: c.MaxReservationTTL}
+	opts := descriptors.Options{MergeDomains: c.MergeDomains, MaxReservationTTL: c.MaxReservationTTL, GlobalScope: c.GlobalScope()}
 	if dir := c.runtimeFolder(); dir != "" {
 		opts.Tree, opts.TreeDotFiles = true, !c.Runtime.IgnoreDotFiles
 		return dir, opts

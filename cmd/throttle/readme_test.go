@@ -54,6 +54,7 @@ var curlDocs = []curlDoc{
 			`{"message":"Key revoked","id":"`,
 			`"keys_deleted":`,
 			`"rate_limits":[{"name":"burst"`,
+			`"code":"GLOBAL_SCOPE_UNAVAILABLE"`,
 			`"matched":true,"key":"path_/search","limits":[{"name":"burst","requests_per_unit":10,"unit":"SECOND","unit_multiplier":1,"window":1,"algorithm":"fixed_window","remaining":10,`,
 			`"total_checks":`,
 			"throttle_decisions_total{",

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"time"
 
@@ -171,6 +172,11 @@ func (a *app) openStore(ctx context.Context) error {
 	}
 	a.db = db
 	a.onClose(func() { db.Close() })
+	if !a.cfg.GlobalScope() {
+		if err := refuseGlobalRules(ctx, db); err != nil {
+			return err
+		}
+	}
 	if err := db.RegisterMetrics(a.reg); err != nil {
 		return err
 	}
@@ -186,6 +192,29 @@ func (a *app) openStore(ctx context.Context) error {
 	}
 	a.goBG("cache", a.cache.Run)
 	return nil
+}
+
+// refuseGlobalRules fails when the database holds rules with a limit of
+// scope global, which a server without GLOBAL_REDIS_URL cannot keep: it
+// names them (at most 10), by client, domain and rule.
+func refuseGlobalRules(ctx context.Context, db *store.DB) error {
+	rules, err := db.GlobalRules(ctx)
+	if err != nil || len(rules) == 0 {
+		return err
+	}
+	names := make([]string, 0, min(len(rules), 10)+1)
+	for _, r := range rules[:min(len(rules), 10)] {
+		n := fmt.Sprintf("client %q (%s) rule %q", r.Client, r.ClientID, r.Rule)
+		if r.Domain != "" {
+			n = fmt.Sprintf("client %q (domain %s) rule %q", r.Client, r.Domain, r.Rule)
+		}
+		names = append(names, n)
+	}
+	if len(rules) > len(names) {
+		names = append(names, fmt.Sprintf("and %d more", len(rules)-len(names)))
+	}
+	return fmt.Errorf("the database holds %d rule(s) of scope global, which need GLOBAL_REDIS_URL, the Redis every region shares (this server has none): %s; set GLOBAL_REDIS_URL, or make those rules regional (PUT /rules/{name} without \"scope\": \"global\")",
+		len(rules), strings.Join(names, ", "))
 }
 
 // openTracing starts OpenTelemetry when an OTLP endpoint is set; at close it
@@ -249,7 +278,7 @@ func (a *app) openAPIs(context.Context) error {
 		TrustedProxies: cfg.TrustedProxies, ConfigDump: configDump, HeaderSets: cfg.HeaderSets, TracerProvider: a.tracer, Propagator: a.propagator,
 		RegisterLimit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: cfg.RegisterLimit, Window: time.Hour},
 		Descriptors:   a.descStatus, EnvoyCounters: rls, AdminKey: cfg.AdminKey, LimiterReady: a.ready, FailureMode: cfg.FailureMode,
-		EnvoyJSON: envoyJSON, Healthcheck: a.healthcheck(), MaxReservationTTL: cfg.MaxReservationTTL,
+		EnvoyJSON: envoyJSON, Healthcheck: a.healthcheck(), MaxReservationTTL: cfg.MaxReservationTTL, GlobalScope: cfg.GlobalScope(),
 	})))
 	a.httpSrv = restapi.NewServer(cfg.httpAddress(), handler)
 	if a.httpTLS != nil {

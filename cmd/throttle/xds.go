@@ -29,7 +29,7 @@ func (a *app) openXDS(ctx context.Context) error {
 	c, err := xdsconfig.New(xdsconfig.Options{
 		Server: x.ServerURL, NodeID: x.NodeID, NodeMetadata: x.NodeMetadata, Headers: x.Headers, TLS: a.xdsTLS,
 		MaxRecvMsgSize: x.MaxMsgSize, ConnectTimeout: x.ConnectTimeout, Backoff: x.Backoff, Reservations: res,
-		Load: descriptors.Options{MergeDomains: a.cfg.MergeDomains, MaxReservationTTL: a.cfg.MaxReservationTTL}, Log: a.log, Registerer: a.reg,
+		Load: descriptors.Options{MergeDomains: a.cfg.MergeDomains, MaxReservationTTL: a.cfg.MaxReservationTTL, GlobalScope: a.cfg.GlobalScope()}, Log: a.log, Registerer: a.reg,
 		OnLoad: a.onConfigLoad(), // the reference's config_load_success and _error
 	})
 	if err != nil {

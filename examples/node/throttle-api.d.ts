@@ -658,6 +658,16 @@ export interface components {
          * @enum {string}
          */
         Accuracy: "exact" | "approximate";
+        /**
+         * @description Where the limit's budget is kept. `regional` (the default): in this region's counters
+         *     (REDIS_URL), as every other limit. `global`: one budget for every region, counted in the
+         *     Redis every region shares (GLOBAL_REDIS_URL) and decided from memory within leases of it
+         *     (docs/global-limits.md); its accuracy is `approximate` (the default when scope is global;
+         *     `exact` is 400 INVALID_FIELD), so fixed_window and sliding_window only. A server without
+         *     GLOBAL_REDIS_URL refuses it: 400 GLOBAL_SCOPE_UNAVAILABLE.
+         * @enum {string}
+         */
+        Scope: "regional" | "global";
         /** @description The user, key or entity being limited (1–256 characters). */
         Identifier: string;
         RuleName: string;
@@ -902,8 +912,9 @@ export interface components {
             refill_rate?: components["schemas"]["RefillRate"];
             always_count?: boolean;
             accuracy?: components["schemas"]["Accuracy"];
+            scope?: components["schemas"]["Scope"];
         };
-        /** @description One limit (algorithm, limit, window, refill_rate, always_count, accuracy) or, with descriptors, several in rate_limits; not both. */
+        /** @description One limit (algorithm, limit, window, refill_rate, always_count, accuracy, scope) or, with descriptors, several in rate_limits; not both. */
         RuleRequest: {
             /** @description Required on create; on update it may be left out and cannot differ from the path's. */
             name?: components["schemas"]["RuleName"];
@@ -914,6 +925,7 @@ export interface components {
             /** @description Count hits even past the limit (a cost known after the fact). */
             always_count?: boolean;
             accuracy?: components["schemas"]["Accuracy"];
+            scope?: components["schemas"]["Scope"];
             rate_limits?: components["schemas"]["RuleLimitRequest"][];
             /** @description Makes the rule apply to Envoy requests of your domain whose descriptor matches these entries in order. */
             descriptors?: components["schemas"]["DescriptorEntry"][];
@@ -944,6 +956,7 @@ export interface components {
             refill_rate?: number;
             always_count?: boolean;
             accuracy: components["schemas"]["Accuracy"];
+            scope: components["schemas"]["Scope"];
         };
         Rule: {
             name: string;
@@ -959,6 +972,8 @@ export interface components {
             always_count?: boolean;
             /** @description Always shown for a rule of one limit; a rule of several shows each limit's in rate_limits. */
             accuracy?: components["schemas"]["Accuracy"];
+            /** @description Always shown for a rule of one limit; a rule of several shows each limit's in rate_limits. */
+            scope?: components["schemas"]["Scope"];
             rate_limits?: components["schemas"]["RuleLimit"][];
             descriptors?: components["schemas"]["DescriptorEntry"][];
             reserve?: components["schemas"]["RuleReserve"];
@@ -1149,7 +1164,7 @@ export interface components {
         };
         BadRequestError: {
             /** @enum {unknown} */
-            code?: "INVALID_JSON" | "UNKNOWN_FIELD" | "MISSING_FIELD" | "INVALID_FIELD" | "INVALID_LIMIT" | "INVALID_DESCRIPTORS" | "INVALID_IDEMPOTENCY_KEY" | "INVALID_SCOPE";
+            code?: "INVALID_JSON" | "UNKNOWN_FIELD" | "MISSING_FIELD" | "INVALID_FIELD" | "INVALID_LIMIT" | "INVALID_DESCRIPTORS" | "INVALID_IDEMPOTENCY_KEY" | "INVALID_SCOPE" | "GLOBAL_SCOPE_UNAVAILABLE";
         } & components["schemas"]["Error"];
         UnauthorizedError: {
             /** @enum {unknown} */

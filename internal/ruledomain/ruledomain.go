@@ -123,6 +123,7 @@ func Rules(rules []store.Rule) []descriptors.Rule {
 				RefillRate:      l.Limit.RefillRate,
 				AlwaysCount:     l.AlwaysCount,
 				Accuracy:        l.Limit.Accuracy,
+				Global:          l.Limit.Global,
 			}
 			if v := r.Reserve; v != nil {
 				converted[i].Reserve = &descriptors.Reserve{Hits: v.Hits, TTL: v.TTL, Handle: v.Handle}
@@ -139,7 +140,7 @@ func Rules(rules []store.Rule) []descriptors.Rule {
 // WithOverride returns rl, a limit of a REST rule of one limit, with the
 // limit and window of the rule's override o: an Envoy request the rule
 // matches takes the override of its identifier (the value of the request
-// descriptor's last entry). The rest (algorithm, accuracy) stays the rule's.
+// descriptor's last entry). The rest (algorithm, accuracy, scope) stays the rule's.
 func WithOverride(rl descriptors.RateLimit, o store.Override) descriptors.RateLimit {
 	rl.RequestsPerUnit = uint32(min(o.Limit, math.MaxUint32))
 	if o.Window != 0 {

@@ -119,3 +119,38 @@ func TestRulesAccuracy(t *testing.T) {
 		t.Errorf("engine limit with an override = %+v, %v; want %+v", over, err, want)
 	}
 }
+
+// TestRulesScope: a rule's scope, and each of its rate_limits', is its
+// descriptor limits' (so an Envoy request it matches is counted in the
+// global Redis), and an override keeps it.
+func TestRulesScope(t *testing.T) {
+	global := algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 6000, Window: time.Minute, Accuracy: algorithms.Approximate, Global: true}
+	got := Rules([]store.Rule{
+		{Name: "one", Limit: global, Descriptors: []store.DescriptorEntry{{Key: "tenant"}}},
+		{Name: "two", Descriptors: []store.DescriptorEntry{{Key: "path"}}, RateLimits: []store.RuleLimit{
+			{Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 10, Window: time.Second}},
+			{Limit: algorithms.Limit{Algorithm: algorithms.SlidingWindow, Limit: 1000, Window: 24 * time.Hour, Accuracy: algorithms.Approximate, Global: true}},
+		}},
+	})
+	if !got[0].Limit.Global || got[1].Limit.Global || !got[1].More[0].Global {
+		t.Errorf("scopes = %v, %v, %v; want global, regional, global", got[0].Limit.Global, got[1].Limit.Global, got[1].More[0].Global)
+	}
+	d, err := descriptors.NewDomain("d", got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := d.Match([]descriptors.Entry{{Key: "tenant", Value: "acme"}})
+	if m == nil {
+		t.Fatal("no match for tenant=acme")
+	}
+	el, err := m.Limit.EngineLimit()
+	if err != nil || el != global {
+		t.Errorf("engine limit of the match = %+v, %v; want %+v", el, err, global)
+	}
+	over, err := WithOverride(m.Limit, store.Override{Limit: 60_000}).EngineLimit()
+	want := global
+	want.Limit = 60_000
+	if err != nil || over != want {
+		t.Errorf("engine limit with an override = %+v, %v; want %+v", over, err, want)
+	}
+}

@@ -12,6 +12,9 @@
   // The engine's algorithms, in its order: the rule form's one list
   // (TestAlgorithmsMatchEngine compares it with algorithms.Algorithms).
   const ALGORITHMS = ['fixed_window', 'sliding_window', 'token_bucket', 'gcra'];
+  // A limit's scopes, the default first (TestScopesMatchEngine compares
+  // them with algorithms.ScopeRegional and ScopeGlobal).
+  const SCOPES = ['regional', 'global'];
 
   const $ = (id) => document.getElementById(id);
   const nf = new Intl.NumberFormat('en-US');
@@ -343,7 +346,7 @@
   // limitsOf is every limit of a rule: its rate_limits, or its own one.
   function limitsOf(r) {
     if (r.rate_limits && r.rate_limits.length) return r.rate_limits;
-    return [{ algorithm: r.algorithm, limit: r.limit, window: r.window, refill_rate: r.refill_rate, always_count: r.always_count, accuracy: r.accuracy }];
+    return [{ algorithm: r.algorithm, limit: r.limit, window: r.window, refill_rate: r.refill_rate, always_count: r.always_count, accuracy: r.accuracy, scope: r.scope }];
   }
 
   // perLimit is a table cell with one line per limit of the rule.
@@ -412,6 +415,7 @@
         r.rate_limits ? ' ' : null,
         el('span', { class: 'pill ' + l.algorithm, text: l.algorithm })]),
       perLimit(limits, { 'data-field': 'accuracy' }, (l) => [accuracyTag(l.accuracy)]),
+      perLimit(limits, { 'data-field': 'scope' }, (l) => [scopeTag(l.scope)]),
       perLimit(limits, { class: 'num', 'data-field': 'limit' }, (l) => [fmt(l.limit), l.always_count ? ' ' : null,
         l.always_count ? el('span', { class: 'badge always', title: 'counts every hit, even past the limit', text: 'always counts' }) : null]),
       perLimit(limits, { class: 'num' }, (l) => [l.window ? fmt(l.window) + ' s' : '–']),
@@ -432,6 +436,14 @@
     const a = accuracy || 'exact';
     return el('span', { class: 'accuracy ' + a, text: a,
       title: a === 'approximate' ? 'decided from memory, synced to Redis in the background' : 'every decision on the shared count' });
+  }
+
+  // scopeTag shows a limit's scope: regional, or global (one budget for
+  // every region, in the Redis they share).
+  function scopeTag(scope) {
+    const s = scope || SCOPES[0];
+    return el('span', { class: 'scope ' + s, text: s,
+      title: s === 'global' ? "one budget for every region, counted in the Redis they share (GLOBAL_REDIS_URL)" : "counted in this region's counters" });
   }
 
   // accuracySelect is a select of a limit's accuracy, exact first.
@@ -476,12 +488,18 @@
       ...ALGORITHMS.map((a) => el('option', { value: a, text: a })));
     const accuracy = accuracySelect({ 'data-field': 'accuracy',
       title: 'approximate: decided from memory and synced to Redis in the background, within a bounded error (fixed_window and sliding_window; it matters with Redis only)' });
+    const scope = el('select', { 'data-field': 'scope',
+      title: 'global: one budget for every region, counted in the Redis they share (GLOBAL_REDIS_URL), decided from memory; approximate, fixed_window and sliding_window only' },
+    ...SCOPES.map((s) => el('option', { value: s, text: s })));
+    // A global limit is approximate: choosing global chooses it too.
+    scope.addEventListener('change', () => { if (scope.value === 'global') accuracy.value = 'approximate'; });
     const always = input('always_count', { type: 'checkbox' });
     const row = el('div', { class: 'limit-row', 'data-limit': String(i) },
       i ? el('label', {}, 'Limit ' + (i + 1) + ' name', input('name', { maxlength: '100', placeholder: 'optional, e.g. daily' }))
         : el('span', { class: 'limit-title', text: 'Limit' }),
       el('label', {}, 'Algorithm', algorithm),
       el('label', {}, 'Accuracy', accuracy),
+      el('label', {}, 'Scope', scope),
       el('label', {}, 'Limit', input('limit', { type: 'number', min: '1', step: '1', required: '', placeholder: i ? '1000' : '100' })),
       el('label', {}, 'Window (s)', input('window', { type: 'number', min: '1', step: '1', placeholder: i ? '86400' : '60' })),
       el('label', {}, 'Refill rate (/s)', input('refill_rate', { type: 'number', min: '0', step: 'any', placeholder: 'token_bucket only' })),
@@ -495,6 +513,7 @@
       row.querySelector('[data-field="refill_rate"]').value = l.refill_rate || '';
       always.checked = !!l.always_count;
       accuracy.value = l.accuracy || 'exact';
+      scope.value = l.scope || SCOPES[0];
     }
     rows.append(row);
     rows.dataset.count = String(rows.children.length);
@@ -516,7 +535,7 @@
     ev.preventDefault();
     showError('rule-error', null);
     const num = (v) => (v.trim() === '' ? undefined : Number(v));
-    const limitOf = (alg, limit, window, refill, always, accuracy, name) => {
+    const limitOf = (alg, limit, window, refill, always, accuracy, scope, name) => {
       const l = {};
       if (name) l.name = name;
       if (alg) l.algorithm = alg;
@@ -524,13 +543,15 @@
       if (num(window) !== undefined) l.window = num(window);
       if (num(refill) !== undefined) l.refill_rate = num(refill);
       if (always) l.always_count = true;
-      if (accuracy !== 'exact') l.accuracy = accuracy; // exact is the default
+      // exact is the default, but not global's: sent so the server says why not.
+      if (accuracy !== 'exact' || scope !== SCOPES[0]) l.accuracy = accuracy;
+      if (scope !== SCOPES[0]) l.scope = scope; // regional is the default
       return l;
     };
     const limits = [...$('rule-limits').children].map((row) => {
       const f = (name) => row.querySelector('[data-field="' + name + '"]');
       return limitOf(f('algorithm').value, f('limit').value, f('window').value, f('refill_rate').value, f('always_count').checked,
-        f('accuracy').value, f('name') ? f('name').value.trim() : '');
+        f('accuracy').value, f('scope').value, f('name') ? f('name').value.trim() : '');
     });
     const body = limits.length > 1 ? { rate_limits: limits } : limits[0];
     const desc = parseDescriptors($('rule-descriptors').value);
