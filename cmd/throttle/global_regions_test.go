@@ -546,8 +546,9 @@ func runCut(t *testing.T, d *deployment, mode, value string) cutResult {
 			t.Errorf("%s: region %s had %d decisions degraded, want 0 (it reaches the global Redis)", mode, d.net.regions[r].name, n)
 		}
 	}
-	if res.cWithin > res.cLease {
-		t.Errorf("%s: c admitted %d within leases while cut off, more than the %d it held", mode, res.cWithin, res.cLease)
+	// A window c never had an answer for has a blind budget instead.
+	if blind := 2 * (10000 / (128 * 6)); res.cWithin > res.cLease+int64(blind) {
+		t.Errorf("%s: c admitted %d within leases while cut off, more than the %d it held and its blind budgets (%d)", mode, res.cWithin, res.cLease, blind)
 	}
 	if res.cDegraded[0]+res.cDegraded[1] == 0 {
 		t.Errorf("%s: c cut off for 10 s never decided by the policy", mode)
