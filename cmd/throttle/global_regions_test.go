@@ -618,7 +618,8 @@ func runTravel(t *testing.T, d *deployment, value string) travelResult {
 	y := &regionTally{}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	var failed atomic.Value
+	var mu sync.Mutex
+	var failed error
 	call := func(r, i int, pace time.Duration) {
 		defer wg.Done()
 		for {
@@ -629,7 +630,9 @@ func runTravel(t *testing.T, d *deployment, value string) travelResult {
 			}
 			o, err := globalCall(d.clients[r][i], value, "hour")
 			if err != nil {
-				failed.Store(err)
+				mu.Lock()
+				failed = err
+				mu.Unlock()
 				return
 			}
 			y.note(r, i, o)
@@ -667,8 +670,8 @@ func runTravel(t *testing.T, d *deployment, value string) travelResult {
 	}
 	close(stop)
 	wg.Wait()
-	if err, ok := failed.Load().(error); ok {
-		t.Fatalf("ShouldRateLimit: %v", err)
+	if failed != nil {
+		t.Fatalf("ShouldRateLimit: %v", failed)
 	}
 	if !allRefused() {
 		for r, servers := range d.servers {
