@@ -87,6 +87,10 @@ type approxTable struct {
 	// rtt is the moving average of the syncs' round trips, in ns
 	// (roundTrip).
 	rtt atomic.Int64
+	// firstTimeout bounds the calls before the first answer, when the
+	// round trip is not known yet (a global Redis a region away: a new
+	// connection's handshake is several round trips). 0: none.
+	firstTimeout time.Duration
 }
 
 // approxStripe is one lock's part of the table.
@@ -193,7 +197,11 @@ func (t *approxTable) monoNow(local time.Time) int64 {
 // callTimeout bounds one round of syncs, and an ask: two intervals, four
 // round trips to Redis (a global Redis a region away), at least 500 ms.
 func (t *approxTable) callTimeout() time.Duration {
-	return max(2*t.interval, 4*t.roundTrip(), 500*time.Millisecond)
+	d := max(2*t.interval, 4*t.roundTrip(), 500*time.Millisecond)
+	if t.rtt.Load() == 0 {
+		d = max(d, t.firstTimeout)
+	}
+	return d
 }
 
 // horizon is how long a lease must last at this replica's demand: until

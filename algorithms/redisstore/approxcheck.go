@@ -192,7 +192,9 @@ func (m *mixed) decideExact(ctx context.Context, reqs []algorithms.Request, p *p
 	peeked := make([]bool, len(sub))
 	for j := range sub {
 		r := &sub[j]
-		r.Limit.Accuracy = algorithms.Exact // the table's overflow, or before the registry was read
+		// The table's overflow, or before the registry was read: exact, on
+		// this store (a global limit's is the global Redis already).
+		r.Limit.Accuracy, r.Limit.Global = algorithms.Exact, false
 		if m.voided && m.tied && algorithms.Uncounts(r) {
 			peeked[j], r.Hits = true, 0
 		}
@@ -234,11 +236,12 @@ func subset(reqs []algorithms.Request, at []int) []algorithms.Request {
 	return sub
 }
 
-// withExact is a copy of reqs decided exactly.
+// withExact is a copy of reqs decided exactly, on this store (a global
+// limit's is the global Redis already).
 func withExact(reqs []algorithms.Request) []algorithms.Request {
 	out := append([]algorithms.Request(nil), reqs...)
 	for i := range out {
-		out[i].Limit.Accuracy = algorithms.Exact
+		out[i].Limit.Accuracy, out[i].Limit.Global = algorithms.Exact, false
 	}
 	return out
 }

@@ -134,16 +134,23 @@ func (y *approxSyncer) drain(ctx context.Context) error {
 	return err
 }
 
-// syncOnce runs one round: the registry, then every due window, each
-// master at once. It returns the first error.
+// syncOnce runs one round: the registry and every due window, each master
+// at once (a hung registry's master must not hold the syncs back: they are
+// what marks a master failing). It returns the first error.
 func (y *approxSyncer) syncOnce(ctx context.Context, final bool) error {
-	regErr := y.register(ctx, false)
+	var regErr error
+	registered := make(chan struct{})
+	go func() {
+		defer close(registered)
+		regErr = y.register(ctx, false)
+	}()
+	registry := func() error { <-registered; return regErr }
 	y.sending.RLock()
 	defer y.sending.RUnlock()
 	ops := y.collect(final)
 	if len(ops) == 0 {
 		y.probeFailing(ctx, nil)
-		return regErr
+		return registry()
 	}
 	byShard := y.byShard(ctx, ops)
 	y.probeFailing(ctx, byShard)
@@ -160,7 +167,7 @@ func (y *approxSyncer) syncOnce(ctx context.Context, final bool) error {
 	}
 	wg.Wait()
 	y.apply(ops, false)
-	return errors.Join(append(errs, regErr)...)
+	return errors.Join(append(errs, registry())...)
 }
 
 // probeFailing pings each master whose syncs fail and that this round

@@ -15,6 +15,11 @@ import (
 	"github.com/throttle-rl/throttle/algorithms"
 )
 
+// globalFirstTimeout bounds the global Redis's approximate calls until
+// the first answer tells its round trip: a connection's handshake across
+// regions (TCP, HELLO, SELECT, the call) is four round trips or more.
+const globalFirstTimeout = 2 * time.Second
+
 // Options configures a Store. Every field is optional.
 type Options struct {
 	// Now, when set, is passed to the scripts as the time instead of Redis
@@ -138,6 +143,7 @@ func New(rdb redis.UniversalClient, opts Options) *Store {
 	prefix := approxMetricPrefix
 	if opts.Global {
 		prefix = globalMetricPrefix
+		s.approx.firstTimeout = globalFirstTimeout
 	}
 	s.approxMetrics = newApproxMetrics(s.approx, prefix)
 	s.syncer = newApproxSyncer(s, s.approx, s.approxMetrics)
