@@ -16,7 +16,11 @@ release: ## what the release workflow builds for a tag, into dist/: binaries for
 	scripts/release-binaries.sh $(VERSION) dist
 	$(GO) run ./cmd/releasechart -version $(VERSION) -image $(or $(IMAGE),ghcr.io/throttle-rl/throttle) -out dist
 
+# The tests of several packages build ./cmd/throttle as a user does
+# (internal/testkit/throttletest) while go test runs packages side by side:
+# compiled once first, they only link it.
 test: ## every test, with -race, against a throw-away Redis and PostgreSQL
+	CGO_ENABLED=0 $(GO) build -trimpath -o /dev/null ./cmd/throttle
 	scripts/with-test-services.sh $(GO) test -race -count=1 -timeout 20m ./...
 
 bench: ## benchmarks of the engine against memory and a throw-away Redis
