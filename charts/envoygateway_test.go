@@ -1,20 +1,26 @@
 package charts
 
 import (
+	"context"
 	"maps"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/throttle-rl/throttle/internal/testkit/manifest"
 	"github.com/throttle-rl/throttle/internal/testkit/strictyaml"
+	"github.com/throttle-rl/throttle/refstats"
 )
 
 // envoyGatewayValues is the value set of Envoy Gateway's rate-limit pod.
@@ -36,11 +42,12 @@ type egFacts struct {
 	ServicePorts []int32            `json:"servicePorts"`
 	Stats        map[string]egStats `json:"stats"`
 	Throttle     struct {
-		Env          map[string]string  `json:"env"`
-		Omitted      map[string]string  `json:"omitted"`
-		Ports        map[string]int32   `json:"ports"`
-		Mounts       map[string]egMount `json:"mounts"`
-		ServicePorts []int32            `json:"servicePorts"`
+		Env          map[string]string            `json:"env"`
+		StatsEnv     map[string]map[string]string `json:"statsEnv"`
+		Omitted      map[string]string            `json:"omitted"`
+		Ports        map[string]int32             `json:"ports"`
+		Mounts       map[string]egMount           `json:"mounts"`
+		ServicePorts []int32                      `json:"servicePorts"`
 	} `json:"throttle"`
 }
 
@@ -122,7 +129,7 @@ func checkEnvoyGatewayPod(t *testing.T, r rendered, stats string) {
 	if !slices.Equal(c.Command, f.Command) || len(c.Args) != 0 {
 		t.Errorf("command %q args %q, want %q and none", c.Command, c.Args, f.Command)
 	}
-	if diff := cmp.Diff(union(f.Env, s.Env, f.Throttle.Env), envValues(c)); diff != "" {
+	if diff := cmp.Diff(union(f.Env, s.Env, f.Throttle.Env, f.Throttle.StatsEnv[stats]), envValues(c)); diff != "" {
 		t.Errorf("env (-Envoy Gateway's and the chart's additions +rendered):\n%s", diff)
 	}
 	for name := range f.Throttle.Omitted {
@@ -452,4 +459,86 @@ func TestEnvoyGatewayHelmCommand(t *testing.T) {
 	if env["CONFIG_TYPE"] != "GRPC_XDS_SOTW" {
 		t.Errorf("CONFIG_TYPE %q: the command does not render Envoy Gateway's pod", env["CONFIG_TYPE"])
 	}
+}
+
+// TestEnvoyGatewayPrometheusSeries: the chart's Envoy Gateway pod, with its
+// default stats (prometheus), serves the reference's stats as the series
+// Envoy Gateway's own deployment serves through its mapping
+// (testdata/envoy-gateway-statsd-conf.yaml, which its PROMETHEUS_MAPPER_YAML
+// names): the same names, labels and values, the response time included,
+// which that mapping leaves in milliseconds (it has no scale). The pod's
+// env picks Throttle's mapping as serve does: PROMETHEUS_MAPPER_YAML's file
+// when set, else the default mapping, in milliseconds when
+// PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS is true.
+func TestEnvoyGatewayPrometheusSeries(t *testing.T) {
+	r := render(t, envoyGatewayRelease, input{files: []string{envoyGatewayValues}})
+	env := envValues(deployment(t, r).Spec.Template.Spec.Containers[0])
+	if env["USE_PROMETHEUS"] != "true" {
+		t.Fatalf("USE_PROMETHEUS=%q: the pod serves no Prometheus series", env["USE_PROMETHEUS"])
+	}
+	if f, ok := env["PROMETHEUS_MAPPER_YAML"]; ok {
+		t.Fatalf("PROMETHEUS_MAPPER_YAML=%s: the chart mounts no mapping file", f)
+	}
+	ms := false
+	if v, ok := env["PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS"]; ok {
+		var err error
+		if ms, err = strconv.ParseBool(v); err != nil {
+			t.Fatalf("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS=%q: %v", v, err)
+		}
+	}
+	eg, err := os.ReadFile("testdata/envoy-gateway-statsd-conf.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := referenceSeries(t, string(eg))
+	if diff := cmp.Diff(want, referenceSeries(t, refstats.DefaultMapping(ms))); diff != "" {
+		t.Errorf("the pod's series (PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS=%v) differ from Envoy Gateway's (-Envoy Gateway's +the pod's):\n%s", ms, diff)
+	}
+	for _, s := range []string{
+		`ratelimit_service_response_time_seconds_sum{grpc_method="ShouldRateLimit"} 1207`,
+		`ratelimit_service_rate_limit_total_hits{domain="edge",key1="generic_key_api",key2="user_id_u1"} 2`,
+	} {
+		if !slices.Contains(want, s) {
+			t.Errorf("Envoy Gateway's series lack %s: is testdata/envoy-gateway-statsd-conf.yaml its mapping?", s)
+		}
+	}
+}
+
+// referenceSeries is what a Prometheus sink mapped by mapping serves of a
+// fixed set of the reference's stats (every stat of a descriptor of one,
+// two and three keys, errors, config loads, two ShouldRateLimit calls of 7
+// ms and 1.2 s): its ratelimit_service_* samples, in order.
+func referenceSeries(t *testing.T, mapping string) []string {
+	t.Helper()
+	p, err := refstats.NewPrometheusSink(mapping)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := refstats.New(p, refstats.Options{})
+	for _, key := range []string{"remote_address", "generic_key_api.user_id_u1", "a_1.b_2.c_3"} {
+		for i, stat := range []string{refstats.TotalHits, refstats.WithinLimit, refstats.OverLimit, refstats.NearLimit, refstats.ShadowMode, refstats.OverLimitWithLocalCache} {
+			s.DescriptorCounter("edge", key, stat).Add(uint64(2 + i))
+		}
+	}
+	s.RedisError()
+	s.ServiceError()
+	s.ConfigLoad(nil)
+	s.GlobalShadowMode()
+	s.UnaryCall("/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit", 7*time.Millisecond)
+	s.UnaryCall("/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit", 1200*time.Millisecond)
+	if err := s.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	p.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("GET /metrics: %d", rec.Code)
+	}
+	var series []string
+	for _, l := range strings.Split(rec.Body.String(), "\n") {
+		if strings.HasPrefix(l, "ratelimit_service_") {
+			series = append(series, l)
+		}
+	}
+	return series
 }

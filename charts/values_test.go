@@ -204,16 +204,16 @@ func TestLint(t *testing.T) {
 	}
 }
 
-// The README's Helm section shows a working command: its --set values
-// render, and REDIS_URL is the one given.
-func TestREADMEHelmCommand(t *testing.T) {
-	readme, err := os.ReadFile("../README.md")
+// docs/helm.md shows a working command: its --set values render, and
+// REDIS_URL is the one given.
+func TestHelmDocCommand(t *testing.T) {
+	readme, err := os.ReadFile("../docs/helm.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	m := regexp.MustCompile(`(?m)^helm install throttle \./charts/throttle((?: *\\\n)?(?: +--set [^ \n]+(?: *\\\n)?)+)`).FindSubmatch(readme)
 	if m == nil {
-		t.Fatal("README.md has no `helm install throttle ./charts/throttle --set …` line")
+		t.Fatal("docs/helm.md has no `helm install throttle ./charts/throttle --set …` line")
 	}
 	var sets []string
 	for _, f := range strings.Fields(strings.ReplaceAll(string(m[1]), "\\\n", " ")) {
@@ -222,7 +222,7 @@ func TestREADMEHelmCommand(t *testing.T) {
 		}
 	}
 	if !slices.ContainsFunc(sets, func(s string) bool { return strings.HasPrefix(s, "redis.url=") }) {
-		t.Fatalf("the README's command sets %v, no redis.url", sets)
+		t.Fatalf("docs/helm.md's command sets %v, no redis.url", sets)
 	}
 	r := render(t, defaultRelease, input{set: sets})
 	checkCommon(t, defaultRelease, nil, r)

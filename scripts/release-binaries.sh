@@ -7,7 +7,8 @@
 # binary, README.md) for each, and OUTDIR/checksums.txt (SHA-256).
 # The release workflow (.github/workflows/release.yml) runs it on a tag,
 # `make release VERSION=v1.2.3` by hand, and cmd/releasechart/release_test.go in
-# the tests. RELEASE_TARGETS (os/arch words) builds fewer.
+# the tests, for the test machine's target alone. RELEASE_TARGETS (os/arch
+# words) builds fewer.
 set -euo pipefail
 
 version=${1:?usage: release-binaries.sh VERSION OUTDIR}

@@ -13,7 +13,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -69,17 +71,45 @@ func TestReleaseWorkflow(t *testing.T) {
 	}
 }
 
-// TestReleaseBuild runs the release workflow's build of the binaries for
-// every target: each archive holds an executable for its system and
-// architecture, the checksums match, and the native one prints the version
-// it was built with. It compiles Throttle four times (once per target, the
-// build cache shared with other builds of the same target): this package's
-// tests run apart from cmd/throttle's, with a timeout of their own.
+// releaseTargets are the os/arch targets scripts/release-binaries.sh builds
+// by default: the release's.
+func releaseTargets(t *testing.T) []string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repoRoot, "scripts/release-binaries.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^targets=\$\{RELEASE_TARGETS:-([^}]+)\}$`).FindSubmatch(b)
+	if m == nil {
+		t.Fatal("scripts/release-binaries.sh has no line targets=${RELEASE_TARGETS:-…}")
+	}
+	return strings.Fields(string(m[1]))
+}
+
+// TestReleaseTargets: the release builds linux and darwin, amd64 and arm64.
+func TestReleaseTargets(t *testing.T) {
+	want := []string{"linux/amd64", "linux/arm64", "darwin/amd64", "darwin/arm64"}
+	if got := releaseTargets(t); !slices.Equal(got, want) {
+		t.Errorf("scripts/release-binaries.sh builds %v, want %v (docs/release.md, the release workflow)", got, want)
+	}
+}
+
+// TestReleaseBuild runs the release workflow's build of the binaries
+// (scripts/release-binaries.sh) for this machine's target, which `make
+// test` builds anyway (the tests run the binary): the archive holds an
+// executable for this system and architecture (one of the release's
+// targets, on the machines of CI and of the release), checksums.txt
+// matches it, and it prints the version it was built with. The other targets are
+// type-checked, not built (TestReleaseTargetsTypeCheck): a build for
+// another system compiles every dependency anew, minutes each on a small
+// machine. The release workflow and `make release` build all four.
 func TestReleaseBuild(t *testing.T) {
 	const version = "v0.0.0-test.1"
+	host := runtime.GOOS + "/" + runtime.GOARCH
 	out := t.TempDir()
 	cmd := exec.Command("bash", "scripts/release-binaries.sh", version, out)
 	cmd.Dir = repoRoot
+	cmd.Env = append(os.Environ(), "RELEASE_TARGETS="+host)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("scripts/release-binaries.sh: %v\n%s", err, b)
 	}
@@ -87,51 +117,59 @@ func TestReleaseBuild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var lines []string
-	for _, target := range []struct {
-		goos, goarch string
-		elf          elf.Machine
-		macho        macho.Cpu
-	}{
-		{"linux", "amd64", elf.EM_X86_64, 0},
-		{"linux", "arm64", elf.EM_AARCH64, 0},
-		{"darwin", "amd64", 0, macho.CpuAmd64},
-		{"darwin", "arm64", 0, macho.CpuArm64},
-	} {
-		name := fmt.Sprintf("throttle_%s_%s_%s", version, target.goos, target.goarch)
-		archive, err := os.ReadFile(filepath.Join(out, name+".tar.gz"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		sum := sha256.Sum256(archive)
-		lines = append(lines, hex.EncodeToString(sum[:])+"  "+name+".tar.gz")
-		bin := untar(t, archive, name+"/throttle")
-		switch target.goos {
-		case "linux":
-			f, err := elf.NewFile(bytes.NewReader(bin))
-			if err != nil || f.Machine != target.elf || f.Type != elf.ET_EXEC {
-				t.Errorf("%s: not a %v executable: %v", name, target.elf, err)
-			}
-		case "darwin":
-			f, err := macho.NewFile(bytes.NewReader(bin))
-			if err != nil || f.Cpu != target.macho || f.Type != macho.TypeExec {
-				t.Errorf("%s: not a %v executable: %v", name, target.macho, err)
-			}
-		}
-		if target.goos != runtime.GOOS || target.goarch != runtime.GOARCH {
-			continue
-		}
-		native := filepath.Join(t.TempDir(), "throttle")
-		if err := os.WriteFile(native, bin, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		got, err := exec.Command(native, "version").CombinedOutput()
-		if want := "throttle " + version + "\n"; err != nil || string(got) != want {
-			t.Errorf("%s version = %q, %v; want %q", name, got, err, want)
+	name := fmt.Sprintf("throttle_%s_%s_%s", version, runtime.GOOS, runtime.GOARCH)
+	archive, err := os.ReadFile(filepath.Join(out, name+".tar.gz"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(archive)
+	if want := hex.EncodeToString(sum[:]) + "  " + name + ".tar.gz\n"; string(sums) != want {
+		t.Errorf("checksums.txt:\n%s\nwant\n%s", sums, want)
+	}
+	bin := untar(t, archive, name+"/throttle")
+	// The release's targets: an executable for the system and architecture.
+	if machine, ok := map[string]elf.Machine{"linux/amd64": elf.EM_X86_64, "linux/arm64": elf.EM_AARCH64}[host]; ok {
+		f, err := elf.NewFile(bytes.NewReader(bin))
+		if err != nil || f.Machine != machine || f.Type != elf.ET_EXEC {
+			t.Errorf("%s: not a %v executable: %v", name, machine, err)
 		}
 	}
-	if want := strings.Join(lines, "\n") + "\n"; string(sums) != want {
-		t.Errorf("checksums.txt:\n%s\nwant\n%s", sums, want)
+	if cpu, ok := map[string]macho.Cpu{"darwin/amd64": macho.CpuAmd64, "darwin/arm64": macho.CpuArm64}[host]; ok {
+		f, err := macho.NewFile(bytes.NewReader(bin))
+		if err != nil || f.Cpu != cpu || f.Type != macho.TypeExec {
+			t.Errorf("%s: not a %v executable: %v", name, cpu, err)
+		}
+	}
+	native := filepath.Join(t.TempDir(), "throttle")
+	if err := os.WriteFile(native, bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	got, err := exec.Command(native, "version").CombinedOutput()
+	if want := "throttle " + version + "\n"; err != nil || string(got) != want {
+		t.Errorf("%s version = %q, %v; want %q", name, got, err, want)
+	}
+}
+
+// TestReleaseTargetsTypeCheck: ./cmd/throttle and everything it imports
+// type-check for every release target but this machine's (which
+// TestReleaseBuild builds and runs), without cgo as the release builds it: the
+// files selected for the target, each module's language version, the
+// target's sizes (typeCheck).
+func TestReleaseTargetsTypeCheck(t *testing.T) {
+	for _, target := range releaseTargets(t) {
+		if target == runtime.GOOS+"/"+runtime.GOARCH {
+			continue
+		}
+		t.Run(strings.ReplaceAll(target, "/", "-"), func(t *testing.T) {
+			goos, goarch, _ := strings.Cut(target, "/")
+			errs, err := typeCheck(repoRoot, goos, goarch, "./cmd/throttle")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, err := range errs {
+				t.Errorf("%s: %v", target, err)
+			}
+		})
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"github.com/throttle-rl/throttle/internal/testkit"
 	"github.com/throttle-rl/throttle/internal/testkit/openapitest"
 	"github.com/throttle-rl/throttle/internal/testkit/redistest"
 	"github.com/throttle-rl/throttle/internal/testkit/throttletest"
@@ -327,7 +328,9 @@ func TestOverridePrecedence(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			s := throttletest.Start(t, append(env, "CLAIMABLE_DOMAINS=overrides-*")...)
-			domain := "overrides-" + strings.ReplaceAll(name, "+", "-") // a domain has no '+'
+			// A domain of this run's (a domain has no '+'): the shared
+			// Redis keeps an earlier run's Envoy counters (go test -count=2).
+			domain := "overrides-" + strings.ReplaceAll(name, "+", "-") + "-" + testkit.RandomHex(t, 4)
 			c := newRESTClient(t, s, s.RegisterDomain(t, "overrides-"+name, domain, ""))
 			var me struct{ Domain string }
 			c.do(t, "GET", "/me", "", &me)

@@ -29,6 +29,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/throttle-rl/throttle/internal/testkit"
 	"github.com/throttle-rl/throttle/internal/testkit/redistest"
 	"github.com/throttle-rl/throttle/internal/testkit/throttletest"
 )
@@ -259,8 +260,10 @@ func TestOTLPExport(t *testing.T) {
 		t.Run(strings.ReplaceAll(tt.protocol, "/", "-"), func(t *testing.T) {
 			rcv := &receiver{}
 			endpoint := tt.start(t, rcv)
+			// Keys of its own in the shared Redis: a run after others
+			// (go test -count=2) finds no register limit spent.
 			s := throttletest.Start(t,
-				"REDIS_URL="+redistest.SharedURL(t), "BACKEND_TIMEOUT=2s", "DESCRIPTORS_DIR="+descDir,
+				"REDIS_URL="+redistest.SharedURL(t), "CACHE_KEY_PREFIX=otlp_"+testkit.RandomHex(t, 4)+"_", "BACKEND_TIMEOUT=2s", "DESCRIPTORS_DIR="+descDir,
 				"OTEL_EXPORTER_OTLP_ENDPOINT="+endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL="+tt.protocol,
 				"OTEL_EXPORTER_OTLP_HEADERS=authorization=Bearer%20s3cret",
 				"OTEL_SERVICE_NAME=throttle-e2e", "OTEL_RESOURCE_ATTRIBUTES=deployment.environment.name=test",

@@ -47,7 +47,11 @@ break what Envoy Gateway's proxies expect.
 {{- $ports := list }}
 {{- $volumes := list (dict "name" "certs" "secretName" $eg.certsSecret "mountPath" "/certs") }}
 {{- if eq $eg.stats "prometheus" }}
-{{- $env = concat $env (list (dict "name" "USE_PROMETHEUS" "value" "true") (dict "name" "PROMETHEUS_ADDR" "value" ":19001")) }}
+{{- /* Envoy Gateway's PROMETHEUS_MAPPER_YAML, which the chart leaves out,
+maps response_time with no scale: its ratelimit_service_response_time_seconds
+counts milliseconds, and so does Throttle's default mapping with
+PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS. */}}
+{{- $env = concat $env (list (dict "name" "USE_PROMETHEUS" "value" "true") (dict "name" "PROMETHEUS_ADDR" "value" ":19001") (dict "name" "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS" "value" "true")) }}
 {{- $ports = append $ports (dict "name" "metrics" "containerPort" 19001 "protocol" "TCP") }}
 {{- end }}
 {{- toYaml (dict "env" $env "ports" $ports "volumes" $volumes) }}
