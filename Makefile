@@ -19,12 +19,12 @@ release: ## what the release workflow builds for a tag, into dist/: binaries for
 # The tests of several packages build ./cmd/throttle as a user does
 # (internal/testkit/throttletest) while go test runs packages side by side:
 # compiled once first, they only link it. go test starts packages in the
-# order given, the longest first; a package's tests mostly wait on servers,
-# so -p 4 keeps compiling while two or three run.
+# order given, the longest first (at go test's own -p, one per core: the
+# timing-sensitive tests of cmd/throttle are not made to share the CPU more).
 TEST_FIRST := ./cmd/throttle ./algorithms/redisstore ./restapi ./quotasvc ./cmd/releasechart
 test: ## every test, with -race, against a throw-away Redis and PostgreSQL
 	CGO_ENABLED=0 $(GO) build -trimpath -o /dev/null ./cmd/throttle
-	scripts/with-test-services.sh $(GO) test -race -count=1 -timeout 20m -p 4 $(TEST_FIRST) ./...
+	scripts/with-test-services.sh $(GO) test -race -count=1 -timeout 20m $(TEST_FIRST) ./...
 
 bench: ## benchmarks of the engine against memory and a throw-away Redis
 	scripts/with-test-services.sh $(GO) test -run '^$$' -bench . -benchmem -benchtime 2s ./algorithms/ ./ratelimitsvc/
