@@ -305,13 +305,25 @@ func TestCloseStopsEverything(t *testing.T) {
 }
 
 // proxyGoroutines are the stacks of the goroutines running in the
-// package's code (not its tests'): the test's only proxy is closed.
+// package's code (not its tests'): the test's only proxy is closed. A
+// goroutine that has called wg.Done is still on its way out when Close
+// returns, so it waits up to a second for those to be gone.
 func proxyGoroutines() string {
+	var left string
+	for deadline := time.Now().Add(time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if left = goroutinesIn("/internal/wanproxy."); left == "" || time.Now().After(deadline) {
+			return left
+		}
+	}
+}
+
+// goroutinesIn are the stacks of the goroutines with a frame in pkg.
+func goroutinesIn(pkg string) string {
 	buf := make([]byte, 1<<20)
 	buf = buf[:runtime.Stack(buf, true)]
 	var out []string
 	for _, g := range strings.Split(string(buf), "\n\n") {
-		if strings.Contains(g, "/internal/wanproxy.") {
+		if strings.Contains(g, pkg) {
 			out = append(out, g)
 		}
 	}
