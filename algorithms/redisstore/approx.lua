@@ -11,6 +11,12 @@
 -- is left divided among the replicas (an ask's need never raises it), never
 -- past what is left: the unused part of the old lease goes back. The new
 -- lease expires a lease TTL after this call.
+-- A report is counted once: it carries the replica's running total of the
+-- hits it sent for the window, kept in the lease hash ("r:<id>"), and only
+-- what the total adds to the one stored counts. A call whose answer was
+-- lost (it reached Redis; the replica sends its hits again) or one that
+-- arrives after a later one adds nothing twice. Without a stored total
+-- (the window's first report, or after a reset) the hits count as sent.
 -- KEYS per counter: the counter; its previous window's counter (a sliding
 -- window); its lease hash; its identifier's index when it has one (a REST
 -- limit, which Reset finds through it). On a Cluster only the first key is
@@ -20,7 +26,9 @@
 -- the hits, the TTL in ms of the keys this call makes, the limit, the
 -- window in µs for a sliding window ("0": a fixed one, no previous
 -- counter), the window's number, the target lease, the least lease an ask
--- needs, its member in the index ("" for none), and the lease TTL in µs.
+-- needs, its member in the index ("" for none), the lease TTL in µs, and
+-- the replica's running total of the hits it sent in the window's calls,
+-- these included.
 -- Reply: Redis TIME (s, µs), then per counter: its count after the call,
 -- the replica's lease, the previous counter's count (-1: none), and by how
 -- much the hits this call added took the count past the limit (the excess
@@ -37,34 +45,38 @@ local id, replicas = ARGV[at], tonumber(ARGV[at + 1])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local out = {tonumber(t[1]), tonumber(t[2])}
+local total = 'r:' .. id -- this replica's running total in a lease hash
 -- sweep gives back the expired leases of lease hash h at now, and
--- returns them with this replica's unexpired lease. A lease written
--- without an expiry (before leases expired) lapses with its window.
+-- returns them with this replica's unexpired lease and its stored running
+-- total (nil: none). A lease written without an expiry (before leases
+-- expired) lapses with its window.
 local function sweep(h)
   local all = redis.call('HGETALL', h)
-  local expired, mine = 0, 0
+  local expired, mine, stored = 0, 0, nil
   for j = 1, #all, 2 do
-    local v = all[j + 1]
+    local f, v = all[j], all[j + 1]
     local sep = string.find(v, ':', 1, true)
     local amount, expiry = tonumber(v), math.huge
     if sep then
       amount, expiry = tonumber(string.sub(v, 1, sep - 1)), tonumber(string.sub(v, sep + 1))
     end
-    if expiry <= now then
+    if string.sub(f, 1, 2) == 'r:' then
+      if f == total then stored = amount end
+    elseif expiry <= now then
       expired = expired + amount
-      redis.call('HDEL', h, all[j])
-    elseif all[j] == id then
+      redis.call('HDEL', h, f)
+    elseif f == id then
       mine = amount
     end
   end
-  return expired, mine
+  return expired, mine, stored
 end
 local k = 1
-for i = at + 2, #ARGV, 9 do
+for i = at + 2, #ARGV, 10 do
   local hits, ttl, limit = tonumber(ARGV[i]), ARGV[i + 1], tonumber(ARGV[i + 2])
   local window, num = tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4])
   local target, need, member = tonumber(ARGV[i + 5]), tonumber(ARGV[i + 6]), ARGV[i + 7]
-  local leasettl = tonumber(ARGV[i + 8])
+  local leasettl, sent = tonumber(ARGV[i + 8]), tonumber(ARGV[i + 9])
   local key = keys[k]
   k = k + 1
   local prev, weight = -1, 0
@@ -77,11 +89,18 @@ for i = at + 2, #ARGV, 9 do
   local lease = keys[k]
   k = k + 1
   local before = redis.call('GET', key)
-  local existed, held, expired = before ~= false, 0, 0
+  local existed, held, expired, stored = before ~= false, 0, 0, nil
   if existed then
-    expired, held = sweep(lease)
+    expired, held, stored = sweep(lease)
   else
     redis.call('DEL', lease) -- a counter reset or expired: its leases are gone
+  end
+  if stored then
+    hits = math.max(sent - stored, 0) -- what this report adds to the last
+  end
+  if sent > (stored or 0) then
+    redis.call('HSET', lease, total, sent)
+    redis.call('PEXPIRE', lease, ttl)
   end
   before = tonumber(before or '0')
   local covered = math.min(hits, held)

@@ -25,6 +25,7 @@ type approxOp struct {
 	index    string        // the identifier's index, for an indexed request; member, its member there
 	member   string
 	covered  int64 // of hits, those the lease covered when the call began
+	reported int64 // the window's running total of hits sent, these included (approxWindow.reported)
 	flight   *approxFlight
 	sh       *shard
 	total    int64 // the answer: the counter, the lease, the previous counter,
@@ -108,7 +109,7 @@ func (y *approxSyncer) note(ops []approxOp, part []int, res []int64, sent, got t
 // call is one script call for the ops at positions part.
 func (y *approxSyncer) call(ctx context.Context, sh *shard, ops []approxOp, part []int) ([]int64, error) {
 	keys := make([]string, 0, 3*len(part))
-	args := make([]any, 0, 3+9*len(part))
+	args := make([]any, 0, 3+10*len(part))
 	args = append(args, "", y.id, strconv.FormatInt(y.t.shares(), 10))
 	for _, i := range part {
 		op := &ops[i]
@@ -125,7 +126,7 @@ func (y *approxSyncer) call(ctx context.Context, sh *shard, ops []approxOp, part
 		args = append(args, strconv.FormatInt(op.hits, 10), strconv.FormatInt(max(op.ttlMS, 1), 10),
 			strconv.FormatInt(op.e.req.Limit.Limit, 10), window, strconv.FormatInt(op.num, 10),
 			strconv.FormatInt(op.target, 10), strconv.FormatInt(op.need, 10), op.member,
-			strconv.FormatInt(op.leaseTTL.Microseconds(), 10))
+			strconv.FormatInt(op.leaseTTL.Microseconds(), 10), strconv.FormatInt(op.reported, 10))
 	}
 	keys, args = y.s.route.pack(keys, args, 0)
 	return y.sync.Run(ctx, sh.client, keys, args...).Int64Slice()
@@ -150,6 +151,7 @@ func (y *approxSyncer) apply(ops []approxOp, asked bool) {
 		case !op.answered:
 			w.inflight -= op.hits
 			w.pending += op.hits
+			w.reported -= op.hits // sent again with the next call
 			w.askFailed = w.askFailed || asked
 			st.enqueue(e)
 		default:

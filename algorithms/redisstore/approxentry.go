@@ -39,6 +39,11 @@ type approxWindow struct {
 	held     int64 // this replica's lease as of the last answer (its own admitted hits since are pending)
 	pending  int64 // hits admitted here and not reported
 	inflight int64 // hits the call in flight reports
+	// reported is the running total of the hits sent in this window's
+	// calls, less those of calls known lost: each call carries it, and
+	// Redis counts only what it adds to the last it saw (approx.lua), so
+	// a call that reached Redis with its answer lost is not counted twice.
+	reported int64
 	// prevCount is a sliding window's previous window's counter as an
 	// answer read it; -1 until then.
 	prevCount int64

@@ -237,24 +237,13 @@ func counterValue(t *testing.T, c prometheus.Counter) float64 {
 // leases with it.
 func TestApproximateLeaseScript(t *testing.T) {
 	ctx := context.Background()
-	rdb := newRedisClient(t, 0)
-	a, b := New(rdb, Options{}), New(rdb, Options{})
-	t.Cleanup(a.Close)
-	t.Cleanup(b.Close)
-	req := algorithms.Request{Key: algorithms.Key{Scope: uniqueScope(t), Identifier: "u"}, Unindexed: true,
-		Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 100, Window: time.Hour, Accuracy: algorithms.Approximate}}
-	num := time.Now().UnixMicro() / time.Hour.Microseconds()
-	e := &approxEntry{req: req}
+	p := newScriptReplicas(t)
+	rdb, a, b, req, num := p.rdb, p.a, p.b, p.req, p.num
+	reported := map[*Store]int64{} // each replica's running total, as approxWindow.reported
 	call := func(s *Store, hits, target, need int64) [2]int64 {
 		t.Helper()
-		s.approx.replicas.Store(2)
-		s.approx.settled.Store(true)
-		ops := []approxOp{{e: e, num: num, hits: hits, target: target, need: need, ttlMS: 60_000, leaseTTL: s.approx.leaseTTL(&req.Limit),
-			key: s.windowKey(&req, num*time.Hour.Microseconds()), leaseKey: s.leaseKey(&req, num)}}
-		res, err := s.syncer.call(ctx, singleShard(s), ops, []int{0})
-		if err != nil {
-			t.Fatal(err)
-		}
+		reported[s] += hits
+		res := p.call(t, s, approxOp{hits: hits, target: target, need: need, reported: reported[s]})
 		return [2]int64{res[2], res[3]} // the counter, the lease
 	}
 	steps := []struct {
@@ -285,8 +274,8 @@ func TestApproximateLeaseScript(t *testing.T) {
 	if got, want := call(b, 5, 0, 0), [2]int64{5, 0}; got != want {
 		t.Errorf("b reports 5 after a reset: counter, lease = %v, want %v", got, want)
 	}
-	if n := rdb.HLen(ctx, a.leaseKey(&req, num)).Val(); n != 0 {
-		t.Errorf("after the reset the lease hash has %d fields, want 0", n)
+	if h := rdb.HGetAll(ctx, a.leaseKey(&req, num)).Val(); len(h) != 1 || h["r:"+b.syncer.id] != "22" {
+		t.Errorf("after the reset the lease hash is %v, want only b's running total, 22", h)
 	}
 
 	// A sliding window: what is left is the limit less the previous
@@ -317,6 +306,70 @@ func TestApproximateLeaseScript(t *testing.T) {
 			t.Errorf("sliding, previous window 60 of 100, %s: lease %d (previous %d), want %d (60)", tc.name, got, res[4], tc.want)
 		}
 		rdb.Del(ctx, prev, ops[0].key, ops[0].leaseKey)
+	}
+}
+
+// scriptReplicas are two replicas (a and b) of one approximate limit of
+// 100 an hour, calling approx.lua directly.
+type scriptReplicas struct {
+	rdb  *redis.Client
+	a, b *Store
+	req  algorithms.Request
+	num  int64 // the current window
+}
+
+func newScriptReplicas(t *testing.T) *scriptReplicas {
+	rdb := newRedisClient(t, 0)
+	a, b := New(rdb, Options{}), New(rdb, Options{})
+	t.Cleanup(a.Close)
+	t.Cleanup(b.Close)
+	return &scriptReplicas{rdb: rdb, a: a, b: b, num: time.Now().UnixMicro() / time.Hour.Microseconds(),
+		req: algorithms.Request{Key: algorithms.Key{Scope: uniqueScope(t), Identifier: "u"}, Unindexed: true,
+			Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 100, Window: time.Hour, Accuracy: algorithms.Approximate}}}
+}
+
+// call runs op (its hits, target, need and running total) on the current
+// window as s, one of two replicas, and returns the script's reply.
+func (p *scriptReplicas) call(t *testing.T, s *Store, op approxOp) []int64 {
+	t.Helper()
+	s.approx.replicas.Store(2)
+	s.approx.settled.Store(true)
+	op.e, op.num, op.ttlMS, op.leaseTTL = &approxEntry{req: p.req}, p.num, 60_000, s.approx.leaseTTL(&p.req.Limit)
+	op.key, op.leaseKey = s.windowKey(&p.req, p.num*time.Hour.Microseconds()), s.leaseKey(&p.req, p.num)
+	res, err := s.syncer.call(context.Background(), singleShard(s), []approxOp{op}, []int{0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// TestApproximateReportOnce: a report is counted once. A call that
+// reached Redis with its answer lost is sent again with the hits after it
+// (the replica's running total grown by them): only those count; a call
+// that arrives after a later one adds nothing; each replica's total is its
+// own.
+func TestApproximateReportOnce(t *testing.T) {
+	p := newScriptReplicas(t)
+	a, b := p.a, p.b
+	call := func(s *Store, hits, reported int64) int64 {
+		t.Helper()
+		return p.call(t, s, approxOp{hits: hits, reported: reported})[2]
+	}
+	for _, st := range []struct {
+		name                 string
+		s                    *Store
+		hits, reported, want int64
+	}{
+		{"a reports 10", a, 10, 10, 10},
+		{"its answer lost, a sends them again with 5 more", a, 15, 15, 15},
+		{"the same call once more", a, 15, 15, 15},
+		{"the first call arrives late", a, 10, 10, 15},
+		{"b reports 7 of its own", b, 7, 7, 22},
+		{"a reports 3 more", a, 3, 18, 25},
+	} {
+		if got := call(st.s, st.hits, st.reported); got != st.want {
+			t.Fatalf("%s: counter %d, want %d", st.name, got, st.want)
+		}
 	}
 }
 

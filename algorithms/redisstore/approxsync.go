@@ -259,6 +259,8 @@ func (y *approxSyncer) take(e *approxEntry, w *approxWindow, nowUS, localNS, nee
 		op.member = algorithms.StateName(&e.req)
 	}
 	w.inflight += w.pending
+	w.reported += w.pending
+	op.reported = w.reported
 	w.pending = 0
 	w.flight = &approxFlight{done: make(chan struct{})}
 	op.flight = w.flight
