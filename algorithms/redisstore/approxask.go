@@ -55,8 +55,11 @@ func (s *Store) approxDecide(ctx context.Context, r *algorithms.Request, d *algo
 		at.nowUS, at.mono = nowUS, t.monoNow(local)
 		at.first, at.mayAsk = asks == 0, asks < maxAsks
 		v := t.decideIn(e, r, d, at)
-		if v == mustAsk && r.Hits > t.share(e, w, at) {
-			v = notHere // past this replica's share: Redis decides it exactly
+		if v == mustAsk && r.Hits > 1 && r.Hits > t.share(e, w, at) {
+			// Past this replica's share: Redis decides it exactly. (One hit
+			// asks whatever the share: the ask's answer is what Redis has
+			// left, and it is counted once however late it lands.)
+			v = notHere
 		}
 		if v != mustAsk {
 			t.queueDue(st, e)

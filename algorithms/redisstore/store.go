@@ -147,6 +147,14 @@ func New(rdb redis.UniversalClient, opts Options) *Store {
 	}
 	s.approxMetrics = newApproxMetrics(s.approx, prefix)
 	s.syncer = newApproxSyncer(s, s.approx, s.approxMetrics)
+	if opts.Global {
+		// Every limit of the global Redis is approximate, and a replica
+		// decides them from memory only once it has read the registry of
+		// replicas: read it from the start, not at the first decision
+		// (until its first answer, one wide-area round trip and more, the
+		// decisions are exact, on the global Redis).
+		s.syncer.ensure()
+	}
 	s.holdMetrics = newHoldMetrics()
 	s.sweepStop, s.sweepDone = make(chan struct{}), make(chan struct{})
 	if opts.HoldSweepEvery > 0 {

@@ -134,7 +134,26 @@ func deploy(t *testing.T, n *regionsNet, prefix, mode string) *deployment {
 		}
 		d.servers, d.clients = append(d.servers, servers), append(d.clients, clients)
 	}
+	d.awaitRegistry(t)
 	return d
+}
+
+// awaitRegistry waits up to 10 s for every replica to have read the global
+// Redis's registry of replicas (throttle_global_replicas above 0), as a
+// rollout gives it: before that a replica decides global limits exactly,
+// on the global Redis, and an exact call that times out is refused by
+// policy and may still land (counted, not admitted).
+func (d *deployment) awaitRegistry(t *testing.T) {
+	t.Helper()
+	for _, servers := range d.servers {
+		for _, s := range servers {
+			for deadline := time.Now().Add(10 * time.Second); s.Metric(t, "throttle_global_replicas") == 0; time.Sleep(50 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("%s: no answer from the global Redis's registry within 10 s", s.URL)
+				}
+			}
+		}
+	}
 }
 
 // stop stops every replica with SIGTERM: their leases go back and their
