@@ -311,10 +311,26 @@ func (t *approxTable) undo(r *algorithms.Request, at time.Time) bool {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	e := st.find(h, r)
-	if e != nil && e.cur.num == num {
-		e.cur.pending = max(0, e.cur.pending-r.Hits)
+	if e == nil {
+		return false
 	}
-	return e != nil
+	for _, w := range []*approxWindow{&e.cur, &e.prev} {
+		if w.num == num {
+			w.takeBack(r.Hits)
+			break
+		}
+	}
+	return true
+}
+
+// takeBack takes back hits counted in w: from its pending hits, and those
+// a call has taken in flight meanwhile from its running total, so its next
+// reports add that many fewer (approx.lua counts what a total adds to the
+// last one Redis saw).
+func (w *approxWindow) takeBack(hits int64) {
+	fromPending := min(hits, w.pending)
+	w.pending -= fromPending
+	w.reported -= hits - fromPending
 }
 
 // evict drops the entries with nothing left to send whose windows are over

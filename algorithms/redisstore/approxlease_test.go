@@ -366,6 +366,10 @@ func TestApproximateReportOnce(t *testing.T) {
 		{"the first call arrives late", a, 10, 10, 15},
 		{"b reports 7 of its own", b, 7, 7, 22},
 		{"a reports 3 more", a, 3, 18, 25},
+		// One of a's 18 sent was taken back (approxWindow.takeBack: its
+		// all-or-nothing group was void after the call took it): a's
+		// total is one less than what it sent, and its next 5 add 4.
+		{"a reports 5 more, one taken back", a, 5, 22, 29},
 	} {
 		if got := call(st.s, st.hits, st.reported); got != st.want {
 			t.Fatalf("%s: counter %d, want %d", st.name, got, st.want)
