@@ -323,14 +323,13 @@ func (t *approxTable) undo(r *algorithms.Request, at time.Time) bool {
 	return true
 }
 
-// takeBack takes back hits counted in w: from its pending hits, and those
-// a call has taken in flight meanwhile from its running total, so its next
-// reports add that many fewer (approx.lua counts what a total adds to the
-// last one Redis saw).
+// takeBack takes back hits counted in w: from its pending hits, and
+// those a call has taken in flight meanwhile through back, which the next
+// call carries (approx.lua subtracts what its total adds).
 func (w *approxWindow) takeBack(hits int64) {
 	fromPending := min(hits, w.pending)
 	w.pending -= fromPending
-	w.reported -= hits - fromPending
+	w.back += hits - fromPending
 }
 
 // evict drops the entries with nothing left to send whose windows are over

@@ -17,6 +17,9 @@
 -- lost (it reached Redis; the replica sends its hits again) or one that
 -- arrives after a later one adds nothing twice. Without a stored total
 -- (the window's first report, or after a reset) the hits count as sent.
+-- Hits taken back after a call carried them (their all-or-nothing group
+-- was void) come off the counter the same way: a running total of them
+-- ("b:<id>"), and what it adds is subtracted.
 -- KEYS per counter: the counter; its previous window's counter (a sliding
 -- window); its lease hash; its identifier's index when it has one (a REST
 -- limit, which Reset finds through it). On a Cluster only the first key is
@@ -28,7 +31,8 @@
 -- counter), the window's number, the target lease, the least lease an ask
 -- needs, its member in the index ("" for none), the lease TTL in µs, and
 -- the replica's running total of the hits it sent in the window's calls,
--- these included.
+-- these included, its running total of hits taken back after they were
+-- sent, and what that total grew by since the last answer.
 -- Reply: Redis TIME (s, µs), then per counter: its count after the call,
 -- the replica's lease, the previous counter's count (-1: none), and by how
 -- much the hits this call added took the count past the limit (the excess
@@ -45,14 +49,14 @@ local id, replicas = ARGV[at], tonumber(ARGV[at + 1])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local out = {tonumber(t[1]), tonumber(t[2])}
-local total = 'r:' .. id -- this replica's running total in a lease hash
+local total, backs = 'r:' .. id, 'b:' .. id -- this replica's running totals in a lease hash
 -- sweep gives back the expired leases of lease hash h at now, and
 -- returns them with this replica's unexpired lease and its stored running
--- total (nil: none). A lease written without an expiry (before leases
--- expired) lapses with its window.
+-- totals of hits sent and taken back (nil: none). A lease written
+-- without an expiry (before leases expired) lapses with its window.
 local function sweep(h)
   local all = redis.call('HGETALL', h)
-  local expired, mine, stored = 0, 0, nil
+  local expired, mine, stored, storedBack = 0, 0, nil, nil
   for j = 1, #all, 2 do
     local f, v = all[j], all[j + 1]
     local sep = string.find(v, ':', 1, true)
@@ -60,8 +64,11 @@ local function sweep(h)
     if sep then
       amount, expiry = tonumber(string.sub(v, 1, sep - 1)), tonumber(string.sub(v, sep + 1))
     end
-    if string.sub(f, 1, 2) == 'r:' then
-      if f == total then stored = amount end
+    if f == total then
+      stored = amount
+    elseif f == backs then
+      storedBack = amount
+    elseif string.sub(f, 2, 2) == ':' then -- another replica's total
     elseif expiry <= now then
       expired = expired + amount
       redis.call('HDEL', h, f)
@@ -69,14 +76,15 @@ local function sweep(h)
       mine = amount
     end
   end
-  return expired, mine, stored
+  return expired, mine, stored, storedBack
 end
 local k = 1
-for i = at + 2, #ARGV, 10 do
+for i = at + 2, #ARGV, 12 do
   local hits, ttl, limit = tonumber(ARGV[i]), ARGV[i + 1], tonumber(ARGV[i + 2])
   local window, num = tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4])
   local target, need, member = tonumber(ARGV[i + 5]), tonumber(ARGV[i + 6]), ARGV[i + 7]
   local leasettl, sent = tonumber(ARGV[i + 8]), tonumber(ARGV[i + 9])
+  local back, taken = tonumber(ARGV[i + 10]), tonumber(ARGV[i + 11])
   local key = keys[k]
   k = k + 1
   local prev, weight = -1, 0
@@ -89,10 +97,11 @@ for i = at + 2, #ARGV, 10 do
   local lease = keys[k]
   k = k + 1
   local before = redis.call('GET', key)
-  local existed, held, expired, stored = before ~= false, 0, 0, nil
+  local existed, held, expired, stored, storedBack = before ~= false, 0, 0, nil, nil
   if existed then
-    expired, held, stored = sweep(lease)
+    expired, held, stored, storedBack = sweep(lease)
   else
+    taken = 0 -- nothing left to take them back from
     redis.call('DEL', lease) -- a counter reset or expired: its leases are gone
   end
   if stored then
@@ -102,12 +111,19 @@ for i = at + 2, #ARGV, 10 do
     redis.call('HSET', lease, total, sent)
     redis.call('PEXPIRE', lease, ttl)
   end
+  if storedBack then
+    taken = math.max(back - storedBack, 0)
+  end
+  if back > (storedBack or 0) then
+    redis.call('HSET', lease, backs, back)
+    redis.call('PEXPIRE', lease, ttl)
+  end
   before = tonumber(before or '0')
   local covered = math.min(hits, held)
   held = held - covered
-  local count = math.max(before - expired, 0) + hits - covered
+  local count = math.max(before - expired - taken, 0) + hits - covered
   -- The excess these hits made: past the limit by more than before.
-  local excess = math.max(count + weight - limit, 0) - math.max(before - expired + weight - limit, 0)
+  local excess = math.max(count + weight - limit, 0) - math.max(before - expired - taken + weight - limit, 0)
   local room = limit - weight - count + held -- what this replica may hold
   -- At most this replica's share of what is left, whatever an ask needs:
   -- one request past its share (a large hits_addend) is decided exactly,

@@ -26,6 +26,8 @@ type approxOp struct {
 	member   string
 	covered  int64 // of hits, those the lease covered when the call began
 	reported int64 // the window's running total of hits sent, these included (approxWindow.reported)
+	back     int64 // its running total of hits taken back after they were sent (approxWindow.back)
+	backNew  int64 // what back grew by since the window's last answer
 	flight   *approxFlight
 	sh       *shard
 	total    int64 // the answer: the counter, the lease, the previous counter,
@@ -109,7 +111,7 @@ func (y *approxSyncer) note(ops []approxOp, part []int, res []int64, sent, got t
 // call is one script call for the ops at positions part.
 func (y *approxSyncer) call(ctx context.Context, sh *shard, ops []approxOp, part []int) ([]int64, error) {
 	keys := make([]string, 0, 3*len(part))
-	args := make([]any, 0, 3+10*len(part))
+	args := make([]any, 0, 3+12*len(part))
 	args = append(args, "", y.id, strconv.FormatInt(y.t.shares(), 10))
 	for _, i := range part {
 		op := &ops[i]
@@ -126,7 +128,8 @@ func (y *approxSyncer) call(ctx context.Context, sh *shard, ops []approxOp, part
 		args = append(args, strconv.FormatInt(op.hits, 10), strconv.FormatInt(max(op.ttlMS, 1), 10),
 			strconv.FormatInt(op.e.req.Limit.Limit, 10), window, strconv.FormatInt(op.num, 10),
 			strconv.FormatInt(op.target, 10), strconv.FormatInt(op.need, 10), op.member,
-			strconv.FormatInt(op.leaseTTL.Microseconds(), 10), strconv.FormatInt(op.reported, 10))
+			strconv.FormatInt(op.leaseTTL.Microseconds(), 10), strconv.FormatInt(op.reported, 10),
+			strconv.FormatInt(op.back, 10), strconv.FormatInt(op.backNew, 10))
 	}
 	keys, args = y.s.route.pack(keys, args, 0)
 	return y.sync.Run(ctx, sh.client, keys, args...).Int64Slice()
@@ -172,6 +175,7 @@ func (y *approxSyncer) apply(ops []approxOp, asked bool) {
 // and whether anything is left to grant. st.mu is held.
 func (t *approxTable) answer(e *approxEntry, w *approxWindow, op *approxOp, localNS, nowUS int64) {
 	w.global, w.held = op.total, op.held
+	w.backSent = max(w.backSent, op.back)
 	w.leaseUntil = t.mono(op.sent) + op.leaseTTL.Nanoseconds()
 	if op.excess > 0 {
 		t.excess.Add(op.excess)

@@ -44,6 +44,11 @@ type approxWindow struct {
 	// Redis counts only what it adds to the last it saw (approx.lua), so
 	// a call that reached Redis with its answer lost is not counted twice.
 	reported int64
+	// back is the running total of the hits taken back after a call
+	// carried them (takeBack), sent with each call as reported is;
+	// backSent is back as of the last answer: the window is due while
+	// back is more.
+	back, backSent int64
 	// prevCount is a sliding window's previous window's counter as an
 	// answer read it; -1 until then.
 	prevCount int64
@@ -187,7 +192,7 @@ func (t *approxTable) due(w *approxWindow, e *approxEntry, final bool) bool {
 		return false
 	}
 	switch {
-	case w.held > 0 || t.owes(e, w):
+	case w.held > 0 || t.owes(e, w) || w.back > w.backSent:
 		return true
 	case w.pending > 0:
 		return final || w == &e.prev

@@ -347,33 +347,39 @@ func (p *scriptReplicas) call(t *testing.T, s *Store, op approxOp) []int64 {
 // reached Redis with its answer lost is sent again with the hits after it
 // (the replica's running total grown by them): only those count; a call
 // that arrives after a later one adds nothing; each replica's total is its
-// own.
+// own. Hits taken back after a call carried them (approxWindow.takeBack)
+// come off the counter once, by a running total of their own.
 func TestApproximateReportOnce(t *testing.T) {
 	p := newScriptReplicas(t)
 	a, b := p.a, p.b
-	call := func(s *Store, hits, reported int64) int64 {
-		t.Helper()
-		return p.call(t, s, approxOp{hits: hits, reported: reported})[2]
-	}
 	for _, st := range []struct {
-		name                 string
-		s                    *Store
-		hits, reported, want int64
+		name string
+		s    *Store
+		op   approxOp // its hits, reported, back and backNew
+		want int64
 	}{
-		{"a reports 10", a, 10, 10, 10},
-		{"its answer lost, a sends them again with 5 more", a, 15, 15, 15},
-		{"the same call once more", a, 15, 15, 15},
-		{"the first call arrives late", a, 10, 10, 15},
-		{"b reports 7 of its own", b, 7, 7, 22},
-		{"a reports 3 more", a, 3, 18, 25},
-		// One of a's 18 sent was taken back (approxWindow.takeBack: its
-		// all-or-nothing group was void after the call took it): a's
-		// total is one less than what it sent, and its next 5 add 4.
-		{"a reports 5 more, one taken back", a, 5, 22, 29},
+		{"a reports 10", a, approxOp{hits: 10, reported: 10}, 10},
+		{"its answer lost, a sends them again with 5 more", a, approxOp{hits: 15, reported: 15}, 15},
+		{"the same call once more", a, approxOp{hits: 15, reported: 15}, 15},
+		{"the first call arrives late", a, approxOp{hits: 10, reported: 10}, 15},
+		{"b reports 7 of its own", b, approxOp{hits: 7, reported: 7}, 22},
+		{"a reports 3 more", a, approxOp{hits: 3, reported: 18}, 25},
+		{"a takes 2 back, nothing new", a, approxOp{reported: 18, back: 2, backNew: 2}, 23},
+		{"its answer lost, a sends it again", a, approxOp{reported: 18, back: 2, backNew: 2}, 23},
+		{"a reports 5 more and takes 1 back", a, approxOp{hits: 5, reported: 23, back: 3, backNew: 1}, 27},
+		{"b takes 1 back", b, approxOp{reported: 7, back: 1, backNew: 1}, 26},
 	} {
-		if got := call(st.s, st.hits, st.reported); got != st.want {
+		if got := p.call(t, st.s, st.op)[2]; got != st.want {
 			t.Fatalf("%s: counter %d, want %d", st.name, got, st.want)
 		}
+	}
+	// A reset: the counter gone with its totals; what a takes back of hits
+	// it sent before is not taken from the new counter.
+	if err := p.rdb.Del(context.Background(), a.windowKey(&p.req, p.num*time.Hour.Microseconds())).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.call(t, a, approxOp{hits: 4, reported: 27, back: 4, backNew: 1})[2]; got != 4 {
+		t.Errorf("after a reset, a reports 4 and takes 1 back: counter %d, want 4", got)
 	}
 }
 

@@ -261,6 +261,7 @@ func (y *approxSyncer) take(e *approxEntry, w *approxWindow, nowUS, localNS, nee
 	w.inflight += w.pending
 	w.reported += w.pending
 	op.reported = w.reported
+	op.back, op.backNew = w.back, w.back-w.backSent
 	w.pending = 0
 	w.flight = &approxFlight{done: make(chan struct{})}
 	op.flight = w.flight

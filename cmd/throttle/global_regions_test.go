@@ -618,7 +618,7 @@ func runCut(t *testing.T, d *deployment, mode, value string) cutResult {
 }
 
 // leases reads rdb's lease hashes matching pattern: field →
-// "lease:expiry" (not the replicas' running totals, "r:<id>").
+// "lease:expiry" (not the replicas' running totals, "r:<id>" and "b:<id>").
 func (d *deployment) leases(t *testing.T, rdb *redis.Client, pattern string) map[string]string {
 	t.Helper()
 	ctx := context.Background()
@@ -633,7 +633,7 @@ func (d *deployment) leases(t *testing.T, rdb *redis.Client, pattern string) map
 			t.Fatal(err)
 		}
 		for f, v := range h {
-			if !strings.HasPrefix(f, "r:") {
+			if !strings.HasPrefix(f, "r:") && !strings.HasPrefix(f, "b:") {
 				out[k+" "+f] = v
 			}
 		}
