@@ -340,16 +340,23 @@ func untilQuiet(y *regionTally, quiet time.Duration, deadline time.Time) bool {
 
 // windowStart is the start of the window of key that a cell needing need
 // can run in whole: the current one if it has need left, else the next
-// (slept until).
+// (slept until). A cell never starts within windowSkew of a window's
+// start: the replicas decide on Redis's clock as they estimate it (the
+// midpoint of a sync's round trip, off by up to half of it, more on a
+// starved CPU), and a hit decided in the window before by that estimate
+// is counted there.
 func windowStart(key string, need time.Duration) time.Time {
 	w := globalLimits[key].window
 	start := time.Now().Truncate(w)
 	if time.Until(start.Add(w)) < need {
 		start = start.Add(w)
-		time.Sleep(time.Until(start))
 	}
+	time.Sleep(time.Until(start.Add(windowSkew)))
 	return start
 }
+
+// windowSkew is how far into a window a cell starts at the earliest.
+const windowSkew = 2 * time.Second
 
 // globalCount is what rdb counts as admitted in value's window num of
 // key, under the deployment's prefix, once every replica stopped: its
