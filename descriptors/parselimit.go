@@ -43,7 +43,7 @@ func (p *parser) rateLimits(n *yaml.Node, at place, keyLine int) []RateLimit {
 }
 
 // rateLimit reads a rate_limit and checks it: its unit where it reads it,
-// the rest (checkSettings) once everything read is well-formed.
+// the rest (checkRateLimit) once everything read is well-formed.
 func (p *parser) rateLimit(n *yaml.Node, at place) *RateLimit {
 	if deref(n).Kind != yaml.MappingNode {
 		p.fail(at, "rate_limit must be a map, not %v", display(n))
@@ -56,10 +56,35 @@ func (p *parser) rateLimit(n *yaml.Node, at place) *RateLimit {
 		Name:        p.str(fs["name"].value, at, "name"),
 		AlwaysCount: p.boolean(fs["always_count"].value, at, "always_count"),
 	}
-	if um := fs["unit_multiplier"].value; !isNull(um) {
-		var good bool
-		l.UnitMultiplier, good = p.uint32(um, at, "unit_multiplier", 1)
+	ok = p.unitAndRequests(l, fs, at) && ok
+	var good bool
+	l.Replaces, good = p.replaces(fs["replaces"].value, at)
+	ok = ok && good
+	ok = p.algorithmAndScope(l, fs, at) && ok
+	if rr := fs["refill_rate"].value; !isNull(rr) {
+		l.RefillRate, good = p.refillRate(rr, at)
 		ok = ok && good
+	}
+	if rn := fs["reserve"]; !isNull(rn.value) {
+		l.Reserve, good = p.reserve(rn.value, at.in("reserve", rn.key.Line))
+		ok = ok && good
+	}
+	if l.Global && !p.globalScope {
+		p.fail(at, "%s", globalScopeUnavailable)
+	}
+	if ok {
+		p.checkRateLimit(l, fs, at)
+	}
+	return l
+}
+
+// unitAndRequests reads a rate_limit's unit_multiplier, unit and
+// requests_per_unit into l, checking the unit (checkUnit) as it reads it.
+// It reports whether all three are well-formed.
+func (p *parser) unitAndRequests(l *RateLimit, fs mapping, at place) bool {
+	ok := true
+	if um := fs["unit_multiplier"].value; !isNull(um) {
+		l.UnitMultiplier, ok = p.uint32(um, at, "unit_multiplier", 1)
 	}
 	unit := p.str(fs["unit"].value, at, "unit")
 	var err error
@@ -78,7 +103,15 @@ func (p *parser) rateLimit(n *yaml.Node, at place) *RateLimit {
 		l.RequestsPerUnit, good = p.uint32(rpu, at, "requests_per_unit", 0)
 		ok = ok && good
 	}
-	for i, r := range p.list(fs["replaces"].value, at, "replaces") {
+	return ok
+}
+
+// replaces reads a rate_limit's replaces, a list of maps each naming a
+// limit it replaces. It reports whether every entry is well-formed.
+func (p *parser) replaces(n *yaml.Node, at place) ([]string, bool) {
+	var names []string
+	ok := true
+	for i, r := range p.list(n, at, "replaces") {
 		if r == nil {
 			ok = false
 			continue
@@ -86,8 +119,15 @@ func (p *parser) rateLimit(n *yaml.Node, at place) *RateLimit {
 		rat := at.in(fmt.Sprintf("replaces[%d]", i), r.Line)
 		rf, good := p.fields(r, rat, "name")
 		ok = ok && good
-		l.Replaces = append(l.Replaces, p.str(rf["name"].value, rat, "name"))
+		names = append(names, p.str(rf["name"].value, rat, "name"))
 	}
+	return names, ok
+}
+
+// algorithmAndScope reads a rate_limit's algorithm, accuracy and scope into
+// l; scope: global makes a limit approximate unless accuracy is written.
+// It reports whether the scope is one it knows.
+func (p *parser) algorithmAndScope(l *RateLimit, fs mapping, at place) bool {
 	if a := p.str(fs["algorithm"].value, at, "algorithm"); a != "" {
 		l.Algorithm = algorithms.Algorithm(a)
 	}
@@ -95,33 +135,24 @@ func (p *parser) rateLimit(n *yaml.Node, at place) *RateLimit {
 	if accuracy != "exact" {
 		l.Accuracy = algorithms.Accuracy(accuracy)
 	}
-	if s := p.str(fs["scope"].value, at, "scope"); s != "" {
-		global, err := algorithms.ParseScope(s)
-		if err != nil {
-			p.fail(at, "unknown scope '%s' (want regional or global)", s)
-			ok = false
-		}
-		l.Global = global
-		if global && accuracy == "" {
-			l.Accuracy = algorithms.Approximate // what global means; exact written is refused
-		}
+	s := p.str(fs["scope"].value, at, "scope")
+	if s == "" {
+		return true
 	}
-	if rr := fs["refill_rate"].value; !isNull(rr) {
-		var good bool
-		l.RefillRate, good = p.refillRate(rr, at)
-		ok = ok && good
+	global, err := algorithms.ParseScope(s)
+	if err != nil {
+		p.fail(at, "unknown scope '%s' (want regional or global)", s)
 	}
-	if rn := fs["reserve"]; !isNull(rn.value) {
-		var good bool
-		l.Reserve, good = p.reserve(rn.value, at.in("reserve", rn.key.Line))
-		ok = ok && good
+	l.Global = global
+	if global && accuracy == "" {
+		l.Accuracy = algorithms.Approximate // what global means; exact written is refused
 	}
-	if l.Global && !p.globalScope {
-		p.fail(at, "%s", globalScopeUnavailable)
-	}
-	if !ok {
-		return l
-	}
+	return err == nil
+}
+
+// checkRateLimit checks a well-formed rate_limit l, whose fields are fs:
+// its settings together (checkSettings), then its reserve against them.
+func (p *parser) checkRateLimit(l *RateLimit, fs mapping, at place) {
 	if err := l.checkSettings(); err != nil {
 		p.fail(at, "%s", err)
 	} else if l.Reserve != nil {
@@ -129,7 +160,6 @@ func (p *parser) rateLimit(n *yaml.Node, at place) *RateLimit {
 			p.fail(at.in("reserve", fs["reserve"].key.Line), "%s", err)
 		}
 	}
-	return l
 }
 
 // refillRate reads a rate_limit's refill_rate, a number of tokens per

@@ -145,20 +145,7 @@ func strictest(limits []descriptors.RateLimit) (descriptors.RateLimit, bool) {
 // handed out.
 func (s *Server) assign(ctx context.Context, epoch int64, now time.Time) {
 	start := time.Now()
-	s.mu.Lock()
-	s.rematch(now)
-	groups := make([]*group, 0, len(s.groups))
-	loads := make([]groupLoad, 0, len(s.groups))
-	for _, g := range s.groups {
-		gl := groupLoad{group: g.key, local: make([]demand, 0, len(g.subs))}
-		for b := range g.subs {
-			gl.local = append(gl.local, demand{instance: b.instance, rate: b.rate})
-		}
-		groups = append(groups, g)
-		loads = append(loads, gl)
-	}
-	s.mu.Unlock()
-
+	groups, loads := s.groupLoads(now)
 	allocs, failed := s.allocations(ctx, epoch, groups, loads)
 
 	s.mu.Lock()
@@ -175,27 +162,7 @@ func (s *Server) assign(ctx context.Context, epoch int64, now time.Time) {
 			a = allocs[i]
 			g.last, g.lastAt = a, now
 		}
-		var late map[*sub]grant // subscribed after the allocation was made
-		if a != nil {
-			late = s.newcomers(g, a)
-		}
-		for b := range g.subs {
-			var strategy *typev3.RateLimitStrategy
-			switch {
-			case a == nil && s.opts.FailureMode == algorithms.FailClosed:
-				strategy = blanketFor("deny")
-			case a == nil:
-				strategy = blanketFor("no_limit")
-			default:
-				gr, ok := a.grants[b.instance]
-				if !ok {
-					gr = late[b]
-				}
-				strategy = tokenBucket(gr)
-				assigned[g.domain] += gr.rate()
-			}
-			s.queue(b, strategy, now)
-		}
+		assigned[g.domain] += s.handOut(g, a, now)
 	}
 	for st := range s.streams {
 		for _, b := range st.subs {
@@ -209,6 +176,56 @@ func (s *Server) assign(ctx context.Context, epoch int64, now time.Time) {
 		s.metrics.assigned.WithLabelValues(d).Set(r)
 	}
 	s.metrics.assignTime.Observe(time.Since(start).Seconds())
+}
+
+// groupLoads matches the buckets again when the configuration changed
+// (rematch) and returns the shared limits with the demand of each one's
+// buckets, read under the lock.
+func (s *Server) groupLoads(now time.Time) ([]*group, []groupLoad) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.rematch(now)
+	groups := make([]*group, 0, len(s.groups))
+	loads := make([]groupLoad, 0, len(s.groups))
+	for _, g := range s.groups {
+		gl := groupLoad{group: g.key, local: make([]demand, 0, len(g.subs))}
+		for b := range g.subs {
+			gl.local = append(gl.local, demand{instance: b.instance, rate: b.rate})
+		}
+		groups = append(groups, g)
+		loads = append(loads, gl)
+	}
+	return groups, loads
+}
+
+// handOut queues for each bucket of g its grant of allocation a (a bucket
+// that subscribed after a was made gets a newcomer's), or, without an
+// allocation, FAILURE_MODE's blanket strategy, and returns the rate it
+// granted. s.mu is held.
+func (s *Server) handOut(g *group, a *allocation, now time.Time) float64 {
+	var late map[*sub]grant // subscribed after the allocation was made
+	if a != nil {
+		late = s.newcomers(g, a)
+	}
+	granted := 0.0
+	for b := range g.subs {
+		var strategy *typev3.RateLimitStrategy
+		switch {
+		case a == nil && s.opts.FailureMode == algorithms.FailClosed:
+			strategy = blanketFor("deny")
+		case a == nil:
+			strategy = blanketFor("no_limit")
+		default:
+			gr, ok := a.grants[b.instance]
+			if !ok {
+				gr = late[b]
+			}
+			strategy = tokenBucket(gr)
+			granted += gr.rate()
+		}
+		s.queue(b, strategy, now)
+	}
+	return granted
 }
 
 // allocations returns each group's allocation for epoch from the usage

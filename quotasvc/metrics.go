@@ -25,6 +25,8 @@ type metrics struct {
 	assignTime  prometheus.Histogram
 }
 
+// newMetrics makes the service's metrics and registers them on reg, if
+// any.
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		streams: prometheus.NewGauge(prometheus.GaugeOpts{
@@ -81,12 +83,17 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
 		}),
 	}
+	return m, m.register(reg)
+}
+
+// register registers every metric on reg; nil: nowhere.
+func (m *metrics) register(reg prometheus.Registerer) error {
 	if reg == nil {
-		return m, nil
+		return nil
 	}
 	var errs []error
 	for _, c := range []prometheus.Collector{m.streams, m.buckets, m.reports, m.reported, m.subscribed, m.assigned, m.actions, m.ignored, m.refused, m.degraded, m.shadowed, m.storeErrors, m.assignTime} {
 		errs = append(errs, reg.Register(c))
 	}
-	return m, errors.Join(errs...)
+	return errors.Join(errs...)
 }

@@ -72,27 +72,9 @@ func (s *Server) StreamRateLimitQuotas(ss quotaStream) (err error) {
 		}
 	}()
 	ctx := ss.Context()
-	// Recv blocks until the instance sends or the stream ends; it runs
-	// apart so that Stop can end the stream. It ends with the stream (gRPC
-	// cancels it when this handler returns) or when done closes.
-	msgs := make(chan *reports)
-	recvErr := make(chan error, 1)
 	done := make(chan struct{})
 	defer close(done)
-	go func() {
-		for {
-			m, err := ss.Recv()
-			if err != nil {
-				recvErr <- err
-				return
-			}
-			select {
-			case msgs <- m:
-			case <-done:
-				return
-			}
-		}
-	}()
+	msgs, recvErr := receive(ss, done)
 
 	var st *stream
 	defer func() {
@@ -132,6 +114,31 @@ func (s *Server) StreamRateLimitQuotas(ss quotaStream) (err error) {
 			return status.FromContextError(ctx.Err()).Err()
 		}
 	}
+}
+
+// receive reads ss's reports into msgs, and the error that ends it into
+// recvErr. Recv blocks until the instance sends or the stream ends, so it
+// runs apart: the handler can end the stream when Stop is called. It ends
+// with the stream (gRPC cancels it when the handler returns) or when done
+// closes.
+func receive(ss quotaStream, done <-chan struct{}) (msgs <-chan *reports, recvErr <-chan error) {
+	m := make(chan *reports)
+	e := make(chan error, 1)
+	go func() {
+		for {
+			r, err := ss.Recv()
+			if err != nil {
+				e <- err
+				return
+			}
+			select {
+			case m <- r:
+			case <-done:
+				return
+			}
+		}
+	}()
+	return m, e
 }
 
 // open starts the stream of an instance of domain, which must be

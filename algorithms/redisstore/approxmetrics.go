@@ -3,7 +3,9 @@ package redisstore
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,8 +23,10 @@ type approxMetrics struct {
 	askCounters        approxAskCounters
 	overflow           prometheus.Counter
 	asks               *prometheus.CounterVec // by result: granted, exhausted, error
-	// funcs read the table at scrape time.
-	funcs []prometheus.Collector
+	// table is the store's table of approximate limits; tables reads it at
+	// scrape time, with those of the other stores it is registered with.
+	table  *approxTable
+	tables *approxTableMetrics
 }
 
 // The prefixes of the approximate limits' metrics: a regional store's
@@ -66,49 +70,98 @@ func newApproxMetrics(t *approxTable, prefix string) *approxMetrics {
 			Name: name("throttle_approximate_asks_total"),
 			Help: help("Asks of approximate limits: a replica whose lease of a window was spent asked Redis for more at once, by result: granted, exhausted (Redis had less left than the request needed) or error (no answer: decided from memory)."),
 		}, []string{"result"}),
-		funcs: []prometheus.Collector{
-			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-				Name: name("throttle_approximate_round_trip_seconds"),
-				Help: help("The round trip to Redis of approximate limits' syncs, a moving average of their answered calls: leases cover this replica's demand over two intervals and two round trips, and a call times out after at least four."),
-			}, func() float64 { return t.roundTrip().Seconds() }),
-			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-				Name: name("throttle_approximate_pending_hits"),
-				Help: help("Hits of approximate limits admitted here and not yet in Redis (pending and in flight)."),
-			}, func() float64 { return float64(t.unsent()) }),
-			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-				Name: name("throttle_approximate_leased_hits"),
-				Help: help("Hits of approximate limits this replica holds leased from Redis and has not spent (Redis counts them as taken until they are spent or go back)."),
-			}, func() float64 { return float64(t.leased()) }),
-			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-				Name: name("throttle_approximate_limits"),
-				Help: help("Approximate limits (a limit on an identifier) this replica holds."),
-			}, func() float64 { return float64(t.size()) }),
-			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-				Name: name("throttle_approximate_replicas"),
-				Help: help("Replicas deciding approximate limits, as the registry in Redis last said: leases and blind budgets divide what is left by it. 0 until the count has settled, an interval after this replica joined the registry (before it reads the registry, approximate limits are decided exactly; then, until it settles, a window has no blind budget)."),
-			}, func() float64 {
-				if !t.settled.Load() {
-					return 0
-				}
-				return float64(t.replicas.Load())
-			}),
-			prometheus.NewCounterFunc(prometheus.CounterOpts{
-				Name: name("throttle_approximate_blind_hits_total"),
-				Help: help("Hits of approximate limits admitted here outside any lease: within a window's blind budget, or by the failure policy when Redis gave no answer in time. The most by which approximate limits can have gone over their limit (the error bound, as it is spent)."),
-			}, func() float64 { return float64(t.blindHits.Load()) }),
-			prometheus.NewCounterFunc(prometheus.CounterOpts{
-				Name: name("throttle_approximate_excess_hits_total"),
-				Help: help("Hits past an approximate limit that Redis saw when this replica reported them (a window's count over its limit, by what each report added): the error observed, against the bound of throttle_approximate_blind_hits_total."),
-			}, func() float64 { return float64(t.excess.Load()) }),
-			prometheus.NewCounterFunc(prometheus.CounterOpts{
-				Name: name("throttle_approximate_dropped_hits_total"),
-				Help: help("Hits of approximate limits given up: Redis could not be told before their window was over."),
-			}, func() float64 { return float64(t.dropped.Load()) }),
-		},
+		table:  t,
+		tables: newApproxTableMetrics(name, help),
 	}
 	m.resolve()
 	t.asks = &m.askCounters
 	return m
+}
+
+// approxTableMetrics read, at scrape time, the tables of approximate limits
+// of the stores registered on one registry with one prefix: the regional
+// stores of a process (REDIS_URL and REDIS_PERSECOND) share one, whose
+// counts are the sums over their tables, whose round trip is the slowest
+// and whose replicas the largest count; the global store's is its own.
+type approxTableMetrics struct {
+	roundTrip, pending, leased, limits, replicas *prometheus.Desc // gauges
+	blindHits, excessHits, droppedHits           *prometheus.Desc // counters
+	mu                                           sync.Mutex
+	tables                                       []*approxTable
+}
+
+// newApproxTableMetrics describes the metrics of approximate limits' tables,
+// with newApproxMetrics's name and help; they read no table until one joins.
+func newApproxTableMetrics(name, help func(string) string) *approxTableMetrics {
+	desc := func(n, h string) *prometheus.Desc { return prometheus.NewDesc(name(n), help(h), nil, nil) }
+	return &approxTableMetrics{
+		roundTrip: desc("throttle_approximate_round_trip_seconds",
+			"The round trip to Redis of approximate limits' syncs, a moving average of their answered calls (of the slowest Redis this replica syncs them with): leases cover this replica's demand over two intervals and two round trips, and a call times out after at least four."),
+		pending: desc("throttle_approximate_pending_hits",
+			"Hits of approximate limits admitted here and not yet in Redis (pending and in flight)."),
+		leased: desc("throttle_approximate_leased_hits",
+			"Hits of approximate limits this replica holds leased from Redis and has not spent (Redis counts them as taken until they are spent or go back)."),
+		limits: desc("throttle_approximate_limits",
+			"Approximate limits (a limit on an identifier) this replica holds."),
+		replicas: desc("throttle_approximate_replicas",
+			"Replicas deciding approximate limits, as the registry in Redis last said (the largest count where several Redis keep one): leases and blind budgets divide what is left by it. 0 until the count has settled, an interval after this replica joined the registry (before it reads the registry, approximate limits are decided exactly; then, until it settles, a window has no blind budget)."),
+		blindHits: desc("throttle_approximate_blind_hits_total",
+			"Hits of approximate limits admitted here outside any lease: within a window's blind budget, or by the failure policy when Redis gave no answer in time. The most by which approximate limits can have gone over their limit (the error bound, as it is spent)."),
+		excessHits: desc("throttle_approximate_excess_hits_total",
+			"Hits past an approximate limit that Redis saw when this replica reported them (a window's count over its limit, by what each report added): the error observed, against the bound of throttle_approximate_blind_hits_total."),
+		droppedHits: desc("throttle_approximate_dropped_hits_total",
+			"Hits of approximate limits given up: Redis could not be told before their window was over."),
+	}
+}
+
+// join adds t to the tables m reads, once.
+func (m *approxTableMetrics) join(t *approxTable) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !slices.Contains(m.tables, t) {
+		m.tables = append(m.tables, t)
+	}
+}
+
+// Describe is prometheus.Collector's.
+func (m *approxTableMetrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{m.roundTrip, m.pending, m.leased, m.limits, m.replicas, m.blindHits, m.excessHits, m.droppedHits} {
+		ch <- d
+	}
+}
+
+// Collect is prometheus.Collector's: it reads the tables now.
+func (m *approxTableMetrics) Collect(ch chan<- prometheus.Metric) {
+	m.mu.Lock()
+	tables := slices.Clone(m.tables)
+	m.mu.Unlock()
+	var roundTrip time.Duration
+	var pending, leased, replicas, blindHits, excessHits, droppedHits int64
+	limits := 0
+	for _, t := range tables {
+		roundTrip = max(roundTrip, t.roundTrip())
+		pending += t.unsent()
+		leased += t.leased()
+		limits += t.size()
+		if t.settled.Load() {
+			replicas = max(replicas, t.replicas.Load())
+		}
+		blindHits += t.blindHits.Load()
+		excessHits += t.excess.Load()
+		droppedHits += t.dropped.Load()
+	}
+	gauge := func(d *prometheus.Desc, v float64) { ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v) }
+	counter := func(d *prometheus.Desc, v int64) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v))
+	}
+	gauge(m.roundTrip, roundTrip.Seconds())
+	gauge(m.pending, float64(pending))
+	gauge(m.leased, float64(leased))
+	gauge(m.limits, float64(limits))
+	gauge(m.replicas, float64(replicas))
+	counter(m.blindHits, blindHits)
+	counter(m.excessHits, excessHits)
+	counter(m.droppedHits, droppedHits)
 }
 
 // resolve resolves the labels of the counters used on every decision
@@ -130,24 +183,20 @@ func (m *approxMetrics) observe(d time.Duration, err error) {
 }
 
 // register registers every metric on reg. A second store of the process
-// (the per-second Redis, REDIS_PERSECOND) adds to the first's counters;
-// the gauges, which read one table, stay the first store's.
+// (the per-second Redis, REDIS_PERSECOND) adds to the first's counters,
+// and its table joins the first's in the metrics read from the tables.
 func (m *approxMetrics) register(reg prometheus.Registerer) error {
-	var errs [5]error
+	var errs [6]error
 	m.batches, errs[0] = register(reg, m.batches)
 	m.latency, errs[1] = register(reg, m.latency)
 	m.decisions, errs[2] = register(reg, m.decisions)
 	m.overflow, errs[3] = register(reg, m.overflow)
 	m.asks, errs[4] = register(reg, m.asks)
+	m.tables, errs[5] = register(reg, m.tables)
 	if err := errors.Join(errs[:]...); err != nil {
 		return fmt.Errorf("register approximate metrics: %w", err)
 	}
 	m.resolve() // (the table's asks point at askCounters, updated in place)
-	for _, c := range m.funcs {
-		var are prometheus.AlreadyRegisteredError
-		if err := reg.Register(c); err != nil && !errors.As(err, &are) {
-			return fmt.Errorf("register approximate metrics: %w", err)
-		}
-	}
+	m.tables.join(m.table)
 	return nil
 }

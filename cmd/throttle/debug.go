@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -127,17 +126,10 @@ func serveDebug(ctx context.Context, l net.Listener, pages debugPages) error {
 		WriteTimeout: maxProfileSeconds*time.Second + 30*time.Second,
 		IdleTimeout:  time.Minute,
 	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(l) }()
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-	}
 	// A profile in progress is cut short: the process is stopping.
-	err := srv.Close()
-	if serr := <-done; !errors.Is(serr, http.ErrServerClosed) && err == nil {
-		err = serr
+	failed, err := serveUntil(ctx, srv, l, srv.Close)
+	if failed != nil {
+		return failed
 	}
 	return err
 }

@@ -163,6 +163,26 @@ func (a *app) goBG(name string, f func(context.Context) error) {
 	a.onClose(func() { cancel(); <-done })
 }
 
+// serveUntil serves srv on l until ctx ends, then stops it with stop
+// (srv.Close, or srv.Shutdown within a deadline) and waits for Serve to
+// return. failed is Serve's error when it returned before ctx ended;
+// otherwise err is stop's error, or Serve's when it returned something
+// other than http.ErrServerClosed.
+func serveUntil(ctx context.Context, srv *http.Server, l net.Listener, stop func() error) (failed, err error) {
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(l) }()
+	select {
+	case err := <-done:
+		return err, nil
+	case <-ctx.Done():
+	}
+	err = stop()
+	if serr := <-done; !errors.Is(serr, http.ErrServerClosed) && err == nil {
+		err = serr
+	}
+	return nil, err
+}
+
 // openStore opens the database, the cache of clients and rules that spares
 // /check the database, and the usage recorder, which is flushed after the
 // servers drained and the tasks started after it stopped.

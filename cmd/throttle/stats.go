@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -95,18 +94,13 @@ func (a *app) listenStats() error {
 	a.log.Info("serving the reference stats", "addr", l.Addr().String(), "path", a.cfg.Stats.PrometheusPath)
 	srv := a.statsSrv
 	a.goBG("reference stats server", func(ctx context.Context) error {
-		done := make(chan error, 1)
-		go func() { done <- srv.Serve(l) }()
-		select {
-		case err := <-done:
-			return fmt.Errorf("PROMETHEUS_ADDR: %w", err)
-		case <-ctx.Done():
-		}
-		sctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
-		defer cancel()
-		err := srv.Shutdown(sctx)
-		if serr := <-done; !errors.Is(serr, http.ErrServerClosed) && err == nil {
-			err = serr
+		failed, err := serveUntil(ctx, srv, l, func() error {
+			sctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
+			defer cancel()
+			return srv.Shutdown(sctx)
+		})
+		if failed != nil {
+			return fmt.Errorf("PROMETHEUS_ADDR: %w", failed)
 		}
 		return err
 	})

@@ -216,49 +216,10 @@ func newTracerProvider(ctx context.Context, c *tracingConfig, log *slog.Logger) 
 	if c.Endpoint == "" {
 		return nil, nil
 	}
-	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12}
-	var client otlptrace.Client
-	switch c.Protocol {
-	case protocolGRPC:
-		creds := insecure.NewCredentials()
-		if strings.HasPrefix(c.Endpoint, "https://") {
-			creds = credentials.NewTLS(tlsConfig)
-		}
-		client = otlptracegrpc.NewClient(
-			otlptracegrpc.WithEndpointURL(c.Endpoint),
-			otlptracegrpc.WithDialOption(grpc.WithTransportCredentials(creds)), // wins over the exporter's own
-			otlptracegrpc.WithHeaders(c.Headers),
-			otlptracegrpc.WithCompressor("gzip"),
-			otlptracegrpc.WithTimeout(exportTimeout),
-		)
-	default:
-		opts := []otlptracehttp.Option{
-			otlptracehttp.WithEndpointURL(c.Endpoint), // http:// is clear text, https:// TLS
-			otlptracehttp.WithHeaders(c.Headers),
-			otlptracehttp.WithCompression(otlptracehttp.GzipCompression),
-			otlptracehttp.WithTimeout(exportTimeout),
-		}
-		if strings.HasPrefix(c.Endpoint, "https://") {
-			opts = append(opts, otlptracehttp.WithTLSClientConfig(tlsConfig)) // wins over the exporter's own
-		}
-		client = otlptracehttp.NewClient(opts...)
-	}
-	exp, err := otlptrace.New(ctx, client)
+	exp, err := otlptrace.New(ctx, c.exportClient())
 	if err != nil {
 		return nil, fmt.Errorf("OpenTelemetry exporter: %w", err)
 	}
-
-	// The resource, explicitly: the SDK's default would read
-	// OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES from the process
-	// environment itself.
-	attrs := append([]attribute.KeyValue{}, c.Resource...)
-	attrs = append(attrs,
-		semconv.ServiceName(c.ServiceName),
-		semconv.ServiceVersion(version),
-		semconv.TelemetrySDKName("opentelemetry"),
-		semconv.TelemetrySDKLanguageGo,
-		semconv.TelemetrySDKVersion(sdk.Version()),
-	)
 
 	// The SDK reports failed exports through its one process-wide error
 	// handler; serve is the process. Into the JSON log, not stderr's plain
@@ -274,7 +235,7 @@ func newTracerProvider(ctx context.Context, c *tracingConfig, log *slog.Logger) 
 			sdktrace.WithMaxQueueSize(maxQueuedSpans),
 			sdktrace.WithMaxExportBatchSize(maxBatchSpans),
 		),
-		sdktrace.WithResource(resource.NewWithAttributes(semconv.SchemaURL, attrs...)),
+		sdktrace.WithResource(c.serviceResource()),
 		sdktrace.WithSampler(c.sampler()),
 		sdktrace.WithRawSpanLimits(sdktrace.SpanLimits{
 			AttributeValueLengthLimit:   sdktrace.DefaultAttributeValueLengthLimit,
@@ -286,4 +247,49 @@ func newTracerProvider(ctx context.Context, c *tracingConfig, log *slog.Logger) 
 			AttributePerLinkCountLimit:  sdktrace.DefaultAttributePerLinkCountLimit,
 		}),
 	), nil
+}
+
+// exportClient returns the OTLP client of c's protocol: gRPC, or HTTP
+// (the default). Connections use TLS with the system's roots for https://,
+// none for http://; requests are gzip-compressed.
+func (c *tracingConfig) exportClient() otlptrace.Client {
+	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12}
+	if c.Protocol == protocolGRPC {
+		creds := insecure.NewCredentials()
+		if strings.HasPrefix(c.Endpoint, "https://") {
+			creds = credentials.NewTLS(tlsConfig)
+		}
+		return otlptracegrpc.NewClient(
+			otlptracegrpc.WithEndpointURL(c.Endpoint),
+			otlptracegrpc.WithDialOption(grpc.WithTransportCredentials(creds)), // wins over the exporter's own
+			otlptracegrpc.WithHeaders(c.Headers),
+			otlptracegrpc.WithCompressor("gzip"),
+			otlptracegrpc.WithTimeout(exportTimeout),
+		)
+	}
+	opts := []otlptracehttp.Option{
+		otlptracehttp.WithEndpointURL(c.Endpoint), // http:// is clear text, https:// TLS
+		otlptracehttp.WithHeaders(c.Headers),
+		otlptracehttp.WithCompression(otlptracehttp.GzipCompression),
+		otlptracehttp.WithTimeout(exportTimeout),
+	}
+	if strings.HasPrefix(c.Endpoint, "https://") {
+		opts = append(opts, otlptracehttp.WithTLSClientConfig(tlsConfig)) // wins over the exporter's own
+	}
+	return otlptracehttp.NewClient(opts...)
+}
+
+// serviceResource is the resource of c's spans, made explicitly: the SDK's
+// default would read OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES from the
+// process environment itself.
+func (c *tracingConfig) serviceResource() *resource.Resource {
+	attrs := append([]attribute.KeyValue{}, c.Resource...)
+	attrs = append(attrs,
+		semconv.ServiceName(c.ServiceName),
+		semconv.ServiceVersion(version),
+		semconv.TelemetrySDKName("opentelemetry"),
+		semconv.TelemetrySDKLanguageGo,
+		semconv.TelemetrySDKVersion(sdk.Version()),
+	)
+	return resource.NewWithAttributes(semconv.SchemaURL, attrs...)
 }
