@@ -14,7 +14,7 @@ import (
 // (REDIS_PERSECOND) register on one registry, and the metrics that read
 // their tables of approximate limits read both: counts summed, the round
 // trip the slower one's, the replicas the larger count; a global store's
-// throttle_global_* are its own.
+// throttle_global_* are its own. The held quota of holds sums all three.
 func TestApproximateMetricsOfTwoStores(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	clock := storetest.NewClock(t0)
@@ -25,18 +25,20 @@ func TestApproximateMetricsOfTwoStores(t *testing.T) {
 		replicas  int64
 		roundTrip time.Duration
 		hits      map[string]int // by identifier
+		held      int64          // hits its holds hold, as its sweeper read them
 	}{
-		{db: mainDB, replicas: 2, roundTrip: 3 * time.Millisecond, hits: map[string]int{"a": 7}},
-		{db: perSecondDB, replicas: 3, roundTrip: 5 * time.Millisecond, hits: map[string]int{"b": 4, "c": 2}},
-		{db: globalDB, global: true, replicas: 4, roundTrip: 150 * time.Millisecond, hits: map[string]int{"d": 1}},
+		{db: mainDB, replicas: 2, roundTrip: 3 * time.Millisecond, hits: map[string]int{"a": 7}, held: 5},
+		{db: perSecondDB, replicas: 3, roundTrip: 5 * time.Millisecond, hits: map[string]int{"b": 4, "c": 2}, held: 7},
+		{db: globalDB, global: true, replicas: 4, roundTrip: 150 * time.Millisecond, hits: map[string]int{"d": 1}, held: 11},
 	} {
 		// No Check: the syncer never starts, the tables hold what the test
 		// decides in them.
-		s := New(newDBClient(t, side.db), Options{Now: clock.Now, Global: side.global, ApproximateInterval: time.Hour})
+		s := New(newDBClient(t, side.db), Options{Now: clock.Now, Global: side.global, ApproximateInterval: time.Hour, HoldSweepEvery: -1})
 		t.Cleanup(s.Close)
 		if err := s.RegisterMetrics(reg); err != nil {
 			t.Fatal(err)
 		}
+		s.holdMetrics.held.Store(side.held)
 		s.approx.replicas.Store(side.replicas) // blind budgets of 3840 / (128 × replicas) ≥ 10
 		s.approx.settled.Store(true)
 		s.approx.noteRoundTrip(side.roundTrip)
@@ -66,6 +68,7 @@ func TestApproximateMetricsOfTwoStores(t *testing.T) {
 		"throttle_global_limits":                  1,
 		"throttle_global_replicas":                4,
 		"throttle_global_round_trip_seconds":      0.15,
+		"throttle_reservations_held_hits":         23, // every store's holds
 	} {
 		if got[name] != want {
 			t.Errorf("%s = %v, want %v", name, got[name], want)

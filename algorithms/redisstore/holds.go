@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -221,8 +222,9 @@ func decodeSettles(res []any, sts []algorithms.Settle) ([]algorithms.SettleResul
 
 // holdMetrics are the sweeper's metrics.
 type holdMetrics struct {
-	mu    sync.Mutex // guards swept: register swaps it while the sweeper runs
+	mu    sync.Mutex // guards swept and gauge: register swaps them while the sweeper runs
 	swept prometheus.Counter
+	gauge *heldGauge
 	held  atomic.Int64 // hits held, as the last sweep read them
 }
 
@@ -238,29 +240,55 @@ func newHoldMetrics() *holdMetrics {
 	return &holdMetrics{swept: prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "throttle_reservations_expired_total",
 		Help: "Holds (reservations) that expired unsettled and that this replica's sweeper gave back in Redis, whoever made them.",
-	})}
+	}), gauge: &heldGauge{desc: prometheus.NewDesc("throttle_reservations_held_hits",
+		"Hits held by unexpired, unsettled holds (reservations): in Redis, over every master that answered (and every Redis of the process: REDIS_URL, REDIS_PERSECOND, GLOBAL_REDIS_URL), as this replica's sweepers last read them; in memory, now.", nil, nil)}}
 }
 
 // register registers the metrics on reg. A second store of the process
-// (REDIS_PERSECOND) adds to the first's counter; the gauge stays the
-// first store's.
+// (REDIS_PERSECOND, GLOBAL_REDIS_URL) adds to the first's counter, and
+// its holds to the first's gauge.
 func (m *holdMetrics) register(reg prometheus.Registerer) error {
 	m.mu.Lock()
-	swept, err := register(reg, m.swept)
-	m.swept = swept
-	m.mu.Unlock()
-	if err != nil {
+	defer m.mu.Unlock()
+	var errs [2]error
+	m.swept, errs[0] = register(reg, m.swept)
+	m.gauge, errs[1] = register(reg, m.gauge)
+	if err := errors.Join(errs[:]...); err != nil {
 		return fmt.Errorf("register hold metrics: %w", err)
 	}
-	held := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "throttle_reservations_held_hits",
-		Help: "Hits held by unexpired, unsettled holds (reservations): in Redis, over every master that answered, as this replica's sweeper last read them; in memory, now.",
-	}, func() float64 { return float64(m.held.Load()) })
-	var are prometheus.AlreadyRegisteredError
-	if err := reg.Register(held); err != nil && !errors.As(err, &are) {
-		return fmt.Errorf("register hold metrics: %w", err)
-	}
+	m.gauge.join(m)
 	return nil
+}
+
+// heldGauge is throttle_reservations_held_hits: the holds of every store
+// registered on one registry, summed at scrape time.
+type heldGauge struct {
+	desc   *prometheus.Desc
+	mu     sync.Mutex
+	stores []*holdMetrics
+}
+
+// join adds m's holds to the sum, once.
+func (g *heldGauge) join(m *holdMetrics) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !slices.Contains(g.stores, m) {
+		g.stores = append(g.stores, m)
+	}
+}
+
+// Describe is prometheus.Collector's.
+func (g *heldGauge) Describe(ch chan<- *prometheus.Desc) { ch <- g.desc }
+
+// Collect is prometheus.Collector's.
+func (g *heldGauge) Collect(ch chan<- prometheus.Metric) {
+	g.mu.Lock()
+	var sum int64
+	for _, m := range g.stores {
+		sum += m.held.Load()
+	}
+	g.mu.Unlock()
+	ch <- prometheus.MustNewConstMetric(g.desc, prometheus.GaugeValue, float64(sum))
 }
 
 // runSweeper sweeps expired holds every every until stop is closed, each

@@ -25,7 +25,7 @@ func (a *app) openCounters(ctx context.Context) error {
 		a.limiter, a.backend = mem, "memory"
 		return a.reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "throttle_reservations_held_hits",
-			Help: "Hits held by unexpired, unsettled holds (reservations): in Redis, over every master that answered, as this replica's sweeper last read them; in memory, now.",
+			Help: "Hits held by unexpired, unsettled holds (reservations): in Redis, over every master that answered (and every Redis of the process: REDIS_URL, REDIS_PERSECOND, GLOBAL_REDIS_URL), as this replica's sweepers last read them; in memory, now.",
 		}, func() float64 { return float64(mem.HeldHits()) }))
 	}
 	// go-redis has one process-wide logger; serve is the process.
