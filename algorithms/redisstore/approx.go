@@ -43,7 +43,7 @@ const blindParts = 128
 
 // approxStripes is the number of lock stripes of the table: a limit's
 // entry lives in the stripe its hash names, under that stripe's lock.
-// ("Shard" names a Redis master, never a stripe.)
+// (A stripe divides the table's locking, not Redis: that is a master.)
 const approxStripes = 64
 
 // DefaultApproximateInterval is how often approximate limits sync.

@@ -332,7 +332,7 @@ func TestApproximateClusterMasterDown(t *testing.T) {
 	var onDead, onLive string
 	for i := 0; onDead == "" || onLive == ""; i++ {
 		id := fmt.Sprintf("user-%d", i)
-		if st.route.shardOf(st.indexKey(scope, id)).name == masters[0].Addr() {
+		if st.route.masterOf(st.indexKey(scope, id)).name == masters[0].Addr() {
 			onDead = id
 		} else {
 			onLive = id

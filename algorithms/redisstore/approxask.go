@@ -105,7 +105,7 @@ func (y *approxSyncer) ask(ctx context.Context, op *approxOp) {
 	defer cancel()
 	ops := []approxOp{*op}
 	var err error
-	sh := y.s.route.shardOfRequest(&op.e.req)
+	sh := y.s.route.masterOfRequest(&op.e.req)
 	switch {
 	case sh == nil || sh.client == nil:
 		err = errNoMaster

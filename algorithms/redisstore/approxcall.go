@@ -29,7 +29,7 @@ type approxOp struct {
 	back     int64 // its running total of hits taken back after they were sent (approxWindow.back)
 	backNew  int64 // what back grew by since the window's last answer
 	flight   *approxFlight
-	sh       *shard
+	sh       *master
 	total    int64 // the answer: the counter, the lease, the previous counter,
 	held     int64 // the excess its hits made
 	prev     int64
@@ -41,12 +41,12 @@ type approxOp struct {
 // approxReply is how many values approx.lua answers per counter.
 const approxReply = 4
 
-// byShard groups ops by the Redis master of their keys.
-func (y *approxSyncer) byShard(ctx context.Context, ops []approxOp) map[*shard][]int {
-	out := map[*shard][]int{}
+// byMaster groups ops by the Redis master of their keys.
+func (y *approxSyncer) byMaster(ctx context.Context, ops []approxOp) map[*master][]int {
+	out := map[*master][]int{}
 	y.s.route.ready(ctx)
 	for i := range ops {
-		sh := y.s.route.shardOfRequest(&ops[i].e.req)
+		sh := y.s.route.masterOfRequest(&ops[i].e.req)
 		ops[i].sh = sh
 		out[sh] = append(out[sh], i)
 	}
@@ -55,7 +55,7 @@ func (y *approxSyncer) byShard(ctx context.Context, ops []approxOp) map[*shard][
 
 // send runs the sync script on sh for the ops at positions at, in calls
 // of up to approxBatch counters, and notes the answers in the ops.
-func (y *approxSyncer) send(ctx context.Context, sh *shard, ops []approxOp, at []int) error {
+func (y *approxSyncer) send(ctx context.Context, sh *master, ops []approxOp, at []int) error {
 	if sh == nil {
 		return fmt.Errorf("redis: approximate sync: %w", errNoMaster)
 	}
@@ -109,7 +109,7 @@ func (y *approxSyncer) note(ops []approxOp, part []int, res []int64, sent, got t
 }
 
 // call is one script call for the ops at positions part.
-func (y *approxSyncer) call(ctx context.Context, sh *shard, ops []approxOp, part []int) ([]int64, error) {
+func (y *approxSyncer) call(ctx context.Context, sh *master, ops []approxOp, part []int) ([]int64, error) {
 	keys := make([]string, 0, 3*len(part))
 	args := make([]any, 0, 3+12*len(part))
 	args = append(args, "", y.id, strconv.FormatInt(y.t.shares(), 10))

@@ -43,7 +43,7 @@ func (p *path) decide(ctx context.Context, reqs []algorithms.Request) ([]algorit
 func (p *path) decideMixed(ctx context.Context, reqs []algorithms.Request, someDown bool, now time.Time) ([]algorithms.Decision, error) {
 	s := p.s
 	m := mixed{out: make([]algorithms.Decision, len(reqs)), tied: algorithms.Tied(reqs)}
-	var down map[*shard][]int // the approximate requests of masters down
+	var down map[*master][]int // the approximate requests of masters down
 	for i := range reqs {
 		r := &reqs[i]
 		if !approximate(r) {
@@ -51,7 +51,7 @@ func (p *path) decideMixed(ctx context.Context, reqs []algorithms.Request, someD
 			continue
 		}
 		if someDown {
-			if sh := s.route.shardOfRequest(r); p.approxDown(sh, now) {
+			if sh := s.route.masterOfRequest(r); p.approxDown(sh, now) {
 				down = addDown(down, sh, i)
 				continue
 			}
@@ -62,7 +62,7 @@ func (p *path) decideMixed(ctx context.Context, reqs []algorithms.Request, someD
 			m.exactAt = append(m.exactAt, i)
 			continue
 		case byPolicy:
-			down = addDown(down, s.route.shardOfRequest(r), i)
+			down = addDown(down, s.route.masterOfRequest(r), i)
 			continue
 		}
 		m.note(r, i, true)
@@ -82,7 +82,7 @@ func (p *path) decideMixed(ctx context.Context, reqs []algorithms.Request, someD
 
 // byPolicy answers by the failure policy the approximate requests of the
 // masters down, at their positions (down, by master).
-func (m *mixed) byPolicy(ctx context.Context, reqs []algorithms.Request, down map[*shard][]int, p *path) error {
+func (m *mixed) byPolicy(ctx context.Context, reqs []algorithms.Request, down map[*master][]int, p *path) error {
 	if err := p.byPolicyAt(ctx, reqs, m.out, down); err != nil {
 		return err
 	}
@@ -99,7 +99,7 @@ func (m *mixed) byPolicy(ctx context.Context, reqs []algorithms.Request, down ma
 // or past their lease with no answer from Redis in time. Their hits
 // admitted (fail open, or fail local) are outside any lease: counted as
 // blind.
-func (p *path) byPolicyAt(ctx context.Context, reqs []algorithms.Request, out []algorithms.Decision, down map[*shard][]int) error {
+func (p *path) byPolicyAt(ctx context.Context, reqs []algorithms.Request, out []algorithms.Decision, down map[*master][]int) error {
 	for sh, at := range down {
 		ds, err := p.byPolicy(ctx, sh, subset(reqs, at))
 		if err != nil {
@@ -116,9 +116,9 @@ func (p *path) byPolicyAt(ctx context.Context, reqs []algorithms.Request, out []
 }
 
 // addDown adds position i, a request of master sh, to down.
-func addDown(down map[*shard][]int, sh *shard, i int) map[*shard][]int {
+func addDown(down map[*master][]int, sh *master, i int) map[*master][]int {
 	if down == nil {
-		down = map[*shard][]int{}
+		down = map[*master][]int{}
 	}
 	down[sh] = append(down[sh], i)
 	return down
@@ -140,7 +140,7 @@ func (p *path) decideApprox(ctx context.Context, reqs []algorithms.Request) ([]a
 	s := p.s
 	out := make([]algorithms.Decision, len(reqs))
 	local, nowUS := s.approx.nowUS()
-	var down map[*shard][]int
+	var down map[*master][]int
 	for i := range reqs {
 		switch s.approxDecide(ctx, &reqs[i], &out[i], local, nowUS) {
 		case notHere:
@@ -150,7 +150,7 @@ func (p *path) decideApprox(ctx context.Context, reqs []algorithms.Request) ([]a
 			}
 			out[i] = ds[0]
 		case byPolicy:
-			down = addDown(down, s.route.shardOfRequest(&reqs[i]), i)
+			down = addDown(down, s.route.masterOfRequest(&reqs[i]), i)
 		}
 	}
 	if err := p.byPolicyAt(ctx, reqs, out, down); err != nil {

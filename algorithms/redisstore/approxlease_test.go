@@ -298,7 +298,7 @@ func TestApproximateLeaseScript(t *testing.T) {
 		}
 		ops := []approxOp{{e: &approxEntry{req: sliding}, num: tc.num, target: 100, ttlMS: 60_000, leaseTTL: a.approx.leaseTTL(&sliding.Limit),
 			key: a.windowKey(&sliding, tc.num*wUS), prevKey: prev, leaseKey: a.leaseKey(&sliding, tc.num)}}
-		res, err := a.syncer.call(ctx, singleShard(a), ops, []int{0})
+		res, err := a.syncer.call(ctx, singleMaster(a), ops, []int{0})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -336,7 +336,7 @@ func (p *scriptReplicas) call(t *testing.T, s *Store, op approxOp) []int64 {
 	s.approx.settled.Store(true)
 	op.e, op.num, op.ttlMS, op.leaseTTL = &approxEntry{req: p.req}, p.num, 60_000, s.approx.leaseTTL(&p.req.Limit)
 	op.key, op.leaseKey = s.windowKey(&p.req, p.num*time.Hour.Microseconds()), s.leaseKey(&p.req, p.num)
-	res, err := s.syncer.call(context.Background(), singleShard(s), []approxOp{op}, []int{0})
+	res, err := s.syncer.call(context.Background(), singleMaster(s), []approxOp{op}, []int{0})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -410,7 +410,7 @@ func TestApproximateLeaseExpiry(t *testing.T) {
 		s.approx.settled.Store(true)
 		ops := []approxOp{{e: e, num: num, hits: hits, target: target, ttlMS: 60_000, leaseTTL: s.approx.leaseTTL(&req.Limit),
 			key: s.windowKey(&req, num*time.Hour.Microseconds()), leaseKey: s.leaseKey(&req, num)}}
-		res, err := s.syncer.call(ctx, singleShard(s), ops, []int{0})
+		res, err := s.syncer.call(ctx, singleMaster(s), ops, []int{0})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -19,7 +19,7 @@ func (y *approxSyncer) register(ctx context.Context, leave bool) error {
 	}
 	sent := time.Now()
 	var res []int64
-	err := y.s.route.onKey(ctx, y.regKey, func(sh *shard) error {
+	err := y.s.route.onKey(ctx, y.regKey, func(sh *master) error {
 		var err error
 		res, err = y.reg.Run(ctx, sh.client, []string{y.regKey}, y.id, ttl, flag).Int64Slice()
 		return err

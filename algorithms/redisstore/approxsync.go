@@ -152,14 +152,14 @@ func (y *approxSyncer) syncOnce(ctx context.Context, final bool) error {
 		y.probeFailing(ctx, nil)
 		return registry()
 	}
-	byShard := y.byShard(ctx, ops)
-	y.probeFailing(ctx, byShard)
+	byMaster := y.byMaster(ctx, ops)
+	y.probeFailing(ctx, byMaster)
 	var wg sync.WaitGroup
-	errs := make([]error, len(byShard))
+	errs := make([]error, len(byMaster))
 	i := 0
-	for sh, at := range byShard {
+	for sh, at := range byMaster {
 		wg.Add(1)
-		go func(i int, sh *shard, at []int) {
+		go func(i int, sh *master, at []int) {
 			defer wg.Done()
 			errs[i] = y.send(ctx, sh, ops, at)
 		}(i, sh, at)
@@ -174,7 +174,7 @@ func (y *approxSyncer) syncOnce(ctx context.Context, final bool) error {
 // sends nothing (busy, those it syncs): one that answers is up again. Its
 // approximate limits are the failure policy's while it is down, so no
 // hit of theirs would be due to tell it so.
-func (y *approxSyncer) probeFailing(ctx context.Context, busy map[*shard][]int) {
+func (y *approxSyncer) probeFailing(ctx context.Context, busy map[*master][]int) {
 	for _, sh := range y.s.route.masters() {
 		if sh == nil || sh.client == nil || sh.syncFailing.Load() == 0 || len(busy[sh]) > 0 {
 			continue

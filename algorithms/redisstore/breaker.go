@@ -12,7 +12,7 @@ import (
 
 // breaker is the circuit of one Redis master (of the single Redis).
 type breaker struct {
-	sh *shard
+	sh *master
 	// lastOK is when a call through the guard last succeeded (Unix ns).
 	lastOK atomic.Int64
 	// open mirrors the circuit for the lock-free fast path of admit; it
@@ -168,7 +168,7 @@ func (g *Guard) probe(ctx context.Context, b *breaker) {
 		return
 	}
 	pctx, cancel := context.WithTimeout(ctx, timeout)
-	err := pingShard(pctx, b.sh)
+	err := pingMaster(pctx, b.sh)
 	cancel()
 	if ctx.Err() != nil {
 		return
@@ -186,7 +186,7 @@ func (g *Guard) probe(ctx context.Context, b *breaker) {
 // now. A master that no longer does (a replica took its place) is forgotten:
 // no key goes to it.
 func (g *Guard) openBreakers() []*breaker {
-	serving := map[*shard]bool{}
+	serving := map[*master]bool{}
 	for _, sh := range g.store.route.masters() {
 		serving[sh] = true
 	}
@@ -194,7 +194,7 @@ func (g *Guard) openBreakers() []*breaker {
 	defer g.mu.Unlock()
 	var open []*breaker
 	g.breakers.Range(func(k, v any) bool {
-		sh, b := k.(*shard), v.(*breaker)
+		sh, b := k.(*master), v.(*breaker)
 		switch {
 		case !serving[sh]:
 			if b.open.Load() {

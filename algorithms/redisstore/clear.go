@@ -35,7 +35,7 @@ func (s *Store) Clear(ctx context.Context, reqs []algorithms.Request) (int, erro
 	total := 0
 	for _, p := range s.route.split(reqs, nil) {
 		var n int
-		err := s.route.onKey(ctx, s.indexKey(p.reqs[0].Key.Scope, p.reqs[0].Key.Identifier), func(sh *shard) error {
+		err := s.route.onKey(ctx, s.indexKey(p.reqs[0].Key.Scope, p.reqs[0].Key.Identifier), func(sh *master) error {
 			var err error
 			n, err = s.clearOn(ctx, sh.client, p.reqs)
 			return err
@@ -131,7 +131,7 @@ func (s *Store) refundAt(ctx context.Context, reqs []algorithms.Request, at []in
 
 // refundOn runs refund.lua on one master for the requests at positions at,
 // decided at now.
-func (s *Store) refundOn(ctx context.Context, sh *shard, reqs []algorithms.Request, at []int, now time.Time) error {
+func (s *Store) refundOn(ctx context.Context, sh *master, reqs []algorithms.Request, at []int, now time.Time) error {
 	if sh.client == nil {
 		return errNoMaster
 	}

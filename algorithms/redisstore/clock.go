@@ -9,9 +9,9 @@ import (
 )
 
 // plainNow is the time of a plain batch in µs: Options.Now in tests,
-// else Redis's clock as the shard's offset from the local clock says —
-// asked first (one round trip) when the shard has none yet.
-func (s *Store) plainNow(ctx context.Context, sh *shard) (int64, error) {
+// else Redis's clock as the master's offset from the local clock says —
+// asked first (one round trip) when the master has none yet.
+func (s *Store) plainNow(ctx context.Context, sh *master) (int64, error) {
 	if s.now != nil {
 		return s.now().UnixMicro(), nil
 	}
@@ -34,7 +34,7 @@ func (s *Store) plainNow(ctx context.Context, sh *shard) (int64, error) {
 // shortest round trip is the most exact. The best sample is kept, and
 // replaced by any better one, or by the next one once it is a second old
 // (clocks drift, and may be stepped). It is the one place a clock offset
-// is kept: each master's (shard.clock, for plain batches) and the
+// is kept: each master's (master.clock, for plain batches) and the
 // approximate table's (approxTable.clock, for its windows).
 type redisClock struct {
 	offsetUS atomic.Int64 // Redis's time minus the local time, read without the lock

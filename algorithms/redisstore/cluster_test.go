@@ -91,7 +91,7 @@ func TestGuardClusterFailover(t *testing.T) {
 	st.route.ready(ctx)
 	for i := 0; len(onDead) < 3 || len(onLive) < 3; i++ {
 		id := fmt.Sprintf("user-%d", i)
-		switch st.route.shardOf(st.indexKey(scope, id)).name {
+		switch st.route.masterOf(st.indexKey(scope, id)).name {
 		case masters[0].Addr():
 			if len(onDead) < 3 {
 				onDead = append(onDead, id)
@@ -159,9 +159,9 @@ func TestGuardClusterFailover(t *testing.T) {
 	}
 	promoted := time.Now()
 	t.Logf("replica promoted and serving %v after the kill", promoted.Sub(killed))
-	for !(st.route.shardOf(st.indexKey(scope, onDead[0])).name == replica.Addr() && !g.Degraded()) {
+	for !(st.route.masterOf(st.indexKey(scope, onDead[0])).name == replica.Addr() && !g.Degraded()) {
 		if time.Since(promoted) > 2*time.Second {
-			t.Fatalf("2s after the promotion: %s routes to %s, circuits open: %v", onDead[0], st.route.shardOf(st.indexKey(scope, onDead[0])).name, g.Degraded())
+			t.Fatalf("2s after the promotion: %s routes to %s, circuits open: %v", onDead[0], st.route.masterOf(st.indexKey(scope, onDead[0])).name, g.Degraded())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -188,7 +188,7 @@ func TestClusterAllOrNothingAcrossMasters(t *testing.T) {
 	user := "user-0"
 	ip := ""
 	for i := 0; ip == ""; i++ {
-		if id := fmt.Sprintf("10.0.0.%d", i); s.route.shardOf(s.indexKey(scope, id)) != s.route.shardOf(s.indexKey(scope, user)) {
+		if id := fmt.Sprintf("10.0.0.%d", i); s.route.masterOf(s.indexKey(scope, id)) != s.route.masterOf(s.indexKey(scope, user)) {
 			ip = id
 		}
 	}

@@ -13,7 +13,7 @@
 //     approxdecide.go decides within this replica's lease; approxask.go asks Redis at once when it runs out.
 //  5. route.go: router.dispatch splits the batch by master and follows a redirect once (router.go, cluster.go, keys.go).
 //  6. path.go: path.onMaster is each master's one call: when guarded, Guard.onMaster's breaker and failure policy.
-//  7. shard.go: onShard decides a part on its master (shard), in a span when tracing (trace.go).
+//  7. master.go: Store.onMaster decides a part on its master (master), in a span when tracing (trace.go).
 //  8. coalesce.go: the coalescer merges concurrent callers' batches into one call per master.
 //  9. store.go: decide sends count-first windows to plain.go, the rest to script.go, at once.
 //  10. plain.go: SET NX or INCRBY per request (known.go, clock.go), then refund.lua takes back what must not count.

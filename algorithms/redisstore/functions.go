@@ -65,7 +65,7 @@ type luaFn struct {
 	script *redis.Script
 }
 
-// How a master runs the engine (shard.lua): luaUnknown until a call told.
+// How a master runs the engine (its field lua): luaUnknown until a call told.
 const (
 	luaUnknown int32 = iota
 	luaFunction
@@ -88,16 +88,16 @@ func luaLibrary() (code, version string) {
 	return code + "\n", version
 }
 
-// runBatch runs the engine on sh's master: FCALL, loading the library
+// runBatch runs the engine on master sh: FCALL, loading the library
 // first when the master has not got it (a new master, a restart without
 // persistence, FUNCTION FLUSH); EVALSHA where functions cannot be loaded or
 // called (Redis 6).
-func (s *Store) runBatch(ctx context.Context, sh *shard, keys []string, args []any) *redis.Cmd {
+func (s *Store) runBatch(ctx context.Context, sh *master, keys []string, args []any) *redis.Cmd {
 	return s.runFn(ctx, sh, s.batchFn, keys, args)
 }
 
-// runFn runs f of the library on sh's master, as runBatch says.
-func (s *Store) runFn(ctx context.Context, sh *shard, f luaFn, keys []string, args []any) *redis.Cmd {
+// runFn runs f of the library on master sh, as runBatch says.
+func (s *Store) runFn(ctx context.Context, sh *master, f luaFn, keys []string, args []any) *redis.Cmd {
 	if sh.lua.Load() == luaEval {
 		return f.script.Run(ctx, sh.client, keys, args...)
 	}
@@ -119,10 +119,10 @@ func (s *Store) runFn(ctx context.Context, sh *shard, f luaFn, keys []string, ar
 	return cmd
 }
 
-// loadLibrary loads the library on sh's master. A refusal (no FUNCTION
+// loadLibrary loads the library on master sh. A refusal (no FUNCTION
 // command, no permission) makes the master run the script form from then
 // on; a failure to reach the master leaves the question open.
-func (s *Store) loadLibrary(ctx context.Context, sh *shard) {
+func (s *Store) loadLibrary(ctx context.Context, sh *master) {
 	err := sh.client.FunctionLoadReplace(ctx, s.library).Err()
 	var re redis.Error
 	switch {

@@ -107,7 +107,7 @@ type Guard struct {
 	opts    GuardOptions
 	metrics guardMetrics
 
-	breakers sync.Map // *shard → *breaker: one per master; added and deleted under mu
+	breakers sync.Map // *master → *breaker: one per master; added and deleted under mu
 	mu       sync.Mutex
 	openN    atomic.Int64 // how many breakers are open; changed under mu
 }
@@ -163,7 +163,7 @@ func (o *GuardOptions) setDefaults() {
 }
 
 // breakerOf returns the breaker of sh.
-func (g *Guard) breakerOf(sh *shard) *breaker {
+func (g *Guard) breakerOf(sh *master) *breaker {
 	if b, ok := g.breakers.Load(sh); ok {
 		return b.(*breaker)
 	}
@@ -201,7 +201,7 @@ func (g *Guard) onMaster(ctx context.Context, budget time.Duration, b *breaker, 
 	sent := time.Now()
 	deadline := sent.Add(budget)
 	b.sh.sent(sent)
-	ds, err := g.store.onShard(ctx, deadline, b.sh, reqs)
+	ds, err := g.store.onMaster(ctx, deadline, b.sh, reqs)
 	timedOut := !time.Now().Before(deadline)
 	switch {
 	case err == nil:

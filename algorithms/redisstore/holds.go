@@ -86,7 +86,7 @@ func (s *Store) holdIndex(key string) string {
 }
 
 // holdIndexesOf are the indexes of holds of master sh.
-func (s *Store) holdIndexesOf(sh *shard) []string {
+func (s *Store) holdIndexesOf(sh *master) []string {
 	t := s.route.topo.Load()
 	if t.one != nil || t.first == nil {
 		return []string{s.holdIndexOfSlot(0)}
@@ -139,7 +139,7 @@ func (s *Store) Settle(ctx context.Context, sts []algorithms.Settle) ([]algorith
 			sub[j] = sts[i]
 		}
 		var rs []algorithms.SettleResult
-		err := s.route.onKey(ctx, s.indexKey(p.reqs[0].Key.Scope, p.reqs[0].Key.Identifier), func(sh *shard) error {
+		err := s.route.onKey(ctx, s.indexKey(p.reqs[0].Key.Scope, p.reqs[0].Key.Identifier), func(sh *master) error {
 			var err error
 			rs, err = s.settleOn(ctx, sh, sub, false)
 			return err
@@ -156,7 +156,7 @@ func (s *Store) Settle(ctx context.Context, sts []algorithms.Settle) ([]algorith
 
 // settleOn runs hold.lua's settle for sts on master sh; void: the holds
 // are cancelled and leave no record (voidHolds).
-func (s *Store) settleOn(ctx context.Context, sh *shard, sts []algorithms.Settle, void bool) ([]algorithms.SettleResult, error) {
+func (s *Store) settleOn(ctx context.Context, sh *master, sts []algorithms.Settle, void bool) ([]algorithms.SettleResult, error) {
 	keys := make([]string, 0, 3*len(sts))
 	blob := make([]byte, 0, 26*len(sts))
 	for i := range sts {
@@ -318,7 +318,7 @@ func (s *Store) runSweeper(every time.Duration, stop, done chan struct{}) {
 // master that fails does not stop the others; the error joins theirs.
 func (s *Store) SweepHolds(ctx context.Context) (expired int, held int64, err error) {
 	var mu sync.Mutex
-	_, errs := s.route.each(ctx, func(ctx context.Context, sh *shard) error {
+	_, errs := s.route.each(ctx, func(ctx context.Context, sh *master) error {
 		if sh.client == nil {
 			return errNoMaster
 		}
@@ -388,7 +388,7 @@ func (s *Store) Held(ctx context.Context, reqs []algorithms.Request) ([]int64, e
 		}
 		keys, args := s.route.pack(keys, []any{s.nowArg(), blob, ""}, 2)
 		var sums []int64
-		err := s.route.onKey(ctx, s.indexKey(p.reqs[0].Key.Scope, p.reqs[0].Key.Identifier), func(sh *shard) error {
+		err := s.route.onKey(ctx, s.indexKey(p.reqs[0].Key.Scope, p.reqs[0].Key.Identifier), func(sh *master) error {
 			var err error
 			sums, err = s.runFn(ctx, sh, s.heldFn, keys, args).Int64Slice()
 			return err

@@ -5,7 +5,7 @@ import (
 	"sync"
 )
 
-// knownCounters are the window counters a shard's master is known to hold
+// knownCounters are the window counters a master is known to hold
 // (this store made them or counted on them), so that a decision on one is
 // a lone INCRBY: it has its TTL. Keys name their window, so a known key is
 // asked only while its window lasts; the set is emptied when it reaches

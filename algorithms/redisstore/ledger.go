@@ -101,7 +101,7 @@ func (l *Ledger) List(ctx context.Context, owner string) ([]string, error) {
 // run calls f with the client of owner's ledger's master and its key.
 func (l *Ledger) run(ctx context.Context, owner string, f func(c redis.Cmdable, key string) error) error {
 	key := l.key(owner)
-	return l.s.route.onKey(ctx, key, func(sh *shard) error {
+	return l.s.route.onKey(ctx, key, func(sh *master) error {
 		if sh.client == nil {
 			return errNoMaster
 		}

@@ -42,9 +42,9 @@ func (p *path) exact(ctx context.Context, reqs []algorithms.Request) ([]algorith
 // onMaster decides the part of a batch that master sh holds: behind its
 // breaker when guarded. last is false when a redirect will be followed
 // (dispatch sends the part once more).
-func (p *path) onMaster(ctx context.Context, sh *shard, reqs []algorithms.Request, last bool) ([]algorithms.Decision, error) {
+func (p *path) onMaster(ctx context.Context, sh *master, reqs []algorithms.Request, last bool) ([]algorithms.Decision, error) {
 	if p.g == nil {
-		return p.s.onShard(ctx, time.Time{}, sh, reqs)
+		return p.s.onMaster(ctx, time.Time{}, sh, reqs)
 	}
 	return p.g.onMaster(ctx, p.budget, p.g.breakerOf(sh), reqs, last)
 }
@@ -52,7 +52,7 @@ func (p *path) onMaster(ctx context.Context, sh *shard, reqs []algorithms.Reques
 // approxDown reports whether the approximate requests of master sh are
 // answered by the failure policy (byPolicy) rather than from the table:
 // guarded, and its syncs have failed for the Guard's HungAfter.
-func (p *path) approxDown(sh *shard, now time.Time) bool {
+func (p *path) approxDown(sh *master, now time.Time) bool {
 	return p.g != nil && sh != nil && sh.approxDown(now, p.g.opts.HungAfter)
 }
 
@@ -72,7 +72,7 @@ func (p *path) anyApproxDown(now time.Time) bool {
 // byPolicy answers by the failure policy the approximate requests of a
 // master whose syncs have failed for a while, or whose asks got no answer
 // in time. Unguarded, there is no policy: no decision (ErrOverloaded).
-func (p *path) byPolicy(ctx context.Context, sh *shard, reqs []algorithms.Request) ([]algorithms.Decision, error) {
+func (p *path) byPolicy(ctx context.Context, sh *master, reqs []algorithms.Request) ([]algorithms.Decision, error) {
 	if p.g == nil {
 		return nil, fmt.Errorf("redis: approximate limit past its lease, no answer in time: %w", algorithms.ErrOverloaded)
 	}

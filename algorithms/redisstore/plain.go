@@ -133,16 +133,16 @@ func execPipe(ctx context.Context, pipe redis.Pipeliner) error {
 	return nil
 }
 
-// decidePlain decides a batch of plain-eligible requests on sh's master,
+// decidePlain decides a batch of plain-eligible requests on master sh,
 // then refunds what must not stay counted. One pipeline, one command a
 // decision (and a GET of its previous counter for a sliding window): INCRBY
-// for a counter the shard knows exists (it made or saw it in this window:
+// for a counter known to exist (this store made or saw it in this window:
 // knownCounters), SET NX with its TTL for one it does not.
 // A second pipeline only when the first found that a SET NX counter
 // existed already (another replica made it: INCRBY now), or that a known
 // one did not (deleted: cleared, refunded to zero, evicted; INCRBY made it
 // anew, PEXPIRE gives it its TTL).
-func (s *Store) decidePlain(ctx context.Context, sh *shard, reqs []algorithms.Request, sizes []int) ([]algorithms.Decision, error) {
+func (s *Store) decidePlain(ctx context.Context, sh *master, reqs []algorithms.Request, sizes []int) ([]algorithms.Decision, error) {
 	nowUS, err := s.plainNow(ctx, sh)
 	if err != nil {
 		return nil, err
@@ -202,9 +202,9 @@ func (s *Store) plainOps(reqs []algorithms.Request, nowUS int64) []plainOp {
 }
 
 // count sends the first pipeline: each request's command, a sliding
-// window's GET of its previous counter, and Redis TIME for the shard's
+// window's GET of its previous counter, and Redis TIME for the master's
 // clock.
-func (s *Store) count(ctx context.Context, sh *shard, reqs []algorithms.Request, ops []plainOp, nowUS int64) error {
+func (s *Store) count(ctx context.Context, sh *master, reqs []algorithms.Request, ops []plainOp, nowUS int64) error {
 	pipe := sh.client.Pipeline()
 	var clock *redis.TimeCmd
 	if s.now == nil {
@@ -236,7 +236,7 @@ func (s *Store) count(ctx context.Context, sh *shard, reqs []algorithms.Request,
 // countAgain sends the second pipeline, when the first needs one: INCRBY
 // where SET NX found the counter made by another replica, PEXPIRE where
 // INCRBY may have made it.
-func (s *Store) countAgain(ctx context.Context, sh *shard, reqs []algorithms.Request, ops []plainOp) error {
+func (s *Store) countAgain(ctx context.Context, sh *master, reqs []algorithms.Request, ops []plainOp) error {
 	var again redis.Pipeliner
 	for i := range reqs {
 		op := &ops[i]
@@ -305,7 +305,7 @@ func readCount(get *redis.StringCmd) (int64, error) {
 // refundPlain takes back the hits the ops counted for the requests that
 // refund selects (an AlwaysCount request keeps them) and reports whether it
 // did.
-func (s *Store) refundPlain(ctx context.Context, sh *shard, reqs []algorithms.Request, ops []plainOp, nowUS int64, refund func(int) bool) bool {
+func (s *Store) refundPlain(ctx context.Context, sh *master, reqs []algorithms.Request, ops []plainOp, nowUS int64, refund func(int) bool) bool {
 	var at []int
 	for i := range reqs {
 		if ops[i].counted() && !reqs[i].AlwaysCount && refund(i) {

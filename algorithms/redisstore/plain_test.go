@@ -103,7 +103,7 @@ func TestPlainMixedBatch(t *testing.T) {
 	if plain, scripted := splitPlain(reqs, sizes); !slices.Equal(plain, []int{0, 1, 5, 6}) || !slices.Equal(scripted, []int{2, 3, 4}) {
 		t.Fatalf("plain %v, scripted %v: want [0 1 5 6] and [2 3 4]", plain, scripted)
 	}
-	ds, err := s.decide(ctx, singleShard(s), reqs, sizes)
+	ds, err := s.decide(ctx, singleMaster(s), reqs, sizes)
 	if err != nil {
 		t.Fatal(err)
 	}

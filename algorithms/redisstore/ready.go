@@ -20,7 +20,7 @@ const singleName = "redis"
 // It returns every master asked, by name (singleName, a master's address,
 // or "unassigned"), with nil when it answered, else why not.
 func (s *Store) Ready(ctx context.Context) map[string]error {
-	masters, errs := s.route.each(ctx, func(ctx context.Context, sh *shard) error { return sh.ping(ctx) })
+	masters, errs := s.route.each(ctx, func(ctx context.Context, sh *master) error { return sh.ping(ctx) })
 	out := make(map[string]error, len(masters))
 	for i, sh := range masters {
 		name, err := sh.name, errs[i]

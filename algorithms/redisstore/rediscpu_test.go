@@ -22,7 +22,7 @@ import (
 // floor is a pipeline of INCRBY + EXPIRE per decision, batched alike: the
 // cheapest fixed window there is (not atomic with its check, counting
 // rejected requests). Redis does not scale with Throttle's replicas: this
-// figure sets how many decisions one Redis core, one Cluster shard, carries.
+// figure sets how many decisions one Redis core, one Cluster master, carries.
 func BenchmarkRedisCPU(b *testing.B) {
 	ctx := context.Background()
 	rdb := newRedisClient(b, 1)

@@ -9,7 +9,7 @@ import (
 	"github.com/throttle-rl/throttle/algorithms"
 )
 
-// dispatch decides a validated, non-empty batch: each part on its shard by
+// dispatch decides a validated, non-empty batch: each part on its master by
 // p.onMaster, the parts at once. A part whose master answered a redirect (a slot
 // moved: failover, resharding) did not run; it is routed again on a fresh
 // slot table and sent once more. (What the parts counted for an
@@ -67,7 +67,7 @@ func (r *router) dispatch(ctx context.Context, reqs []algorithms.Request, p *pat
 	}
 }
 
-// onParts decides each part on its shard (p.onMaster), all at once, writes the decisions
+// onParts decides each part on its master (p.onMaster), all at once, writes the decisions
 // into out at their positions, and returns each part's error.
 func onParts(ctx context.Context, parts []part, p *path, last bool, out []algorithms.Decision) []error {
 	errs := make([]error, len(parts))
@@ -92,9 +92,9 @@ func onParts(ctx context.Context, parts []part, p *path, last bool, out []algori
 	return errs
 }
 
-// part is the requests of a batch that one shard holds, and their positions.
+// part is the requests of a batch that one master holds, and their positions.
 type part struct {
-	sh   *shard
+	sh   *master
 	reqs []algorithms.Request
 	at   []int
 }
@@ -105,7 +105,7 @@ func (r *router) split(reqs []algorithms.Request, at []int) []part {
 	var parts []part
 	add := func(i int) {
 		req := reqs[i]
-		sh := r.shardOfRequest(&req)
+		sh := r.masterOfRequest(&req)
 		j := 0
 		for j < len(parts) && parts[j].sh != sh {
 			j++

@@ -44,13 +44,13 @@ const (
 )
 
 // topology is one reading of the slot table: the master of every slot (the
-// unassigned shard when none serves it), or the one master of a single
+// unassigned placeholder when none serves it), or the one master of a single
 // Redis.
 type topology struct {
-	one     *shard   // a single Redis: every key's master; nil on a Cluster
-	slots   []*shard // a Cluster's: clusterSlots long
-	masters []*shard // the shards that serve slots now; the unassigned shard among them when a slot has none
-	read    bool     // false until the first read was tried
+	one     *master   // a single Redis: every key's master; nil on a Cluster
+	slots   []*master // a Cluster's: clusterSlots long
+	masters []*master // the masters that serve slots now; the unassigned placeholder among them when a slot has none
+	read    bool      // false until the first read was tried
 	// first is, for each slot of a Cluster's, the first slot of the run of
 	// slots its master serves that holds it: where the master's index of
 	// holds lives (holds.go).
@@ -67,38 +67,38 @@ type router struct {
 	// A Cluster's (nil for a single Redis): the seed client, whose options
 	// make the masters' clients and whose nodes seed CLUSTER SLOTS.
 	seed       *redis.ClusterClient
-	unassigned *shard
-	newShard   func(name string, client *redis.Client) *shard
+	unassigned *master
+	newMaster  func(name string, client *redis.Client) *master
 
 	// readMu makes one read of the slot table at a time; it guards what
 	// follows.
 	readMu   sync.Mutex
-	shards   map[string]*shard // every master ever seen, by address; closed by close
-	lastRead time.Time         // when the last read began
+	byAddr   map[string]*master // every master ever seen, by address; closed by close
+	lastRead time.Time          // when the last read began
 	stop     context.CancelFunc
 	done     chan struct{}
 }
 
 // newSingleRouter routes every call to one master.
-func newSingleRouter(sh *shard, keyOf func(scope, identifier string) string) *router {
-	r := &router{keyOf: keyOf, shards: map[string]*shard{sh.name: sh}, stop: func() {}, done: make(chan struct{})}
+func newSingleRouter(sh *master, keyOf func(scope, identifier string) string) *router {
+	r := &router{keyOf: keyOf, byAddr: map[string]*master{sh.name: sh}, stop: func() {}, done: make(chan struct{})}
 	close(r.done)
-	r.topo.Store(&topology{one: sh, masters: []*shard{sh}, read: true})
+	r.topo.Store(&topology{one: sh, masters: []*master{sh}, read: true})
 	return r
 }
 
 // newClusterRouter routes calls to the masters of a Cluster, reading its
 // slot table at once and then every topologyEvery until close.
-func newClusterRouter(cc *redis.ClusterClient, keyOf func(scope, identifier string) string, newShard func(string, *redis.Client) *shard) *router {
+func newClusterRouter(cc *redis.ClusterClient, keyOf func(scope, identifier string) string, newMaster func(string, *redis.Client) *master) *router {
 	r := &router{
 		keyOf:      keyOf,
 		seed:       cc,
-		unassigned: &shard{name: "unassigned", ping: func(context.Context) error { return errNoMaster }},
-		newShard:   newShard,
-		shards:     map[string]*shard{},
+		unassigned: &master{name: "unassigned", ping: func(context.Context) error { return errNoMaster }},
+		newMaster:  newMaster,
+		byAddr:     map[string]*master{},
 		done:       make(chan struct{}),
 	}
-	t := &topology{slots: make([]*shard, clusterSlots)}
+	t := &topology{slots: make([]*master, clusterSlots)}
 	for i := range t.slots {
 		t.slots[i] = r.unassigned
 	}
@@ -128,8 +128,8 @@ func (r *router) run(ctx context.Context) {
 	}
 }
 
-// shardOf returns the master that serves key's slot, as last read.
-func (r *router) shardOf(key string) *shard {
+// masterOf returns the master that serves key's slot, as last read.
+func (r *router) masterOf(key string) *master {
 	t := r.topo.Load()
 	if t.one != nil {
 		return t.one
@@ -137,12 +137,12 @@ func (r *router) shardOf(key string) *shard {
 	return t.slots[keySlot(key)]
 }
 
-// shardOfRequest returns the master of req's keys, as last read.
-func (r *router) shardOfRequest(req *algorithms.Request) *shard {
+// masterOfRequest returns the master of req's keys, as last read.
+func (r *router) masterOfRequest(req *algorithms.Request) *master {
 	if t := r.topo.Load(); t.one != nil {
 		return t.one // no key to build
 	}
-	return r.shardOf(r.keyOf(req.Key.Scope, req.Key.Identifier))
+	return r.masterOf(r.keyOf(req.Key.Scope, req.Key.Identifier))
 }
 
 // ready reads the slot table unless it was read (or tried) already: the
@@ -154,8 +154,8 @@ func (r *router) ready(ctx context.Context) {
 	r.refresh(ctx, time.Time{})
 }
 
-// masters returns the shards that serve slots now, as last read.
-func (r *router) masters() []*shard { return r.topo.Load().masters }
+// masters returns the masters that serve slots now, as last read.
+func (r *router) masters() []*master { return r.topo.Load().masters }
 
 // refresh reads CLUSTER SLOTS and swaps the slot table, unless a read began
 // after since (a caller that saw a redirect at since needs a table read
@@ -177,7 +177,7 @@ func (r *router) refresh(ctx context.Context, since time.Time) bool {
 		if t := r.topo.Load(); !t.read {
 			// Tried: the first calls go to the failure policy now
 			// rather than each waiting on another read.
-			r.topo.Store(&topology{slots: t.slots, masters: []*shard{r.unassigned}, read: true})
+			r.topo.Store(&topology{slots: t.slots, masters: []*master{r.unassigned}, read: true})
 		}
 		return false
 	}
@@ -185,23 +185,23 @@ func (r *router) refresh(ctx context.Context, since time.Time) bool {
 	return true
 }
 
-// topologyOf is the slot table of a CLUSTER SLOTS reply, with a shard for
-// each master not seen before.
+// topologyOf is the slot table of a CLUSTER SLOTS reply, with a master for
+// each address not seen before.
 func (r *router) topologyOf(slots []redis.ClusterSlot) *topology {
-	t := &topology{slots: make([]*shard, clusterSlots), read: true}
+	t := &topology{slots: make([]*master, clusterSlots), read: true}
 	for i := range t.slots {
 		t.slots[i] = r.unassigned
 	}
-	seen := map[*shard]bool{}
+	seen := map[*master]bool{}
 	for _, s := range slots {
 		if len(s.Nodes) == 0 || s.Start < 0 || s.End >= clusterSlots || s.Start > s.End {
 			continue
 		}
 		addr := s.Nodes[0].Addr // the master comes first
-		sh, ok := r.shards[addr]
+		sh, ok := r.byAddr[addr]
 		if !ok {
-			sh = r.newShard(addr, redis.NewClient(nodeOptions(r.seed.Options(), addr)))
-			r.shards[addr] = sh
+			sh = r.newMaster(addr, redis.NewClient(nodeOptions(r.seed.Options(), addr)))
+			r.byAddr[addr] = sh
 		}
 		if !seen[sh] {
 			seen[sh] = true
@@ -276,7 +276,7 @@ func (r *router) close() error {
 	r.readMu.Lock()
 	defer r.readMu.Unlock()
 	var errs []error
-	for _, sh := range r.shards {
+	for _, sh := range r.byAddr {
 		if sh.merge != nil {
 			sh.merge.close()
 		}
@@ -305,11 +305,11 @@ func (r *router) pack(keys []string, args []any, at int) ([]string, []any) {
 
 // onKey runs call on the master of key, and once more on its new master
 // when the first answered a redirect.
-func (r *router) onKey(ctx context.Context, key string, call func(sh *shard) error) error {
+func (r *router) onKey(ctx context.Context, key string, call func(sh *master) error) error {
 	r.ready(ctx)
 	for attempt := 0; ; attempt++ {
 		sent := time.Now()
-		sh := r.shardOf(key)
+		sh := r.masterOf(key)
 		if sh.client == nil {
 			return errNoMaster
 		}
@@ -322,7 +322,7 @@ func (r *router) onKey(ctx context.Context, key string, call func(sh *shard) err
 
 // each runs call on every master at once, after reading the slot table if
 // it never was, and returns each master's error, in the order of masters.
-func (r *router) each(ctx context.Context, call func(ctx context.Context, sh *shard) error) ([]*shard, []error) {
+func (r *router) each(ctx context.Context, call func(ctx context.Context, sh *master) error) ([]*master, []error) {
 	r.ready(ctx)
 	masters := r.masters()
 	errs := make([]error, len(masters))

@@ -132,11 +132,11 @@ func New(rdb redis.UniversalClient, opts Options) *Store {
 		s.reset = redis.NewScript(crossSlot + forgetLua + resetLua)
 		s.clear = redis.NewScript(crossSlot + forgetLua + clearLua)
 		s.refund = redis.NewScript(crossSlot + refundLua)
-		s.route = newClusterRouter(cc, s.indexKey, func(name string, c *redis.Client) *shard {
-			return s.newShard(name, c, func(ctx context.Context) error { return clusterReady(ctx, c) }, c.Close)
+		s.route = newClusterRouter(cc, s.indexKey, func(name string, c *redis.Client) *master {
+			return s.newMaster(name, c, func(ctx context.Context) error { return clusterReady(ctx, c) }, c.Close)
 		})
 	} else {
-		one := s.newShard("", rdb, func(ctx context.Context) error { return rdb.Ping(ctx).Err() }, func() error { return nil })
+		one := s.newMaster("", rdb, func(ctx context.Context) error { return rdb.Ping(ctx).Err() }, func() error { return nil })
 		s.route = newSingleRouter(one, s.indexKey)
 	}
 	s.approx = newApproxTable(opts.ApproximateInterval, opts.ApproximateMaxKeys, opts.Now)
@@ -220,10 +220,10 @@ func (s *Store) Check(ctx context.Context, reqs []algorithms.Request) ([]algorit
 	return p.decide(ctx, reqs)
 }
 
-// decide runs a validated batch on one shard's master: the requests of
+// decide runs a validated batch on one master: the requests of
 // callers (sizes: each caller's count, nil for one caller) in one script
 // call.
-func (s *Store) decide(ctx context.Context, sh *shard, reqs []algorithms.Request, sizes []int) ([]algorithms.Decision, error) {
+func (s *Store) decide(ctx context.Context, sh *master, reqs []algorithms.Request, sizes []int) ([]algorithms.Decision, error) {
 	if sh.client == nil {
 		return nil, errNoMaster
 	}
@@ -255,9 +255,9 @@ func (s *Store) decide(ctx context.Context, sh *shard, reqs []algorithms.Request
 	return out, nil
 }
 
-// decideScripted runs a validated batch on one shard's master in one
+// decideScripted runs a validated batch on one master in one
 // script call.
-func (s *Store) decideScripted(ctx context.Context, sh *shard, reqs []algorithms.Request, sizes []int) ([]algorithms.Decision, error) {
+func (s *Store) decideScripted(ctx context.Context, sh *master, reqs []algorithms.Request, sizes []int) ([]algorithms.Decision, error) {
 	keys, args := s.scriptArgs(reqs, sizes, s.nowArg())
 	res, err := s.runBatch(ctx, sh, keys, args).Slice()
 	if err != nil {
@@ -289,7 +289,7 @@ func (s *Store) Reset(ctx context.Context, scope, identifier string, alg algorit
 	}
 	index := s.indexKey(scope, identifier)
 	var n int
-	err := s.route.onKey(ctx, index, func(sh *shard) error {
+	err := s.route.onKey(ctx, index, func(sh *master) error {
 		var err error
 		n, err = s.reset.Run(ctx, sh.client, []string{index}, s.identityPrefix(scope, identifier), alg.Tag(), s.nowArg(), s.holdIndex(index)).Int()
 		if errors.Is(err, redis.Nil) {
@@ -309,7 +309,7 @@ func (s *Store) Ping(ctx context.Context) error {
 	if !s.route.refresh(ctx, time.Now()) {
 		return fmt.Errorf("redis cluster: no slot table: %w", errNoMaster)
 	}
-	masters, errs := s.route.each(ctx, pingShard)
+	masters, errs := s.route.each(ctx, pingMaster)
 	for i, sh := range masters {
 		if errs[i] != nil && sh.name != "" {
 			errs[i] = fmt.Errorf("%s: %w", sh.name, errs[i])

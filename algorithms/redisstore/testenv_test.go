@@ -69,7 +69,7 @@ func storeFactories() []storetest.Factory {
 			// The engine as a script (EVALSHA), as on Redis 6 or where an
 			// ACL refuses FUNCTION LOAD.
 			s := New(newRedisClient(t, 0), Options{Now: clock})
-			singleShard(s).lua.Store(luaEval)
+			singleMaster(s).lua.Store(luaEval)
 			return s
 		}, Keep: keeper, Sweep: sweeper},
 		{Name: "redis-coalesced", New: func(t *testing.T, clock func() time.Time) algorithms.Store {
@@ -130,5 +130,5 @@ func sweeper(t *testing.T, s algorithms.Store) {
 	}
 }
 
-// singleShard is the one master of a store over a single Redis.
-func singleShard(s *Store) *shard { return s.route.topo.Load().one }
+// singleMaster is the one master of a store over a single Redis.
+func singleMaster(s *Store) *master { return s.route.topo.Load().one }

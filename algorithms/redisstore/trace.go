@@ -48,7 +48,7 @@ const (
 // traceCheck starts a call's "redis.check" span, under its caller's span
 // when that one records; it returns the call's context and what ends the
 // span with the call's error. Without a recording span it starts nothing.
-func (s *Store) traceCheck(ctx context.Context, sh *shard, reqs []algorithms.Request) (context.Context, func(error)) {
+func (s *Store) traceCheck(ctx context.Context, sh *master, reqs []algorithms.Request) (context.Context, func(error)) {
 	if s.tracer == nil || !trace.SpanFromContext(ctx).IsRecording() {
 		return ctx, endNothing
 	}

@@ -114,7 +114,7 @@ func TestRedisSpanNeedsARecordingParent(t *testing.T) {
 
 func TestNoTracerIsOff(t *testing.T) {
 	s := New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), Options{Coalesce: 1})
-	if s.tracer != nil || singleShard(s).merge.tracer != nil {
+	if s.tracer != nil || singleMaster(s).merge.tracer != nil {
 		t.Error("the store has a tracer")
 	}
 	s.Close()
@@ -217,7 +217,7 @@ func TestCoalescedSpans(t *testing.T) {
 			<-g.entered // the worker holds A's call
 			continue
 		}
-		for deadline := time.Now().Add(10 * time.Second); len(singleShard(s).merge.queue) < i; {
+		for deadline := time.Now().Add(10 * time.Second); len(singleMaster(s).merge.queue) < i; {
 			if time.Now().After(deadline) {
 				t.Fatalf("caller %s never queued", name)
 			}
