@@ -13,7 +13,7 @@ import (
 // group may hold both: when an approximate request of it is over, the exact
 // ones are only read (hits 0); when an exact one is over, what the table
 // counted for the group is taken back.
-func (p *path) decide(ctx context.Context, reqs []algorithms.Request) ([]algorithms.Decision, error) {
+func (p *checkPath) decide(ctx context.Context, reqs []algorithms.Request) ([]algorithms.Decision, error) {
 	s := p.s
 	n := 0
 	for i := range reqs {
@@ -40,7 +40,7 @@ func (p *path) decide(ctx context.Context, reqs []algorithms.Request) ([]algorit
 // decideMixed decides a batch the table cannot decide alone: tied, or
 // holding exact requests, or approximate ones of a master that is down
 // (someDown: answered by the failure policy).
-func (p *path) decideMixed(ctx context.Context, reqs []algorithms.Request, someDown bool, now time.Time) ([]algorithms.Decision, error) {
+func (p *checkPath) decideMixed(ctx context.Context, reqs []algorithms.Request, someDown bool, now time.Time) ([]algorithms.Decision, error) {
 	s := p.s
 	m := mixed{out: make([]algorithms.Decision, len(reqs)), tied: algorithms.Tied(reqs)}
 	var down map[*master][]int // the approximate requests of masters down
@@ -82,7 +82,7 @@ func (p *path) decideMixed(ctx context.Context, reqs []algorithms.Request, someD
 
 // byPolicy answers by the failure policy the approximate requests of the
 // masters down, at their positions (down, by master).
-func (m *mixed) byPolicy(ctx context.Context, reqs []algorithms.Request, down map[*master][]int, p *path) error {
+func (m *mixed) byPolicy(ctx context.Context, reqs []algorithms.Request, down map[*master][]int, p *checkPath) error {
 	if err := p.byPolicyAt(ctx, reqs, m.out, down); err != nil {
 		return err
 	}
@@ -99,7 +99,7 @@ func (m *mixed) byPolicy(ctx context.Context, reqs []algorithms.Request, down ma
 // or past their lease with no answer from Redis in time. Their hits
 // admitted (fail open, or fail local) are outside any lease: counted as
 // blind.
-func (p *path) byPolicyAt(ctx context.Context, reqs []algorithms.Request, out []algorithms.Decision, down map[*master][]int) error {
+func (p *checkPath) byPolicyAt(ctx context.Context, reqs []algorithms.Request, out []algorithms.Decision, down map[*master][]int) error {
 	for sh, at := range down {
 		ds, err := p.byPolicy(ctx, sh, subset(reqs, at))
 		if err != nil {
@@ -136,7 +136,7 @@ func approximate(r *algorithms.Request) bool {
 // decideApprox decides a batch of approximate requests alone, none tied,
 // from the table (by exact where the table is full or the replica count is
 // not known yet, one at a time).
-func (p *path) decideApprox(ctx context.Context, reqs []algorithms.Request) ([]algorithms.Decision, error) {
+func (p *checkPath) decideApprox(ctx context.Context, reqs []algorithms.Request) ([]algorithms.Decision, error) {
 	s := p.s
 	out := make([]algorithms.Decision, len(reqs))
 	local, nowUS := s.approx.nowUS()
@@ -184,7 +184,7 @@ func (m *mixed) note(r *algorithms.Request, i int, inTable bool) {
 
 // decideExact decides the exact requests on Redis: only read when the
 // group is void already; the group void when one of them is over.
-func (m *mixed) decideExact(ctx context.Context, reqs []algorithms.Request, p *path) error {
+func (m *mixed) decideExact(ctx context.Context, reqs []algorithms.Request, p *checkPath) error {
 	if len(m.exactAt) == 0 {
 		return nil
 	}

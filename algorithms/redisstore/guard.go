@@ -187,7 +187,7 @@ func (g *Guard) Check(ctx context.Context, reqs []algorithms.Request) ([]algorit
 	if len(reqs) == 0 {
 		return []algorithms.Decision{}, nil
 	}
-	p := path{s: g.store, g: g}
+	p := checkPath{s: g.store, g: g}
 	return p.decide(ctx, reqs)
 }
 

@@ -15,7 +15,7 @@ import (
 // slot table and sent once more. (What the parts counted for an
 // all-or-nothing group another part voided is the caller's to take back:
 // refundVoided.)
-func (r *router) dispatch(ctx context.Context, reqs []algorithms.Request, p *path) ([]algorithms.Decision, error) {
+func (r *router) dispatch(ctx context.Context, reqs []algorithms.Request, p *checkPath) ([]algorithms.Decision, error) {
 	r.ready(ctx)
 	var out []algorithms.Decision
 	var at []int // the positions still to decide; nil: all
@@ -69,7 +69,7 @@ func (r *router) dispatch(ctx context.Context, reqs []algorithms.Request, p *pat
 
 // onParts decides each part on its master (p.onMaster), all at once, writes the decisions
 // into out at their positions, and returns each part's error.
-func onParts(ctx context.Context, parts []part, p *path, last bool, out []algorithms.Decision) []error {
+func onParts(ctx context.Context, parts []part, p *checkPath, last bool, out []algorithms.Decision) []error {
 	errs := make([]error, len(parts))
 	run := func(i int) {
 		ds, err := p.onMaster(ctx, parts[i].sh, parts[i].reqs, last)

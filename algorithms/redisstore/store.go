@@ -216,7 +216,7 @@ func (s *Store) Check(ctx context.Context, reqs []algorithms.Request) ([]algorit
 	if len(reqs) == 0 {
 		return []algorithms.Decision{}, nil
 	}
-	p := path{s: s}
+	p := checkPath{s: s}
 	return p.decide(ctx, reqs)
 }
 

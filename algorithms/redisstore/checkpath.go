@@ -8,11 +8,11 @@ import (
 	"github.com/throttle-rl/throttle/algorithms"
 )
 
-// path is one Check's way to Redis: the store's own (Store.Check), or
+// checkPath is one Check's way to Redis: the store's own (Store.Check), or
 // behind the Guard (Guard.Check), whose breaker per master, deadline
 // budget and failure policy plug in at the one call each master gets
 // (onMaster).
-type path struct {
+type checkPath struct {
 	s *Store
 	g *Guard // nil: no breaker, no budget, no failure policy
 	// budget is how long a master's call may take (Guard.budget), taken
@@ -23,7 +23,7 @@ type path struct {
 // exact decides a validated batch on Redis, each master's part at once
 // (router.dispatch), and takes back what masters counted for an
 // all-or-nothing group another master voided.
-func (p *path) exact(ctx context.Context, reqs []algorithms.Request) ([]algorithms.Decision, error) {
+func (p *checkPath) exact(ctx context.Context, reqs []algorithms.Request) ([]algorithms.Decision, error) {
 	if p.g != nil {
 		var ok bool
 		if p.budget, ok = p.g.budget(ctx); !ok {
@@ -42,7 +42,7 @@ func (p *path) exact(ctx context.Context, reqs []algorithms.Request) ([]algorith
 // onMaster decides the part of a batch that master sh holds: behind its
 // breaker when guarded. last is false when a redirect will be followed
 // (dispatch sends the part once more).
-func (p *path) onMaster(ctx context.Context, sh *master, reqs []algorithms.Request, last bool) ([]algorithms.Decision, error) {
+func (p *checkPath) onMaster(ctx context.Context, sh *master, reqs []algorithms.Request, last bool) ([]algorithms.Decision, error) {
 	if p.g == nil {
 		return p.s.onMaster(ctx, time.Time{}, sh, reqs)
 	}
@@ -52,12 +52,12 @@ func (p *path) onMaster(ctx context.Context, sh *master, reqs []algorithms.Reque
 // approxDown reports whether the approximate requests of master sh are
 // answered by the failure policy (byPolicy) rather than from the table:
 // guarded, and its syncs have failed for the Guard's HungAfter.
-func (p *path) approxDown(sh *master, now time.Time) bool {
+func (p *checkPath) approxDown(sh *master, now time.Time) bool {
 	return p.g != nil && sh != nil && sh.approxDown(now, p.g.opts.HungAfter)
 }
 
 // anyApproxDown reports whether approxDown holds for some master now.
-func (p *path) anyApproxDown(now time.Time) bool {
+func (p *checkPath) anyApproxDown(now time.Time) bool {
 	if p.g == nil {
 		return false
 	}
@@ -72,7 +72,7 @@ func (p *path) anyApproxDown(now time.Time) bool {
 // byPolicy answers by the failure policy the approximate requests of a
 // master whose syncs have failed for a while, or whose asks got no answer
 // in time. Unguarded, there is no policy: no decision (ErrOverloaded).
-func (p *path) byPolicy(ctx context.Context, sh *master, reqs []algorithms.Request) ([]algorithms.Decision, error) {
+func (p *checkPath) byPolicy(ctx context.Context, sh *master, reqs []algorithms.Request) ([]algorithms.Decision, error) {
 	if p.g == nil {
 		return nil, fmt.Errorf("redis: approximate limit past its lease, no answer in time: %w", algorithms.ErrOverloaded)
 	}
