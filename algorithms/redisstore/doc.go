@@ -11,7 +11,7 @@
 //  3. guard.go: Guard.Check validates the batch and sends it down its checkPath (checkpath.go) behind the breakers (breaker.go).
 //  4. approxcheck.go: checkPath.decide sends approximate requests to the table (approx.go), the rest to Redis (checkPath.exact).
 //     approxdecide.go decides within this replica's lease; approxask.go asks Redis at once when it runs out.
-//  5. route.go: router.dispatch splits the batch by master and follows a redirect once (router.go, cluster.go, keys.go).
+//  5. dispatch.go: router.dispatch splits the batch by master and follows a redirect once (router.go, cluster.go, keys.go).
 //  6. checkpath.go: checkPath.onMaster is each master's one call: when guarded, Guard.onMaster's breaker and failure policy.
 //  7. master.go: Store.onMaster decides a part on its master (master), in a span when tracing (trace.go).
 //  8. coalesce.go: the coalescer merges concurrent callers' batches into one call per master.
