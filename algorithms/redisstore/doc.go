@@ -21,14 +21,15 @@
 //     token_bucket.lua, gcra.lua), run as a function or a script (functions.go).
 //  12. algorithms.DecideFound turns what Redis found into decisions, as the memory store does.
 //  13. clear.go: refundVoided takes back what masters counted for a group another voided; Clear and Reset delete
-//     state (clear.lua, reset.lua).
+//     state (clear.lua, reset.lua, each behind forget.lua, which takes the state's holds).
 //
 // Beside them: approxsync.go syncs the approximate limits with each master
 // every interval and resizes its leases (approxcall.go, approx.lua; approxentry.go holds a limit's windows,
 // approxregistry.go and approx_replicas.lua count the replicas,
 // approxmetrics.go measures them); holds.go keeps holds (reservations)
 // beside their counters (hold.lua: batch.lua writes them, settle and sweep give
-// them back) and runs each store's sweeper of expired holds; ready.go's Store.Ready asks every master
+// them back) and runs each store's sweeper of expired holds; ledger.go (ledger.lua) caps each owner's
+// outstanding reservations; ready.go's Store.Ready asks every master
 // whether it answers, through no breaker; guardmetrics.go is the Guard's
 // metrics.
 //
