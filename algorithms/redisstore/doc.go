@@ -23,15 +23,40 @@
 //  13. clear.go: refundVoided takes back what masters counted for a group another voided; Clear and Reset delete
 //     state (clear.lua, reset.lua, each behind forget.lua, which takes the state's holds).
 //
-// Beside them: approxsync.go syncs the approximate limits with each master
-// every interval and resizes its leases (approxcall.go, approx.lua; approxentry.go holds a limit's windows,
-// approxregistry.go and approx_replicas.lua count the replicas,
-// approxmetrics.go measures them); holds.go keeps holds (reservations)
-// beside their counters (hold.lua: batch.lua writes them, settle and sweep give
-// them back) and runs each store's sweeper of expired holds; ledger.go (ledger.lua) caps each owner's
-// outstanding reservations; ready.go's Store.Ready asks every master
-// whether it answers, through no breaker; guardmetrics.go is the Guard's
-// metrics.
+// # Approximate limits: leases
+//
+// An approximate limit is decided in this replica's memory (approx.go: the
+// table, its lock stripes, its clock) within a lease of the limit that
+// Redis grants; Redis holds admitted + unexpired leases ≤ limit:
+//
+//   - approxentry.go: a limit's windows (the current and the one before),
+//     what each has pending, in flight, leased and reported;
+//   - approxdecide.go: the decision within the lease (or a new window's
+//     blind budget), else an ask, else the failure policy;
+//   - approxask.go: the ask, one call shared by the window's callers;
+//   - approxsync.go: the syncer, every interval, per master: reports,
+//     renews and resizes the leases, and drains at shutdown;
+//   - approxcall.go, approx.lua: one call for many windows: expired leases
+//     go back, reports count once (running totals), the new lease is sized;
+//   - approxregistry.go, approx_replicas.lua: how many replicas share the
+//     limits (leases and blind budgets divide by it);
+//   - approxcheck.go: batches mixing approximate and exact requests, and
+//     all-or-nothing groups (what the table counted is taken back);
+//   - approxmetrics.go: their metrics (throttle_approximate_*, or
+//     throttle_global_* for the global Redis).
+//
+// The lease rule (a holder stops spending a TTL after it sent the call
+// that granted the lease, before Redis gives it back) and the bound are
+// in docs/algorithms.md.
+//
+// # Beside the stages
+//
+// holds.go keeps holds (reservations) beside their counters (hold.lua:
+// batch.lua writes them, settle and sweep give them back) and runs each
+// store's sweeper of expired holds; ledger.go (ledger.lua) caps each
+// owner's outstanding reservations; ready.go's Store.Ready asks every
+// master whether it answers, through no breaker; guardmetrics.go is the
+// Guard's metrics.
 //
 // Every key carries a TTL; the clock is Redis's TIME, so replicas on skewed
 // hosts agree. docs/algorithms.md has the semantics and the measurements.
