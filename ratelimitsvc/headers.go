@@ -12,39 +12,81 @@ import (
 	"github.com/throttle-rl/throttle/internal/ratelimitheader"
 )
 
-// responseHeaders is the response's response_headers_to_add
-// (RATE_LIMIT_RESPONSE_HEADERS), which Envoy adds to the upstream's reply
-// when the request passes and to its own 429 when it does not:
+// The response's response_headers_to_add, which Envoy adds to the
+// upstream's reply when the request passes and to its own 429 when it does
+// not, are made by header sets, each from the descriptors' statuses and the
+// limits that applied (prepared: per descriptor, or nil). Options chooses
+// them once (headerSets), in the order their headers are added:
 //
-//   - with sets x or both, X-RateLimit-Limit, -Remaining and -Reset of the
-//     most restrictive descriptor, as the reference service (rateLimitHeaders);
+//   - with RATE_LIMIT_RESPONSE_HEADERS and sets x or both, X-RateLimit-Limit,
+//     -Remaining and -Reset of the most restrictive descriptor
+//     (rateLimitHeaders);
 //   - with sets ietf or both, the draft's RateLimit-Policy and RateLimit with
 //     one list member per limit of each descriptor a limit applied to, in
-//     request order (see ietfHeaders);
-//   - when the overall code is OVER_LIMIT, Retry-After: the seconds until the
-//     request could pass, whatever sets says;
-//   - when the failure policy decided a limit of any descriptor (FAILURE_MODE,
-//     the backend down), RateLimit-Degraded: true, whatever sets says (the
-//     header REST replies carry too).
-//
-// prepared holds, per descriptor, the limit that applied to it, or nil.
-func responseHeaders(sets ratelimitheader.Sets, resp *rlsv3.RateLimitResponse, prepared []*limited) []*corev3.HeaderValue {
-	var out []*corev3.HeaderValue
-	if sets.SendsX() {
-		out = append(out, rateLimitHeaders(resp.Statuses)...)
-	}
-	if sets.SendsIETF() {
-		out = append(out, ietfHeaders(resp.Statuses, prepared)...)
-	}
-	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
-		if s := retryAfter(resp.Statuses, prepared); s > 0 {
-			out = append(out, &corev3.HeaderValue{Key: "Retry-After", Value: strconv.FormatInt(s, 10)})
+//     request order (ietfHeaders);
+//   - with RATE_LIMIT_RESPONSE_HEADERS, whatever sets says: Retry-After when
+//     the overall code is OVER_LIMIT (the seconds until the request could
+//     pass), and RateLimit-Degraded: true when the failure policy decided a
+//     limit of any descriptor (FAILURE_MODE, the backend down; the header
+//     REST replies carry too);
+//   - with LIMIT_RESPONSE_HEADERS_ENABLED, the reference service's three
+//     headers under their configured names (limitHeaders, refheaders.go).
+
+// headerSet is one set of response headers.
+type headerSet func(resp *rlsv3.RateLimitResponse, prepared []*limited) []*corev3.HeaderValue
+
+// headerSets are the header sets opts chooses, in the order above.
+func headerSets(opts *Options) []headerSet {
+	var sets []headerSet
+	if opts.ResponseHeaders {
+		if opts.HeaderSets.SendsX() {
+			sets = append(sets, func(resp *rlsv3.RateLimitResponse, _ []*limited) []*corev3.HeaderValue {
+				return rateLimitHeaders(resp.Statuses)
+			})
 		}
+		if opts.HeaderSets.SendsIETF() {
+			sets = append(sets, func(resp *rlsv3.RateLimitResponse, prepared []*limited) []*corev3.HeaderValue {
+				return ietfHeaders(resp.Statuses, prepared)
+			})
+		}
+		sets = append(sets, retryAfterHeader, degradedHeaders)
 	}
-	if degraded(prepared) {
-		out = append(out, &corev3.HeaderValue{Key: degradedHeader, Value: "true"})
+	if names := opts.LimitHeaders; names != nil {
+		sets = append(sets, func(resp *rlsv3.RateLimitResponse, prepared []*limited) []*corev3.HeaderValue {
+			return limitHeaders(names, resp.Statuses, prepared)
+		})
+	}
+	return sets
+}
+
+// responseHeaders are the headers of every set of sets for resp.
+func responseHeaders(sets []headerSet, resp *rlsv3.RateLimitResponse, prepared []*limited) []*corev3.HeaderValue {
+	var out []*corev3.HeaderValue
+	for _, set := range sets {
+		out = append(out, set(resp, prepared)...)
 	}
 	return out
+}
+
+// retryAfterHeader is Retry-After of an OVER_LIMIT response (retryAfter),
+// none when it would be 0.
+func retryAfterHeader(resp *rlsv3.RateLimitResponse, prepared []*limited) []*corev3.HeaderValue {
+	if resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
+		return nil
+	}
+	if s := retryAfter(resp.Statuses, prepared); s > 0 {
+		return []*corev3.HeaderValue{{Key: "Retry-After", Value: strconv.FormatInt(s, 10)}}
+	}
+	return nil
+}
+
+// degradedHeaders is RateLimit-Degraded: true when the failure policy
+// decided a limit of any descriptor.
+func degradedHeaders(_ *rlsv3.RateLimitResponse, prepared []*limited) []*corev3.HeaderValue {
+	if degraded(prepared) {
+		return []*corev3.HeaderValue{{Key: degradedHeader, Value: "true"}}
+	}
+	return nil
 }
 
 // degradedHeader marks a response the failure policy decided, at least in
@@ -174,7 +216,7 @@ func (ls *limitState) retrySeconds() int64 {
 
 // rateLimitHeaders builds the X-RateLimit-* set (RATE_LIMIT_HEADERS x or
 // both) from the most restrictive limited status, as the reference service
-// does; headers.go adds the rest.
+// does; the other header sets add the rest (headerSets).
 func rateLimitHeaders(sts []*rlsv3.RateLimitResponse_DescriptorStatus) []*corev3.HeaderValue {
 	var min *rlsv3.RateLimitResponse_DescriptorStatus
 	for _, st := range sts {

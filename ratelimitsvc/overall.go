@@ -42,12 +42,7 @@ func (s *Server) finish(ctx context.Context, req *rlsv3.RateLimitRequest, resp *
 		resp.OverallCode = rlsv3.RateLimitResponse_OK
 		s.metrics.shadowed()
 	}
-	if s.opts.ResponseHeaders {
-		resp.ResponseHeadersToAdd = responseHeaders(s.opts.HeaderSets, resp, prepared)
-	}
-	if s.opts.LimitHeaders != nil {
-		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, limitHeaders(s.opts.LimitHeaders, resp.Statuses, prepared)...)
-	}
+	resp.ResponseHeadersToAdd = responseHeaders(s.headers, resp, prepared)
 	if s.opts.DynamicMetadata {
 		md, err := dynamicMetadata(req, resp.Statuses, prepared)
 		if err != nil {

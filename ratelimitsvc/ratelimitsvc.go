@@ -47,7 +47,7 @@ type Options struct {
 	// ResponseHeaders adds rate-limit headers to every response with a
 	// limit, for Envoy to add to its reply (setting
 	// RATE_LIMIT_RESPONSE_HEADERS): the sets HeaderSets chooses, and
-	// Retry-After when the overall code is OVER_LIMIT (see responseHeaders).
+	// Retry-After when the overall code is OVER_LIMIT (see headerSets).
 	ResponseHeaders bool
 	// HeaderSets chooses the sets ResponseHeaders adds (setting
 	// RATE_LIMIT_HEADERS): X-RateLimit-*, the IETF draft's RateLimit-Policy
@@ -136,7 +136,8 @@ type Server struct {
 	metrics *metrics
 	tracing *tracing // nil: tracing off
 
-	rules *ruledomain.Cache // domains built from REST clients' descriptor rules
+	rules   *ruledomain.Cache // domains built from REST clients' descriptor rules
+	headers []headerSet       // the response headers' sets (headers.go)
 }
 
 // New returns a Server.
@@ -160,7 +161,8 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	tr := newTracing(opts.TracerProvider, opts.Propagator)
-	return &Server{opts: opts, limits: limits, metrics: m, tracing: tr, rules: ruledomain.New(opts.Rules, opts.Log)}, nil
+	return &Server{opts: opts, limits: limits, metrics: m, tracing: tr, rules: ruledomain.New(opts.Rules, opts.Log),
+		headers: headerSets(&opts)}, nil
 }
 
 // ShouldRateLimit decides every descriptor of req in one engine batch (see
