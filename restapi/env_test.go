@@ -126,7 +126,9 @@ func newEnvAt(t *testing.T, dbURL string, b backend, opts ...func(*Deps)) *testE
 		memIdem = newMemoryIdempotency(time.Now, IdempotencyQuota{Records: DefaultIdempotencyRecords, Bytes: DefaultIdempotencyBytes})
 		idem = memIdem
 	case "redis":
-		rs := redisstore.New(redisClient(t), redisstore.Options{Now: testClock})
+		// No sweeper: on its fixed clock (2031) it would give back every
+		// hold of the shared Redis, other packages' tests' too.
+		rs := redisstore.New(redisClient(t), redisstore.Options{Now: testClock, HoldSweepEvery: -1})
 		limiter, ready, ledger = rs, rs.Ready, rs.Ledger()
 		idem = idempotency.NewRedis(redisClient(t), "test-"+testkit.RandomHex(t, 8)+":", idempotency.Quota{Records: DefaultIdempotencyRecords, Bytes: DefaultIdempotencyBytes})
 	default:

@@ -41,7 +41,7 @@ func TestTracingSpans(t *testing.T) {
 		e := newEnv(t, b, func(d *Deps) {
 			d.TracerProvider = tp
 			if b.limiter == "redis" {
-				d.Limiter = redisstore.New(redisClient(t), redisstore.Options{Now: testClock, Tracer: tp.Tracer("github.com/throttle-rl/throttle/algorithms")})
+				d.Limiter = redisstore.New(redisClient(t), redisstore.Options{Now: testClock, HoldSweepEvery: -1, Tracer: tp.Tracer("github.com/throttle-rl/throttle/algorithms")})
 			}
 		})
 		c := e.register(t, "traced")
