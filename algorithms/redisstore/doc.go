@@ -38,6 +38,8 @@
 //     renews and resizes the leases, and drains at shutdown;
 //   - approxcall.go, approx.lua: one call for many windows: expired leases
 //     go back, reports count once (running totals), the new lease is sized;
+//   - approxsizing.go: the round trip, call timeout, lease TTL and
+//     horizon, the shares and the blind budgets;
 //   - approxregistry.go, approx_replicas.lua: how many replicas share the
 //     limits (leases and blind budgets divide by it);
 //   - approxcheck.go: batches mixing approximate and exact requests, and
@@ -52,8 +54,8 @@
 // # Beside the stages
 //
 // holds.go keeps holds (reservations) beside their counters (hold.lua:
-// batch.lua writes them, settle and sweep give them back) and runs each
-// store's sweeper of expired holds; ledger.go (ledger.lua) caps each
+// batch.lua writes them, settle and sweep give them back); holdsweep.go
+// runs each store's sweeper of expired holds and measures them; ledger.go (ledger.lua) caps each
 // owner's outstanding reservations; ready.go's Store.Ready asks every
 // master whether it answers, through no breaker; guardmetrics.go is the
 // Guard's metrics.
