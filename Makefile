@@ -4,7 +4,7 @@ BIN ?= bin/throttle
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: run build release test test-short bench bench-overload bench-rls bench-cluster bench-tls lint fmt
+.PHONY: run build release reference-settings test test-short bench bench-overload bench-rls bench-cluster bench-tls lint fmt
 
 run: ## run Throttle with the embedded default (memory counters, SQLite)
 	$(GO) run ./cmd/throttle serve
@@ -25,6 +25,10 @@ TEST_FIRST := ./cmd/throttle ./algorithms/redisstore ./restapi ./quotasvc ./cmd/
 test: ## every test, with -race, against a throw-away Redis and PostgreSQL
 	CGO_ENABLED=0 $(GO) build -trimpath -o /dev/null ./cmd/throttle
 	scripts/with-test-services.sh $(GO) test -race -count=1 -timeout 20m $(TEST_FIRST) ./...
+
+reference-settings: ## write cmd/throttle/testdata/reference-settings.txt anew from a checkout of envoyproxy/ratelimit (REFERENCE_SRC), then check the settings table against it
+	scripts/reference-settings.sh $(REFERENCE_SRC) > cmd/throttle/testdata/reference-settings.txt
+	$(GO) test -count=1 -run 'TestReferenceSettings|TestReferenceTableDocumented' ./cmd/throttle
 
 bench: ## benchmarks of the engine against memory and a throw-away Redis
 	scripts/with-test-services.sh $(GO) test -run '^$$' -bench . -benchmem -benchtime 2s ./algorithms/ ./ratelimitsvc/

@@ -23,7 +23,6 @@ type config struct {
 	Listen      listenConfig // HOST, GRPC_HOST, GRPC_UDS, DEBUG_* (refserve.go)
 	Doors       doorsConfig  // the pages PORT serves without a key (doors.go)
 	LogFormat   string       // json or text
-	BackendType string       // the reference's BACKEND_TYPE: redis
 	// HealthyWithConfig makes /healthcheck wait for a descriptor
 	// configuration (HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED).
 	HealthyWithConfig bool
@@ -91,9 +90,9 @@ type config struct {
 	Stats             statsConfig    // the reference service's stats (statssettings.go)
 	Tenancy           tenancyConfig  // the tenants' lanes (tenancy.go)
 
-	// IgnoredReference are the settings of the reference service given
-	// that have no meaning here (referenceSettings), by name, for the log.
-	IgnoredReference []string
+	// Inert are the settings given that change nothing here (their rows'
+	// ref.inert), by name, for the log.
+	Inert []string
 
 	// MaxDescriptors and MaxDescriptorEntries cap one gRPC rate-limit
 	// request's descriptors and each descriptor's entries, and
@@ -121,7 +120,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*c
 	c := &config{}
 	var errs []error
 	for _, s := range serveSettings {
-		if v, ok := given[s.env]; ok {
+		if v, ok := given[s.env]; ok && s.set != nil {
 			if err := s.set(c, v); err != nil {
 				errs = append(errs, fmt.Errorf("%s: %w", s.env, scrubSetting(s.env, v, err)))
 			}
@@ -133,14 +132,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*c
 	if err := c.setDefaults(given, getenv); err != nil {
 		return nil, err
 	}
-	c.IgnoredReference = ignoredReferenceSettings(getenv)
-	if c.XDS.Type == configTypeXDS {
-		for _, name := range []string{"RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY", "RUNTIME_IGNOREDOTFILES", "RUNTIME_WATCH_ROOT"} {
-			if _, ok := given[name]; ok {
-				c.IgnoredReference = append(c.IgnoredReference, name) // the config folder of CONFIG_TYPE=FILE
-			}
-		}
-	}
+	c.Inert = inertGiven(c, given)
 	if err := c.Stats.readEnv(getenv); err != nil {
 		return nil, err
 	}
@@ -153,7 +145,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*c
 // set). An error is a row whose default does not parse: a bug.
 func (c *config) setDefaults(given map[string]string, getenv func(string) string) error {
 	for _, s := range serveSettings {
-		if _, ok := given[s.env]; ok {
+		if _, ok := given[s.env]; ok || s.set == nil {
 			continue
 		}
 		if err := s.set(c, s.def); err != nil {

@@ -13,17 +13,48 @@ import (
 // DESCRIPTORS_DIR: RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY,
 // read as the reference reads it (descriptors.Options.Tree).
 var runtimeSettings = []setting{
-	{"RUNTIME_ROOT", "runtime-root", "", "the reference service's config folder is RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY: every file in it, at any depth, is descriptor YAML (reloaded on change, a ConfigMap's ..data swap too); empty = /srv/runtime_data/current, the reference's, when RUNTIME_SUBDIRECTORY is set, else no such folder; not with DESCRIPTORS_DIR", func(c *config, v string) error { c.Runtime.Root = v; return nil }},
-	{"RUNTIME_SUBDIRECTORY", "runtime-subdirectory", "", "the folder under RUNTIME_ROOT holding RUNTIME_APPDIRECTORY (Istio's sample: ratelimit)", func(c *config, v string) error { c.Runtime.Subdirectory = v; return nil }},
-	{"RUNTIME_APPDIRECTORY", "runtime-appdirectory", "config", "the folder of descriptor files under RUNTIME_ROOT/RUNTIME_SUBDIRECTORY", func(c *config, v string) error { c.Runtime.AppDirectory = v; return nil }},
-	{"RUNTIME_IGNOREDOTFILES", "runtime-ignoredotfiles", "false", "skip files and folders of the config folder whose names start with '.' (those starting with '..', a ConfigMap volume's own, are always skipped)", func(c *config, v string) (err error) { c.Runtime.IgnoreDotFiles, err = parseBool(v); return }},
-	{"RUNTIME_WATCH_ROOT", "runtime-watch-root", "true", "accepted for the reference's deployments: which path the reference watches for changes; Throttle reads the config folder's contents every DESCRIPTORS_RELOAD_INTERVAL whatever this says, so a symlink swap of RUNTIME_ROOT, a ConfigMap's ..data swap and a file edited in place are all applied", func(c *config, v string) (err error) { c.Runtime.WatchRoot, err = parseBool(v); return }},
+	{env: "RUNTIME_ROOT", flag: "runtime-root", ref: runtimeUpstream("/srv/runtime_data/current"),
+		usage: "the reference service's config folder is RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY: every file " +
+			"in it, at any depth, is descriptor YAML (reloaded on change, a ConfigMap's ..data swap too); empty = " +
+			"/srv/runtime_data/current, the reference's, when RUNTIME_SUBDIRECTORY is set, else no such folder; not with " +
+			"DESCRIPTORS_DIR",
+		set: func(c *config, v string) error { c.Runtime.Root = v; return nil }},
+	{env: "RUNTIME_SUBDIRECTORY", flag: "runtime-subdirectory", ref: runtimeUpstream(""),
+		usage: "the folder under RUNTIME_ROOT holding RUNTIME_APPDIRECTORY (Istio's sample: ratelimit)",
+		set:   func(c *config, v string) error { c.Runtime.Subdirectory = v; return nil }},
+	{env: "RUNTIME_APPDIRECTORY", flag: "runtime-appdirectory", def: "config", ref: runtimeUpstream("config"),
+		usage: "the folder of descriptor files under RUNTIME_ROOT/RUNTIME_SUBDIRECTORY",
+		set:   func(c *config, v string) error { c.Runtime.AppDirectory = v; return nil }},
+	{env: "RUNTIME_IGNOREDOTFILES", flag: "runtime-ignoredotfiles", def: "false", ref: runtimeUpstream("false"),
+		usage: "skip files and folders of the config folder whose names start with '.' (those starting with '..', a ConfigMap " +
+			"volume's own, are always skipped)",
+		set: func(c *config, v string) (err error) { c.Runtime.IgnoreDotFiles, err = parseBool(v); return }},
+	{env: "RUNTIME_WATCH_ROOT", flag: "runtime-watch-root", def: "true", ref: upstreamInert("true", watchedAnyway),
+		usage: "accepted without effect (named in the log at start): " + watchedAnyway,
+		set:   func(c *config, v string) error { _, err := parseBool(v); return err }},
+}
+
+// watchedAnyway is why RUNTIME_WATCH_ROOT changes nothing.
+const watchedAnyway = "it says which path the reference watches for changes; Throttle reads the config folder's contents " +
+	"every DESCRIPTORS_RELOAD_INTERVAL whatever it says, so a symlink swap of RUNTIME_ROOT, a ConfigMap's ..data swap and " +
+	"a file edited in place are all applied"
+
+// runtimeUpstream is a RUNTIME_* setting of the reference: it applies with
+// CONFIG_TYPE=FILE, and changes nothing with GRPC_XDS_SOTW, whose
+// descriptors come from the control plane (Envoy Gateway sets both).
+func runtimeUpstream(def string) upstream {
+	return upstream{named: true, def: def, inert: func(c *config) string {
+		if c.XDS.Type == configTypeXDS {
+			return "with CONFIG_TYPE=GRPC_XDS_SOTW the descriptors come from the control plane"
+		}
+		return ""
+	}}
 }
 
 // runtimeConfig is the reference service's config folder settings.
 type runtimeConfig struct {
 	Root, Subdirectory, AppDirectory string
-	IgnoreDotFiles, WatchRoot        bool
+	IgnoreDotFiles                   bool
 }
 
 // referenceRuntimeRoot is the reference's RUNTIME_ROOT default.

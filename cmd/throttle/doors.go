@@ -12,9 +12,22 @@ import (
 // (PORT) serves beside its API: the reference service's POST /json, which
 // spends counters, and the read-only /rlconfig and /metrics.
 var doorSettings = []setting{
-	{"JSON_ON_REST_PORT", "json-on-rest-port", "false", "serve the reference's POST /json (ShouldRateLimit in JSON) on PORT: true when started as ratelimit, the reference's name (drop-in); it asks no key, so anyone who reaches PORT spends the descriptor configuration's counters; a REST client's domain takes that client's API key, only Content-Type: application/json is taken, and with GRPC_CLIENT_TLS_CACERT a call must bring the client certificate gRPC asks (HTTP_CLIENT_TLS_CACERT then asks for one)", func(c *config, v string) (err error) { c.Doors.JSON, err = parseBool(v); return }},
-	{"RLCONFIG_ON_REST_PORT", "rlconfig-on-rest-port", "false", "serve GET /rlconfig, the descriptor configuration in use (the operator's limits and domains), on PORT with no key; the debug port serves it whatever this says, as the reference serves it there only", func(c *config, v string) (err error) { c.Doors.RLConfig, err = parseBool(v); return }},
-	{"METRICS_ON_REST_PORT", "metrics-on-rest-port", "true", "serve GET /metrics (Prometheus; the series name domains and descriptor keys, and detailed_metric values) on PORT with no key, where the chart and the manifests scrape it; false where PORT is public: the debug port's /stats serves the same", func(c *config, v string) (err error) { c.Doors.Metrics, err = parseBool(v); return }},
+	{env: "JSON_ON_REST_PORT", flag: "json-on-rest-port", def: "false",
+		usage: "serve the reference's POST /json (ShouldRateLimit in JSON) on PORT: true when started as ratelimit, the " +
+			"reference's name (drop-in); it asks no key, so anyone who reaches PORT spends the descriptor configuration's " +
+			"counters; a REST client's domain takes that client's API key, only Content-Type: application/json is taken, " +
+			"and with GRPC_CLIENT_TLS_CACERT a call must bring the client certificate gRPC asks (HTTP_CLIENT_TLS_CACERT " +
+			"then asks for one)",
+		set: func(c *config, v string) (err error) { c.Doors.JSON, err = parseBool(v); return }},
+	{env: "RLCONFIG_ON_REST_PORT", flag: "rlconfig-on-rest-port", def: "false",
+		usage: "serve GET /rlconfig, the descriptor configuration in use (the operator's limits and domains), on PORT with no " +
+			"key; the debug port serves it whatever this says, as the reference serves it there only",
+		set: func(c *config, v string) (err error) { c.Doors.RLConfig, err = parseBool(v); return }},
+	{env: "METRICS_ON_REST_PORT", flag: "metrics-on-rest-port", def: "true",
+		usage: "serve GET /metrics (Prometheus; the series name domains and descriptor keys, and detailed_metric values) on " +
+			"PORT with no key, where the chart and the manifests scrape it; false where PORT is public: the debug port's " +
+			"/stats serves the same",
+		set: func(c *config, v string) (err error) { c.Doors.Metrics, err = parseBool(v); return }},
 }
 
 // doorsConfig is doorSettings' part of config.

@@ -194,6 +194,13 @@ func or(s, otherwise string) string {
 	return s
 }
 
+// The connections' defaults, unless the settings or the URL give them
+// (setDefaults says why).
+const (
+	defaultPoolSize     = 128
+	defaultRedisTimeout = time.Second
+)
+
 // setDefaults bounds dialling and I/O, and turns retries off, unless the
 // settings set them. One dial attempt per connection: go-redis would
 // otherwise retry a refused dial 5 times 100ms apart, so a dead Redis would
@@ -206,7 +213,7 @@ func (t *redisTarget) setDefaults() {
 	o := &t.opts
 	o.ContextTimeoutEnabled = true
 	if !t.given["pool_size"] {
-		o.PoolSize = 128
+		o.PoolSize = defaultPoolSize
 	}
 	if !t.given["max_retries"] {
 		o.MaxRetries = -1
@@ -216,7 +223,7 @@ func (t *redisTarget) setDefaults() {
 	}
 	for name, d := range map[string]*time.Duration{"dial_timeout": &o.DialTimeout, "read_timeout": &o.ReadTimeout, "write_timeout": &o.WriteTimeout} {
 		if !t.given[name] || *d == 0 {
-			*d = time.Second
+			*d = defaultRedisTimeout
 		}
 	}
 	if t.kind == redisCluster && !t.given["max_redirects"] {

@@ -30,8 +30,6 @@ type redisConfig struct {
 	// Throttle's defaults (setDefaults in redis.go).
 	PoolSize int
 	Timeout  time.Duration
-	// PipelineWindow is accepted and has no effect (see its row).
-	PipelineWindow time.Duration
 }
 
 // secrets are rc's passwords, for scrubbing messages that may quote them.
@@ -51,36 +49,97 @@ func (rc redisConfig) secrets() []string {
 // reference's would contradict them): the counters' Redis, the per-second
 // Redis beside it, and how the Envoy path counts in them.
 var redisSettings = slices.Concat(
-	redisConnection("REDIS_", "redis-", "the counters' Redis (with REDIS_URL)", func(c *config) *redisConfig { return &c.Redis }),
-	redisConnection("REDIS_PERSECOND_", "redis-persecond-", "the per-second Redis (with REDIS_PERSECOND=true)", func(c *config) *redisConfig { return &c.PerSecond }),
-	redisConnection("GLOBAL_REDIS_", "global-redis-", "the global Redis (with GLOBAL_REDIS_URL)", func(c *config) *redisConfig { return &c.Global }),
+	redisConnection("REDIS_", "redis-", "the counters' Redis (with REDIS_URL)", func(c *config) *redisConfig { return &c.Redis }, true),
+	redisConnection("REDIS_PERSECOND_", "redis-persecond-", "the per-second Redis (with REDIS_PERSECOND=true)", func(c *config) *redisConfig { return &c.PerSecond }, true),
+	redisConnection("GLOBAL_REDIS_", "global-redis-", "the global Redis (with GLOBAL_REDIS_URL)", func(c *config) *redisConfig { return &c.Global }, false),
 	[]setting{
-		{"REDIS_URL", "redis-url", "", "counters in Redis: a redis:// or rediss:// URL (?master_name=M for Sentinel, ?cluster=true&addr=host:port… for Cluster), or as the reference service gives it: host:port, a unix socket's path, mymaster,host:port… with REDIS_TYPE=sentinel, host:port,… with REDIS_TYPE=cluster; empty = in memory", func(c *config, v string) error { c.Redis.URL = v; return nil }},
-		{"REDIS_PERSECOND", "redis-persecond", "false", "keep the counters of limits whose window is one second (unit: second) in a Redis of their own, REDIS_PERSECOND_URL, as the reference service does: a request with both kinds counts in both, all or nothing; a dead per-second Redis fails only per-second decisions, by FAILURE_MODE", func(c *config, v string) (err error) { c.RedisPerSecond, err = parseBool(v); return }},
-		{"REDIS_PERSECOND_URL", "redis-persecond-url", "", "with REDIS_PERSECOND=true: the per-second Redis, in any form REDIS_URL takes", func(c *config, v string) error { c.PerSecond.URL = v; return nil }},
-		{"GLOBAL_REDIS_URL", "global-redis-url", "", "with REDIS_URL: the Redis every region shares, in any form REDIS_URL takes, where limits of scope: global are counted; each replica of each region decides them from memory within leases of the global budget, sized for its round trip to this Redis (docs/global-limits.md); every other limit stays on REDIS_URL. Empty: scope: global is refused", func(c *config, v string) error { c.Global.URL = v; return nil }},
-		{"REGION", "region", "", "the name of this deployment's region (letters, digits, '-', '_', '.'; at most 63), the label region of the global limits' metrics; empty = none", func(c *config, v string) (err error) { c.Region, err = parseRegion(v); return }},
-		{"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "redis-health-check-active-connection", "false", "the reference's /healthcheck fails while no connection to Redis is up", func(c *config, v string) (err error) { c.RedisHealthCheck, err = parseBool(v); return }},
-		{"EXPIRATION_JITTER_MAX_SECONDS", "expiration-jitter-max-seconds", "0", "with REDIS_URL: add a random 0 to N seconds to the TTL of each window counter the Envoy path makes, so one window's counters do not all expire at once (the reference's default is 300, which keeps a one-second counter 150 times as long on average)", func(c *config, v string) (err error) { c.ExpirationJitter, err = parseJitter(v); return }},
-		{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "stop-cache-key-increment-when-overlimit", "false", "true: a gRPC rate-limit request over a limit counts on none of its descriptors, which is Throttle's way already (it contradicts COUNT_REJECTED_HITS=true); false, the reference's default: COUNT_REJECTED_HITS decides", func(c *config, v string) (err error) { c.StopIncrementOverLimit, err = parseBool(v); return }},
-		{"NEAR_LIMIT_RATIO", "near-limit-ratio", "0.8", "the share of a limit (0 to 1, above 0) past which an admitted hit counts as near the limit in the Envoy path's metrics", func(c *config, v string) (err error) { c.NearLimitRatio, err = parseFloat(v); return }},
+		{env: "REDIS_URL", flag: "redis-url", ref: upstreamDefault("/var/run/nutcracker/ratelimit.sock"),
+			usage: "counters in Redis: a redis:// or rediss:// URL (?master_name=M for Sentinel, ?cluster=true&addr=host:port… " +
+				"for Cluster), or as the reference service gives it: host:port, a unix socket's path, mymaster,host:port… " +
+				"with REDIS_TYPE=sentinel, host:port,… with REDIS_TYPE=cluster; empty = in memory",
+			set: func(c *config, v string) error { c.Redis.URL = v; return nil }},
+		{env: "REDIS_PERSECOND", flag: "redis-persecond", def: "false", ref: upstreamDefault("false"),
+			usage: "keep the counters of limits whose window is one second (unit: second) in a Redis of their own, " +
+				"REDIS_PERSECOND_URL, as the reference service does: a request with both kinds counts in both, all or nothing; " +
+				"a dead per-second Redis fails only per-second decisions, by FAILURE_MODE",
+			set: func(c *config, v string) (err error) { c.RedisPerSecond, err = parseBool(v); return }},
+		{env: "REDIS_PERSECOND_URL", flag: "redis-persecond-url", ref: upstreamDefault("/var/run/nutcracker/ratelimitpersecond.sock"),
+			usage: "with REDIS_PERSECOND=true: the per-second Redis, in any form REDIS_URL takes",
+			set:   func(c *config, v string) error { c.PerSecond.URL = v; return nil }},
+		{env: "GLOBAL_REDIS_URL", flag: "global-redis-url",
+			usage: "with REDIS_URL: the Redis every region shares, in any form REDIS_URL takes, where limits of scope: global are " +
+				"counted; each replica of each region decides them from memory within leases of the global budget, sized for " +
+				"its round trip to this Redis (docs/global-limits.md); every other limit stays on REDIS_URL. Empty: scope: " +
+				"global is refused",
+			set: func(c *config, v string) error { c.Global.URL = v; return nil }},
+		{env: "REGION", flag: "region",
+			usage: "the name of this deployment's region (letters, digits, '-', '_', '.'; at most 63), the label region of the " +
+				"global limits' metrics; empty = none",
+			set: func(c *config, v string) (err error) { c.Region, err = parseRegion(v); return }},
+		{env: "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", flag: "redis-health-check-active-connection", def: "false", ref: upstreamDefault("false"),
+			usage: "the reference's /healthcheck fails while no connection to Redis is up",
+			set:   func(c *config, v string) (err error) { c.RedisHealthCheck, err = parseBool(v); return }},
+		{env: "EXPIRATION_JITTER_MAX_SECONDS", flag: "expiration-jitter-max-seconds", def: "0", ref: upstreamDefault("300"),
+			usage: "with REDIS_URL: add a random 0 to N seconds to the TTL of each window counter the Envoy path makes, so one " +
+				"window's counters do not all expire at once (the reference's default is 300, which keeps a one-second counter " +
+				"150 times as long on average)",
+			set: func(c *config, v string) (err error) { c.ExpirationJitter, err = parseJitter(v); return }},
+		{env: "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", flag: "stop-cache-key-increment-when-overlimit", def: "false", ref: upstreamDefault("false"),
+			usage: "true: a gRPC rate-limit request over a limit counts on none of its descriptors, which is Throttle's way " +
+				"already (it contradicts COUNT_REJECTED_HITS=true); false, the reference's default: COUNT_REJECTED_HITS decides",
+			set: func(c *config, v string) (err error) { c.StopIncrementOverLimit, err = parseBool(v); return }},
+		{env: "NEAR_LIMIT_RATIO", flag: "near-limit-ratio", def: "0.8", ref: upstreamDefault("0.8"),
+			usage: "the share of a limit (0 to 1, above 0) past which an admitted hit counts as near the limit in the Envoy path's metrics",
+			set:   func(c *config, v string) (err error) { c.NearLimitRatio, err = parseFloat(v); return }},
 	},
 )
 
 // redisConnection is the rows of one Redis deployment's settings other than
-// its URL: prefix REDIS_ or REDIS_PERSECOND_, flags after flag, rc its
-// redisConfig.
-func redisConnection(prefix, flag, which string, rc func(*config) *redisConfig) []setting {
-	return []setting{
-		{prefix + "SOCKET_TYPE", flag + "socket-type", "", "tcp or unix: how " + which + " is reached when its URL is host:port or a path; empty = unix for a path, else tcp (the reference's default is unix); Sentinel and Cluster use tcp", func(c *config, v string) (err error) { rc(c).SocketType, err = parseSocketType(v); return }},
-		{prefix + "TYPE", flag + "type", "", "single, sentinel or cluster (any case): what kind of Redis " + which + " is, for a URL in the reference's forms; empty = single, or what a redis:// URL says", func(c *config, v string) (err error) { rc(c).Type, err = parseRedisType(v); return }},
-		{prefix + "AUTH", flag + "auth", "", "password, or user:password (an ACL user), of " + which + "; never logged", func(c *config, v string) error { rc(c).Auth = v; return nil }},
-		{prefix + "SENTINEL_AUTH", flag + "sentinel-auth", "", "password, or user:password, of the Sentinels of " + which + " (" + prefix + "AUTH is the master's); ignored without Sentinel, as in the reference; never logged", func(c *config, v string) error { rc(c).SentinelAuth = v; return nil }},
-		{prefix + "TLS", flag + "tls", "false", "reach " + which + " over TLS (REDIS_TLS_CACERT and the other REDIS_TLS_* apply), as a rediss:// URL does", func(c *config, v string) (err error) { rc(c).TLS, err = parseBool(v); return }},
-		{prefix + "POOL_SIZE", flag + "pool-size", "", "most connections to each Redis node of " + which + "; empty = 128 (the reference's default is 10: go-redis waits a second to dial again after that many failed dials, which keeps the circuit open that long after Redis is back)", func(c *config, v string) (err error) { rc(c).PoolSize, err = parsePositive(v); return }},
-		{prefix + "TIMEOUT", flag + "timeout", "", "dial, read and write timeout of the connections to " + which + "; empty = 1s (the reference's default is 10s); every call is bounded by its own budget anyway (BACKEND_TIMEOUT)", func(c *config, v string) (err error) { rc(c).Timeout, err = parseNonNegativeDuration(v); return }},
-		{prefix + "PIPELINE_WINDOW", flag + "pipeline-window", "", "accepted, without effect: Throttle already sends the checks that arrive while a call to Redis is out together in the next call, without waiting for a window", func(c *config, v string) (err error) { rc(c).PipelineWindow, err = parseNonNegativeDuration(v); return }},
+// its URL: prefix REDIS_, REDIS_PERSECOND_ or GLOBAL_REDIS_, flags after
+// flag, rc its redisConfig; reference says the reference service has these
+// settings (GLOBAL_REDIS_* are Throttle's own).
+func redisConnection(prefix, flag, which string, rc func(*config) *redisConfig, reference bool) []setting {
+	ref := func(def string) upstream {
+		if !reference {
+			return upstream{}
+		}
+		return upstreamDefault(def)
 	}
+	rows := []setting{
+		{env: prefix + "SOCKET_TYPE", flag: flag + "socket-type", ref: ref("unix"),
+			usage: "tcp or unix: how " + which + " is reached when its URL is host:port or a path; empty = unix for a path, " +
+				"else tcp (the reference's default is unix); Sentinel and Cluster use tcp",
+			set: func(c *config, v string) (err error) { rc(c).SocketType, err = parseSocketType(v); return }},
+		{env: prefix + "TYPE", flag: flag + "type", ref: ref("SINGLE"),
+			usage: "single, sentinel or cluster (any case): what kind of Redis " + which + " is, for a URL in the " +
+				"reference's forms; empty = single, or what a redis:// URL says",
+			set: func(c *config, v string) (err error) { rc(c).Type, err = parseRedisType(v); return }},
+		{env: prefix + "AUTH", flag: flag + "auth", ref: ref(""),
+			usage: "password, or user:password (an ACL user), of " + which + "; never logged",
+			set:   func(c *config, v string) error { rc(c).Auth = v; return nil }},
+		{env: prefix + "SENTINEL_AUTH", flag: flag + "sentinel-auth", ref: ref(""),
+			usage: "password, or user:password, of the Sentinels of " + which + " (" + prefix + "AUTH is the master's); " +
+				"ignored without Sentinel, as in the reference; never logged",
+			set: func(c *config, v string) error { rc(c).SentinelAuth = v; return nil }},
+		{env: prefix + "TLS", flag: flag + "tls", def: "false", ref: ref("false"),
+			usage: "reach " + which + " over TLS (REDIS_TLS_CACERT and the other REDIS_TLS_* apply), as a rediss:// URL does",
+			set:   func(c *config, v string) (err error) { rc(c).TLS, err = parseBool(v); return }},
+		{env: prefix + "POOL_SIZE", flag: flag + "pool-size", ref: ref("10"),
+			usage: "most connections to each Redis node of " + which + "; empty = " + strconv.Itoa(defaultPoolSize) +
+				" (the reference's default is 10: go-redis waits a second to dial again after that many failed dials, " +
+				"which keeps the circuit open that long after Redis is back)",
+			set: func(c *config, v string) (err error) { rc(c).PoolSize, err = parsePositive(v); return }},
+		{env: prefix + "TIMEOUT", flag: flag + "timeout", ref: ref("10s"),
+			usage: "dial, read and write timeout of the connections to " + which + "; empty = " + defaultRedisTimeout.String() +
+				" (the reference's default is 10s); every call is bounded by its own budget anyway (BACKEND_TIMEOUT)",
+			set: func(c *config, v string) (err error) { rc(c).Timeout, err = parseNonNegativeDuration(v); return }},
+	}
+	if reference {
+		rows = append(rows, setting{env: prefix + "PIPELINE_WINDOW", flag: flag + "pipeline-window", ref: upstreamInert("0", noPipelineWait),
+			usage: "accepted without effect (named in the log at start): " + noPipelineWait,
+			set:   func(c *config, v string) error { _, err := parseNonNegativeDuration(v); return err }})
+	}
+	return rows
 }
 
 // parseSocketType reads REDIS_SOCKET_TYPE: tcp or unix, any case.

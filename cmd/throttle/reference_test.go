@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -8,29 +10,118 @@ import (
 	"testing"
 )
 
-// TestReferenceSettings: every setting of the reference service is either a
-// row of serveSettings or ignored for a reason, never both, and named once.
+// TestReferenceSettings: every setting of the reference service
+// (testdata/reference-settings.txt, its settings.go's list: `make
+// reference-settings REFERENCE_SRC=…` writes it anew from a checkout) is one
+// row of serveSettings with the reference's default in its ref column, and
+// no other row claims to be the reference's; a row that takes any value
+// (no set) is one the log names as without effect, with no flag.
 func TestReferenceSettings(t *testing.T) {
-	rows := map[string]bool{}
+	rows := map[string]setting{}
 	for _, s := range serveSettings {
-		if rows[s.env] {
+		if _, ok := rows[s.env]; ok {
 			t.Errorf("serveSettings has two rows for %s", s.env)
 		}
-		rows[s.env] = true
-	}
-	seen := map[string]bool{}
-	for _, r := range referenceSettings {
-		if seen[r.env] {
-			t.Errorf("referenceSettings names %s twice", r.env)
+		rows[s.env] = s
+		if s.set == nil && (s.flag != "" || s.ref.inert == nil || s.ref.inert(&config{}) == "") {
+			t.Errorf("%s takes any value: it must have no flag and say why it changes nothing", s.env)
 		}
-		seen[r.env] = true
+	}
+	upstream := referenceList(t)
+	named := map[string]bool{}
+	for _, r := range upstream {
+		named[r.env] = true
+		s, ok := rows[r.env]
 		switch {
-		case rows[r.env] && r.ignored != "":
-			t.Errorf("%s is a row of serveSettings and ignored (%q)", r.env, r.ignored)
-		case !rows[r.env] && r.ignored == "":
-			t.Errorf("%s is neither a row of serveSettings nor ignored for a reason", r.env)
+		case !ok:
+			t.Errorf("the reference's %s is no row of serveSettings", r.env)
+		case !s.ref.named || s.ref.def != r.def:
+			t.Errorf("%s: the row's reference column is %+v, want the reference's default %q", r.env, s.ref, r.def)
 		}
 	}
+	for _, s := range serveSettings {
+		if s.ref.named && !named[s.env] {
+			t.Errorf("%s says it is the reference's, which has no such setting", s.env)
+		}
+	}
+}
+
+// referenceSetting is a line of testdata/reference-settings.txt.
+type referenceSetting struct{ env, def string }
+
+// referenceList reads testdata/reference-settings.txt: the reference's
+// settings in its order, each NAME and its default there (none: empty).
+func referenceList(t *testing.T) []referenceSetting {
+	t.Helper()
+	b, err := os.ReadFile("testdata/reference-settings.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []referenceSetting
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		env, def, _ := strings.Cut(line, " ")
+		out = append(out, referenceSetting{env, def})
+	}
+	if len(out) < 100 {
+		t.Fatalf("testdata/reference-settings.txt names %d settings; the reference has over 100", len(out))
+	}
+	return out
+}
+
+// TestInertSettingsLogged: the settings given that change nothing are
+// named for the log, whichever way they change nothing: always (QUOTA_MODE,
+// REDIS_PIPELINE_WINDOW, RUNTIME_WATCH_ROOT), or with another setting
+// (RUNTIME_* under CONFIG_TYPE=GRPC_XDS_SOTW); the same with CONFIG_TYPE=FILE
+// leaves the RUNTIME_* that apply out.
+func TestInertSettingsLogged(t *testing.T) {
+	given := map[string]string{"QUOTA_MODE": "true", "REDIS_URL": "r:6379", "REDIS_PIPELINE_WINDOW": "1ms", "RUNTIME_WATCH_ROOT": "false",
+		"RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "ratelimit", "BACKEND_TYPE": "redis"}
+	for _, tt := range []struct {
+		configType string
+		want       []string
+	}{
+		{"FILE", []string{"REDIS_PIPELINE_WINDOW", "RUNTIME_WATCH_ROOT", "QUOTA_MODE"}},
+		{"GRPC_XDS_SOTW", []string{"REDIS_PIPELINE_WINDOW", "RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_WATCH_ROOT", "QUOTA_MODE"}},
+	} {
+		given["CONFIG_TYPE"] = tt.configType
+		c, err := parseServe(nil, func(k string) string { return given[k] }, &bytes.Buffer{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(c.Inert, tt.want) {
+			t.Errorf("CONFIG_TYPE=%s: named as without effect %q, want %q", tt.configType, c.Inert, tt.want)
+		}
+	}
+}
+
+// referenceTable is the table of docs/moving-from-envoy-ratelimit.md: every
+// setting of the reference in its order, its default there, and what
+// Throttle does with it (its row's help and default, or why it changes
+// nothing).
+func referenceTable(t *testing.T) string {
+	rows := map[string]setting{}
+	for _, s := range serveSettings {
+		rows[s.env] = s
+	}
+	var b strings.Builder
+	b.WriteString("| setting | the reference's default | in Throttle |\n| --- | --- | --- |\n")
+	for _, r := range referenceList(t) {
+		s := rows[r.env]
+		does := fmt.Sprintf("%s (default %s)", s.usage, markdownValue(s.def))
+		if s.set == nil {
+			does = "accepted and ignored (named in the log at start): " + s.ref.inert(&config{})
+		}
+		fmt.Fprintf(&b, "| `%s` | %s | %s |\n", r.env, markdownValue(r.def), strings.ReplaceAll(does, "|", `\|`))
+	}
+	return b.String()
+}
+
+// markdownValue is a default as the docs show it.
+func markdownValue(v string) string {
+	if v == "" {
+		return "empty"
+	}
+	return "`" + v + "`"
 }
 
 // TestCommandLine: under the reference's name with no command, Throttle
@@ -78,7 +169,7 @@ func TestReferenceTableDocumented(t *testing.T) {
 	if i < 0 || j < i {
 		t.Fatalf("%s has no markers %q … %q", path, begin, end)
 	}
-	got, want := doc[i+len(begin):j], referenceTable()
+	got, want := doc[i+len(begin):j], referenceTable(t)
 	if got == want {
 		return
 	}

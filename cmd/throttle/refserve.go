@@ -17,20 +17,55 @@ import (
 // listenerSettings are the reference service's listeners, endpoints, logs
 // and backend choice, with its names and value syntax.
 var listenerSettings = []setting{
-	{"HOST", "host", "", "address the REST port (PORT) listens on, as the reference's HOST (Istio's sample: ::); empty = BIND_ADDRESS", func(c *config, v string) error { c.Listen.HTTPHost = v; return nil }},
-	{"GRPC_HOST", "grpc-host", "", "address the gRPC port (GRPC_PORT) listens on, as the reference's GRPC_HOST; empty = BIND_ADDRESS", func(c *config, v string) error { c.Listen.GRPCHost = v; return nil }},
-	{"GRPC_UDS", "grpc-uds", "", "path of a unix socket gRPC listens on instead of GRPC_HOST:GRPC_PORT (a socket file left there by an earlier run is replaced), mode 0660 whatever the umask (its owner and group may connect); empty = the TCP port", func(c *config, v string) error { c.Listen.GRPCUDS = v; return nil }},
-	{"GRPC_MAX_CONNECTION_AGE", "grpc-max-connection-age", "24h", "a gRPC connection is asked to close (GOAWAY) after this long, ±10 %, so Envoys spread over new replicas", func(c *config, v string) (err error) { c.Listen.MaxConnAge, err = parseDuration(v); return }},
-	{"GRPC_MAX_CONNECTION_AGE_GRACE", "grpc-max-connection-age-grace", "1h", "how long calls in flight on a connection past GRPC_MAX_CONNECTION_AGE may finish before it is closed", func(c *config, v string) (err error) { c.Listen.MaxConnAgeGrace, err = parseDuration(v); return }},
-	{"DEBUG_HOST", "debug-host", "", "with DEBUG_PORT: address of the reference's debug port (its index at /, /rlconfig, /stats, /debug/pprof/), plain HTTP, no key asked; empty = 127.0.0.1 (loopback), whatever BIND_ADDRESS; any other address is logged as a warning at start", func(c *config, v string) error { c.Listen.DebugHost = v; return nil }},
-	{"DEBUG_PORT", "debug-port", "", "the reference's debug port (6070 there, where it is always on); empty = off (DEBUG_HOST alone means 6070); not with DEBUG_ADDRESS", func(c *config, v string) (err error) { c.Listen.DebugPort, err = parseOptionalInt(v); return }},
-	{"LOG_FORMAT", "log-format", "json", "json or text (the reference's default is text)", func(c *config, v string) (err error) { c.LogFormat, err = parseLogFormat(v); return }},
-	{"BACKEND_TYPE", "backend-type", "redis", "the reference's counter backend: redis (counters in Redis with REDIS_URL, else in memory); memcache is refused, Throttle has no memcached backend", func(c *config, v string) (err error) { c.BackendType, err = parseBackendType(v); return }},
-	{"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "healthy-with-at-least-one-config-loaded", "false", "GET /healthcheck answers 500 until a descriptor configuration has loaded (files or xDS), as the reference's", func(c *config, v string) (err error) { c.HealthyWithConfig, err = parseBool(v); return }},
-	{"LIMIT_RESPONSE_HEADERS_ENABLED", "limit-response-headers-enabled", "false", "add the reference's three headers (LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER) of the descriptor closest to its limit to gRPC rate-limit responses, for Envoy to add to its reply; beside RATE_LIMIT_RESPONSE_HEADERS' sets when both are on", func(c *config, v string) (err error) { c.LimitHeaders.Enabled, err = parseBool(v); return }},
-	{"LIMIT_LIMIT_HEADER", "limit-limit-header", "RateLimit-Limit", "with LIMIT_RESPONSE_HEADERS_ENABLED: the header carrying requests_per_unit", func(c *config, v string) error { c.LimitHeaders.Limit = v; return nil }},
-	{"LIMIT_REMAINING_HEADER", "limit-remaining-header", "RateLimit-Remaining", "with LIMIT_RESPONSE_HEADERS_ENABLED: the header carrying the requests left in the window", func(c *config, v string) error { c.LimitHeaders.Remaining = v; return nil }},
-	{"LIMIT_RESET_HEADER", "limit-reset-header", "RateLimit-Reset", "with LIMIT_RESPONSE_HEADERS_ENABLED: the header carrying the seconds until the window resets", func(c *config, v string) error { c.LimitHeaders.Reset = v; return nil }},
+	{env: "HOST", flag: "host", ref: upstreamDefault("0.0.0.0"),
+		usage: "address the REST port (PORT) listens on, as the reference's HOST (Istio's sample: ::); empty = BIND_ADDRESS",
+		set:   func(c *config, v string) error { c.Listen.HTTPHost = v; return nil }},
+	{env: "GRPC_HOST", flag: "grpc-host", ref: upstreamDefault("0.0.0.0"),
+		usage: "address the gRPC port (GRPC_PORT) listens on, as the reference's GRPC_HOST; empty = BIND_ADDRESS",
+		set:   func(c *config, v string) error { c.Listen.GRPCHost = v; return nil }},
+	{env: "GRPC_UDS", flag: "grpc-uds", ref: upstreamDefault(""),
+		usage: "path of a unix socket gRPC listens on instead of GRPC_HOST:GRPC_PORT (a socket file left there by an earlier " +
+			"run is replaced), mode 0660 whatever the umask (its owner and group may connect); empty = the TCP port",
+		set: func(c *config, v string) error { c.Listen.GRPCUDS = v; return nil }},
+	{env: "GRPC_MAX_CONNECTION_AGE", flag: "grpc-max-connection-age", def: "24h", ref: upstreamDefault("24h"),
+		usage: "a gRPC connection is asked to close (GOAWAY) after this long, ±10 %, so Envoys spread over new replicas",
+		set:   func(c *config, v string) (err error) { c.Listen.MaxConnAge, err = parseDuration(v); return }},
+	{env: "GRPC_MAX_CONNECTION_AGE_GRACE", flag: "grpc-max-connection-age-grace", def: "1h", ref: upstreamDefault("1h"),
+		usage: "how long calls in flight on a connection past GRPC_MAX_CONNECTION_AGE may finish before it is closed",
+		set:   func(c *config, v string) (err error) { c.Listen.MaxConnAgeGrace, err = parseDuration(v); return }},
+	{env: "DEBUG_HOST", flag: "debug-host", ref: upstreamDefault("0.0.0.0"),
+		usage: "with DEBUG_PORT: address of the reference's debug port (its index at /, /rlconfig, /stats, /debug/pprof/), " +
+			"plain HTTP, no key asked; empty = 127.0.0.1 (loopback), whatever BIND_ADDRESS; any other address is logged as " +
+			"a warning at start",
+		set: func(c *config, v string) error { c.Listen.DebugHost = v; return nil }},
+	{env: "DEBUG_PORT", flag: "debug-port", ref: upstreamDefault("6070"),
+		usage: "the reference's debug port (6070 there, where it is always on); empty = off (DEBUG_HOST alone means 6070); " +
+			"not with DEBUG_ADDRESS",
+		set: func(c *config, v string) (err error) { c.Listen.DebugPort, err = parseOptionalInt(v); return }},
+	{env: "LOG_FORMAT", flag: "log-format", def: "json", ref: upstreamDefault("text"),
+		usage: "json or text (the reference's default is text)",
+		set:   func(c *config, v string) (err error) { c.LogFormat, err = parseLogFormat(v); return }},
+	{env: "BACKEND_TYPE", flag: "backend-type", def: "redis", ref: upstreamDefault("redis"),
+		usage: "the reference's counter backend: redis (counters in Redis with REDIS_URL, else in memory); memcache is " +
+			"refused, Throttle has no memcached backend",
+		set: func(c *config, v string) error { return parseBackendType(v) }},
+	{env: "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", flag: "healthy-with-at-least-one-config-loaded", def: "false", ref: upstreamDefault("false"),
+		usage: "GET /healthcheck answers 500 until a descriptor configuration has loaded (files or xDS), as the reference's",
+		set:   func(c *config, v string) (err error) { c.HealthyWithConfig, err = parseBool(v); return }},
+	{env: "LIMIT_RESPONSE_HEADERS_ENABLED", flag: "limit-response-headers-enabled", def: "false", ref: upstreamDefault("false"),
+		usage: "add the reference's three headers (LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER) of the " +
+			"descriptor closest to its limit to gRPC rate-limit responses, for Envoy to add to its reply; beside " +
+			"RATE_LIMIT_RESPONSE_HEADERS' sets when both are on",
+		set: func(c *config, v string) (err error) { c.LimitHeaders.Enabled, err = parseBool(v); return }},
+	{env: "LIMIT_LIMIT_HEADER", flag: "limit-limit-header", def: "RateLimit-Limit", ref: upstreamDefault("RateLimit-Limit"),
+		usage: "with LIMIT_RESPONSE_HEADERS_ENABLED: the header carrying requests_per_unit",
+		set:   func(c *config, v string) error { c.LimitHeaders.Limit = v; return nil }},
+	{env: "LIMIT_REMAINING_HEADER", flag: "limit-remaining-header", def: "RateLimit-Remaining", ref: upstreamDefault("RateLimit-Remaining"),
+		usage: "with LIMIT_RESPONSE_HEADERS_ENABLED: the header carrying the requests left in the window",
+		set:   func(c *config, v string) error { c.LimitHeaders.Remaining = v; return nil }},
+	{env: "LIMIT_RESET_HEADER", flag: "limit-reset-header", def: "RateLimit-Reset", ref: upstreamDefault("RateLimit-Reset"),
+		usage: "with LIMIT_RESPONSE_HEADERS_ENABLED: the header carrying the seconds until the window resets",
+		set:   func(c *config, v string) error { c.LimitHeaders.Reset = v; return nil }},
 }
 
 // listenConfig is where the ports listen, beyond PORT and GRPC_PORT.
@@ -106,15 +141,16 @@ func parseLogFormat(v string) (string, error) {
 	return "", fmt.Errorf("%q is not json or text", v)
 }
 
-// parseBackendType reads the reference's BACKEND_TYPE: redis only.
-func parseBackendType(v string) (string, error) {
+// parseBackendType checks the reference's BACKEND_TYPE: redis, what
+// Throttle does (Redis with REDIS_URL, else memory), and nothing else.
+func parseBackendType(v string) error {
 	switch strings.ToLower(v) {
 	case "redis":
-		return "redis", nil
+		return nil
 	case "memcache":
-		return "", errors.New("memcache: Throttle has no memcached backend; keep counters in Redis (REDIS_URL, the reference's REDIS_* settings) or, on a single replica, in memory (no REDIS_URL)")
+		return errors.New("memcache: Throttle has no memcached backend; keep counters in Redis (REDIS_URL, the reference's REDIS_* settings) or, on a single replica, in memory (no REDIS_URL)")
 	}
-	return "", fmt.Errorf("%q is not redis (the one backend of the reference Throttle has; memcache is not)", v)
+	return fmt.Errorf("%q is not redis (the one backend of the reference Throttle has; memcache is not)", v)
 }
 
 // joinHostPort is host:port, with brackets around an IPv6 host.

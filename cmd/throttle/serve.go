@@ -302,7 +302,7 @@ func (a *app) serve(ctx context.Context) error {
 		"counters", a.backend, "database", a.db.Dialect(), "failure_mode", string(a.cfg.FailureMode),
 		"tracing", a.cfg.Tracing.String(), "grpc_tls", describeTLS(a.grpcTLS != nil, a.cfg.TLS.GRPCClientCA),
 		"rest_tls", describeTLS(a.httpTLS != nil, a.cfg.TLS.HTTPClientCA), "global_limits", a.cfg.GlobalScope(), "region", a.cfg.Region)
-	if names := a.cfg.IgnoredReference; len(names) > 0 {
+	if names := a.cfg.Inert; len(names) > 0 {
 		a.log.Warn("settings of envoyproxy/ratelimit that have no meaning in Throttle are ignored (docs/moving-from-envoy-ratelimit.md says why)", "settings", names)
 	}
 	errc := make(chan error, 2)

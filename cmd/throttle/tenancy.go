@@ -28,15 +28,31 @@ type tenancyConfig struct {
 
 // tenancySettings are the rows of the tenants' lanes.
 var tenancySettings = []setting{
-	{"CLAIMABLE_DOMAINS", "claimable-domains", "", "comma-separated Envoy domains a POST /register may claim without the operator key (ADMIN_API_KEY, which may grant any): a domain, or a prefix ending in * (tenant-*; * alone: any domain); a domain the descriptor configuration (YAML or xDS) names is never a client's; empty = only the operator grants domains", func(c *config, v string) (err error) {
-		c.Tenancy.ClaimableDomains, err = parseDomainPatterns(v)
-		return
-	}},
-	{"MAX_RULES_PER_CLIENT", "max-rules-per-client", "1000", "most rules one client may have; one more is refused 409 TOO_MANY_RULES (every replica's cache holds every client's rules)", func(c *config, v string) (err error) { c.Tenancy.Quotas.Rules, err = parsePositive(v); return }},
-	{"MAX_EXEMPTIONS_PER_CLIENT", "max-exemptions-per-client", "10000", "most exemptions one client may have; one more is refused 409 TOO_MANY_EXEMPTIONS", func(c *config, v string) (err error) { c.Tenancy.Quotas.Exemptions, err = parsePositive(v); return }},
-	{"MAX_KEYS_PER_CLIENT", "max-keys-per-client", "100", "most check-only API keys one client may mint (POST /keys); one more is refused 409 TOO_MANY_KEYS", func(c *config, v string) (err error) { c.Tenancy.Quotas.Keys, err = parsePositive(v); return }},
-	{"MAX_CLIENTS", "max-clients", "10000", "most clients in all; a registration past it, the operator's too, is refused 409 TOO_MANY_CLIENTS, so the per-client caps bound the whole", func(c *config, v string) (err error) { c.Tenancy.Quotas.Clients, err = parsePositive(v); return }},
-	{"MAX_OVERRIDES_PER_CLIENT", "max-overrides-per-client", "10000", "most overrides one client may have over all its rules (and 10000 per rule); one more is refused 409 TOO_MANY_OVERRIDES", func(c *config, v string) (err error) { c.Tenancy.Quotas.Overrides, err = parsePositive(v); return }},
+	{env: "CLAIMABLE_DOMAINS", flag: "claimable-domains",
+		usage: "comma-separated Envoy domains a POST /register may claim without the operator key (ADMIN_API_KEY, which may " +
+			"grant any): a domain, or a prefix ending in * (tenant-*; * alone: any domain); a domain the descriptor " +
+			"configuration (YAML or xDS) names is never a client's; empty = only the operator grants domains",
+		set: func(c *config, v string) (err error) {
+			c.Tenancy.ClaimableDomains, err = parseDomainPatterns(v)
+			return
+		}},
+	{env: "MAX_RULES_PER_CLIENT", flag: "max-rules-per-client", def: "1000",
+		usage: "most rules one client may have; one more is refused 409 TOO_MANY_RULES (every replica's cache holds every " +
+			"client's rules)",
+		set: func(c *config, v string) (err error) { c.Tenancy.Quotas.Rules, err = parsePositive(v); return }},
+	{env: "MAX_EXEMPTIONS_PER_CLIENT", flag: "max-exemptions-per-client", def: "10000",
+		usage: "most exemptions one client may have; one more is refused 409 TOO_MANY_EXEMPTIONS",
+		set:   func(c *config, v string) (err error) { c.Tenancy.Quotas.Exemptions, err = parsePositive(v); return }},
+	{env: "MAX_KEYS_PER_CLIENT", flag: "max-keys-per-client", def: "100",
+		usage: "most check-only API keys one client may mint (POST /keys); one more is refused 409 TOO_MANY_KEYS",
+		set:   func(c *config, v string) (err error) { c.Tenancy.Quotas.Keys, err = parsePositive(v); return }},
+	{env: "MAX_CLIENTS", flag: "max-clients", def: "10000",
+		usage: "most clients in all; a registration past it, the operator's too, is refused 409 TOO_MANY_CLIENTS, so the " +
+			"per-client caps bound the whole",
+		set: func(c *config, v string) (err error) { c.Tenancy.Quotas.Clients, err = parsePositive(v); return }},
+	{env: "MAX_OVERRIDES_PER_CLIENT", flag: "max-overrides-per-client", def: "10000",
+		usage: "most overrides one client may have over all its rules (and 10000 per rule); one more is refused 409 TOO_MANY_OVERRIDES",
+		set:   func(c *config, v string) (err error) { c.Tenancy.Quotas.Overrides, err = parsePositive(v); return }},
 }
 
 // domainPattern is a domain (store's syntax), a prefix of one ending in

@@ -12,12 +12,28 @@ import (
 // mapped onto the OTEL_* ones (applyReference): a variable OTEL_* gives
 // wins over its TRACING_* counterpart.
 var referenceTracingSettings = []setting{
-	{"TRACING_ENABLED", "tracing-enabled", "false", "the reference service's switch: traces are sent to OTEL_EXPORTER_OTLP_ENDPOINT, or when it is empty to OpenTelemetry's default collector on localhost (http://localhost:4318, or :4317 with grpc), as the reference's SDK does; without it an OTLP endpoint alone turns tracing on", func(c *config, v string) (err error) { c.Tracing.ref.enabled, err = parseBool(v); return }},
-	{"TRACING_SERVICE_NAME", "tracing-service-name", "", "service.name of the spans when OTEL_SERVICE_NAME is not given (the reference's default is RateLimit, Throttle's throttle)", func(c *config, v string) error { c.Tracing.ref.serviceName = v; return nil }},
-	{"TRACING_SERVICE_NAMESPACE", "tracing-service-namespace", "", "service.namespace of the spans", func(c *config, v string) error { c.Tracing.ref.namespace = v; return nil }},
-	{"TRACING_SERVICE_INSTANCE_ID", "tracing-service-instance-id", "", "service.instance.id of the spans", func(c *config, v string) error { c.Tracing.ref.instanceID = v; return nil }},
-	{"TRACING_EXPORTER_PROTOCOL", "tracing-exporter-protocol", "", "http or grpc, when OTEL_EXPORTER_OTLP_PROTOCOL is not given (the reference's default is http, as Throttle's)", func(c *config, v string) (err error) { c.Tracing.ref.protocol, err = parseReferenceProtocol(v); return }},
-	{"TRACING_SAMPLING_RATE", "tracing-sampling-rate", "", "ratio of traces recorded, 0 to 1, when OTEL_TRACES_SAMPLER is not given: parentbased_traceidratio with this ratio, as the reference samples", func(c *config, v string) (err error) { c.Tracing.ref.rate, err = parseOptionalRatio(v); return }},
+	{env: "TRACING_ENABLED", flag: "tracing-enabled", def: "false", ref: upstreamDefault("false"),
+		usage: "the reference service's switch: traces are sent to OTEL_EXPORTER_OTLP_ENDPOINT, or when it is empty to " +
+			"OpenTelemetry's default collector on localhost (http://localhost:4318, or :4317 with grpc), as the " +
+			"reference's SDK does; without it an OTLP endpoint alone turns tracing on",
+		set: func(c *config, v string) (err error) { c.Tracing.ref.enabled, err = parseBool(v); return }},
+	{env: "TRACING_SERVICE_NAME", flag: "tracing-service-name", ref: upstreamDefault("RateLimit"),
+		usage: "service.name of the spans when OTEL_SERVICE_NAME is not given (the reference's default is RateLimit, " +
+			"Throttle's throttle)",
+		set: func(c *config, v string) error { c.Tracing.ref.serviceName = v; return nil }},
+	{env: "TRACING_SERVICE_NAMESPACE", flag: "tracing-service-namespace", ref: upstreamDefault(""),
+		usage: "service.namespace of the spans",
+		set:   func(c *config, v string) error { c.Tracing.ref.namespace = v; return nil }},
+	{env: "TRACING_SERVICE_INSTANCE_ID", flag: "tracing-service-instance-id", ref: upstreamDefault(""),
+		usage: "service.instance.id of the spans",
+		set:   func(c *config, v string) error { c.Tracing.ref.instanceID = v; return nil }},
+	{env: "TRACING_EXPORTER_PROTOCOL", flag: "tracing-exporter-protocol", ref: upstreamDefault("http"),
+		usage: "http or grpc, when OTEL_EXPORTER_OTLP_PROTOCOL is not given (the reference's default is http, as Throttle's)",
+		set:   func(c *config, v string) (err error) { c.Tracing.ref.protocol, err = parseReferenceProtocol(v); return }},
+	{env: "TRACING_SAMPLING_RATE", flag: "tracing-sampling-rate", ref: upstreamDefault("1"),
+		usage: "ratio of traces recorded, 0 to 1, when OTEL_TRACES_SAMPLER is not given: parentbased_traceidratio with this " +
+			"ratio, as the reference samples",
+		set: func(c *config, v string) (err error) { c.Tracing.ref.rate, err = parseOptionalRatio(v); return }},
 }
 
 // referenceTracing is what the TRACING_* settings gave.

@@ -44,23 +44,67 @@ func (x *xdsConfig) on() bool { return x.Type == configTypeXDS }
 // names, defaults and value syntax (its envconfig's: k:v maps, Go
 // durations).
 var xdsSettings = []setting{
-	{"CONFIG_TYPE", "config-type", configTypeFile, "where the Envoy descriptor configuration comes from: FILE (the descriptor files) or GRPC_XDS_SOTW (also the RateLimitConfig resources of an xDS control plane, such as Envoy Gateway's; a domain they describe wins over the files' same domain)", func(c *config, v string) (err error) { c.XDS.Type, err = parseConfigType(v); return }},
-	{"CONFIG_GRPC_XDS_NODE_ID", "config-grpc-xds-node-id", "default", "the node id given to the xDS control plane, which keeps a snapshot per node", func(c *config, v string) error { c.XDS.NodeID = v; return nil }},
-	{"CONFIG_GRPC_XDS_NODE_METADATA", "config-grpc-xds-node-metadata", "", "metadata of the node given to the xDS control plane: key=value pairs, comma-separated", func(c *config, v string) (err error) { c.XDS.NodeMetadata, err = parseNodeMetadata(v); return }},
-	{"CONFIG_GRPC_XDS_SERVER_URL", "config-grpc-xds-server-url", "localhost:18000", "the xDS control plane's gRPC address, host:port", func(c *config, v string) error { c.XDS.ServerURL = v; return nil }},
-	{"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "config-grpc-xds-server-connect-retry-interval", "3s", "how long one attempt to connect to the xDS control plane (TCP and TLS handshake) may take; one that takes longer fails, and the next waits as XDS_CLIENT_BACKOFF_* say", func(c *config, v string) (err error) { c.XDS.ConnectTimeout, err = parseDuration(v); return }},
-	{"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "config-grpc-xds-client-additional-headers", "", "gRPC headers sent to the xDS control plane with the stream: key:value pairs, comma-separated; never logged", func(c *config, v string) (err error) { c.XDS.Headers, err = parseXDSHeaders(v); return }},
-	{"CONFIG_GRPC_XDS_SERVER_USE_TLS", "config-grpc-xds-server-use-tls", "false", "reach the xDS control plane over TLS (1.2 or later)", func(c *config, v string) (err error) { c.XDS.UseTLS, err = parseBool(v); return }},
-	{"CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "config-grpc-xds-client-tls-cert", "", "PEM file of the client certificate presented to the xDS control plane (mTLS), with CONFIG_GRPC_XDS_CLIENT_TLS_KEY; read again on change", func(c *config, v string) error { c.XDS.ClientCert = v; return nil }},
-	{"CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "config-grpc-xds-client-tls-key", "", "PEM file of CONFIG_GRPC_XDS_CLIENT_TLS_CERT's private key", func(c *config, v string) error { c.XDS.ClientKey = v; return nil }},
-	{"CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "config-grpc-xds-server-tls-cacert", "", "PEM file of the CA certificates the xDS control plane's certificate must chain to; read again on change; empty = the system's roots", func(c *config, v string) error { c.XDS.ServerCA = v; return nil }},
-	{"CONFIG_GRPC_XDS_SERVER_TLS_SAN", "config-grpc-xds-server-tls-san", "", "the name the xDS control plane's certificate must carry, also sent as the TLS server name; empty = the host of CONFIG_GRPC_XDS_SERVER_URL", func(c *config, v string) error { c.XDS.ServerSAN = v; return nil }},
-	{"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "xds-client-backoff-initial-interval", "10s", "how long to wait before connecting again to the xDS control plane after its stream ended or an attempt failed; doubled after each failed attempt", func(c *config, v string) (err error) { c.XDS.Backoff.Initial, err = parseDuration(v); return }},
-	{"XDS_CLIENT_BACKOFF_MAX_INTERVAL", "xds-client-backoff-max-interval", "60s", "the longest wait between attempts to connect to the xDS control plane", func(c *config, v string) (err error) { c.XDS.Backoff.Max, err = parseDuration(v); return }},
-	{"XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "xds-client-backoff-random-factor", "0.5", "with XDS_CLIENT_BACKOFF_JITTER: each wait is drawn at random within this fraction of it (0-1; 0.5: between half and one and a half times it, at most the maximum)", func(c *config, v string) (err error) { c.XDS.Backoff.RandomFactor, err = parseFraction(v); return }},
-	{"XDS_CLIENT_BACKOFF_JITTER", "xds-client-backoff-jitter", "true", "draw the waits between attempts at random (XDS_CLIENT_BACKOFF_RANDOM_FACTOR), so replicas do not reconnect all at once", func(c *config, v string) (err error) { c.XDS.Backoff.Jitter, err = parseBool(v); return }},
-	{"RESERVATION_OVERLAY", "reservation-overlay", "", "YAML file that sets reserve on limits of xDS domains (Envoy Gateway, Envoy AI Gateway), whose control plane has no field for it: docs/envoy-ai-gateway-reservations.md; read at start; empty = none", func(c *config, v string) error { c.XDS.ReservationOverlay = v; return nil }},
-	{"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "xds-client-max-msg-size-in-bytes", "", "the largest xDS response taken, in bytes; empty = gRPC's 4 MiB (a larger configuration is refused until this is raised)", func(c *config, v string) (err error) { c.XDS.MaxMsgSize, err = parseMsgSize(v); return }},
+	{env: "CONFIG_TYPE", flag: "config-type", def: configTypeFile, ref: upstreamDefault("FILE"),
+		usage: "where the Envoy descriptor configuration comes from: FILE (the descriptor files) or GRPC_XDS_SOTW (also the " +
+			"RateLimitConfig resources of an xDS control plane, such as Envoy Gateway's; a domain they describe wins over " +
+			"the files' same domain)",
+		set: func(c *config, v string) (err error) { c.XDS.Type, err = parseConfigType(v); return }},
+	{env: "CONFIG_GRPC_XDS_NODE_ID", flag: "config-grpc-xds-node-id", def: "default", ref: upstreamDefault("default"),
+		usage: "the node id given to the xDS control plane, which keeps a snapshot per node",
+		set:   func(c *config, v string) error { c.XDS.NodeID = v; return nil }},
+	{env: "CONFIG_GRPC_XDS_NODE_METADATA", flag: "config-grpc-xds-node-metadata", ref: upstreamDefault(""),
+		usage: "metadata of the node given to the xDS control plane: key=value pairs, comma-separated",
+		set:   func(c *config, v string) (err error) { c.XDS.NodeMetadata, err = parseNodeMetadata(v); return }},
+	{env: "CONFIG_GRPC_XDS_SERVER_URL", flag: "config-grpc-xds-server-url", def: "localhost:18000", ref: upstreamDefault("localhost:18000"),
+		usage: "the xDS control plane's gRPC address, host:port",
+		set:   func(c *config, v string) error { c.XDS.ServerURL = v; return nil }},
+	{env: "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", flag: "config-grpc-xds-server-connect-retry-interval", def: "3s", ref: upstreamDefault("3s"),
+		usage: "how long one attempt to connect to the xDS control plane (TCP and TLS handshake) may take; one that takes " +
+			"longer fails, and the next waits as XDS_CLIENT_BACKOFF_* say",
+		set: func(c *config, v string) (err error) { c.XDS.ConnectTimeout, err = parseDuration(v); return }},
+	{env: "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", flag: "config-grpc-xds-client-additional-headers", ref: upstreamDefault(""),
+		usage: "gRPC headers sent to the xDS control plane with the stream: key:value pairs, comma-separated; never logged",
+		set:   func(c *config, v string) (err error) { c.XDS.Headers, err = parseXDSHeaders(v); return }},
+	{env: "CONFIG_GRPC_XDS_SERVER_USE_TLS", flag: "config-grpc-xds-server-use-tls", def: "false", ref: upstreamDefault("false"),
+		usage: "reach the xDS control plane over TLS (1.2 or later)",
+		set:   func(c *config, v string) (err error) { c.XDS.UseTLS, err = parseBool(v); return }},
+	{env: "CONFIG_GRPC_XDS_CLIENT_TLS_CERT", flag: "config-grpc-xds-client-tls-cert", ref: upstreamDefault(""),
+		usage: "PEM file of the client certificate presented to the xDS control plane (mTLS), with " +
+			"CONFIG_GRPC_XDS_CLIENT_TLS_KEY; read again on change",
+		set: func(c *config, v string) error { c.XDS.ClientCert = v; return nil }},
+	{env: "CONFIG_GRPC_XDS_CLIENT_TLS_KEY", flag: "config-grpc-xds-client-tls-key", ref: upstreamDefault(""),
+		usage: "PEM file of CONFIG_GRPC_XDS_CLIENT_TLS_CERT's private key",
+		set:   func(c *config, v string) error { c.XDS.ClientKey = v; return nil }},
+	{env: "CONFIG_GRPC_XDS_SERVER_TLS_CACERT", flag: "config-grpc-xds-server-tls-cacert", ref: upstreamDefault(""),
+		usage: "PEM file of the CA certificates the xDS control plane's certificate must chain to; read again on change; " +
+			"empty = the system's roots",
+		set: func(c *config, v string) error { c.XDS.ServerCA = v; return nil }},
+	{env: "CONFIG_GRPC_XDS_SERVER_TLS_SAN", flag: "config-grpc-xds-server-tls-san", ref: upstreamDefault(""),
+		usage: "the name the xDS control plane's certificate must carry, also sent as the TLS server name; empty = the host " +
+			"of CONFIG_GRPC_XDS_SERVER_URL",
+		set: func(c *config, v string) error { c.XDS.ServerSAN = v; return nil }},
+	{env: "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", flag: "xds-client-backoff-initial-interval", def: "10s", ref: upstreamDefault("10s"),
+		usage: "how long to wait before connecting again to the xDS control plane after its stream ended or an attempt " +
+			"failed; doubled after each failed attempt",
+		set: func(c *config, v string) (err error) { c.XDS.Backoff.Initial, err = parseDuration(v); return }},
+	{env: "XDS_CLIENT_BACKOFF_MAX_INTERVAL", flag: "xds-client-backoff-max-interval", def: "60s", ref: upstreamDefault("60s"),
+		usage: "the longest wait between attempts to connect to the xDS control plane",
+		set:   func(c *config, v string) (err error) { c.XDS.Backoff.Max, err = parseDuration(v); return }},
+	{env: "XDS_CLIENT_BACKOFF_RANDOM_FACTOR", flag: "xds-client-backoff-random-factor", def: "0.5", ref: upstreamDefault("0.5"),
+		usage: "with XDS_CLIENT_BACKOFF_JITTER: each wait is drawn at random within this fraction of it (0-1; 0.5: between " +
+			"half and one and a half times it, at most the maximum)",
+		set: func(c *config, v string) (err error) { c.XDS.Backoff.RandomFactor, err = parseFraction(v); return }},
+	{env: "XDS_CLIENT_BACKOFF_JITTER", flag: "xds-client-backoff-jitter", def: "true", ref: upstreamDefault("true"),
+		usage: "draw the waits between attempts at random (XDS_CLIENT_BACKOFF_RANDOM_FACTOR), so replicas do not reconnect all at once",
+		set:   func(c *config, v string) (err error) { c.XDS.Backoff.Jitter, err = parseBool(v); return }},
+	{env: "RESERVATION_OVERLAY", flag: "reservation-overlay",
+		usage: "YAML file that sets reserve on limits of xDS domains (Envoy Gateway, Envoy AI Gateway), whose control plane " +
+			"has no field for it: docs/envoy-ai-gateway-reservations.md; read at start; empty = none",
+		set: func(c *config, v string) error { c.XDS.ReservationOverlay = v; return nil }},
+	{env: "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", flag: "xds-client-max-msg-size-in-bytes", ref: upstreamDefault(""),
+		usage: "the largest xDS response taken, in bytes; empty = gRPC's 4 MiB (a larger configuration is refused until this " +
+			"is raised)",
+		set: func(c *config, v string) (err error) { c.XDS.MaxMsgSize, err = parseMsgSize(v); return }},
 }
 
 func parseConfigType(v string) (string, error) {
