@@ -129,12 +129,20 @@ func (b fileBuilder) fail(at place, msg string) {
 	b.problems[b.index] = append(b.problems[b.index], at.problem(b.name, msg))
 }
 
+// gap is the gap the YAML reader left at at, if any.
+func (b fileBuilder) gap(at place) gap {
+	if len(b.gaps) == 0 {
+		return 0 // no place spelt out
+	}
+	return b.gaps[at.String()]
+}
+
 // add checks the descriptors ds at at and adds them to lvl, refusing
 // duplicates.
 func (b fileBuilder) add(lvl *level, parentKey string, ds []Descriptor, at place) {
 	for i, d := range ds {
 		dat := at.in("descriptors["+strconv.Itoa(i)+"]", d.Line)
-		gap := b.gaps[dat.String()]
+		gap := b.gap(dat)
 		if gap == gapAll {
 			continue
 		}
@@ -177,7 +185,7 @@ func (b fileBuilder) limits(d Descriptor, at place) []RateLimit {
 	whole := true
 	for i, l := range d.RateLimits {
 		lat := at.in("rate_limits["+strconv.Itoa(i)+"]", l.Line)
-		if b.gaps[lat.String()] == gapAll {
+		if b.gap(lat) == gapAll {
 			whole = false
 			continue
 		}
@@ -198,7 +206,7 @@ func (b fileBuilder) limits(d Descriptor, at place) []RateLimit {
 func (b fileBuilder) limit(l Limit, at place) RateLimit {
 	r := RateLimit{RequestsPerUnit: l.RequestsPerUnit, UnitMultiplier: l.UnitMultiplier, Unlimited: l.Unlimited, Name: l.Name,
 		Replaces: l.Replaces, Algorithm: l.Algorithm, RefillRate: l.RefillRate, AlwaysCount: l.AlwaysCount, Reserve: l.Reserve}
-	ok := b.gaps[at.String()] == 0
+	ok := b.gap(at) == 0
 	var err error
 	if l.Unit != "" {
 		r.Unit, err = ParseUnit(l.Unit)
