@@ -64,3 +64,16 @@ func TestBuildRefusesAsLoad(t *testing.T) {
 		})
 	}
 }
+
+// TestLoadPlacesAfterNonMap: a list element that is no map keeps its
+// index, so the places of the elements after it are the file's.
+func TestLoadPlacesAfterNonMap(t *testing.T) {
+	yaml := "domain: d\ndescriptors:\n  - a\n  - {key: k}\n  - {key: k, rate_limits: [b, {unit: minutes}]}\n"
+	want := `f:3: domain "d" › descriptors[0]: config error, yaml file contains list of type other than map: a
+f:5: domain "d" › descriptors[2] › rate_limits[0]: config error, yaml file contains list of type other than map: b
+f:5: domain "d" › descriptors[2] › rate_limits[1]: invalid rate limit unit 'minutes'
+f:5: domain "d" › descriptors[2]: duplicate descriptor composite key 'd.k'`
+	if _, err := Load(Options{}, Source{Name: "f", Data: []byte(yaml)}); err == nil || err.Error() != want {
+		t.Errorf("Load: %v\nwant %s", err, want)
+	}
+}
