@@ -1,6 +1,9 @@
 package descriptors
 
-import "testing"
+import (
+	"os"
+	"testing"
+)
 
 // BenchmarkMatch: the matching ratelimitsvc does per request, on the
 // descriptors of its benchmark (a key's default, a key_value with a nested
@@ -39,6 +42,25 @@ descriptors:
 		}
 		if out := ApplyReplaces(ms); out[0] == nil || out[1] == nil || out[2] == nil {
 			b.Fatal("no match")
+		}
+	}
+}
+
+// BenchmarkLoad: the reference service's two example files loaded as
+// DESCRIPTORS_DIR loads them.
+func BenchmarkLoad(b *testing.B) {
+	var srcs []Source
+	for _, name := range []string{"config.yaml", "example.yaml"} {
+		data, err := os.ReadFile(examples + name)
+		if err != nil {
+			b.Fatal(err)
+		}
+		srcs = append(srcs, Source{Name: name, Data: data})
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Load(Options{}, srcs...); err != nil {
+			b.Fatal(err)
 		}
 	}
 }

@@ -9,6 +9,15 @@
 // descriptor into a limit, a stats key and a counter identity; and a Reloader
 // that follows a directory of YAML files (a Kubernetes ConfigMap).
 //
+// A configuration is made in two steps. A File is the model of one
+// descriptor file as written (domain, descriptors, each Limit with its
+// unit by name); Build checks Files and compiles them into a Config. Load
+// reads YAML into Files (refusing what only YAML can get wrong: syntax,
+// unknown keys, wrong types) and builds them; package xdsconfig makes a
+// File of each xDS RateLimitConfig and builds those. Every other mistake is
+// found by Build, so it reads the same whichever the source, but for the
+// file:line, which a File made in Go has none of.
+//
 // Matching follows upstream exactly. A request descriptor is an ordered list
 // of entries (key, value). At each level of the configuration tree the entry
 // is looked up as, in order: the descriptor with that exact key and value;
@@ -32,7 +41,8 @@ var ErrInvalid = errors.New("invalid descriptor configuration")
 // ConfigError is one problem in a configuration. It wraps ErrInvalid.
 type ConfigError struct {
 	// File names the file as it was given to the loader (a path, or a bare
-	// name), or the rule ("rule 3") for NewDomain.
+	// name), the File's Name for Build (`RateLimitConfig "edge"`), or the
+	// rule ("rule 3") for NewDomain.
 	File string
 	// Path locates the problem inside the file, such as
 	// `domain "edge" › descriptors[2] › rate_limit`; empty for the whole file.
@@ -42,7 +52,8 @@ type ConfigError struct {
 	// Line is the line of Path in File: where the descriptor, the
 	// rate_limit key or the file's top-level mapping starts; for YAML that
 	// does not parse, the line of the syntax error ('{', '[' or a quote
-	// left open: where it opened). 0 for a rule, and when unknown.
+	// left open: where it opened). 0 for a rule, a File without lines, and
+	// when unknown.
 	Line int
 }
 

@@ -148,7 +148,7 @@ type nodeSpec struct {
 }
 
 // checkShape checks the descriptor but not its limit, which
-// RateLimit.validate (or the parser) checks.
+// RateLimit.validate (or Build) checks.
 func (s nodeSpec) checkShape() error {
 	if s.key == "" {
 		return errors.New("descriptor has empty key")

@@ -1,6 +1,11 @@
 package descriptors
 
-// File is one descriptor YAML file, as read and checked by Parse.
+import "github.com/throttle-rl/throttle/algorithms"
+
+// File is one descriptor file as written, before Build checks it: the
+// model of the reference service's format that a YAML file (Parse, Load)
+// and an xDS RateLimitConfig (package xdsconfig) both become. Lines are
+// where things start in a YAML file, for errors; 0 where there is none.
 type File struct {
 	// Name is where the file came from; errors name it.
 	Name string
@@ -18,12 +23,12 @@ type Descriptor struct {
 	Key   string // required
 	Value string // optional; '*' makes it a wildcard
 	// RateLimit is the limit, or nil: no limit at this level.
-	RateLimit *RateLimit
+	RateLimit *Limit
 	// RateLimits are the limits of a descriptor with several (Throttle's
 	// rate_limits: burst and sustained on one key), all of which must admit
 	// a request; nil when it has none or RateLimit. A descriptor has one or
 	// the other, never both.
-	RateLimits     []RateLimit
+	RateLimits     []Limit
 	Descriptors    []Descriptor
 	ShadowMode     bool
 	DetailedMetric bool
@@ -37,11 +42,35 @@ type Descriptor struct {
 	Line int
 }
 
-func (d Descriptor) spec() nodeSpec {
-	limits := d.RateLimits
-	if d.RateLimit != nil {
-		limits = []RateLimit{*d.RateLimit}
-	}
+// Limit is a descriptor's rate_limit, or one of its rate_limits, as
+// written: Build checks it and makes a RateLimit of it.
+type Limit struct {
+	// Unit is the unit's name (second, MINUTE, …; case-insensitive).
+	// Required unless Unlimited, when it must be empty.
+	Unit            string
+	RequestsPerUnit uint32
+	// UnitMultiplier is Throttle's unit_multiplier; 0 means 1.
+	UnitMultiplier uint32
+	Unlimited      bool
+	Name           string
+	// Replaces names the limits this one replaces.
+	Replaces    []string
+	Algorithm   algorithms.Algorithm // empty: fixed_window
+	RefillRate  float64
+	AlwaysCount bool
+	// Accuracy is exact, approximate or empty: exact, or approximate
+	// with Scope global.
+	Accuracy string
+	// Scope is regional, global or empty (regional).
+	Scope   string
+	Reserve *Reserve
+	// Line is where the limit starts: the rate_limit key, or the entry of
+	// rate_limits. ReserveLine is where its reserve key is.
+	Line, ReserveLine int
+}
+
+// spec is the descriptor d with limits, before it joins the tree.
+func (d Descriptor) spec(limits []RateLimit) nodeSpec {
 	return nodeSpec{
 		key:            d.Key,
 		value:          d.Value,

@@ -120,8 +120,8 @@ func (l RateLimit) EngineLimit() (algorithms.Limit, error) {
 }
 
 // validate checks l, a rule's limit, in upstream's words where upstream has
-// them. The YAML parser runs the same two checks, checkUnit where it reads
-// the unit and checkSettings once everything is read.
+// them. Build runs the same two checks on a File's limits, checkUnit on the
+// unit it reads and checkSettings once everything is well-formed.
 func (l RateLimit) validate() error {
 	if err := l.checkUnit(strings.ToLower(l.Unit.String())); err != nil {
 		return err

@@ -16,15 +16,15 @@ import (
 func TestParseRateLimits(t *testing.T) {
 	f := mustParse(t, ours+"rate_limits.yaml")
 	want := []Descriptor{
-		{Key: "user_id", Line: 7, RateLimits: []RateLimit{
-			{Name: "burst", Unit: Second, RequestsPerUnit: 10},
-			{Name: "sustained", Unit: Day, RequestsPerUnit: 1000},
+		{Key: "user_id", Line: 7, RateLimits: []Limit{
+			{Name: "burst", Unit: "second", RequestsPerUnit: 10, Line: 9},
+			{Name: "sustained", Unit: "day", RequestsPerUnit: 1000, Line: 12},
 		}},
-		{Key: "report", Line: 16, RateLimit: &RateLimit{Unit: Minute, UnitMultiplier: 5, RequestsPerUnit: 100}},
+		{Key: "report", Line: 16, RateLimit: &Limit{Unit: "minute", UnitMultiplier: 5, RequestsPerUnit: 100, Line: 17}},
 		{Key: "tenant", Line: 22, Descriptors: []Descriptor{
-			{Key: "tokens", Line: 24, RateLimits: []RateLimit{
-				{Unit: Minute, RequestsPerUnit: 1000, AlwaysCount: true},
-				{Unit: Hour, UnitMultiplier: 24, RequestsPerUnit: 100000, Algorithm: algorithms.TokenBucket, AlwaysCount: true},
+			{Key: "tokens", Line: 24, RateLimits: []Limit{
+				{Unit: "minute", RequestsPerUnit: 1000, AlwaysCount: true, Line: 26},
+				{Unit: "hour", UnitMultiplier: 24, RequestsPerUnit: 100000, Algorithm: algorithms.TokenBucket, AlwaysCount: true, Line: 29},
 			}},
 		}},
 	}

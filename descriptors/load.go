@@ -1,13 +1,11 @@
 package descriptors
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 )
@@ -52,100 +50,31 @@ type Source struct {
 	Data []byte
 }
 
-// Load parses and checks every source and builds one Config from them, in
-// order. It checks the whole configuration before returning: the error
-// joins every problem found (each a *ConfigError naming its source and,
-// when known, the line), file by file in the order of srcs and by line
-// within a file, and no Config is returned unless there is none. A file
-// with problems is still checked against itself and the other files
-// (duplicate descriptors, a domain in two files), as far as it could be
-// read.
+// Load reads every source as a File (Parse) and builds one Config from
+// them, in order, as Build does. It checks the whole configuration before
+// returning: the error joins every problem found (each a *ConfigError
+// naming its source and, when known, the line), file by file in the order
+// of srcs and by line within a file, and no Config is returned unless
+// there is none. A file with problems is still checked against itself and
+// the other files (duplicate descriptors, a domain in two files), as far
+// as it could be read.
 func Load(opts Options, srcs ...Source) (*Config, error) {
 	c, _, err := load(opts, srcs)
 	return c, err
 }
 
-// load is Load, also returning the File of each source as parse returns it,
-// in the order of srcs, for the domain each names.
+// load is Load, also returning the File of each source as readYAML
+// returns it, in the order of srcs, for the domain each names.
 func load(opts Options, srcs []Source) (*Config, []*File, error) {
-	var (
-		files    = make([]*File, len(srcs))
-		problems = make([][]*ConfigError, len(srcs))
-		b        = builder{opts: opts, config: &Config{domains: map[string]*Domain{}}, problems: problems}
-	)
+	files := make([]*File, len(srcs))
+	b := newBuilder(opts, len(srcs))
 	for i, s := range srcs {
-		f, unreadable, err := parse(s.Name, s.Data, opts)
-		files[i] = f
-		problems[i] = configErrors(err)
-		if f.Domain != "" {
-			b.file(i, f, unreadable)
-		}
+		f, problems, gaps := readYAML(s.Name, s.Data)
+		files[i], b.problems[i] = f, problems
+		b.file(i, f, gaps)
 	}
-	var errs []error
-	for _, ps := range problems {
-		slices.SortStableFunc(ps, func(x, y *ConfigError) int { return cmp.Compare(x.Line, y.Line) })
-		for _, p := range ps {
-			errs = append(errs, p)
-		}
-	}
-	if len(errs) > 0 {
-		return nil, files, errors.Join(errs...)
-	}
-	return b.config, files, nil
-}
-
-// builder builds a Config from files parse read, in order, refusing what
-// only shows across files and levels: a domain in two files (unless
-// opts.MergeDomains) and duplicate descriptors. parse has checked
-// everything else.
-type builder struct {
-	opts     Options
-	config   *Config
-	problems [][]*ConfigError // by file index
-}
-
-// file adds the i-th file, f, whose descriptors at the places in
-// unreadable have a key or value parse could not read.
-func (b *builder) file(i int, f *File, unreadable map[string]bool) {
-	d := b.config.domains[f.Domain]
-	if d == nil {
-		d = &Domain{name: f.Domain}
-		b.config.domains[f.Domain] = d
-	} else if !b.opts.MergeDomains {
-		b.problems[i] = append(b.problems[i], &ConfigError{File: f.Name, Line: f.Line, Msg: fmt.Sprintf("duplicate domain '%s' in config file", f.Domain)})
-		return
-	}
-	fb := fileBuilder{builder: b, domain: d, index: i, name: f.Name, unreadable: unreadable}
-	fb.add(&d.root, f.Domain, f.Descriptors, domainPlace(f.Domain, f.Line))
-}
-
-// fileBuilder adds the descriptors of one file.
-type fileBuilder struct {
-	*builder
-	domain     *Domain
-	index      int
-	name       string
-	unreadable map[string]bool
-}
-
-func (b fileBuilder) add(lvl *level, parentKey string, ds []Descriptor, at place) {
-	for i, d := range ds {
-		dat := at.in(fmt.Sprintf("descriptors[%d]", i), d.Line)
-		s := d.spec()
-		fullKey := parentKey + "." + s.segment()
-		if b.unreadable[dat.String()] {
-			// Its children are still checked against each other.
-			b.add(&level{}, fullKey, d.Descriptors, dat)
-			continue
-		}
-		if lvl.find(d.Key, d.Value) != nil {
-			b.problems[b.index] = append(b.problems[b.index], dat.problem(b.name, fmt.Sprintf("duplicate descriptor composite key '%s'", fullKey)))
-			continue
-		}
-		n := lvl.add(s, fullKey)
-		b.domain.noteHandles(s.limits)
-		b.add(&n.children, fullKey, d.Descriptors, dat)
-	}
+	c, err := b.result()
+	return c, files, err
 }
 
 // LoadFiles loads the files at paths into one Config, as Load; errors name

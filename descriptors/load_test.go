@@ -427,11 +427,11 @@ func TestParseModel(t *testing.T) {
 		Domain: "tb",
 		Line:   2, // after the opening comment
 		Descriptors: []Descriptor{
-			{Key: "bucket", RateLimit: &RateLimit{RequestsPerUnit: 60, Unit: Minute, Algorithm: "token_bucket", RefillRate: 0.5}, Line: 4},
-			{Key: "sliding", RateLimit: &RateLimit{RequestsPerUnit: 100, Unit: Hour, Algorithm: "sliding_window"}, Line: 10},
+			{Key: "bucket", RateLimit: &Limit{RequestsPerUnit: 60, Unit: "minute", Algorithm: "token_bucket", RefillRate: 0.5, Line: 5}, Line: 4},
+			{Key: "sliding", RateLimit: &Limit{RequestsPerUnit: 100, Unit: "HOUR", Algorithm: "sliding_window", Line: 11}, Line: 10},
 			// A number or a YAML 1.1 boolean as a value reads as its text, as upstream.
-			{Key: "fixed", Value: "500", RateLimit: &RateLimit{RequestsPerUnit: 7, Unit: Week}, Line: 15},
-			{Key: "onoff", Value: "on", RateLimit: &RateLimit{RequestsPerUnit: 365, Unit: Year}, Line: 20},
+			{Key: "fixed", Value: "500", RateLimit: &Limit{RequestsPerUnit: 7, Unit: "Week", Line: 17}, Line: 15},
+			{Key: "onoff", Value: "on", RateLimit: &Limit{RequestsPerUnit: 365, Unit: "year", Line: 22}, Line: 20},
 		},
 	}
 	if diff := cmp.Diff(want, f); diff != "" {
@@ -445,7 +445,7 @@ func TestParseModel(t *testing.T) {
 	svc := f.Descriptors[len(f.Descriptors)-1]
 	wantSvc := Descriptor{
 		Key: "service", Value: "service_2", QuotaMode: true,
-		RateLimit: &RateLimit{RequestsPerUnit: 2, Unit: Minute},
+		RateLimit: &Limit{RequestsPerUnit: 2, Unit: "minute", Line: 99},
 		Metadata:  map[string]any{"service_with_quota": map[string]any{"name": "service_2"}},
 		Line:      96,
 	}

@@ -4,73 +4,49 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
-	"strings"
-	"time"
 
 	yaml "go.yaml.in/yaml/v4"
 )
 
-// place is where a problem is: a ConfigError's Path, step by step, and Line.
-type place struct {
-	path []string
-	line int
-}
-
-// in returns the place of step, at line, inside p.
-func (p place) in(step string, line int) place {
-	return place{path: append(p.path[:len(p.path):len(p.path)], step), line: line}
-}
-
-// domainPlace is the place of a domain's descriptors.
-func domainPlace(domain string, line int) place {
-	return place{path: []string{"domain " + strconv.Quote(domain)}, line: line}
-}
-
-// problem returns a ConfigError of file at p.
-func (p place) problem(file, msg string) *ConfigError {
-	return &ConfigError{File: file, Line: p.line, Path: p.String(), Msg: msg}
-}
-
-// String is the place as a ConfigError's Path shows it.
-func (p place) String() string { return strings.Join(p.path, " › ") }
-
-// Parse reads one descriptor YAML file strictly and checks everything that
-// does not depend on other files. name is used in errors. The errors are
-// *ConfigError values (joined with errors.Join when there are several),
-// each with the line of the problem when the file is YAML at all.
+// Parse reads one descriptor YAML file strictly into a File and checks
+// everything that does not depend on other files, as Load does. name is
+// used in errors. The errors are *ConfigError values (joined with
+// errors.Join when there are several), each with the line of the problem
+// when the file is YAML at all.
 func Parse(name string, data []byte) (*File, error) {
-	f, _, err := parse(name, data, Options{GlobalScope: true}) // no server to lack a global Redis
+	f, err := parse(name, data, Options{GlobalScope: true}) // no server to lack a global Redis
 	if err != nil {
 		return nil, err
 	}
 	return f, nil
 }
 
-// parse is Parse, but returns the File even with errors: its Domain is then
-// the domain the file names, if it names one as a scalar, so that a
-// Reloader can tell whose problems they are, and its descriptors are those
-// it could read, so that the loader can look for problems across them too.
-// unreadable holds the places (place.String) of the descriptors whose key
-// or value could not be read: they take part in no duplicate check.
-//
-// opts.MaxReservationTTL bounds a reservation's TTL; opts.GlobalScope says
-// whether scope: global is allowed.
-func parse(name string, data []byte, opts Options) (f *File, unreadable map[string]bool, err error) {
-	p := &parser{file: name, unreadable: map[string]bool{}, maxTTL: opts.maxReservationTTL(), globalScope: opts.GlobalScope}
-	f = &File{Name: name}
-	p.parse(f, data)
-	return f, p.unreadable, errors.Join(p.errs...)
+// parse is Parse with opts, but returns the File even with errors (see
+// readYAML).
+func parse(name string, data []byte, opts Options) (*File, error) {
+	_, files, err := load(opts, []Source{{Name: name, Data: data}})
+	return files[0], err
 }
 
-// parser collects the problems of one file.
+// readYAML reads the descriptor YAML data, named name, into a File, and
+// refuses what only YAML can get wrong: syntax, unknown or repeated keys,
+// a field of the wrong type, a number out of range. Build checks the rest.
+// With problems, the File's Domain is still the domain the file names, if
+// it names one as a scalar, so that a Reloader can tell whose problems
+// they are, and its descriptors are those it could read, so that Build can
+// look for problems in them too; gaps says what it could not read.
+func readYAML(name string, data []byte) (*File, []*ConfigError, gaps) {
+	p := &parser{file: name, gaps: gaps{}}
+	f := &File{Name: name}
+	p.parse(f, data)
+	return f, p.errs, p.gaps
+}
+
+// parser collects the problems of one file and the gaps they leave.
 type parser struct {
-	file       string
-	errs       []error
-	unreadable map[string]bool
-	maxTTL     time.Duration // of a reservation
-	// globalScope allows scope: global (Options.GlobalScope).
-	globalScope bool
+	file string
+	errs []*ConfigError
+	gaps gaps
 }
 
 func (p *parser) fail(at place, format string, args ...any) {
@@ -85,6 +61,7 @@ func (p *parser) parse(f *File, data []byte) {
 			at.line = ye.line // the problem's, when known
 		}
 		p.fail(at, "error loading config file: %s", err)
+		p.gaps[""] = gapAll
 		return
 	}
 	if root != nil {
@@ -95,6 +72,7 @@ func (p *parser) parse(f *File, data []byte) {
 	if !isNull(root) {
 		if root.Kind != yaml.MappingNode {
 			p.fail(at, "error loading config file: the file must be a map with domain and descriptors, not %v", display(root))
+			p.gaps[""] = gapAll
 			return
 		}
 		var ok bool
@@ -102,15 +80,14 @@ func (p *parser) parse(f *File, data []byte) {
 			if d := top["domain"].value; !isNull(d) && deref(d).Kind == yaml.ScalarNode {
 				f.Domain = text(d) // for the Reloader only: Parse returns no File
 			}
+			p.gaps[""] = gapAll
 			return
 		}
 		f.Domain = p.str(top["domain"].value, at, "domain")
 	}
-	if f.Domain == "" {
-		p.fail(at, "config file cannot have empty domain")
-		return
+	if f.Domain != "" { // else Build says it cannot be empty
+		f.Descriptors = p.descriptors(top["descriptors"].value, domainPlace(f.Domain, f.Line))
 	}
-	f.Descriptors = p.descriptors(top["descriptors"].value, domainPlace(f.Domain, f.Line))
 }
 
 // field is a key of a mapping and its value; both nil when the key is
@@ -201,11 +178,19 @@ func (p *parser) list(n *yaml.Node, at place, name string) []*yaml.Node {
 }
 
 func (p *parser) descriptors(n *yaml.Node, at place) []Descriptor {
-	var out []Descriptor
-	for i, e := range p.list(n, at, "descriptors") {
-		if e != nil {
-			out = append(out, p.descriptor(e, at.in(fmt.Sprintf("descriptors[%d]", i), e.Line)))
+	elems := p.list(n, at, "descriptors")
+	if len(elems) == 0 {
+		return nil
+	}
+	out := make([]Descriptor, len(elems))
+	for i, e := range elems {
+		dat := at.in(fmt.Sprintf("descriptors[%d]", i), 0)
+		if e == nil {
+			p.gaps[dat.String()] = gapAll // kept in place, so the indexes are the file's
+			continue
 		}
+		dat.line = e.Line
+		out[i] = p.descriptor(e, dat)
 	}
 	return out
 }
@@ -214,22 +199,15 @@ func (p *parser) descriptor(n *yaml.Node, at place) Descriptor {
 	fs, _ := p.fields(n, at, "key", "value", "rate_limit", "rate_limits", "descriptors", "shadow_mode",
 		"detailed_metric", "share_threshold", "value_to_metric", "metadata", "quota_mode")
 	before := len(p.errs)
-	key, value := p.str(fs["key"].value, at, "key"), p.str(fs["value"].value, at, "value")
-	if key == "" || len(p.errs) > before {
-		// Its composite key is not what the file says: comparing it with
-		// its siblings' would report duplicates that are not there.
-		p.unreadable[at.String()] = true
+	d := Descriptor{Key: p.str(fs["key"].value, at, "key"), Value: p.str(fs["value"].value, at, "value"), Line: at.line}
+	if len(p.errs) > before {
+		p.gaps[at.String()] = gapFields
 	}
-	d := Descriptor{
-		Key:            key,
-		Value:          value,
-		ShadowMode:     p.boolean(fs["shadow_mode"].value, at, "shadow_mode"),
-		DetailedMetric: p.boolean(fs["detailed_metric"].value, at, "detailed_metric"),
-		ShareThreshold: p.boolean(fs["share_threshold"].value, at, "share_threshold"),
-		ValueToMetric:  p.boolean(fs["value_to_metric"].value, at, "value_to_metric"),
-		QuotaMode:      p.boolean(fs["quota_mode"].value, at, "quota_mode"),
-		Line:           at.line,
-	}
+	d.ShadowMode = p.boolean(fs["shadow_mode"].value, at, "shadow_mode")
+	d.DetailedMetric = p.boolean(fs["detailed_metric"].value, at, "detailed_metric")
+	d.ShareThreshold = p.boolean(fs["share_threshold"].value, at, "share_threshold")
+	d.ValueToMetric = p.boolean(fs["value_to_metric"].value, at, "value_to_metric")
+	d.QuotaMode = p.boolean(fs["quota_mode"].value, at, "quota_mode")
 	if m := fs["metadata"].value; !isNull(m) {
 		if deref(m).Kind != yaml.MappingNode {
 			p.fail(at, "metadata must be a map, not %v", display(m))
@@ -237,19 +215,14 @@ func (p *parser) descriptor(n *yaml.Node, at place) Descriptor {
 			d.Metadata, _ = jsonValue(display(m)).(map[string]any)
 		}
 	}
-	rl, rls := fs["rate_limit"], fs["rate_limits"]
-	switch {
-	case !isNull(rl.value) && !isNull(rls.value):
-		p.fail(at, "rate_limit and rate_limits cannot both be set: give one limit in rate_limit, or several in rate_limits")
-	case !isNull(rl.value):
+	if rl := fs["rate_limit"]; !isNull(rl.value) {
 		d.RateLimit = p.rateLimit(rl.value, at.in("rate_limit", rl.key.Line))
+	}
+	switch rls := fs["rate_limits"]; {
 	case !isNull(rls.value):
 		d.RateLimits = p.rateLimits(rls.value, at, rls.key.Line)
 	case rls.key != nil:
 		p.fail(at.in("rate_limits", rls.key.Line), "rate_limits must list at least one limit")
-	}
-	if err := d.spec().checkShape(); err != nil {
-		p.fail(at, "%s", err)
 	}
 	d.Descriptors = p.descriptors(fs["descriptors"].value, at)
 	return d

@@ -18,15 +18,15 @@ func TestParseReadsYAMLAsUpstream(t *testing.T) {
 			"domain: d\ndescriptors:\n  - key: k\n    value: 2001-01-01\n    shadow_mode: yes\n    quota_mode: on\n    detailed_metric: Y\n" +
 				"    rate_limit: {unit: second, requests_per_unit: 0x10}\n    metadata: {on: off, t: 2001-01-01, n: [1, 2.5, ~]}\n",
 			[]Descriptor{{Key: "k", Value: "2001-01-01", ShadowMode: true, QuotaMode: true, DetailedMetric: true, Line: 3,
-				RateLimit: &RateLimit{RequestsPerUnit: 16, Unit: Second},
+				RateLimit: &Limit{RequestsPerUnit: 16, Unit: "second", Line: 8},
 				// n, like on, is a YAML 1.1 boolean: the key "false".
 				Metadata: map[string]any{"true": false, "t": "2001-01-01", "false": []any{1, 2.5, nil}}}}},
 		{"anchors and aliases",
 			"domain: d\ndescriptors:\n  - &a\n    key: a\n    rate_limit: &rl {unit: minute, requests_per_unit: 3}\n  - key: b\n    rate_limit: *rl\n  - {key: c, descriptors: [*a]}\n",
 			[]Descriptor{
-				{Key: "a", RateLimit: &RateLimit{RequestsPerUnit: 3, Unit: Minute}, Line: 3}, // the anchor's line
-				{Key: "b", RateLimit: &RateLimit{RequestsPerUnit: 3, Unit: Minute}, Line: 6},
-				{Key: "c", Line: 8, Descriptors: []Descriptor{{Key: "a", RateLimit: &RateLimit{RequestsPerUnit: 3, Unit: Minute}, Line: 8}}}}},
+				{Key: "a", RateLimit: &Limit{RequestsPerUnit: 3, Unit: "minute", Line: 5}, Line: 3}, // the anchor's line
+				{Key: "b", RateLimit: &Limit{RequestsPerUnit: 3, Unit: "minute", Line: 7}, Line: 6},
+				{Key: "c", Line: 8, Descriptors: []Descriptor{{Key: "a", RateLimit: &Limit{RequestsPerUnit: 3, Unit: "minute", Line: 5}, Line: 8}}}}},
 		{"a merge key's pairs are no fields, but override a field before them",
 			"domain: d\ndescriptors:\n  - key: a\n    <<: {key: b, value: v}\n",
 			[]Descriptor{{Key: "b", Line: 3}}},
@@ -89,12 +89,12 @@ func TestParseNamesDomainOfBadFile(t *testing.T) {
 		"domain: d\nextra: 1\n",
 		"domain: d\ndescriptors: [{key: a, rate_limit: {unit: minutes}}]\n",
 	} {
-		if f, _, err := parse("f.yaml", []byte(y), Options{}); err == nil || f.Domain != "d" {
+		if f, err := parse("f.yaml", []byte(y), Options{}); err == nil || f.Domain != "d" {
 			t.Errorf("parse(%q) = domain %q, %v; want d and an error", y, f.Domain, err)
 		}
 	}
 	for _, y := range []string{"domain: [d]\n", "domain: d\ndescriptors: [\n", ""} {
-		if f, _, err := parse("f.yaml", []byte(y), Options{}); err == nil || f.Domain != "" {
+		if f, err := parse("f.yaml", []byte(y), Options{}); err == nil || f.Domain != "" {
 			t.Errorf("parse(%q) = domain %q, %v; want none and an error", y, f.Domain, err)
 		}
 	}

@@ -11,9 +11,8 @@ import (
 )
 
 // rateLimits reads rate_limits, a list of rate_limit maps, of the
-// descriptor at at (the key on line keyLine), and checks each limit and
-// then the limits together (checkLimits).
-func (p *parser) rateLimits(n *yaml.Node, at place, keyLine int) []RateLimit {
+// descriptor at at (the key on line keyLine).
+func (p *parser) rateLimits(n *yaml.Node, at place, keyLine int) []Limit {
 	if deref(n).Kind != yaml.SequenceNode {
 		p.fail(at.in("rate_limits", keyLine), "rate_limits must be a list of rate_limit maps, not %v", display(n))
 		return nil
@@ -23,87 +22,61 @@ func (p *parser) rateLimits(n *yaml.Node, at place, keyLine int) []RateLimit {
 		p.fail(at.in("rate_limits", keyLine), "rate_limits must list at least one limit")
 		return nil
 	}
-	before := len(p.errs)
-	limits := make([]RateLimit, 0, len(elems))
+	limits := make([]Limit, len(elems))
 	for i, e := range elems {
+		lat := at.in(fmt.Sprintf("rate_limits[%d]", i), 0)
 		if e == nil {
+			p.gaps[lat.String()] = gapAll // kept in place, so the indexes are the file's
 			continue
 		}
-		if l := p.rateLimit(e, at.in(fmt.Sprintf("rate_limits[%d]", i), e.Line)); l != nil {
-			limits = append(limits, *l)
-		}
-	}
-	if len(p.errs) > before {
-		return limits // checked together only once each is well-formed
-	}
-	if i, err := checkLimits(limits); err != nil {
-		p.fail(at.in(fmt.Sprintf("rate_limits[%d]", i), elems[i].Line), "%s", err)
+		lat.line = e.Line
+		limits[i] = *p.rateLimit(e, lat)
 	}
 	return limits
 }
 
-// rateLimit reads a rate_limit and checks it: its unit where it reads it,
-// the rest (checkRateLimit) once everything read is well-formed.
-func (p *parser) rateLimit(n *yaml.Node, at place) *RateLimit {
+// rateLimit reads a rate_limit; nil when it is no map.
+func (p *parser) rateLimit(n *yaml.Node, at place) *Limit {
 	if deref(n).Kind != yaml.MappingNode {
 		p.fail(at, "rate_limit must be a map, not %v", display(n))
 		return nil
 	}
 	fs, ok := p.fields(n, at, "unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm", "refill_rate",
 		"unit_multiplier", "always_count", "accuracy", "scope", "reserve")
-	l := &RateLimit{
+	l := &Limit{
 		Unlimited:   p.boolean(fs["unlimited"].value, at, "unlimited"),
 		Name:        p.str(fs["name"].value, at, "name"),
 		AlwaysCount: p.boolean(fs["always_count"].value, at, "always_count"),
+		Line:        at.line,
 	}
-	ok = p.unitAndRequests(l, fs, at) && ok
 	var good bool
+	if um := fs["unit_multiplier"].value; !isNull(um) {
+		l.UnitMultiplier, good = p.uint32(um, at, "unit_multiplier", 1)
+		ok = ok && good
+	}
+	l.Unit = p.str(fs["unit"].value, at, "unit")
+	if rpu := fs["requests_per_unit"].value; !isNull(rpu) {
+		l.RequestsPerUnit, good = p.uint32(rpu, at, "requests_per_unit", 0)
+		ok = ok && good
+	}
 	l.Replaces, good = p.replaces(fs["replaces"].value, at)
 	ok = ok && good
-	ok = p.algorithmAndScope(l, fs, at) && ok
+	l.Algorithm = algorithms.Algorithm(p.str(fs["algorithm"].value, at, "algorithm"))
+	l.Accuracy = p.str(fs["accuracy"].value, at, "accuracy")
+	l.Scope = p.str(fs["scope"].value, at, "scope")
 	if rr := fs["refill_rate"].value; !isNull(rr) {
 		l.RefillRate, good = p.refillRate(rr, at)
 		ok = ok && good
 	}
 	if rn := fs["reserve"]; !isNull(rn.value) {
+		l.ReserveLine = rn.key.Line
 		l.Reserve, good = p.reserve(rn.value, at.in("reserve", rn.key.Line))
 		ok = ok && good
 	}
-	if l.Global && !p.globalScope {
-		p.fail(at, "%s", globalScopeUnavailable)
-	}
-	if ok {
-		p.checkRateLimit(l, fs, at)
+	if !ok {
+		p.gaps[at.String()] = gapFields // its settings unchecked
 	}
 	return l
-}
-
-// unitAndRequests reads a rate_limit's unit_multiplier, unit and
-// requests_per_unit into l, checking the unit (checkUnit) as it reads it.
-// It reports whether all three are well-formed.
-func (p *parser) unitAndRequests(l *RateLimit, fs mapping, at place) bool {
-	ok := true
-	if um := fs["unit_multiplier"].value; !isNull(um) {
-		l.UnitMultiplier, ok = p.uint32(um, at, "unit_multiplier", 1)
-	}
-	unit := p.str(fs["unit"].value, at, "unit")
-	var err error
-	if unit != "" {
-		l.Unit, err = ParseUnit(unit)
-	}
-	if err == nil {
-		err = l.checkUnit(unit)
-	}
-	if err != nil {
-		p.fail(at, "%s", err)
-		ok = false
-	}
-	if rpu := fs["requests_per_unit"].value; !isNull(rpu) {
-		var good bool
-		l.RequestsPerUnit, good = p.uint32(rpu, at, "requests_per_unit", 0)
-		ok = ok && good
-	}
-	return ok
 }
 
 // replaces reads a rate_limit's replaces, a list of maps each naming a
@@ -122,44 +95,6 @@ func (p *parser) replaces(n *yaml.Node, at place) ([]string, bool) {
 		names = append(names, p.str(rf["name"].value, rat, "name"))
 	}
 	return names, ok
-}
-
-// algorithmAndScope reads a rate_limit's algorithm, accuracy and scope into
-// l; scope: global makes a limit approximate unless accuracy is written.
-// It reports whether the scope is one it knows.
-func (p *parser) algorithmAndScope(l *RateLimit, fs mapping, at place) bool {
-	if a := p.str(fs["algorithm"].value, at, "algorithm"); a != "" {
-		l.Algorithm = algorithms.Algorithm(a)
-	}
-	accuracy := p.str(fs["accuracy"].value, at, "accuracy")
-	if accuracy != "exact" {
-		l.Accuracy = algorithms.Accuracy(accuracy)
-	}
-	s := p.str(fs["scope"].value, at, "scope")
-	if s == "" {
-		return true
-	}
-	global, err := algorithms.ParseScope(s)
-	if err != nil {
-		p.fail(at, "unknown scope '%s' (want regional or global)", s)
-	}
-	l.Global = global
-	if global && accuracy == "" {
-		l.Accuracy = algorithms.Approximate // what global means; exact written is refused
-	}
-	return err == nil
-}
-
-// checkRateLimit checks a well-formed rate_limit l, whose fields are fs:
-// its settings together (checkSettings), then its reserve against them.
-func (p *parser) checkRateLimit(l *RateLimit, fs mapping, at place) {
-	if err := l.checkSettings(); err != nil {
-		p.fail(at, "%s", err)
-	} else if l.Reserve != nil {
-		if err := l.Reserve.check(*l, p.maxTTL); err != nil {
-			p.fail(at.in("reserve", fs["reserve"].key.Line), "%s", err)
-		}
-	}
 }
 
 // refillRate reads a rate_limit's refill_rate, a number of tokens per

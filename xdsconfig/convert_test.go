@@ -1,8 +1,10 @@
 package xdsconfig
 
 import (
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"github.com/google/go-cmp/cmp"
@@ -59,25 +61,29 @@ func everyField(t testing.TB) *rlsconf.RateLimitConfig {
 	}
 }
 
-// TestYAML: every field of the proto becomes its key of the descriptor
-// YAML, strings quoted ("yes" and "500" stay strings).
-func TestYAML(t *testing.T) {
-	got, err := YAML(everyField(t))
-	if err != nil {
-		t.Fatal(err)
+// TestFileOf: every field of the proto becomes its field of the descriptor
+// file's model, the unit by its enum name but an unlimited limit's UNKNOWN,
+// metadata's whole numbers as int, as in a file.
+func TestFileOf(t *testing.T) {
+	perUnit := func(unit string, n uint32) *descriptors.Limit {
+		return &descriptors.Limit{Unit: unit, RequestsPerUnit: n}
 	}
-	for _, want := range []string{
-		`"domain": "edge"`, `"key": "remote_address"`, `"unit": "MINUTE"`, `"requests_per_unit": 3`, `"name": "per-ip"`,
-		`"detailed_metric": true`, `"shadow_mode": true`, `"quota_mode": true`, `"team": "payments"`, `"tier": 2`,
-		`"value": "/admin"`, `"unlimited": true`, `"value": "yes"`, `"value": "500"`, `"unit": "WEEK"`,
-		`"replaces": [`, `"unit": "DAY"`, `"unit": "MONTH"`, `"requests_per_unit": 0`, `"unit": "YEAR"`, `"requests_per_unit": 4294967295`,
-	} {
-		if !strings.Contains(string(got), want) {
-			t.Errorf("YAML has no %s:\n%s", want, got)
-		}
-	}
-	if strings.Contains(string(got), "UNKNOWN") {
-		t.Errorf("an unlimited limit's UNKNOWN unit was written:\n%s", got)
+	want := &descriptors.File{Name: `RateLimitConfig "gateway"`, Domain: "edge", Descriptors: []descriptors.Descriptor{
+		{Key: "remote_address", RateLimit: &descriptors.Limit{Unit: "MINUTE", RequestsPerUnit: 3, Name: "per-ip"},
+			DetailedMetric: true, ShadowMode: true, QuotaMode: true,
+			Metadata: map[string]any{"team": "payments", "tier": 2, "tags": []any{"a", true}}},
+		{Key: "path", Value: "/admin", RateLimit: &descriptors.Limit{Unlimited: true}},
+		{Key: "user", Value: "yes", Descriptors: []descriptors.Descriptor{
+			{Key: "plan", Value: "500", RateLimit: &descriptors.Limit{Unit: "WEEK", RequestsPerUnit: 7, Replaces: []string{"per-ip"}}},
+		}},
+		{Key: "day", RateLimit: perUnit("DAY", 1)},
+		{Key: "month", RateLimit: perUnit("MONTH", 0)},
+		{Key: "year", RateLimit: perUnit("YEAR", 4294967295)},
+		{Key: "second", RateLimit: perUnit("SECOND", 1)},
+		{Key: "hour", RateLimit: perUnit("HOUR", 1)},
+	}}
+	if diff := cmp.Diff(want, fileOf(`RateLimitConfig "gateway"`, everyField(t))); diff != "" {
+		t.Errorf("fileOf (-want +got):\n%s", diff)
 	}
 }
 
@@ -212,4 +218,74 @@ func TestLoadMergeDomains(t *testing.T) {
 	if _, err := Load(descriptors.Options{}, anys(t, b, a)); err == nil || !strings.HasPrefix(err.Error(), `RateLimitConfig "b": duplicate domain 'edge'`) {
 		t.Errorf("Load without MergeDomains: %v", err)
 	}
+}
+
+// TestLoadRefusesAsAFile: a mistake in a resource is refused with the
+// message the same mistake gets in a descriptor YAML file, at the same
+// place: only the prefix differs, the resource's name for the file's name
+// and line. The overlay's reserve is checked as a file's reserve.
+func TestLoadRefusesAsAFile(t *testing.T) {
+	one := func(ds ...*rlsconf.RateLimitDescriptor) *rlsconf.RateLimitConfig {
+		return &rlsconf.RateLimitConfig{Name: "eg", Domain: "edge", Descriptors: ds}
+	}
+	selfReplace := &rlsconf.RateLimitPolicy{Unit: rlsconf.RateLimitUnit_SECOND, RequestsPerUnit: 1, Name: "n", Replaces: []*rlsconf.RateLimitReplace{{Name: "n"}, {}}}
+	for _, tt := range []struct {
+		name    string
+		res     *rlsconf.RateLimitConfig
+		overlay string // of domain edge, ttl up to 2m
+		yaml    string // the same mistake in a file
+	}{
+		{name: "unit not set", res: one(&rlsconf.RateLimitDescriptor{Key: "k", RateLimit: limit(rlsconf.RateLimitUnit_UNKNOWN, 5)}),
+			yaml: "domain: edge\ndescriptors:\n  - key: k\n    rate_limit: {unit: UNKNOWN, requests_per_unit: 5}\n"},
+		{name: "unit the proto does not know", res: one(&rlsconf.RateLimitDescriptor{Key: "k", RateLimit: limit(42, 5)}),
+			yaml: "domain: edge\ndescriptors:\n  - key: k\n    rate_limit: {unit: 42, requests_per_unit: 5}\n"},
+		{name: "unit with unlimited", res: one(&rlsconf.RateLimitDescriptor{Key: "k", RateLimit: &rlsconf.RateLimitPolicy{Unit: rlsconf.RateLimitUnit_DAY, Unlimited: true}}),
+			yaml: "domain: edge\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, unlimited: true}\n"},
+		{name: "empty key, duplicate nested key", res: one(&rlsconf.RateLimitDescriptor{Value: "v"}, &rlsconf.RateLimitDescriptor{Key: "a", Descriptors: []*rlsconf.RateLimitDescriptor{
+			{Key: "b", Value: "1"}, {Key: "b", Value: "1", RateLimit: limit(rlsconf.RateLimitUnit_SECOND, 1)}}}),
+			yaml: "domain: edge\ndescriptors:\n  - value: v\n  - key: a\n    descriptors:\n      - {key: b, value: '1'}\n      - {key: b, value: '1', rate_limit: {unit: second, requests_per_unit: 1}}\n"},
+		{name: "replaces itself", res: one(&rlsconf.RateLimitDescriptor{Key: "k", RateLimit: selfReplace}),
+			yaml: "domain: edge\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, name: n, replaces: [{name: n}, {name: ''}]}\n"},
+		{name: "empty domain", res: &rlsconf.RateLimitConfig{Name: "eg"}, yaml: "descriptors: []\n"},
+		{name: "reserve longer than MAX_RESERVATION_TTL",
+			res: one(&rlsconf.RateLimitDescriptor{Key: "route", Value: "r", Descriptors: []*rlsconf.RateLimitDescriptor{{Key: "tenant",
+				Descriptors: []*rlsconf.RateLimitDescriptor{{Key: "request", RateLimit: limit(rlsconf.RateLimitUnit_HOUR, 100)}}}}}),
+			overlay: "reservations: [{domain: edge, handle: request, hits: 10, ttl: 90s}]",
+			yaml: "domain: edge\ndescriptors:\n  - key: route\n    value: r\n    descriptors:\n      - key: tenant\n" +
+				"        rate_limit: {unit: HOUR, requests_per_unit: 100, reserve: {hits: 10, ttl: 90s, handle: request}}\n"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var res *Reservations
+			if tt.overlay != "" {
+				var err error
+				if res, err = ParseReservations("overlay.yaml", []byte(tt.overlay), 2*time.Minute); err != nil {
+					t.Fatal(err)
+				}
+			}
+			_, xerr := loadConfigs(descriptors.Options{}, []*rlsconf.RateLimitConfig{tt.res}, res, nil)
+			_, ferr := descriptors.Load(descriptors.Options{}, descriptors.Source{Name: "eg.yaml", Data: []byte(tt.yaml)})
+			if xerr == nil || ferr == nil {
+				t.Fatalf("resource: %v\nfile: %v\nwant both refused", xerr, ferr)
+			}
+			got := withoutPrefix(t, xerr, regexp.MustCompile(`^RateLimitConfig "eg": `))
+			want := withoutPrefix(t, ferr, regexp.MustCompile(`^eg\.yaml:[0-9]+: `))
+			if got != want {
+				t.Errorf("resource:\n%v\nfile:\n%v\nwant the same after the prefix", xerr, ferr)
+			}
+		})
+	}
+}
+
+// withoutPrefix is the text of err, prefix taken off each line; every line
+// must have it.
+func withoutPrefix(t *testing.T, err error, prefix *regexp.Regexp) string {
+	t.Helper()
+	lines := strings.Split(err.Error(), "\n")
+	for i, l := range lines {
+		if !prefix.MatchString(l) {
+			t.Errorf("%q does not start with %s", l, prefix)
+		}
+		lines[i] = prefix.ReplaceAllString(l, "")
+	}
+	return strings.Join(lines, "\n")
 }

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/throttle-rl/throttle/descriptors"
 )
 
 // Reservations is the reservation overlay (setting RESERVATION_OVERLAY):
@@ -108,7 +110,7 @@ func ParseReservations(name string, data []byte, maxTTL time.Duration) (*Reserva
 
 // apply sets the entries of r for f's domain on f, and returns why those
 // that did not apply did not.
-func (r *Reservations) apply(f *yamlFile) (notes []string) {
+func (r *Reservations) apply(f *descriptors.File) (notes []string) {
 	if r == nil {
 		return nil
 	}
@@ -132,8 +134,8 @@ func (r *Reservations) apply(f *yamlFile) (notes []string) {
 // lift returns ds with every descriptor keyed e.Handle (no value) taken
 // out and its limit and descriptors moved up, and how many it took out;
 // ds is not changed. top says ds are a domain's top-level descriptors.
-func (e Reservation) lift(ds []yamlDescriptor, top bool) ([]yamlDescriptor, int, error) {
-	out := make([]yamlDescriptor, 0, len(ds))
+func (e Reservation) lift(ds []descriptors.Descriptor, top bool) ([]descriptors.Descriptor, int, error) {
+	out := make([]descriptors.Descriptor, 0, len(ds))
 	lifted := 0
 	for _, d := range ds {
 		if top && e.Under != "" && d.Key != e.Under {
@@ -146,7 +148,7 @@ func (e Reservation) lift(ds []yamlDescriptor, top bool) ([]yamlDescriptor, int,
 		}
 		d.Descriptors = children
 		lifted += n
-		var h *yamlDescriptor
+		var h *descriptors.Descriptor
 		if i := handleIndex(d.Descriptors, e.Handle); i >= 0 {
 			h = &d.Descriptors[i]
 			d.Descriptors = append(d.Descriptors[:i:i], d.Descriptors[i+1:]...)
@@ -179,7 +181,7 @@ func (e Reservation) lift(ds []yamlDescriptor, top bool) ([]yamlDescriptor, int,
 
 // moveUp moves h, a handle descriptor, into its parent p: its limit (with
 // reserve) and its descriptors (whose limits reserve too).
-func (e Reservation) moveUp(p *yamlDescriptor, h yamlDescriptor) error {
+func (e Reservation) moveUp(p *descriptors.Descriptor, h descriptors.Descriptor) error {
 	if h.RateLimit != nil {
 		if p.RateLimit != nil {
 			return fmt.Errorf("descriptor %q has a limit of its own and one under %q", p.Key, e.Handle)
@@ -207,8 +209,8 @@ func (e Reservation) moveUp(p *yamlDescriptor, h yamlDescriptor) error {
 
 // withReserve returns a copy of ds whose every limit, at any depth,
 // reserves.
-func (e Reservation) withReserve(ds []yamlDescriptor) ([]yamlDescriptor, error) {
-	out := make([]yamlDescriptor, len(ds))
+func (e Reservation) withReserve(ds []descriptors.Descriptor) ([]descriptors.Descriptor, error) {
+	out := make([]descriptors.Descriptor, len(ds))
 	for i, d := range ds {
 		if d.RateLimit != nil {
 			l, err := e.reserve(*d.RateLimit)
@@ -227,15 +229,15 @@ func (e Reservation) withReserve(ds []yamlDescriptor) ([]yamlDescriptor, error) 
 }
 
 // reserve returns l with the entry's reserve.
-func (e Reservation) reserve(l yamlRateLimit) (yamlRateLimit, error) {
+func (e Reservation) reserve(l descriptors.Limit) (descriptors.Limit, error) {
 	if l.Unlimited || int64(l.RequestsPerUnit) < e.Hits {
 		return l, fmt.Errorf("hits %d are more than the limit under it, %d", e.Hits, l.RequestsPerUnit)
 	}
-	l.Reserve = &yamlReserve{Hits: e.Hits, TTL: time.Duration(e.TTL).String(), Handle: e.Handle}
+	l.Reserve = &descriptors.Reserve{Hits: e.Hits, TTL: time.Duration(e.TTL), Handle: e.Handle}
 	return l, nil
 }
 
-func handleIndex(ds []yamlDescriptor, key string) int {
+func handleIndex(ds []descriptors.Descriptor, key string) int {
 	for i, d := range ds {
 		if d.Key == key && d.Value == "" {
 			return i
@@ -245,7 +247,7 @@ func handleIndex(ds []yamlDescriptor, key string) int {
 }
 
 // segment names a descriptor as a composite key does: key or key_value.
-func segment(d yamlDescriptor) string {
+func segment(d descriptors.Descriptor) string {
 	if d.Value == "" {
 		return d.Key
 	}
