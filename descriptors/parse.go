@@ -177,21 +177,28 @@ func (p *parser) list(n *yaml.Node, at place, name string) []*yaml.Node {
 	return out
 }
 
+// each calls f with every element of elems, the list name at at, and its
+// place; an element p.list found no map (nil) is a gap, kept in place so
+// that the indexes are the file's.
+func (p *parser) each(elems []*yaml.Node, at place, name string, f func(i int, e *yaml.Node, eat place)) {
+	for i, e := range elems {
+		eat := at.in(fmt.Sprintf("%s[%d]", name, i), 0)
+		if e == nil {
+			p.gaps[eat.String()] = gapAll
+			continue
+		}
+		eat.line = e.Line
+		f(i, e, eat)
+	}
+}
+
 func (p *parser) descriptors(n *yaml.Node, at place) []Descriptor {
 	elems := p.list(n, at, "descriptors")
 	if len(elems) == 0 {
 		return nil
 	}
 	out := make([]Descriptor, len(elems))
-	for i, e := range elems {
-		dat := at.in(fmt.Sprintf("descriptors[%d]", i), 0)
-		if e == nil {
-			p.gaps[dat.String()] = gapAll // kept in place, so the indexes are the file's
-			continue
-		}
-		dat.line = e.Line
-		out[i] = p.descriptor(e, dat)
-	}
+	p.each(elems, at, "descriptors", func(i int, e *yaml.Node, dat place) { out[i] = p.descriptor(e, dat) })
 	return out
 }
 

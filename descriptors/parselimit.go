@@ -23,15 +23,7 @@ func (p *parser) rateLimits(n *yaml.Node, at place, keyLine int) []Limit {
 		return nil
 	}
 	limits := make([]Limit, len(elems))
-	for i, e := range elems {
-		lat := at.in(fmt.Sprintf("rate_limits[%d]", i), 0)
-		if e == nil {
-			p.gaps[lat.String()] = gapAll // kept in place, so the indexes are the file's
-			continue
-		}
-		lat.line = e.Line
-		limits[i] = *p.rateLimit(e, lat)
-	}
+	p.each(elems, at, "rate_limits", func(i int, e *yaml.Node, lat place) { limits[i] = *p.rateLimit(e, lat) })
 	return limits
 }
 
