@@ -280,17 +280,8 @@ func (a *app) listen(context.Context) error {
 		return err
 	}
 	a.onClose(func() { a.grpcLis.Close() })
-	if addr := cfg.debugAddress(); addr != "" {
-		dl, err := net.Listen("tcp", addr)
-		if err != nil {
-			return fmt.Errorf("debug port (DEBUG_ADDRESS, DEBUG_HOST/DEBUG_PORT): %w", err)
-		}
-		a.log.Info("serving the debug port", "addr", dl.Addr().String())
-		if !isLoopback(dl.Addr()) {
-			a.log.Warn("the debug port listens beyond loopback: whoever reaches it reads Go's profiler (/debug/pprof/), /rlconfig and /stats, in plain HTTP and with no key; give DEBUG_HOST=127.0.0.1 (or a loopback DEBUG_ADDRESS) unless that is meant", "addr", dl.Addr().String())
-		}
-		pages := debugPages{ConfigDump: a.configDump, Gatherer: a.metrics}
-		a.goBG("debug server", func(ctx context.Context) error { return serveDebug(ctx, dl, pages) })
+	if err := a.listenDebugPort(); err != nil {
+		return err
 	}
 	return a.listenStats()
 }
