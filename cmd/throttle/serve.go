@@ -182,25 +182,6 @@ func serveUntil(ctx context.Context, srv *http.Server, l net.Listener, stop func
 	return nil, err
 }
 
-// openTracing starts OpenTelemetry when an OTLP endpoint is set; at close it
-// sends the spans of the drained requests.
-func (a *app) openTracing(ctx context.Context) error {
-	a.propagator = propagation.TraceContext{} // W3C traceparent, tracestate
-	sdkTracer, err := newTracerProvider(ctx, &a.cfg.Tracing, a.log)
-	if err != nil || sdkTracer == nil {
-		return err
-	}
-	a.tracer = sdkTracer
-	a.onClose(func() {
-		fctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
-		defer cancel()
-		if err := sdkTracer.Shutdown(fctx); err != nil {
-			a.log.Warn("OpenTelemetry: spans not all sent before shutdown", "err", err)
-		}
-	})
-	return nil
-}
-
 // openAPIs builds the gRPC server (Envoy's rate-limit and rate-limit quota
 // services, gRPC health) and the REST handler.
 func (a *app) openAPIs(context.Context) error {
