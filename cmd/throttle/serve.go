@@ -116,11 +116,7 @@ type app struct {
 }
 
 func newApp(cfg *config, logOut io.Writer) (*app, error) {
-	var logs slog.Handler = slog.NewJSONHandler(logOut, &slog.HandlerOptions{Level: cfg.LogLevel})
-	if cfg.LogFormat == "text" {
-		logs = slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: cfg.LogLevel})
-	}
-	a := &app{cfg: cfg, log: slog.New(logs), metrics: prometheus.NewRegistry()}
+	a := &app{cfg: cfg, log: newLogger(cfg, logOut), metrics: prometheus.NewRegistry()}
 	a.reg = a.metrics
 	if cfg.Region != "" {
 		a.reg = prometheus.WrapRegistererWith(prometheus.Labels{"region": cfg.Region}, a.metrics)
@@ -218,7 +214,7 @@ func (a *app) openAPIs(context.Context) error {
 		return err
 	}
 	a.quota.Register(a.grpcSrv, a.health)
-	envoyJSON, configDump, metrics := a.restDoors(rls) // the pages PORT serves without a key (doors.go)
+	envoyJSON, configDump, metrics := a.restDoors(rls) // the pages PORT serves without a key (rest.go)
 	handler := restapi.NewHandler(a.withTenancy(a.withRESTApps(restapi.Deps{
 		Log: a.log, DB: a.db, Cache: a.cache, Usage: a.usage, Limiter: a.limiter, Registerer: a.reg, Gatherer: metrics,
 		TrustedProxies: cfg.TrustedProxies, ConfigDump: configDump, HeaderSets: cfg.HeaderSets, TracerProvider: a.tracer, Propagator: a.propagator,
@@ -231,40 +227,6 @@ func (a *app) openAPIs(context.Context) error {
 		a.httpSrv.TLSConfig, a.httpSrv.ErrorLog = a.httpTLS.ServerConfig(), a.httpTLS.HTTPErrorLog(a.log)
 	}
 	return nil
-}
-
-// configDump is GET /rlconfig (of the debug port, and of PORT with
-// RLCONFIG_ON_REST_PORT): the YAML configuration in use, as the reference
-// service's debug endpoint (REST client rules are private to their clients
-// and not part of it); under SHADOW_MODE every limit shows shadow_mode:
-// true.
-func (a *app) configDump() string {
-	switch {
-	case a.current == nil:
-		return ""
-	case a.cfg.ShadowMode:
-		return a.current().DumpInShadowMode()
-	}
-	return a.current().Dump()
-}
-
-// listen binds every port before any is served, so a taken port fails the
-// start; DEBUG_ADDRESS is served at once.
-func (a *app) listen(context.Context) error {
-	cfg := a.cfg
-	var err error
-	if a.httpLis, err = net.Listen("tcp", a.httpSrv.Addr); err != nil {
-		return fmt.Errorf("PORT: %w", err)
-	}
-	a.onClose(func() { a.httpLis.Close() })
-	if a.grpcLis, err = listenGRPC(cfg); err != nil {
-		return err
-	}
-	a.onClose(func() { a.grpcLis.Close() })
-	if err := a.listenDebugPort(); err != nil {
-		return err
-	}
-	return a.listenStats()
 }
 
 // serve serves REST and gRPC until ctx ends or a server fails, then drains

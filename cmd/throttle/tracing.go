@@ -25,6 +25,44 @@ const (
 // spans, and the reference stats.
 const flushTimeout = 5 * time.Second
 
+// tracingSettings are OpenTelemetry's standard variables, named by its
+// specification.
+var tracingSettings = []setting{
+	{env: "OTEL_EXPORTER_OTLP_ENDPOINT", flag: "otel-exporter-otlp-endpoint",
+		usage: "OpenTelemetry tracing: base URL of the OTLP receiver, such as http://collector:4318 (http/protobuf; " +
+			"/v1/traces is appended) or http://collector:4317 (grpc); https:// uses TLS with the system's roots; empty = " +
+			"tracing off (no spans, no cost)",
+		set: func(c *config, v string) (err error) { c.Tracing.baseEndpoint, err = parseOTLPURL(v); return }},
+	{env: "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", flag: "otel-exporter-otlp-traces-endpoint",
+		usage: "URL for traces, used as it is (http/protobuf: with its path, such as http://collector:4318/v1/traces); wins " +
+			"over OTEL_EXPORTER_OTLP_ENDPOINT, and alone turns tracing on too",
+		set: func(c *config, v string) (err error) { c.Tracing.Endpoint, err = parseOTLPURL(v); return }},
+	{env: "OTEL_EXPORTER_OTLP_PROTOCOL", flag: "otel-exporter-otlp-protocol", def: protocolHTTP,
+		usage: "OTLP transport: grpc or http/protobuf",
+		set:   func(c *config, v string) (err error) { c.Tracing.baseProtocol, err = parseOTLPProtocol(v); return }},
+	{env: "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", flag: "otel-exporter-otlp-traces-protocol",
+		usage: "OTLP transport for traces; empty = OTEL_EXPORTER_OTLP_PROTOCOL",
+		set:   func(c *config, v string) (err error) { c.Tracing.Protocol, err = parseOTLPProtocol(v); return }},
+	{env: "OTEL_EXPORTER_OTLP_HEADERS", flag: "otel-exporter-otlp-headers",
+		usage: "headers of every OTLP request (such as the tracing backend's API key): key=value pairs, comma-separated, " +
+			"values percent-encoded; never logged",
+		set: func(c *config, v string) (err error) { c.Tracing.Headers, err = parseKeyValues(v); return }},
+	{env: "OTEL_SERVICE_NAME", flag: "otel-service-name", def: "throttle",
+		usage: "service.name of the spans (wins over one in OTEL_RESOURCE_ATTRIBUTES)",
+		set:   func(c *config, v string) (err error) { c.Tracing.ServiceName, err = parseNonEmpty(v); return }},
+	{env: "OTEL_RESOURCE_ATTRIBUTES", flag: "otel-resource-attributes",
+		usage: "more resource attributes of the spans: key=value pairs, comma-separated, values percent-encoded (such as " +
+			"deployment.environment.name=prod)",
+		set: func(c *config, v string) (err error) { c.Tracing.Resource, err = parseAttributes(v); return }},
+	{env: "OTEL_TRACES_SAMPLER", flag: "otel-traces-sampler", def: "parentbased_always_on",
+		usage: "which traces are recorded: always_on, always_off, traceidratio, parentbased_always_on, parentbased_always_off " +
+			"or parentbased_traceidratio (parentbased_*: follow the caller's sampled flag when it sends a traceparent)",
+		set: func(c *config, v string) (err error) { c.Tracing.Sampler, err = parseSampler(v); return }},
+	{env: "OTEL_TRACES_SAMPLER_ARG", flag: "otel-traces-sampler-arg",
+		usage: "the ratio of traces the traceidratio samplers record, 0 to 1; empty = 1",
+		set:   func(c *config, v string) (err error) { c.Tracing.SamplerArg, err = parseRatio(v); return }},
+}
+
 // tracingConfig is the OpenTelemetry part of config: the standard OTEL_*
 // variables Throttle honours, resolved as the OpenTelemetry specification
 // says.
