@@ -85,10 +85,10 @@ type config struct {
 	MaxReservationTTL time.Duration
 	Tracing           tracingConfig
 	TLS               tlsConfig
-	REST              restAppsConfig // CORS, list format, idempotency (rest.go)
-	XDS               xdsConfig      // CONFIG_TYPE=GRPC_XDS_SOTW (xdssettings.go)
-	Stats             statsConfig    // the reference service's stats (statssettings.go)
-	Tenancy           tenancyConfig  // the tenants' lanes (tenancy.go)
+	REST              restAppsConfig  // CORS, list format, idempotency (rest.go)
+	XDS               xdsConfig       // CONFIG_TYPE=GRPC_XDS_SOTW (xdssettings.go)
+	Stats             statsSinkConfig // the reference service's stats sink, USE_STATSD… (refstatssettings.go)
+	Tenancy           tenancyConfig   // the tenants' lanes (tenancy.go)
 
 	// Inert are the settings given that change nothing here (their rows'
 	// ref.inert), by name, for the log.

@@ -160,5 +160,5 @@ func (a *app) listen(context.Context) error {
 	if err := a.listenDebugPort(); err != nil {
 		return err
 	}
-	return a.listenStats()
+	return a.listenStatsSink()
 }

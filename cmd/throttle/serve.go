@@ -44,7 +44,7 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer) error {
 		a.openTLS,         // certificate files of the listeners and Redis, re-read on change
 		a.openStore,       // clients, rules, exemptions; their cache; usage
 		a.openTracing,     // OpenTelemetry, when an endpoint is set
-		a.openStats,       // the reference service's stats over statsd, DogStatsD or Prometheus, when set
+		a.openStatsSink,   // the reference service's stats sink: statsd, DogStatsD or Prometheus, when set
 		a.openCounters,    // memory, or Redis behind the failure policy
 		a.openDescriptors, // DESCRIPTORS_DIR, reloaded on change
 		a.openXDS,         // CONFIG_TYPE=GRPC_XDS_SOTW: the control plane's domains over the files'
@@ -109,10 +109,10 @@ type app struct {
 	// API's memory (per replica).
 	ledger restapi.ReservationLedger
 
-	// refStats are the reference service's stats; nil: off. statsSrv
-	// serves them on PROMETHEUS_ADDR with USE_PROMETHEUS.
-	refStats *refstats.Stats
-	statsSrv *http.Server
+	// refStats are the reference service's stats (its stats sink); nil:
+	// off. statsSinkSrv serves them on PROMETHEUS_ADDR with USE_PROMETHEUS.
+	refStats     *refstats.Stats
+	statsSinkSrv *http.Server
 }
 
 func newApp(cfg *config, logOut io.Writer) (*app, error) {

@@ -56,7 +56,7 @@ func upstreamInert(def, why string) upstream {
 // here. The rows come in groups, each beside the code it configures.
 var serveSettings = slices.Concat(coreSettings, redisSettings, listenerSettings, logFormatSettings, backendTypeSettings,
 	healthcheckSettings, limitHeaderSettings, doorSettings, runtimeSettings, tlsSettings, tracingSettings,
-	referenceTracingSettings, xdsSettings, statsSettings, tenancySettings, inertSettings)
+	referenceTracingSettings, xdsSettings, statsSinkSettings, tenancySettings, inertSettings)
 
 // coreSettings are the listeners, the backends and the APIs' knobs.
 var coreSettings = []setting{
