@@ -34,19 +34,22 @@ func handleMe() http.Handler {
 	})
 }
 
-type statsReply struct {
+// usageReply is GET /stats/{client_id}: a client's usage (its decisions), not
+// the metrics (/metrics, the debug port's /stats) nor the reference's stats
+// sink.
+type usageReply struct {
 	ClientID       string            `json:"client_id"`
 	TotalChecks    int64             `json:"total_checks"`
 	Allowed        int64             `json:"allowed"`
 	Rejected       int64             `json:"rejected"`
 	ByAlgorithm    map[string]int64  `json:"by_algorithm"`
-	TopIdentifiers []identifierStats `json:"top_identifiers"`
+	TopIdentifiers []identifierUsage `json:"top_identifiers"`
 	// Reservations: absent when the counters could not be read.
-	Reservations *reservationStats `json:"reservations,omitempty"`
+	Reservations *reservationUsage `json:"reservations,omitempty"`
 }
 
-// identifierStats is one identifier's /check counts.
-type identifierStats struct {
+// identifierUsage is one identifier's /check counts.
+type identifierUsage struct {
 	Identifier  string    `json:"identifier"`
 	TotalChecks int64     `json:"total_checks"`
 	Allowed     int64     `json:"allowed"`
@@ -54,14 +57,16 @@ type identifierStats struct {
 	LastSeenAt  time.Time `json:"last_seen_at"`
 }
 
-// defaultTopIdentifiers is how many identifiers /stats lists without ?top=.
+// defaultTopIdentifiers is how many identifiers /stats/{client_id} lists
+// without ?top=.
 const defaultTopIdentifiers = 10
 
-// handleStats reports the caller's /check counts, and its most checked
-// identifiers (?top=N, 0 to store.MaxTopIdentifiers, default 10). A key may
-// only read its own client's stats: any other client id is 403. With them,
-// its outstanding reservations and the quota they hold on each counter.
-func handleStats(usage *store.UsageRecorder, limiter algorithms.Store, out *outstanding) http.Handler {
+// handleUsage is GET /stats/{client_id}, a client's usage: the caller's
+// /check counts, and its most checked identifiers (?top=N, 0 to
+// store.MaxTopIdentifiers, default 10). A key may only read its own
+// client's usage: any other client id is 403. With them, its outstanding
+// reservations and the quota they hold on each counter.
+func handleUsage(usage *store.UsageRecorder, limiter algorithms.Store, out *outstanding) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c := clientFrom(r.Context())
 		if r.PathValue("client_id") != c.ID {
@@ -87,9 +92,9 @@ func handleStats(usage *store.UsageRecorder, limiter algorithms.Store, out *outs
 			writeError(w, r, err)
 			return
 		}
-		top := make([]identifierStats, 0, len(idents))
+		top := make([]identifierUsage, 0, len(idents))
 		for _, id := range idents {
-			top = append(top, identifierStats{
+			top = append(top, identifierUsage{
 				Identifier: id.Identifier, TotalChecks: id.Total(), Allowed: id.Allowed, Rejected: id.Rejected,
 				LastSeenAt: id.LastSeen.UTC(),
 			})
@@ -98,14 +103,14 @@ func handleStats(usage *store.UsageRecorder, limiter algorithms.Store, out *outs
 		for _, a := range algorithms.Algorithms {
 			by[string(a)] = u.ByAlgorithm[string(a)]
 		}
-		encode(w, r, http.StatusOK, statsReply{
+		encode(w, r, http.StatusOK, usageReply{
 			ClientID:       c.ID,
 			TotalChecks:    u.TotalChecks,
 			Allowed:        u.Allowed,
 			Rejected:       u.Rejected,
 			ByAlgorithm:    by,
 			TopIdentifiers: top,
-			Reservations:   readReservationStats(r.Context(), limiter, out, c),
+			Reservations:   readReservationUsage(r.Context(), limiter, out, c),
 		})
 	})
 }

@@ -191,7 +191,8 @@ type decided struct {
 // decideChecks decides checks of client c in one engine call: exempt
 // identifiers are allowed without it, and the others, when there are
 // several, count only if every one is within its limit (all-or-nothing).
-// Every decision is recorded for /stats and the metrics.
+// Every decision is recorded for the client's usage (/stats/{client_id})
+// and the metrics.
 func decideChecks(ctx context.Context, d checkDeps, m *metrics, c store.Client, checks []check) ([]decided, error) {
 	out := make([]decided, len(checks))
 	reqs := make([]algorithms.Request, 0, len(checks))

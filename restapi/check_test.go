@@ -403,7 +403,7 @@ func TestConcurrentChecks(t *testing.T) {
 				if allowed.Load() != 100 || rejected.Load() != 300 {
 					t.Errorf("allowed %d, rejected %d; want exactly 100 and 300", allowed.Load(), rejected.Load())
 				}
-				stats := decodeReply[statsReply](t, e.call(t, "GET", "/stats/"+c.ID, c.Key, ""))
+				stats := decodeReply[usageReply](t, e.call(t, "GET", "/stats/"+c.ID, c.Key, ""))
 				if stats.TotalChecks != 400 || stats.Allowed != 100 || stats.Rejected != 300 {
 					t.Errorf("stats = %+v, want 400 checks, 100 allowed, 300 rejected", stats)
 				}

@@ -36,7 +36,7 @@ func TestDescriptors(t *testing.T) {
 		want string
 	}{
 		// (A client whose domain the YAML names loses it within a second,
-		// cmd/throttle's releaseReserved; until then it learns only that.)
+		// store's Cache.ReleaseReserved; until then it learns only that.)
 		{"a domain in the YAML, with a bad edit: never its files or problems", edge.Key,
 			`{"domain":"edge","configured":true,"yaml":true,"files":[],"loaded_at":"2031-03-04T05:00:00Z","checked_at":"2031-03-04T05:01:00Z","valid":false,"problems":[]}`},
 		{"a domain not in the YAML", other.Key,

@@ -48,7 +48,7 @@ type Deps struct {
 	// Cache answers the hot path: API keys, rules and exemptions on /check.
 	// It is refreshed after every write made through this API.
 	Cache *store.Cache
-	// Usage counts /check decisions for /stats.
+	// Usage counts /check decisions for a client's usage, /stats/{client_id}.
 	Usage *store.UsageRecorder
 	// Limiter decides /check, /check/ip and the /register limit.
 	Limiter algorithms.Store
@@ -66,7 +66,8 @@ type Deps struct {
 	// registered (the metrics still work, nobody scrapes them).
 	Registerer prometheus.Registerer
 	// Gatherer is served on GET /metrics. Default nil: no such route
-	// (METRICS_ON_REST_PORT=false; the debug port still serves them at /stats).
+	// (METRICS_ON_REST_PORT=false; the debug port still serves them, at its
+	// /stats).
 	Gatherer prometheus.Gatherer
 	// TrustedProxies are the peers whose X-Forwarded-For and X-Real-IP are
 	// believed when finding a request's client IP. Default: none.

@@ -203,13 +203,13 @@ func TestStatsReservations(t *testing.T) {
 		e := newEnv(t, b)
 		c := e.register(t, "stats-held")
 		limit := `"limit":10,"window":3600,"algorithm":"fixed_window"`
-		stats := func() statsReply {
+		stats := func() usageReply {
 			t.Helper()
 			r := e.call(t, "GET", "/stats/"+c.ID, c.Key, "")
 			if r.status != http.StatusOK {
 				t.Fatalf("stats: %d %s", r.status, r.body)
 			}
-			return decodeReply[statsReply](t, r)
+			return decodeReply[usageReply](t, r)
 		}
 		if s := stats(); s.Reservations == nil || s.Reservations.Outstanding != 0 || len(s.Reservations.Counters) != 0 {
 			t.Errorf("stats before any reservation: %+v, want 0 outstanding, no counters", s.Reservations)
@@ -217,7 +217,7 @@ func TestStatsReservations(t *testing.T) {
 		a, _ := e.check(t, c, `{"identifier":"s",`+limit+`,"hits":4,"reserve_ttl":30}`)
 		e.check(t, c, `{"identifier":"s",`+limit+`,"hits":2,"reserve_ttl":30}`)
 		e.check(t, c, `{"identifier":"s",`+limit+`,"hits":1}`)
-		want := heldCounterStats{Identifier: "s", Algorithm: "fixed_window", Limit: 10, Window: 3600, Used: 7, Held: 6, Remaining: 3,
+		want := heldCounterUsage{Identifier: "s", Algorithm: "fixed_window", Limit: 10, Window: 3600, Used: 7, Held: 6, Remaining: 3,
 			ResetAt: testNow.Truncate(time.Hour).Add(time.Hour).Unix(), Reservations: 2}
 		if s := stats(); s.Reservations == nil || s.Reservations.Outstanding != 2 || len(s.Reservations.Counters) != 1 || s.Reservations.Counters[0] != want {
 			t.Errorf("stats with 6 held: %+v, want 2 outstanding, %+v", s.Reservations, want)

@@ -67,7 +67,7 @@ func addRoutes(mux routeTable, d Deps, m *metrics, tr *tracing) {
 	mux.Handle("GET /exemptions/list", auth(handleExemptionList(d.DB, d.ListObjects)))
 	mux.Handle("DELETE /exemptions/{identifier...}", auth(handleExemptionDelete(d.DB, d.Cache)))
 
-	mux.Handle("GET /stats/{client_id}", auth(handleStats(d.Usage, d.Limiter, check.Outstanding)))
+	mux.Handle("GET /stats/{client_id}", auth(handleUsage(d.Usage, d.Limiter, check.Outstanding)))
 	mux.Handle("GET /descriptors", auth(handleDescriptors(d.Descriptors)))
 	if d.EnvoyJSON != nil {
 		mux.Handle("POST /json", d.EnvoyJSON)

@@ -236,29 +236,29 @@ func TestStats(t *testing.T) {
 		for range 2 {
 			e.check(t, c, `{"identifier":"vip","limit":1,"window":60,"algorithm":"fixed_window"}`)
 		}
-		wantStats := statsReply{
+		wantStats := usageReply{
 			ClientID: c.ID, TotalChecks: 7, Allowed: 6, Rejected: 1,
 			ByAlgorithm: map[string]int64{"fixed_window": 5, "gcra": 0, "sliding_window": 0, "token_bucket": 2},
-			TopIdentifiers: []identifierStats{
+			TopIdentifiers: []identifierUsage{
 				{Identifier: "u", TotalChecks: 4, Allowed: 3, Rejected: 1},
 				{Identifier: "vip", TotalChecks: 2, Allowed: 2},
 				{Identifier: "v", TotalChecks: 1, Allowed: 1},
 			},
-			Reservations: &reservationStats{Counters: []heldCounterStats{}},
+			Reservations: &reservationUsage{Counters: []heldCounterUsage{}},
 		}
-		stats := func(when, query string, want statsReply) {
+		stats := func(when, query string, want usageReply) {
 			t.Helper()
 			r := e.call(t, "GET", "/stats/"+c.ID+query, c.Key, "")
 			if r.status != http.StatusOK {
 				t.Fatalf("%s: GET /stats%s = %d %s", when, query, r.status, r.body)
 			}
-			got := decodeReply[statsReply](t, r)
+			got := decodeReply[usageReply](t, r)
 			for _, id := range got.TopIdentifiers {
 				if time.Since(id.LastSeenAt) > time.Minute || id.LastSeenAt.After(time.Now()) {
 					t.Errorf("%s: %s last seen at %v, want about now", when, id.Identifier, id.LastSeenAt)
 				}
 			}
-			if diff := cmp.Diff(want, got, cmpopts.IgnoreFields(identifierStats{}, "LastSeenAt")); diff != "" {
+			if diff := cmp.Diff(want, got, cmpopts.IgnoreFields(identifierUsage{}, "LastSeenAt")); diff != "" {
 				t.Errorf("%s: GET /stats%s (-want +got):\n%s", when, query, diff)
 			}
 		}
@@ -272,7 +272,7 @@ func TestStats(t *testing.T) {
 		top1.TopIdentifiers = wantStats.TopIdentifiers[:1]
 		stats("top 1", "?top=1", top1)
 		top0 := wantStats
-		top0.TopIdentifiers = []identifierStats{}
+		top0.TopIdentifiers = []identifierUsage{}
 		stats("top 0", "?top=0", top0)
 		for _, q := range []string{"?top=-1", "?top=101", "?top=ten", "?top="} {
 			wantError(t, e.call(t, "GET", "/stats/"+c.ID+q, c.Key, ""), 400, "INVALID_FIELD")
@@ -332,7 +332,7 @@ func TestTenantIsolation(t *testing.T) {
 		if got, _ := e.check(t, a, `{"identifier":"vip","limit":1,"window":60}`); !got.Exempted {
 			t.Errorf("A's vip not exempt: %+v", got)
 		}
-		stats := decodeReply[statsReply](t, e.call(t, "GET", "/stats/"+a.ID, a.Key, ""))
+		stats := decodeReply[usageReply](t, e.call(t, "GET", "/stats/"+a.ID, a.Key, ""))
 		if stats.TotalChecks != 3 {
 			t.Errorf("A's stats = %+v, want 3 checks", stats)
 		}

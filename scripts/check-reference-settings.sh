@@ -3,9 +3,9 @@
 #
 # Compares the settings of Envoy's reference rate-limit service, as its
 # src/settings/settings.go declares them (envconfig:"NAME" default:"…"), with
-# the table of docs/moving-from-envoy-ratelimit.md (generated from
-# cmd/throttle/reference.go): the same names, in the same order, with the
-# same defaults. REFERENCE_SRC is a checkout of github.com/envoyproxy/ratelimit.
+# the table of docs/moving-from-envoy-ratelimit.md (generated from the rows
+# of cmd/throttle's serveSettings): the same names, in the same order, with
+# the same defaults. REFERENCE_SRC is a checkout of github.com/envoyproxy/ratelimit.
 # Exits 1 and prints the difference when they differ.
 set -euo pipefail
 src=${1:?usage: $0 REFERENCE_SRC}

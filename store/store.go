@@ -1,8 +1,9 @@
 // Package store keeps Throttle's clients, rules, exemptions and usage counts
 // in SQLite (the embedded default, pure Go) or PostgreSQL (pgx). A DB reads
 // and writes them (Open applies the embedded migrations); a Cache holds the
-// copy the hot path reads, reloaded when any replica writes; a UsageRecorder
-// counts decisions in memory and adds them in batches.
+// copy the hot path reads, reloaded when any replica writes, and takes back
+// from clients the domains the operator reserves (ReleaseReserved); a
+// UsageRecorder counts decisions in memory and adds them in batches.
 package store
 
 import (

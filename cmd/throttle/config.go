@@ -20,13 +20,13 @@ type config struct {
 	Port        int
 	GRPCPort    int
 	BindAddress string
-	Listen      listenConfig // HOST, GRPC_HOST, GRPC_UDS, DEBUG_* (refserve.go)
-	Doors       doorsConfig  // the pages PORT serves without a key (doors.go)
-	LogFormat   string       // json or text
+	Listen      listenConfig // HOST, GRPC_HOST, GRPC_UDS, DEBUG_* (listeners.go)
+	Doors       doorsConfig  // the pages PORT serves without a key (rest.go)
+	LogFormat   string       // json or text (logging.go)
 	// HealthyWithConfig makes /healthcheck wait for a descriptor
 	// configuration (HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED).
 	HealthyWithConfig bool
-	LimitHeaders      limitHeadersConfig // LIMIT_RESPONSE_HEADERS_ENABLED and its names
+	LimitHeaders      limitHeadersConfig // LIMIT_RESPONSE_HEADERS_ENABLED and its names (headers.go)
 	// Redis is the counters' Redis (REDIS_URL and the reference's REDIS_*
 	// settings); PerSecond, with RedisPerSecond, the Redis of the limits
 	// whose window is one second (REDIS_PERSECOND_*).
@@ -85,10 +85,10 @@ type config struct {
 	MaxReservationTTL time.Duration
 	Tracing           tracingConfig
 	TLS               tlsConfig
-	REST              restAppsConfig // CORS, list format, idempotency (restapps.go)
-	XDS               xdsConfig      // CONFIG_TYPE=GRPC_XDS_SOTW (xdssettings.go)
-	Stats             statsConfig    // the reference service's stats (statssettings.go)
-	Tenancy           tenancyConfig  // the tenants' lanes (tenancy.go)
+	REST              restAppsConfig  // CORS, list format, idempotency (rest.go)
+	XDS               xdsConfig       // CONFIG_TYPE=GRPC_XDS_SOTW (xdssettings.go)
+	Stats             statsSinkConfig // the reference service's stats sink, USE_STATSD… (refstatssettings.go)
+	Tenancy           tenancyConfig   // the tenants' lanes (tenancy.go)
 
 	// Inert are the settings given that change nothing here (their rows'
 	// ref.inert), by name, for the log.
@@ -217,7 +217,7 @@ func (c *config) Validate() error {
 	if c.MaxReservationTTL < time.Second || c.MaxReservationTTL > algorithms.MaxHoldTTL {
 		errs = append(errs, fmt.Errorf("MAX_RESERVATION_TTL: %s is not within 1s-24h", c.MaxReservationTTL))
 	}
-	errs = append(errs, c.validateListen()...)
+	errs = append(append(errs, c.validateListen()...), c.LimitHeaders.validate()...)
 	errs = append(errs, c.TLS.validate(c.redisTLSOn())...)
 	errs = append(errs, c.XDS.validate()...)
 	errs = append(errs, c.Stats.validate(c)...)

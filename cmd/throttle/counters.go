@@ -2,6 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -11,6 +14,27 @@ import (
 	"github.com/throttle-rl/throttle/algorithms/redisstore"
 	"github.com/throttle-rl/throttle/internal/telemetry"
 )
+
+// backendTypeSettings are the reference service's choice of counter
+// backend, of which Throttle has the one: Redis with REDIS_URL, else memory.
+var backendTypeSettings = []setting{
+	{env: "BACKEND_TYPE", flag: "backend-type", def: "redis", ref: upstreamDefault("redis"),
+		usage: "the reference's counter backend: redis (counters in Redis with REDIS_URL, else in memory); memcache is " +
+			"refused, Throttle has no memcached backend",
+		set: func(c *config, v string) error { return parseBackendType(v) }},
+}
+
+// parseBackendType checks the reference's BACKEND_TYPE: redis, what
+// Throttle does (Redis with REDIS_URL, else memory), and nothing else.
+func parseBackendType(v string) error {
+	switch strings.ToLower(v) {
+	case "redis":
+		return nil
+	case "memcache":
+		return errors.New("memcache: Throttle has no memcached backend; keep counters in Redis (REDIS_URL, the reference's REDIS_* settings) or, on a single replica, in memory (no REDIS_URL)")
+	}
+	return fmt.Errorf("%q is not redis (the one backend of the reference Throttle has; memcache is not)", v)
+}
 
 // openCounters builds the counter store: memory without REDIS_URL, else
 // Redis behind the failure policy; with REDIS_PERSECOND, the limits of a

@@ -131,6 +131,21 @@ func (a *app) openDescriptors(context.Context) error {
 	return nil
 }
 
+// configDump is GET /rlconfig (of the debug port, and of PORT with
+// RLCONFIG_ON_REST_PORT): the YAML configuration in use, as the reference
+// service's debug endpoint (REST client rules are private to their clients
+// and not part of it); under SHADOW_MODE every limit shows shadow_mode:
+// true.
+func (a *app) configDump() string {
+	switch {
+	case a.current == nil:
+		return ""
+	case a.cfg.ShadowMode:
+		return a.current().DumpInShadowMode()
+	}
+	return a.current().Dump()
+}
+
 // domainStatus hands the reloader's view of a domain to the REST API in its
 // own types.
 func domainStatus(r *descriptors.Reloader) func(string) restapi.DescriptorStatus {

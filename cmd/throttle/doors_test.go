@@ -159,7 +159,7 @@ func TestRESTPortPages(t *testing.T) {
 
 // TestDebugPortDoor: DEBUG_PORT alone listens on loopback, not on every
 // interface as BIND_ADDRESS's default would; another DEBUG_HOST is warned
-// about. A profile of up to maxProfileSeconds is served, a longer one
+// about. A profile of up to debugport.MaxProfileSeconds is served, a longer one
 // refused at once.
 func TestDebugPortDoor(t *testing.T) {
 	start := func(debugHost string) (*throttletest.Server, string) {

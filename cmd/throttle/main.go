@@ -73,7 +73,7 @@ func commandLine(argv0 string, args []string) (cmd []string, reference bool) {
 //     keep them.
 //   - JSON_ON_REST_PORT true: the reference serves POST /json on its port,
 //     and its users' Lua filters call it; a Throttle started as itself
-//     serves it only when told to (doors.go).
+//     serves it only when told to (rest.go).
 func referenceDefaults(getenv func(string) string) func(string) string {
 	defaults := map[string]string{"DATABASE_URL": "sqlite://:memory:", "JSON_ON_REST_PORT": "true"}
 	return func(name string) string {

@@ -27,7 +27,7 @@ import (
 	"github.com/throttle-rl/throttle/internal/testkit/throttletest"
 )
 
-// statsConfig is the descriptor configuration of the reference stats'
+// statsDescriptors is the descriptor configuration of the reference stats'
 // tests: api 5 a day (7 calls: 4 within, 1 near, 2 over), a detailed
 // remote_address, and a key of two levels.
 const statsDescriptors = `domain: edge

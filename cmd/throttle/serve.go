@@ -44,7 +44,7 @@ func serve(ctx context.Context, cfg *config, logOut io.Writer) error {
 		a.openTLS,         // certificate files of the listeners and Redis, re-read on change
 		a.openStore,       // clients, rules, exemptions; their cache; usage
 		a.openTracing,     // OpenTelemetry, when an endpoint is set
-		a.openStats,       // the reference service's stats over statsd, DogStatsD or Prometheus, when set
+		a.openStatsSink,   // the reference service's stats sink: statsd, DogStatsD or Prometheus, when set
 		a.openCounters,    // memory, or Redis behind the failure policy
 		a.openDescriptors, // DESCRIPTORS_DIR, reloaded on change
 		a.openXDS,         // CONFIG_TYPE=GRPC_XDS_SOTW: the control plane's domains over the files'
@@ -109,18 +109,14 @@ type app struct {
 	// API's memory (per replica).
 	ledger restapi.ReservationLedger
 
-	// refStats are the reference service's stats; nil: off. statsSrv
-	// serves them on PROMETHEUS_ADDR with USE_PROMETHEUS.
-	refStats *refstats.Stats
-	statsSrv *http.Server
+	// refStats are the reference service's stats (its stats sink); nil:
+	// off. statsSinkSrv serves them on PROMETHEUS_ADDR with USE_PROMETHEUS.
+	refStats     *refstats.Stats
+	statsSinkSrv *http.Server
 }
 
 func newApp(cfg *config, logOut io.Writer) (*app, error) {
-	var logs slog.Handler = slog.NewJSONHandler(logOut, &slog.HandlerOptions{Level: cfg.LogLevel})
-	if cfg.LogFormat == "text" {
-		logs = slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: cfg.LogLevel})
-	}
-	a := &app{cfg: cfg, log: slog.New(logs), metrics: prometheus.NewRegistry()}
+	a := &app{cfg: cfg, log: newLogger(cfg, logOut), metrics: prometheus.NewRegistry()}
 	a.reg = a.metrics
 	if cfg.Region != "" {
 		a.reg = prometheus.WrapRegistererWith(prometheus.Labels{"region": cfg.Region}, a.metrics)
@@ -182,25 +178,6 @@ func serveUntil(ctx context.Context, srv *http.Server, l net.Listener, stop func
 	return nil, err
 }
 
-// openTracing starts OpenTelemetry when an OTLP endpoint is set; at close it
-// sends the spans of the drained requests.
-func (a *app) openTracing(ctx context.Context) error {
-	a.propagator = propagation.TraceContext{} // W3C traceparent, tracestate
-	sdkTracer, err := newTracerProvider(ctx, &a.cfg.Tracing, a.log)
-	if err != nil || sdkTracer == nil {
-		return err
-	}
-	a.tracer = sdkTracer
-	a.onClose(func() {
-		fctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
-		defer cancel()
-		if err := sdkTracer.Shutdown(fctx); err != nil {
-			a.log.Warn("OpenTelemetry: spans not all sent before shutdown", "err", err)
-		}
-	})
-	return nil
-}
-
 // openAPIs builds the gRPC server (Envoy's rate-limit and rate-limit quota
 // services, gRPC health) and the REST handler.
 func (a *app) openAPIs(context.Context) error {
@@ -237,7 +214,7 @@ func (a *app) openAPIs(context.Context) error {
 		return err
 	}
 	a.quota.Register(a.grpcSrv, a.health)
-	envoyJSON, configDump, metrics := a.restDoors(rls) // the pages PORT serves without a key (doors.go)
+	envoyJSON, configDump, metrics := a.restDoors(rls) // the pages PORT serves without a key (rest.go)
 	handler := restapi.NewHandler(a.withTenancy(a.withRESTApps(restapi.Deps{
 		Log: a.log, DB: a.db, Cache: a.cache, Usage: a.usage, Limiter: a.limiter, Registerer: a.reg, Gatherer: metrics,
 		TrustedProxies: cfg.TrustedProxies, ConfigDump: configDump, HeaderSets: cfg.HeaderSets, TracerProvider: a.tracer, Propagator: a.propagator,
@@ -250,49 +227,6 @@ func (a *app) openAPIs(context.Context) error {
 		a.httpSrv.TLSConfig, a.httpSrv.ErrorLog = a.httpTLS.ServerConfig(), a.httpTLS.HTTPErrorLog(a.log)
 	}
 	return nil
-}
-
-// configDump is GET /rlconfig (of the debug port, and of PORT with
-// RLCONFIG_ON_REST_PORT): the YAML configuration in use, as the reference
-// service's debug endpoint (REST client rules are private to their clients
-// and not part of it); under SHADOW_MODE every limit shows shadow_mode:
-// true.
-func (a *app) configDump() string {
-	switch {
-	case a.current == nil:
-		return ""
-	case a.cfg.ShadowMode:
-		return a.current().DumpInShadowMode()
-	}
-	return a.current().Dump()
-}
-
-// listen binds every port before any is served, so a taken port fails the
-// start; DEBUG_ADDRESS is served at once.
-func (a *app) listen(context.Context) error {
-	cfg := a.cfg
-	var err error
-	if a.httpLis, err = net.Listen("tcp", a.httpSrv.Addr); err != nil {
-		return fmt.Errorf("PORT: %w", err)
-	}
-	a.onClose(func() { a.httpLis.Close() })
-	if a.grpcLis, err = listenGRPC(cfg); err != nil {
-		return err
-	}
-	a.onClose(func() { a.grpcLis.Close() })
-	if addr := cfg.debugAddress(); addr != "" {
-		dl, err := net.Listen("tcp", addr)
-		if err != nil {
-			return fmt.Errorf("debug port (DEBUG_ADDRESS, DEBUG_HOST/DEBUG_PORT): %w", err)
-		}
-		a.log.Info("serving the debug port", "addr", dl.Addr().String())
-		if !isLoopback(dl.Addr()) {
-			a.log.Warn("the debug port listens beyond loopback: whoever reaches it reads Go's profiler (/debug/pprof/), /rlconfig and /stats, in plain HTTP and with no key; give DEBUG_HOST=127.0.0.1 (or a loopback DEBUG_ADDRESS) unless that is meant", "addr", dl.Addr().String())
-		}
-		pages := debugPages{ConfigDump: a.configDump, Gatherer: a.metrics}
-		a.goBG("debug server", func(ctx context.Context) error { return serveDebug(ctx, dl, pages) })
-	}
-	return a.listenStats()
 }
 
 // serve serves REST and gRPC until ctx ends or a server fails, then drains

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"log/slog"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -97,25 +96,6 @@ func parseCIDRs(v string) ([]netip.Prefix, error) {
 		out = append(out, prefix.Masked())
 	}
 	return out, nil
-}
-
-// parseLogLevel reads debug, info, warn or error in any case, and the
-// reference service's (logrus's) other names: warning, trace (as debug),
-// fatal and panic (as error).
-func parseLogLevel(v string) (slog.Level, error) {
-	switch strings.ToLower(v) {
-	case "trace":
-		return slog.LevelDebug, nil
-	case "warning":
-		return slog.LevelWarn, nil
-	case "fatal", "panic":
-		return slog.LevelError, nil
-	}
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(v)); err != nil {
-		return 0, fmt.Errorf("%q is not one of debug, info, warn, error", v)
-	}
-	return l, nil
 }
 
 func parseNonEmpty(v string) (string, error) {

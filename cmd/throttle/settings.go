@@ -54,8 +54,9 @@ func upstreamInert(def, why string) upstream {
 // flags, --help, the defaults (setDefaults), docs/settings.md and
 // docs/moving-from-envoy-ratelimit.md (tests compare them) all come from
 // here. The rows come in groups, each beside the code it configures.
-var serveSettings = slices.Concat(coreSettings, redisSettings, listenerSettings, doorSettings, runtimeSettings,
-	tlsSettings, tracingSettings, referenceTracingSettings, xdsSettings, statsSettings, tenancySettings, inertSettings)
+var serveSettings = slices.Concat(coreSettings, redisSettings, listenerSettings, logFormatSettings, backendTypeSettings,
+	healthcheckSettings, limitHeaderSettings, doorSettings, runtimeSettings, tlsSettings, tracingSettings,
+	referenceTracingSettings, xdsSettings, statsSinkSettings, tenancySettings, inertSettings)
 
 // coreSettings are the listeners, the backends and the APIs' knobs.
 var coreSettings = []setting{
@@ -238,93 +239,6 @@ var coreSettings = []setting{
 			"its lease of each limit (10ms-10s); a replica decides from memory within its lease, and asks Redis at once " +
 			"when it runs out",
 		set: func(c *config, v string) (err error) { c.ApproximateInterval, err = parseDuration(v); return }},
-}
-
-// tlsSettings are transport security, with the reference service's names
-// (tls.go).
-var tlsSettings = []setting{
-	{env: "GRPC_SERVER_USE_TLS", flag: "grpc-server-use-tls", def: "false", ref: upstreamDefault("false"),
-		usage: "serve TLS (1.2 or later) on GRPC_PORT, with GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY",
-		set:   func(c *config, v string) (err error) { c.TLS.GRPCUseTLS, err = parseBool(v); return }},
-	{env: "GRPC_SERVER_TLS_CERT", flag: "grpc-server-tls-cert", ref: upstreamDefault(""),
-		usage: "PEM file of the certificate (and its chain) served on GRPC_PORT; read again within 10s of a change (a change " +
-			"that does not load keeps the last good pair)",
-		set: func(c *config, v string) error { c.TLS.GRPCCert = v; return nil }},
-	{env: "GRPC_SERVER_TLS_KEY", flag: "grpc-server-tls-key", ref: upstreamDefault(""),
-		usage: "PEM file of GRPC_SERVER_TLS_CERT's private key",
-		set:   func(c *config, v string) error { c.TLS.GRPCKey = v; return nil }},
-	{env: "GRPC_CLIENT_TLS_CACERT", flag: "grpc-client-tls-cacert", ref: upstreamDefault(""),
-		usage: "PEM file of CA certificates: gRPC clients must present a certificate one of them signed (mTLS); read again on " +
-			"change; empty = no client certificate asked",
-		set: func(c *config, v string) error { c.TLS.GRPCClientCA = v; return nil }},
-	{env: "GRPC_CLIENT_TLS_SAN", flag: "grpc-client-tls-san", ref: upstreamDefault(""),
-		usage: "comma-separated DNS or URI SANs (such as spiffe://cluster.local/ns/gw/sa/envoy): a gRPC client certificate " +
-			"must carry one of them; empty = any GRPC_CLIENT_TLS_CACERT signed",
-		set: func(c *config, v string) (err error) { c.TLS.GRPCClientSANs, err = parseList(v); return }},
-	{env: "HTTP_TLS_CERT", flag: "http-tls-cert",
-		usage: "PEM file of the certificate (and its chain) of HTTPS on PORT (REST API, dashboard, /metrics, /health), with " +
-			"HTTP_TLS_KEY; read again on change; empty = plain HTTP",
-		set: func(c *config, v string) error { c.TLS.HTTPCert = v; return nil }},
-	{env: "HTTP_TLS_KEY", flag: "http-tls-key",
-		usage: "PEM file of HTTP_TLS_CERT's private key",
-		set:   func(c *config, v string) error { c.TLS.HTTPKey = v; return nil }},
-	{env: "HTTP_CLIENT_TLS_CACERT", flag: "http-client-tls-cacert",
-		usage: "PEM file of CA certificates: HTTPS clients on PORT (probes too) must present a certificate one of them " +
-			"signed; read again on change; empty = none asked",
-		set: func(c *config, v string) error { c.TLS.HTTPClientCA = v; return nil }},
-	{env: "REDIS_TLS_CACERT", flag: "redis-tls-cacert", ref: upstreamDefault(""),
-		usage: "with TLS to Redis (a rediss:// URL, or REDIS_TLS=true): PEM file of the CA certificates Redis's certificate " +
-			"must chain to (every node, Sentinels too); read again on change; empty = the system's roots",
-		set: func(c *config, v string) error { c.TLS.RedisCA = v; return nil }},
-	{env: "REDIS_TLS_CLIENT_CERT", flag: "redis-tls-client-cert", ref: upstreamDefault(""),
-		usage: "with TLS to Redis: PEM file of the client certificate presented to Redis (tls-auth-clients), with " +
-			"REDIS_TLS_CLIENT_KEY; read again on change",
-		set: func(c *config, v string) error { c.TLS.RedisCert = v; return nil }},
-	{env: "REDIS_TLS_CLIENT_KEY", flag: "redis-tls-client-key", ref: upstreamDefault(""),
-		usage: "PEM file of REDIS_TLS_CLIENT_CERT's private key",
-		set:   func(c *config, v string) error { c.TLS.RedisKey = v; return nil }},
-	{env: "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", flag: "redis-tls-skip-hostname-verification", def: "false", ref: upstreamDefault("false"),
-		usage: "with TLS to Redis: check that Redis's certificate chains to REDIS_TLS_CACERT, but not that it names the " +
-			"REDIS_URL host (Cluster nodes announced by IP address)",
-		set: func(c *config, v string) (err error) { c.TLS.RedisSkipHostname, err = parseBool(v); return }},
-}
-
-// tracingSettings are OpenTelemetry's standard variables, named by its
-// specification (tracing.go).
-var tracingSettings = []setting{
-	{env: "OTEL_EXPORTER_OTLP_ENDPOINT", flag: "otel-exporter-otlp-endpoint",
-		usage: "OpenTelemetry tracing: base URL of the OTLP receiver, such as http://collector:4318 (http/protobuf; " +
-			"/v1/traces is appended) or http://collector:4317 (grpc); https:// uses TLS with the system's roots; empty = " +
-			"tracing off (no spans, no cost)",
-		set: func(c *config, v string) (err error) { c.Tracing.baseEndpoint, err = parseOTLPURL(v); return }},
-	{env: "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", flag: "otel-exporter-otlp-traces-endpoint",
-		usage: "URL for traces, used as it is (http/protobuf: with its path, such as http://collector:4318/v1/traces); wins " +
-			"over OTEL_EXPORTER_OTLP_ENDPOINT, and alone turns tracing on too",
-		set: func(c *config, v string) (err error) { c.Tracing.Endpoint, err = parseOTLPURL(v); return }},
-	{env: "OTEL_EXPORTER_OTLP_PROTOCOL", flag: "otel-exporter-otlp-protocol", def: protocolHTTP,
-		usage: "OTLP transport: grpc or http/protobuf",
-		set:   func(c *config, v string) (err error) { c.Tracing.baseProtocol, err = parseOTLPProtocol(v); return }},
-	{env: "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", flag: "otel-exporter-otlp-traces-protocol",
-		usage: "OTLP transport for traces; empty = OTEL_EXPORTER_OTLP_PROTOCOL",
-		set:   func(c *config, v string) (err error) { c.Tracing.Protocol, err = parseOTLPProtocol(v); return }},
-	{env: "OTEL_EXPORTER_OTLP_HEADERS", flag: "otel-exporter-otlp-headers",
-		usage: "headers of every OTLP request (such as the tracing backend's API key): key=value pairs, comma-separated, " +
-			"values percent-encoded; never logged",
-		set: func(c *config, v string) (err error) { c.Tracing.Headers, err = parseKeyValues(v); return }},
-	{env: "OTEL_SERVICE_NAME", flag: "otel-service-name", def: "throttle",
-		usage: "service.name of the spans (wins over one in OTEL_RESOURCE_ATTRIBUTES)",
-		set:   func(c *config, v string) (err error) { c.Tracing.ServiceName, err = parseNonEmpty(v); return }},
-	{env: "OTEL_RESOURCE_ATTRIBUTES", flag: "otel-resource-attributes",
-		usage: "more resource attributes of the spans: key=value pairs, comma-separated, values percent-encoded (such as " +
-			"deployment.environment.name=prod)",
-		set: func(c *config, v string) (err error) { c.Tracing.Resource, err = parseAttributes(v); return }},
-	{env: "OTEL_TRACES_SAMPLER", flag: "otel-traces-sampler", def: "parentbased_always_on",
-		usage: "which traces are recorded: always_on, always_off, traceidratio, parentbased_always_on, parentbased_always_off " +
-			"or parentbased_traceidratio (parentbased_*: follow the caller's sampled flag when it sends a traceparent)",
-		set: func(c *config, v string) (err error) { c.Tracing.Sampler, err = parseSampler(v); return }},
-	{env: "OTEL_TRACES_SAMPLER_ARG", flag: "otel-traces-sampler-arg",
-		usage: "the ratio of traces the traceidratio samplers record, 0 to 1; empty = 1",
-		set:   func(c *config, v string) (err error) { c.Tracing.SamplerArg, err = parseRatio(v); return }},
 }
 
 // readSettings returns the value of every setting given in args (a flag)

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/throttle-rl/throttle/descriptors"
 	"github.com/throttle-rl/throttle/restapi"
 	"github.com/throttle-rl/throttle/store"
 )
@@ -90,61 +89,12 @@ func (a *app) reservedDomain(domain string) bool {
 }
 
 // openTenancy takes from clients the domains the descriptor configuration
-// names, from now on (releaseReserved).
-func (a *app) openTenancy(ctx context.Context) error {
+// names, from now on: store's ReleaseReserved looks every second.
+func (a *app) openTenancy(context.Context) error {
 	if a.current == nil {
 		return nil // no descriptor configuration: no domain is reserved
 	}
-	a.goBG("reserved domains", a.releaseReserved)
-	return nil
-}
-
-// releaseReserved takes from its client every domain the descriptor
-// configuration names, whenever the configuration or the clients change
-// (checked every second; once at once): such a domain is the operator's,
-// and the client's descriptor rules must not decide it should the YAML go
-// away. The client keeps everything else (rules, exemptions, keys,
-// counters) and has no domain until the operator grants it one.
-func (a *app) releaseReserved(ctx context.Context) error {
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	var done *descriptors.Config
-	doneRev := int64(-2)
-	for {
-		if cfg, rev := a.current(), a.cache.Revision(); cfg != nil && (cfg != done || rev != doneRev) {
-			if err := a.release(ctx, cfg); err != nil {
-				a.log.Warn("reserved domains: will try again", "err", err)
-			} else {
-				done, doneRev = cfg, rev
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-	}
-}
-
-// release takes each domain of cfg a client has from it.
-func (a *app) release(ctx context.Context, cfg *descriptors.Config) error {
-	released := false
-	for _, d := range cfg.Domains() {
-		if _, ok := a.cache.ClientByDomain(d); !ok {
-			continue
-		}
-		c, err := a.db.ReleaseDomain(ctx, d)
-		if errors.Is(err, store.ErrNotFound) {
-			continue // another replica released it
-		}
-		if err != nil {
-			return err
-		}
-		a.log.Warn("a client lost its Envoy domain: the descriptor configuration names it, and it is the operator's", "domain", d, "client_id", c.ID)
-		released = true
-	}
-	if released {
-		return a.cache.Refresh(ctx)
-	}
+	reserved := func() []string { return a.current().Domains() }
+	a.goBG("reserved domains", func(ctx context.Context) error { return a.cache.ReleaseReserved(ctx, reserved, time.Second) })
 	return nil
 }

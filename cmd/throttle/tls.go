@@ -10,6 +10,54 @@ import (
 	"github.com/throttle-rl/throttle/internal/tlsreload"
 )
 
+// tlsSettings are transport security, with the reference service's names.
+var tlsSettings = []setting{
+	{env: "GRPC_SERVER_USE_TLS", flag: "grpc-server-use-tls", def: "false", ref: upstreamDefault("false"),
+		usage: "serve TLS (1.2 or later) on GRPC_PORT, with GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY",
+		set:   func(c *config, v string) (err error) { c.TLS.GRPCUseTLS, err = parseBool(v); return }},
+	{env: "GRPC_SERVER_TLS_CERT", flag: "grpc-server-tls-cert", ref: upstreamDefault(""),
+		usage: "PEM file of the certificate (and its chain) served on GRPC_PORT; read again within 10s of a change (a change " +
+			"that does not load keeps the last good pair)",
+		set: func(c *config, v string) error { c.TLS.GRPCCert = v; return nil }},
+	{env: "GRPC_SERVER_TLS_KEY", flag: "grpc-server-tls-key", ref: upstreamDefault(""),
+		usage: "PEM file of GRPC_SERVER_TLS_CERT's private key",
+		set:   func(c *config, v string) error { c.TLS.GRPCKey = v; return nil }},
+	{env: "GRPC_CLIENT_TLS_CACERT", flag: "grpc-client-tls-cacert", ref: upstreamDefault(""),
+		usage: "PEM file of CA certificates: gRPC clients must present a certificate one of them signed (mTLS); read again on " +
+			"change; empty = no client certificate asked",
+		set: func(c *config, v string) error { c.TLS.GRPCClientCA = v; return nil }},
+	{env: "GRPC_CLIENT_TLS_SAN", flag: "grpc-client-tls-san", ref: upstreamDefault(""),
+		usage: "comma-separated DNS or URI SANs (such as spiffe://cluster.local/ns/gw/sa/envoy): a gRPC client certificate " +
+			"must carry one of them; empty = any GRPC_CLIENT_TLS_CACERT signed",
+		set: func(c *config, v string) (err error) { c.TLS.GRPCClientSANs, err = parseList(v); return }},
+	{env: "HTTP_TLS_CERT", flag: "http-tls-cert",
+		usage: "PEM file of the certificate (and its chain) of HTTPS on PORT (REST API, dashboard, /metrics, /health), with " +
+			"HTTP_TLS_KEY; read again on change; empty = plain HTTP",
+		set: func(c *config, v string) error { c.TLS.HTTPCert = v; return nil }},
+	{env: "HTTP_TLS_KEY", flag: "http-tls-key",
+		usage: "PEM file of HTTP_TLS_CERT's private key",
+		set:   func(c *config, v string) error { c.TLS.HTTPKey = v; return nil }},
+	{env: "HTTP_CLIENT_TLS_CACERT", flag: "http-client-tls-cacert",
+		usage: "PEM file of CA certificates: HTTPS clients on PORT (probes too) must present a certificate one of them " +
+			"signed; read again on change; empty = none asked",
+		set: func(c *config, v string) error { c.TLS.HTTPClientCA = v; return nil }},
+	{env: "REDIS_TLS_CACERT", flag: "redis-tls-cacert", ref: upstreamDefault(""),
+		usage: "with TLS to Redis (a rediss:// URL, or REDIS_TLS=true): PEM file of the CA certificates Redis's certificate " +
+			"must chain to (every node, Sentinels too); read again on change; empty = the system's roots",
+		set: func(c *config, v string) error { c.TLS.RedisCA = v; return nil }},
+	{env: "REDIS_TLS_CLIENT_CERT", flag: "redis-tls-client-cert", ref: upstreamDefault(""),
+		usage: "with TLS to Redis: PEM file of the client certificate presented to Redis (tls-auth-clients), with " +
+			"REDIS_TLS_CLIENT_KEY; read again on change",
+		set: func(c *config, v string) error { c.TLS.RedisCert = v; return nil }},
+	{env: "REDIS_TLS_CLIENT_KEY", flag: "redis-tls-client-key", ref: upstreamDefault(""),
+		usage: "PEM file of REDIS_TLS_CLIENT_CERT's private key",
+		set:   func(c *config, v string) error { c.TLS.RedisKey = v; return nil }},
+	{env: "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", flag: "redis-tls-skip-hostname-verification", def: "false", ref: upstreamDefault("false"),
+		usage: "with TLS to Redis: check that Redis's certificate chains to REDIS_TLS_CACERT, but not that it names the " +
+			"REDIS_URL host (Cluster nodes announced by IP address)",
+		set: func(c *config, v string) (err error) { c.TLS.RedisSkipHostname, err = parseBool(v); return }},
+}
+
 // tlsConfig is the transport security of config: TLS and mTLS on the gRPC
 // port (the reference service's settings), on the REST port, and to Redis.
 type tlsConfig struct {

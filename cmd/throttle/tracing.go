@@ -2,46 +2,66 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/url"
 	"strconv"
 	"strings"
 	"time"
 
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
-	"go.opentelemetry.io/otel/sdk"
-	"go.opentelemetry.io/otel/sdk/resource"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
+	"go.opentelemetry.io/otel/propagation"
+
+	"github.com/throttle-rl/throttle/internal/telemetry/otlp"
 )
 
 // The OTLP protocols (OTEL_EXPORTER_OTLP_PROTOCOL).
 const (
-	protocolGRPC = "grpc"
-	protocolHTTP = "http/protobuf"
+	protocolGRPC = otlp.ProtocolGRPC
+	protocolHTTP = otlp.ProtocolHTTP
 )
 
-// Fixed settings of the trace pipeline: the SDK's defaults, passed
-// explicitly so that the SDK's and the exporters' own environment variables
-// (OTEL_BSP_*, OTEL_SPAN_*_LIMIT, OTEL_EXPORTER_OTLP_TIMEOUT, …) change
-// nothing Throttle does not list.
-const (
-	exportTimeout  = 10 * time.Second // one OTLP request
-	batchTimeout   = 5 * time.Second  // longest a span waits to be sent
-	flushTimeout   = 5 * time.Second  // SIGTERM: flushing the last spans, after the drain
-	maxQueuedSpans = 2048             // beyond: spans are dropped, never waited for
-	maxBatchSpans  = 512
-)
+// flushTimeout bounds the last sends at SIGTERM, after the drain: the
+// spans, and the reference stats.
+const flushTimeout = 5 * time.Second
+
+// tracingSettings are OpenTelemetry's standard variables, named by its
+// specification.
+var tracingSettings = []setting{
+	{env: "OTEL_EXPORTER_OTLP_ENDPOINT", flag: "otel-exporter-otlp-endpoint",
+		usage: "OpenTelemetry tracing: base URL of the OTLP receiver, such as http://collector:4318 (http/protobuf; " +
+			"/v1/traces is appended) or http://collector:4317 (grpc); https:// uses TLS with the system's roots; empty = " +
+			"tracing off (no spans, no cost)",
+		set: func(c *config, v string) (err error) { c.Tracing.baseEndpoint, err = parseOTLPURL(v); return }},
+	{env: "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", flag: "otel-exporter-otlp-traces-endpoint",
+		usage: "URL for traces, used as it is (http/protobuf: with its path, such as http://collector:4318/v1/traces); wins " +
+			"over OTEL_EXPORTER_OTLP_ENDPOINT, and alone turns tracing on too",
+		set: func(c *config, v string) (err error) { c.Tracing.Endpoint, err = parseOTLPURL(v); return }},
+	{env: "OTEL_EXPORTER_OTLP_PROTOCOL", flag: "otel-exporter-otlp-protocol", def: protocolHTTP,
+		usage: "OTLP transport: grpc or http/protobuf",
+		set:   func(c *config, v string) (err error) { c.Tracing.baseProtocol, err = parseOTLPProtocol(v); return }},
+	{env: "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", flag: "otel-exporter-otlp-traces-protocol",
+		usage: "OTLP transport for traces; empty = OTEL_EXPORTER_OTLP_PROTOCOL",
+		set:   func(c *config, v string) (err error) { c.Tracing.Protocol, err = parseOTLPProtocol(v); return }},
+	{env: "OTEL_EXPORTER_OTLP_HEADERS", flag: "otel-exporter-otlp-headers",
+		usage: "headers of every OTLP request (such as the tracing backend's API key): key=value pairs, comma-separated, " +
+			"values percent-encoded; never logged",
+		set: func(c *config, v string) (err error) { c.Tracing.Headers, err = parseKeyValues(v); return }},
+	{env: "OTEL_SERVICE_NAME", flag: "otel-service-name", def: "throttle",
+		usage: "service.name of the spans (wins over one in OTEL_RESOURCE_ATTRIBUTES)",
+		set:   func(c *config, v string) (err error) { c.Tracing.ServiceName, err = parseNonEmpty(v); return }},
+	{env: "OTEL_RESOURCE_ATTRIBUTES", flag: "otel-resource-attributes",
+		usage: "more resource attributes of the spans: key=value pairs, comma-separated, values percent-encoded (such as " +
+			"deployment.environment.name=prod)",
+		set: func(c *config, v string) (err error) { c.Tracing.Resource, err = parseAttributes(v); return }},
+	{env: "OTEL_TRACES_SAMPLER", flag: "otel-traces-sampler", def: "parentbased_always_on",
+		usage: "which traces are recorded: always_on, always_off, traceidratio, parentbased_always_on, parentbased_always_off " +
+			"or parentbased_traceidratio (parentbased_*: follow the caller's sampled flag when it sends a traceparent)",
+		set: func(c *config, v string) (err error) { c.Tracing.Sampler, err = parseSampler(v); return }},
+	{env: "OTEL_TRACES_SAMPLER_ARG", flag: "otel-traces-sampler-arg",
+		usage: "the ratio of traces the traceidratio samplers record, 0 to 1; empty = 1",
+		set:   func(c *config, v string) (err error) { c.Tracing.SamplerArg, err = parseRatio(v); return }},
+}
 
 // tracingConfig is the OpenTelemetry part of config: the standard OTEL_*
 // variables Throttle honours, resolved as the OpenTelemetry specification
@@ -174,23 +194,6 @@ func isToken(s string) bool {
 	return s != ""
 }
 
-// sampler builds the sampler OTEL_TRACES_SAMPLER names.
-func (c *tracingConfig) sampler() sdktrace.Sampler {
-	switch c.Sampler {
-	case "always_on":
-		return sdktrace.AlwaysSample()
-	case "always_off":
-		return sdktrace.NeverSample()
-	case "traceidratio":
-		return sdktrace.TraceIDRatioBased(c.SamplerArg)
-	case "parentbased_always_off":
-		return sdktrace.ParentBased(sdktrace.NeverSample())
-	case "parentbased_traceidratio":
-		return sdktrace.ParentBased(sdktrace.TraceIDRatioBased(c.SamplerArg))
-	}
-	return sdktrace.ParentBased(sdktrace.AlwaysSample())
-}
-
 // String describes where spans go, for the start log line: never the
 // headers (they may hold a key), nor the URL's user and password, nor a
 // query parameter that may be a secret (redactURL).
@@ -203,93 +206,25 @@ func (c *tracingConfig) String() string {
 	return c.Protocol + " " + redactURL(u.String())
 }
 
-// newTracerProvider returns the trace pipeline of c: spans batched and sent
-// over OTLP. It returns nil when tracing is off (no endpoint): Throttle then
-// makes no spans at all.
-//
-// Every setting is passed to the SDK and the exporter explicitly, from
-// Throttle's configuration, so they mean what `throttle serve --help` says
-// whatever else the environment holds (both would otherwise read their own
-// OTEL_* variables). Connections use TLS with the system's roots for
-// https://, none for http://; requests are gzip-compressed.
-func newTracerProvider(ctx context.Context, c *tracingConfig, log *slog.Logger) (*sdktrace.TracerProvider, error) {
-	if c.Endpoint == "" {
-		return nil, nil
+// openTracing starts OpenTelemetry (package otlp) when an OTLP endpoint is
+// set; at close it sends the spans of the drained requests.
+func (a *app) openTracing(ctx context.Context) error {
+	a.propagator = propagation.TraceContext{} // W3C traceparent, tracestate
+	c := &a.cfg.Tracing
+	sdkTracer, err := otlp.NewTracerProvider(ctx, otlp.Options{
+		Endpoint: c.Endpoint, Protocol: c.Protocol, Headers: c.Headers, ServiceName: c.ServiceName, ServiceVersion: version,
+		Resource: c.Resource, Sampler: c.Sampler, SamplerArg: c.SamplerArg, Log: a.log,
+	})
+	if err != nil || sdkTracer == nil {
+		return err
 	}
-	exp, err := otlptrace.New(ctx, c.exportClient())
-	if err != nil {
-		return nil, fmt.Errorf("OpenTelemetry exporter: %w", err)
-	}
-
-	// The SDK reports failed exports through its one process-wide error
-	// handler; serve is the process. Into the JSON log, not stderr's plain
-	// text.
-	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
-		log.Warn("opentelemetry", "err", err)
-	}))
-
-	return sdktrace.NewTracerProvider(
-		sdktrace.WithBatcher(exp,
-			sdktrace.WithBatchTimeout(batchTimeout),
-			sdktrace.WithExportTimeout(exportTimeout),
-			sdktrace.WithMaxQueueSize(maxQueuedSpans),
-			sdktrace.WithMaxExportBatchSize(maxBatchSpans),
-		),
-		sdktrace.WithResource(c.serviceResource()),
-		sdktrace.WithSampler(c.sampler()),
-		sdktrace.WithRawSpanLimits(sdktrace.SpanLimits{
-			AttributeValueLengthLimit:   sdktrace.DefaultAttributeValueLengthLimit,
-			AttributeValueDepthLimit:    sdktrace.DefaultAttributeValueDepthLimit,
-			AttributeCountLimit:         sdktrace.DefaultAttributeCountLimit,
-			EventCountLimit:             sdktrace.DefaultEventCountLimit,
-			LinkCountLimit:              sdktrace.DefaultLinkCountLimit,
-			AttributePerEventCountLimit: sdktrace.DefaultAttributePerEventCountLimit,
-			AttributePerLinkCountLimit:  sdktrace.DefaultAttributePerLinkCountLimit,
-		}),
-	), nil
-}
-
-// exportClient returns the OTLP client of c's protocol: gRPC, or HTTP
-// (the default). Connections use TLS with the system's roots for https://,
-// none for http://; requests are gzip-compressed.
-func (c *tracingConfig) exportClient() otlptrace.Client {
-	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12}
-	if c.Protocol == protocolGRPC {
-		creds := insecure.NewCredentials()
-		if strings.HasPrefix(c.Endpoint, "https://") {
-			creds = credentials.NewTLS(tlsConfig)
+	a.tracer = sdkTracer
+	a.onClose(func() {
+		fctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
+		defer cancel()
+		if err := sdkTracer.Shutdown(fctx); err != nil {
+			a.log.Warn("OpenTelemetry: spans not all sent before shutdown", "err", err)
 		}
-		return otlptracegrpc.NewClient(
-			otlptracegrpc.WithEndpointURL(c.Endpoint),
-			otlptracegrpc.WithDialOption(grpc.WithTransportCredentials(creds)), // wins over the exporter's own
-			otlptracegrpc.WithHeaders(c.Headers),
-			otlptracegrpc.WithCompressor("gzip"),
-			otlptracegrpc.WithTimeout(exportTimeout),
-		)
-	}
-	opts := []otlptracehttp.Option{
-		otlptracehttp.WithEndpointURL(c.Endpoint), // http:// is clear text, https:// TLS
-		otlptracehttp.WithHeaders(c.Headers),
-		otlptracehttp.WithCompression(otlptracehttp.GzipCompression),
-		otlptracehttp.WithTimeout(exportTimeout),
-	}
-	if strings.HasPrefix(c.Endpoint, "https://") {
-		opts = append(opts, otlptracehttp.WithTLSClientConfig(tlsConfig)) // wins over the exporter's own
-	}
-	return otlptracehttp.NewClient(opts...)
-}
-
-// serviceResource is the resource of c's spans, made explicitly: the SDK's
-// default would read OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES from the
-// process environment itself.
-func (c *tracingConfig) serviceResource() *resource.Resource {
-	attrs := append([]attribute.KeyValue{}, c.Resource...)
-	attrs = append(attrs,
-		semconv.ServiceName(c.ServiceName),
-		semconv.ServiceVersion(version),
-		semconv.TelemetrySDKName("opentelemetry"),
-		semconv.TelemetrySDKLanguageGo,
-		semconv.TelemetrySDKVersion(sdk.Version()),
-	)
-	return resource.NewWithAttributes(semconv.SchemaURL, attrs...)
+	})
+	return nil
 }

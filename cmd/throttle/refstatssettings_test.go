@@ -17,9 +17,9 @@ func TestStatsSettings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := statsConfig{StatsdHost: "localhost", StatsdPort: 8125, StatsdProtocol: "tcp", FlushInterval: 10 * time.Second,
+	want := statsSinkConfig{StatsdHost: "localhost", StatsdPort: 8125, StatsdProtocol: "tcp", FlushInterval: 10 * time.Second,
 		PrometheusAddr: ":9090", PrometheusPath: "/metrics"}
-	if diff := cmp.Diff(want, c.Stats, cmpopts.EquateEmpty(), cmpopts.IgnoreUnexported(statsConfig{})); diff != "" || c.Stats.sink() != "" {
+	if diff := cmp.Diff(want, c.Stats, cmpopts.EquateEmpty(), cmpopts.IgnoreUnexported(statsSinkConfig{})); diff != "" || c.Stats.sink() != "" {
 		t.Errorf("defaults (-want +got):\n%s\nsink %q", diff, c.Stats.sink())
 	}
 

@@ -12,9 +12,9 @@ import (
 	"github.com/throttle-rl/throttle/refstats"
 )
 
-// statsConfig is the settings of the reference service's stats (package
+// statsSinkConfig is the settings of the reference service's stats (package
 // refstats), with its names, syntax and defaults, except USE_STATSD's.
-type statsConfig struct {
+type statsSinkConfig struct {
 	// One sink at most, as the reference allows; none: off.
 	UseStatsd, UseDogStatsd, UsePrometheus bool
 	// Disable turns every sink off (DISABLE_STATS), whatever the others say.
@@ -38,18 +38,18 @@ type statsConfig struct {
 	PrometheusResponseTimeMS bool
 }
 
-// The sinks of statsConfig.sink.
+// The sinks of statsSinkConfig.sink.
 const (
 	sinkStatsd     = "statsd"
 	sinkDogStatsd  = "dogstatsd"
 	sinkPrometheus = "prometheus"
 )
 
-// statsSettings are the reference service's stats settings (stats.go,
+// statsSinkSettings are the reference service's stats settings (refstats.go,
 // package refstats). USE_STATSD is off by default here, where the
 // reference's is on: it would send to a localhost:8125 nothing listens on in
 // most pods (the reference's own deployments set it either way).
-var statsSettings = []setting{
+var statsSinkSettings = []setting{
 	{env: "USE_STATSD", flag: "use-statsd", def: "false", ref: upstreamDefault("true"),
 		usage: "send the reference service's stats (envoyproxy/ratelimit's names, such as " +
 			"ratelimit.service.rate_limit.DOMAIN.KEY.total_hits) to statsd at STATSD_HOST:STATSD_PORT every " +
@@ -102,7 +102,7 @@ var statsSettings = []setting{
 
 // sink is the sink the settings choose: sinkStatsd, sinkDogStatsd,
 // sinkPrometheus, or "" (none, or DISABLE_STATS).
-func (s *statsConfig) sink() string {
+func (s *statsSinkConfig) sink() string {
 	switch {
 	case s.Disable:
 		return ""
@@ -118,7 +118,7 @@ func (s *statsConfig) sink() string {
 
 // validate checks the stats settings against each other and the ports of
 // c.
-func (s *statsConfig) validate(c *config) []error {
+func (s *statsSinkConfig) validate(c *config) []error {
 	if s.Disable {
 		return nil
 	}
@@ -142,7 +142,7 @@ func (s *statsConfig) validate(c *config) []error {
 
 // validatePrometheus checks PROMETHEUS_ADDR and PROMETHEUS_PATH: a
 // host:port no other listener of c takes.
-func (s *statsConfig) validatePrometheus(c *config) []error {
+func (s *statsSinkConfig) validatePrometheus(c *config) []error {
 	var errs []error
 	if !strings.HasPrefix(s.PrometheusPath, "/") {
 		errs = append(errs, fmt.Errorf("PROMETHEUS_PATH: %q does not start with /", s.PrometheusPath))
@@ -202,7 +202,7 @@ func countTrue(bs ...bool) int {
 // DOG_STATSD_MOGRIFIER_<NAME>_PATTERN, _NAME and _TAGS; and, for USE_STATSD,
 // the variables gostats parses itself (and panics on): a bad one is refused
 // here, by name.
-func (s *statsConfig) readEnv(getenv func(string) string) error {
+func (s *statsSinkConfig) readEnv(getenv func(string) string) error {
 	var errs []error
 	switch s.sink() {
 	case sinkDogStatsd:

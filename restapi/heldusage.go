@@ -11,23 +11,24 @@ import (
 	"github.com/throttle-rl/throttle/store"
 )
 
-// maxHeldCounters bounds the counters /stats lists under reservations.
+// maxHeldCounters bounds the counters a client's usage (/stats/{client_id})
+// lists under reservations.
 const maxHeldCounters = 20
 
-// reservationStats is /stats' view of the caller's outstanding
+// reservationUsage is /stats/{client_id}'s view of the caller's outstanding
 // reservations: how many, and the counters they hold quota on, each with
 // what is used of it and, of that, what reservations hold.
-type reservationStats struct {
+type reservationUsage struct {
 	Outstanding int                `json:"outstanding"`
-	Counters    []heldCounterStats `json:"counters"`
+	Counters    []heldCounterUsage `json:"counters"`
 }
 
-// heldCounterStats is one counter with outstanding reservations (an
+// heldCounterUsage is one counter with outstanding reservations (an
 // identifier under a rule, or an inline limit): used counts every admitted
 // hit of its current window (or what is missing from its bucket), held the
 // part of it that unexpired, unsettled reservations hold — at most used: a
 // bucket's refill gives tokens back, held or not.
-type heldCounterStats struct {
+type heldCounterUsage struct {
 	Identifier   string  `json:"identifier"`
 	Rule         string  `json:"rule,omitempty"`
 	Algorithm    string  `json:"algorithm"`
@@ -41,11 +42,11 @@ type heldCounterStats struct {
 	Reservations int     `json:"reservations"`
 }
 
-// readReservationStats lists c's outstanding reservations by counter (the
+// readReservationUsage lists c's outstanding reservations by counter (the
 // most reserved first, at most maxHeldCounters) with each counter's used,
 // held and remaining quota; nil when the ledger or the limiter cannot be
-// read (the rest of /stats does not need them).
-func readReservationStats(ctx context.Context, limiter algorithms.Store, out *outstanding, c store.Client) *reservationStats {
+// read (the rest of the usage does not need them).
+func readReservationUsage(ctx context.Context, limiter algorithms.Store, out *outstanding, c store.Client) *reservationUsage {
 	ids, err := out.ledger.List(ctx, c.ID)
 	if err != nil {
 		return nil
@@ -79,7 +80,7 @@ func readReservationStats(ctx context.Context, limiter algorithms.Store, out *ou
 			cmp.Compare(a.req.Key.Name, b.req.Key.Name), cmp.Compare(algorithms.StateName(&a.req), algorithms.StateName(&b.req)))
 	})
 	counters = counters[:min(len(counters), maxHeldCounters)]
-	rs := &reservationStats{Outstanding: len(ids), Counters: make([]heldCounterStats, 0, len(counters))}
+	rs := &reservationUsage{Outstanding: len(ids), Counters: make([]heldCounterUsage, 0, len(counters))}
 	if len(counters) == 0 {
 		return rs
 	}
@@ -98,7 +99,7 @@ func readReservationStats(ctx context.Context, limiter algorithms.Store, out *ou
 	for i, ct := range counters {
 		l, d := ct.req.Limit, ds[i]
 		used := max(0, l.Limit-d.Remaining)
-		rs.Counters = append(rs.Counters, heldCounterStats{
+		rs.Counters = append(rs.Counters, heldCounterUsage{
 			Identifier: ct.req.Key.Identifier, Rule: strings.TrimPrefix(ct.req.Key.Name, "rule:"), Algorithm: string(l.Algorithm),
 			Limit: l.Limit, Window: int64(l.Window / time.Second), RefillRate: l.RefillRate,
 			Used: used, Held: min(held[i], used), Remaining: d.Remaining, ResetAt: ceilUnix(d.ResetAt()),

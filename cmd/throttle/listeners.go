@@ -2,20 +2,18 @@ package main
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"strconv"
-	"strings"
 	"time"
-
-	"github.com/throttle-rl/throttle/ratelimitsvc"
-	"github.com/throttle-rl/throttle/restapi"
 )
 
-// listenerSettings are the reference service's listeners, endpoints, logs
-// and backend choice, with its names and value syntax.
+// listenerSettings are the reference service's listeners: the REST and
+// gRPC ports' addresses, the gRPC socket and connection age, and the debug
+// port, with its names and value syntax.
 var listenerSettings = []setting{
 	{env: "HOST", flag: "host", ref: upstreamDefault("0.0.0.0"),
 		usage: "address the REST port (PORT) listens on, as the reference's HOST (Istio's sample: ::); empty = BIND_ADDRESS",
@@ -42,30 +40,6 @@ var listenerSettings = []setting{
 		usage: "the reference's debug port (6070 there, where it is always on); empty = off (DEBUG_HOST alone means 6070); " +
 			"not with DEBUG_ADDRESS",
 		set: func(c *config, v string) (err error) { c.Listen.DebugPort, err = parseOptionalInt(v); return }},
-	{env: "LOG_FORMAT", flag: "log-format", def: "json", ref: upstreamDefault("text"),
-		usage: "json or text (the reference's default is text)",
-		set:   func(c *config, v string) (err error) { c.LogFormat, err = parseLogFormat(v); return }},
-	{env: "BACKEND_TYPE", flag: "backend-type", def: "redis", ref: upstreamDefault("redis"),
-		usage: "the reference's counter backend: redis (counters in Redis with REDIS_URL, else in memory); memcache is " +
-			"refused, Throttle has no memcached backend",
-		set: func(c *config, v string) error { return parseBackendType(v) }},
-	{env: "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", flag: "healthy-with-at-least-one-config-loaded", def: "false", ref: upstreamDefault("false"),
-		usage: "GET /healthcheck answers 500 until a descriptor configuration has loaded (files or xDS), as the reference's",
-		set:   func(c *config, v string) (err error) { c.HealthyWithConfig, err = parseBool(v); return }},
-	{env: "LIMIT_RESPONSE_HEADERS_ENABLED", flag: "limit-response-headers-enabled", def: "false", ref: upstreamDefault("false"),
-		usage: "add the reference's three headers (LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER) of the " +
-			"descriptor closest to its limit to gRPC rate-limit responses, for Envoy to add to its reply; beside " +
-			"RATE_LIMIT_RESPONSE_HEADERS' sets when both are on",
-		set: func(c *config, v string) (err error) { c.LimitHeaders.Enabled, err = parseBool(v); return }},
-	{env: "LIMIT_LIMIT_HEADER", flag: "limit-limit-header", def: "RateLimit-Limit", ref: upstreamDefault("RateLimit-Limit"),
-		usage: "with LIMIT_RESPONSE_HEADERS_ENABLED: the header carrying requests_per_unit",
-		set:   func(c *config, v string) error { c.LimitHeaders.Limit = v; return nil }},
-	{env: "LIMIT_REMAINING_HEADER", flag: "limit-remaining-header", def: "RateLimit-Remaining", ref: upstreamDefault("RateLimit-Remaining"),
-		usage: "with LIMIT_RESPONSE_HEADERS_ENABLED: the header carrying the requests left in the window",
-		set:   func(c *config, v string) error { c.LimitHeaders.Remaining = v; return nil }},
-	{env: "LIMIT_RESET_HEADER", flag: "limit-reset-header", def: "RateLimit-Reset", ref: upstreamDefault("RateLimit-Reset"),
-		usage: "with LIMIT_RESPONSE_HEADERS_ENABLED: the header carrying the seconds until the window resets",
-		set:   func(c *config, v string) error { c.LimitHeaders.Reset = v; return nil }},
 }
 
 // listenConfig is where the ports listen, beyond PORT and GRPC_PORT.
@@ -74,12 +48,6 @@ type listenConfig struct {
 	DebugPort                     int // 0: no debug port (unless DebugHost)
 	GRPCUDS                       string
 	MaxConnAge, MaxConnAgeGrace   time.Duration
-}
-
-// limitHeadersConfig is LIMIT_RESPONSE_HEADERS_ENABLED and its names.
-type limitHeadersConfig struct {
-	Enabled bool
-	ratelimitsvc.LimitHeaders
 }
 
 // defaultDebugPort is the reference's DEBUG_PORT.
@@ -117,10 +85,6 @@ func (c *config) validateListen() []error {
 	if p := c.Listen.DebugPort; p < 0 || p > 65535 {
 		errs = append(errs, fmt.Errorf("DEBUG_PORT: %d is not a port (1-65535)", p))
 	}
-	h := c.LimitHeaders
-	if h.Enabled && (h.Limit == "" || h.Remaining == "" || h.Reset == "") {
-		errs = append(errs, errors.New("LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER and LIMIT_RESET_HEADER must not be empty with LIMIT_RESPONSE_HEADERS_ENABLED"))
-	}
 	return errs
 }
 
@@ -130,27 +94,6 @@ func parseOptionalInt(v string) (int, error) {
 		return 0, nil
 	}
 	return parseInt(v)
-}
-
-// parseLogFormat reads json or text, in any case.
-func parseLogFormat(v string) (string, error) {
-	switch f := strings.ToLower(v); f {
-	case "json", "text":
-		return f, nil
-	}
-	return "", fmt.Errorf("%q is not json or text", v)
-}
-
-// parseBackendType checks the reference's BACKEND_TYPE: redis, what
-// Throttle does (Redis with REDIS_URL, else memory), and nothing else.
-func parseBackendType(v string) error {
-	switch strings.ToLower(v) {
-	case "redis":
-		return nil
-	case "memcache":
-		return errors.New("memcache: Throttle has no memcached backend; keep counters in Redis (REDIS_URL, the reference's REDIS_* settings) or, on a single replica, in memory (no REDIS_URL)")
-	}
-	return fmt.Errorf("%q is not redis (the one backend of the reference Throttle has; memcache is not)", v)
 }
 
 // joinHostPort is host:port, with brackets around an IPv6 host.
@@ -166,15 +109,6 @@ func (c *config) httpAddress() string {
 // grpcAddress is where the gRPC port listens: GRPC_HOST, else BIND_ADDRESS.
 func (c *config) grpcAddress() string {
 	return joinHostPort(cmp.Or(c.Listen.GRPCHost, c.BindAddress), c.GRPCPort)
-}
-
-// limitHeaders is ratelimitsvc's LimitHeaders, nil when off.
-func (c *config) limitHeaders() *ratelimitsvc.LimitHeaders {
-	if !c.LimitHeaders.Enabled {
-		return nil
-	}
-	h := c.LimitHeaders.LimitHeaders
-	return &h
 }
 
 // udsMode is the mode of the GRPC_UDS socket: its owner and group may
@@ -209,24 +143,22 @@ func listenGRPC(c *config) (net.Listener, error) {
 	return l, nil
 }
 
-// healthcheck is GET /healthcheck's configuration: with
-// REDIS_HEALTH_CHECK_ACTIVE_CONNECTION, every Redis master must answer; with
-// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED, a descriptor configuration of at
-// least one domain must have loaded (files or xDS), as the reference's
-// (an empty xDS snapshot is a configuration without domains).
-func (a *app) healthcheck() restapi.Healthcheck {
-	var h restapi.Healthcheck
-	if a.cfg.HealthyWithConfig {
-		h.ConfigLoaded = func() bool {
-			if a.current == nil {
-				return false
-			}
-			c := a.current()
-			return c != nil && c.DomainCount() > 0
-		}
+// listen binds every port before any is served, so a taken port fails the
+// start; the debug port and the stats sink's PROMETHEUS_ADDR are served at
+// once.
+func (a *app) listen(context.Context) error {
+	cfg := a.cfg
+	var err error
+	if a.httpLis, err = net.Listen("tcp", a.httpSrv.Addr); err != nil {
+		return fmt.Errorf("PORT: %w", err)
 	}
-	if a.cfg.RedisHealthCheck && a.ready != nil {
-		h.Redis = a.ready // REDIS_HEALTH_CHECK_ACTIVE_CONNECTION: every master answers
+	a.onClose(func() { a.httpLis.Close() })
+	if a.grpcLis, err = listenGRPC(cfg); err != nil {
+		return err
 	}
-	return h
+	a.onClose(func() { a.grpcLis.Close() })
+	if err := a.listenDebugPort(); err != nil {
+		return err
+	}
+	return a.listenStatsSink()
 }

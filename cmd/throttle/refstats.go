@@ -13,12 +13,17 @@ import (
 	"github.com/throttle-rl/throttle/refstats"
 )
 
-// openStats starts the reference service's stats (package refstats) when a
-// sink is chosen (USE_STATSD, USE_DOG_STATSD or USE_PROMETHEUS, and not
+// The reference service's stats sink (package refstats): its stats names
+// sent to statsd or DogStatsD, or mapped to Prometheus series on
+// PROMETHEUS_ADDR. Not the metrics of /metrics (and of the debug port's
+// /stats), nor the REST API's /stats/{client_id} (a client's usage).
+
+// openStatsSink starts the reference service's stats sink when one is
+// chosen (USE_STATSD, USE_DOG_STATSD or USE_PROMETHEUS, and not
 // DISABLE_STATS): flushed every STATS_FLUSH_INTERVAL in the background, and
 // a last time at shutdown, after the servers drained. The Prometheus sink's
-// listener is bound by listen (listenStats).
-func (a *app) openStats(context.Context) error {
+// listener is bound by listen (listenStatsSink).
+func (a *app) openStatsSink(context.Context) error {
 	s := &a.cfg.Stats
 	var sink refstats.Sink
 	switch s.sink() {
@@ -71,7 +76,7 @@ func (a *app) prometheusSink() (*refstats.PrometheusSink, error) {
 		return nil, fmt.Errorf("USE_PROMETHEUS: %w", err)
 	}
 	path, metrics := s.PrometheusPath, p.Handler()
-	a.statsSrv = &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	a.statsSinkSrv = &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != path {
 			http.NotFound(w, r)
 			return
@@ -81,10 +86,10 @@ func (a *app) prometheusSink() (*refstats.PrometheusSink, error) {
 	return p, nil
 }
 
-// listenStats binds PROMETHEUS_ADDR, when USE_PROMETHEUS serves there, and
+// listenStatsSink binds PROMETHEUS_ADDR, when USE_PROMETHEUS serves there, and
 // serves it until close.
-func (a *app) listenStats() error {
-	if a.statsSrv == nil {
+func (a *app) listenStatsSink() error {
+	if a.statsSinkSrv == nil {
 		return nil
 	}
 	l, err := net.Listen("tcp", a.cfg.Stats.PrometheusAddr)
@@ -92,7 +97,7 @@ func (a *app) listenStats() error {
 		return fmt.Errorf("PROMETHEUS_ADDR: %w", err)
 	}
 	a.log.Info("serving the reference stats", "addr", l.Addr().String(), "path", a.cfg.Stats.PrometheusPath)
-	srv := a.statsSrv
+	srv := a.statsSinkSrv
 	a.goBG("reference stats server", func(ctx context.Context) error {
 		failed, err := serveUntil(ctx, srv, l, func() error {
 			sctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
