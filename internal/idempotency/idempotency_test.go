@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -82,6 +83,29 @@ func TestRedisQuota(t *testing.T) {
 	}
 	if ttl := rdb.PTTL(ctx, prefix+"throttle:idem:{a}#sizes").Val(); ttl <= 0 || ttl > time.Minute {
 		t.Errorf("sizes TTL = %v, want within a minute", ttl)
+	}
+}
+
+// TestRedisQuotaSameMillisecond: replies put within one millisecond (as a
+// busy client's are) keep their order in the index, so the oldest is
+// evicted, not the one named first; before, the index ordered records of
+// the same expiry millisecond by name, and a quota of 3 evicted the reply
+// just put (TestRedisQuota failed one run in four).
+func TestRedisQuotaSameMillisecond(t *testing.T) {
+	rdb := redistest.NewClient(t, redistest.SharedURL(t))
+	prefix := "test-" + t.Name() + "-" + time.Now().Format("150405.000000000") + ":"
+	s := NewRedis(rdb, prefix, Quota{Records: 3})
+	ctx := context.Background()
+	var names []string
+	for i := range 40 {
+		names = append(names, fmt.Sprintf("k%02d", 99-i)) // each named before the one put before it
+		if err := s.Put(ctx, "a", names[i], []byte("r"), time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := rdb.ZRange(ctx, prefix+"throttle:idem:{a}#index", 0, -1).Val()
+	if want := names[len(names)-3:]; !slices.Equal(got, want) {
+		t.Errorf("kept %q after 40 puts, want the three newest %q", got, want)
 	}
 }
 

@@ -1,7 +1,9 @@
 -- Put stores a kept reply of one client and evicts the client's oldest
 -- while it keeps more than its quota. All keys share the client's hash tag.
 -- KEYS[1] the record, KEYS[2] the client's index (sorted set: member → the
--- time its record expires, ms), KEYS[3] the client's sizes (hash: member →
+-- time its record expires, ms; raised by a microsecond past the newest so
+-- that puts within one millisecond keep their order: the oldest is evicted
+-- first, never the reply just put for an older one), KEYS[3] the client's sizes (hash: member →
 -- bytes, and "#" → their sum).
 -- ARGV[1] the value, ARGV[2] ttl ms, ARGV[3] member, ARGV[4] the prefix of
 -- the client's records (prefix .. member is a record's key), ARGV[5] most
@@ -25,8 +27,13 @@ end
 if redis.call('ZSCORE', KEYS[2], member) then
   forget(member)
 end
+local score = now + ttl
+local newest = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')[2]
+if newest and tonumber(newest) >= score then
+  score = tonumber(newest) + 0.001
+end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ttl)
-redis.call('ZADD', KEYS[2], now + ttl, member)
+redis.call('ZADD', KEYS[2], score, member)
 redis.call('HSET', KEYS[3], member, #ARGV[1])
 redis.call('HINCRBY', KEYS[3], '#', #ARGV[1])
 
