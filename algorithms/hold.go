@@ -17,6 +17,11 @@ import (
 // budget, not a reservation.
 const MaxHoldTTL = 24 * time.Hour
 
+// DefaultMaxHoldTTL is the longest a reservation may hold quota when the
+// setting MAX_RESERVATION_TTL is not given: REST's reserve_ttl and the
+// descriptors' and rules' reserve ttl alike.
+const DefaultMaxHoldTTL = time.Minute
+
 // Hold asks the store to keep a request's admitted hits as a hold.
 type Hold struct {
 	// ID names the hold among the holds of the same counter (Key and

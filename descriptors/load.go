@@ -36,7 +36,7 @@ type Options struct {
 	// must not call Reload. Load and LoadFiles do not call it.
 	OnLoad func(error)
 	// MaxReservationTTL bounds a reservation's ttl (setting
-	// MAX_RESERVATION_TTL). Optional; 0 means DefaultMaxReservationTTL.
+	// MAX_RESERVATION_TTL). Optional; 0 means algorithms.DefaultMaxHoldTTL.
 	MaxReservationTTL time.Duration
 	// GlobalScope says the server keeps limits of scope global: it has a
 	// global Redis (GLOBAL_REDIS_URL). Optional; by default a limit with

@@ -35,16 +35,12 @@ type Reserve struct {
 	Handle string
 }
 
-// DefaultMaxReservationTTL is the longest reservation TTL when
-// Options.MaxReservationTTL is not set (setting MAX_RESERVATION_TTL).
-const DefaultMaxReservationTTL = time.Minute
-
 // maxReservationTTL is opts' bound on a reservation's TTL.
 func (o Options) maxReservationTTL() time.Duration {
 	if o.MaxReservationTTL > 0 {
 		return min(o.MaxReservationTTL, algorithms.MaxHoldTTL)
 	}
-	return DefaultMaxReservationTTL
+	return algorithms.DefaultMaxHoldTTL
 }
 
 // check checks r, the reserve of limit l, against maxTTL.

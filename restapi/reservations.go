@@ -26,7 +26,6 @@ import (
 
 // Defaults of the reservation settings (Deps.Reservations).
 const (
-	DefaultMaxReservationTTL            = 60 * time.Second
 	DefaultReservationMaxFraction       = 0.5
 	DefaultReservationMaxOutstanding    = 1000
 	maxReservationIDLen                 = 2048
@@ -40,7 +39,7 @@ const (
 // ReservationLimits bounds reservations (settings MAX_RESERVATION_TTL,
 // RESERVATION_MAX_FRACTION, RESERVATION_MAX_OUTSTANDING_PER_CLIENT).
 type ReservationLimits struct {
-	// MaxTTL is the longest reserve_ttl. Default DefaultMaxReservationTTL.
+	// MaxTTL is the longest reserve_ttl. Default algorithms.DefaultMaxHoldTTL.
 	MaxTTL time.Duration
 	// MaxFraction is the largest share of its limit one reservation may
 	// hold, (0, 1]. Default DefaultReservationMaxFraction.
@@ -56,7 +55,7 @@ type ReservationLimits struct {
 
 func (l *ReservationLimits) setDefaults() {
 	if l.MaxTTL <= 0 {
-		l.MaxTTL = DefaultMaxReservationTTL
+		l.MaxTTL = algorithms.DefaultMaxHoldTTL
 	}
 	if !(l.MaxFraction > 0 && l.MaxFraction <= 1) {
 		l.MaxFraction = DefaultReservationMaxFraction

@@ -21,6 +21,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/throttle-rl/throttle/algorithms"
 	"github.com/throttle-rl/throttle/descriptors"
 	"github.com/throttle-rl/throttle/internal/testkit/redistest"
 	"github.com/throttle-rl/throttle/internal/testkit/throttletest"
@@ -281,7 +282,7 @@ func TestReservationDocs(t *testing.T) {
 	if dump := cfg.Dump(); !strings.Contains(dump, "reserve: hits=1000 ttl=1m0s handle=request_id") {
 		t.Errorf("Dump = %s", dump)
 	}
-	res, err := xdsconfig.ParseReservations("doc", []byte(docBlock(t, "reservations:")), descriptors.DefaultMaxReservationTTL)
+	res, err := xdsconfig.ParseReservations("doc", []byte(docBlock(t, "reservations:")), algorithms.DefaultMaxHoldTTL)
 	if err != nil || len(res.Entries) != 1 || res.Entries[0].Domain != xdstest.AIGatewayDomain {
 		t.Errorf("the docs' overlay: %+v, %v; want one entry for %s", res, err, xdstest.AIGatewayDomain)
 	}

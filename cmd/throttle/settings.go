@@ -226,7 +226,7 @@ var coreSettings = []setting{
 		usage: "how often the rate-limit quota service (RLQS, on GRPC_PORT) reassigns every Envoy's share of each limit " +
 			"(100ms-1h); set the Envoy filter's reporting_interval to a third of it",
 		set: func(c *config, v string) (err error) { c.RLQSInterval, err = parseDuration(v); return }},
-	{env: "MAX_RESERVATION_TTL", flag: "max-reservation-ttl", def: durationText(restapi.DefaultMaxReservationTTL),
+	{env: "MAX_RESERVATION_TTL", flag: "max-reservation-ttl", def: durationText(algorithms.DefaultMaxHoldTTL),
 		usage: "the longest a reservation may hold quota uncommitted (1s-24h): a REST check's reserve_ttl above it is 400 " +
 			"INVALID_FIELD, a descriptor's or a rule's reserve ttl above it does not load",
 		set: func(c *config, v string) (err error) {
