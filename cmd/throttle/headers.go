@@ -3,16 +3,25 @@ package main
 import (
 	"errors"
 
+	"github.com/throttle-rl/throttle/internal/ratelimitheader"
 	"github.com/throttle-rl/throttle/ratelimitsvc"
 )
 
-// The gRPC rate-limit responses' headers: the reference service's three
-// (LIMIT_RESPONSE_HEADERS_ENABLED and its names, here), beside
-// RATE_LIMIT_HEADERS' sets with RATE_LIMIT_RESPONSE_HEADERS (coreSettings,
-// config's HeaderSets and ResponseHeaders).
-
-// limitHeaderSettings are LIMIT_RESPONSE_HEADERS_ENABLED and its names.
-var limitHeaderSettings = []setting{
+// headerSettings are the rate-limit headers: RATE_LIMIT_HEADERS' sets on
+// REST replies and, with RATE_LIMIT_RESPONSE_HEADERS, on gRPC rate-limit
+// responses (config's HeaderSets and ResponseHeaders); and the reference
+// service's three (LIMIT_RESPONSE_HEADERS_ENABLED and its names) as one more
+// set on gRPC responses.
+var headerSettings = []setting{
+	{env: "RATE_LIMIT_HEADERS", flag: "rate-limit-headers", def: "both",
+		usage: "rate-limit headers on REST /check, /check/ip and /register replies, and on gRPC responses with " +
+			"RATE_LIMIT_RESPONSE_HEADERS: x (X-RateLimit-* only), ietf (only RateLimit-Policy and RateLimit of " +
+			"draft-ietf-httpapi-ratelimit-headers-11) or both; Retry-After comes with every rejection whatever this says",
+		set: func(c *config, v string) (err error) { c.HeaderSets, err = ratelimitheader.ParseSets(v); return }},
+	{env: "RATE_LIMIT_RESPONSE_HEADERS", flag: "rate-limit-response-headers", def: "false",
+		usage: "add the RATE_LIMIT_HEADERS headers (and Retry-After when over the limit, RateLimit-Degraded: true when " +
+			"FAILURE_MODE decided) to gRPC rate-limit responses, for Envoy to add to its reply",
+		set: func(c *config, v string) (err error) { c.ResponseHeaders, err = parseBool(v); return }},
 	{env: "LIMIT_RESPONSE_HEADERS_ENABLED", flag: "limit-response-headers-enabled", def: "false", ref: upstreamDefault("false"),
 		usage: "add the reference's three headers (LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER) of the " +
 			"descriptor closest to its limit to gRPC rate-limit responses, for Envoy to add to its reply; beside " +

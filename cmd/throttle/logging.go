@@ -7,9 +7,12 @@ import (
 	"strings"
 )
 
-// logFormatSettings are the log's format, as the reference service names
-// it; its level is LOG_LEVEL, in coreSettings.
-var logFormatSettings = []setting{
+// logSettings are the log's level and format, as the reference service
+// names them.
+var logSettings = []setting{
+	{env: "LOG_LEVEL", flag: "log-level", def: "info", ref: upstreamDefault("WARN"),
+		usage: "debug, info, warn or error",
+		set:   func(c *config, v string) (err error) { c.LogLevel, err = parseLogLevel(v); return }},
 	{env: "LOG_FORMAT", flag: "log-format", def: "json", ref: upstreamDefault("text"),
 		usage: "json or text (the reference's default is text)",
 		set:   func(c *config, v string) (err error) { c.LogFormat, err = parseLogFormat(v); return }},

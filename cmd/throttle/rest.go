@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -18,8 +19,61 @@ import (
 
 // The REST port beyond its core: the pages it serves without a key
 // (doorSettings), the reference's /healthcheck, and the settings of the
-// REST API for apps (CORS, list format, idempotency, reservations; their
-// rows are in coreSettings).
+// REST API for apps (restAppSettings).
+
+// restAppSettings are the REST API's for apps in browsers and clients:
+// CORS, the list format, idempotency, reservations.
+var restAppSettings = []setting{
+	{env: "CORS_ALLOWED_ORIGIN", flag: "cors-allowed-origin",
+		usage: "comma-separated origins (https://app.example.com, or *) whose browser pages may call the REST API: preflights " +
+			"answered, rate-limit headers exposed; empty = no cross-origin access",
+		set: func(c *config, v string) (err error) { c.REST.CORSAllowedOrigins, err = parseOrigins(v); return }},
+	{env: "LIST_RESPONSE_FORMAT", flag: "list-response-format", def: "array",
+		usage: "GET /rules/list and /exemptions/list answer bare arrays (array), or {\"rules\": [...]} and {\"exemptions\": " +
+			"[...]} as the original service did (object)",
+		set: func(c *config, v string) (err error) { c.REST.ListObjects, err = parseListFormat(v); return }},
+	{env: "IDEMPOTENCY_TTL", flag: "idempotency-ttl", def: durationText(restapi.DefaultIdempotencyTTL),
+		usage: "how long a REST check's first reply is kept for its Idempotency-Key (in Redis with REDIS_URL, else in memory)",
+		set:   func(c *config, v string) (err error) { c.REST.IdempotencyTTL, err = parseIdempotencyTTL(v); return }},
+	{env: "IDEMPOTENCY_MAX_RECORDS_PER_CLIENT", flag: "idempotency-max-records-per-client", def: strconv.Itoa(restapi.DefaultIdempotencyRecords),
+		usage: "most Idempotency-Key replies one client keeps (in Redis or memory); one more evicts that client's oldest, " +
+			"whose retry is then decided anew",
+		set: func(c *config, v string) (err error) { c.REST.IdempotencyQuota.Records, err = parsePositive(v); return }},
+	{env: "IDEMPOTENCY_MAX_BYTES_PER_CLIENT", flag: "idempotency-max-bytes-per-client", def: strconv.Itoa(restapi.DefaultIdempotencyBytes),
+		usage: "most bytes of Idempotency-Key replies one client keeps (replies are stored compressed); past it that client's " +
+			"oldest are evicted",
+		set: func(c *config, v string) (err error) {
+			n, err := parsePositive(v)
+			c.REST.IdempotencyQuota.Bytes = int64(n)
+			return err
+		}},
+	{env: "IDEMPOTENCY_MAX_BYTES_TOTAL", flag: "idempotency-max-bytes-total", def: strconv.Itoa(restapi.DefaultIdempotencyTotalBytes),
+		usage: "without REDIS_URL: most bytes of Idempotency-Key replies all clients keep in this replica's memory; past it a " +
+			"reply is not kept (its retry is decided anew) and no client's are evicted for another's (in Redis, " +
+			"MAX_CLIENTS × IDEMPOTENCY_MAX_BYTES_PER_CLIENT and IDEMPOTENCY_REDIS_MEMORY_PERCENT bound them)",
+		set: func(c *config, v string) (err error) {
+			n, err := parsePositive(v)
+			c.REST.IdempotencyQuota.TotalBytes = int64(n)
+			return err
+		}},
+	{env: "IDEMPOTENCY_REDIS_MEMORY_PERCENT", flag: "idempotency-redis-memory-percent", def: "80",
+		usage: "no Idempotency-Key reply is kept in Redis while its used memory is at or past this percent of its maxmemory, " +
+			"so the records never take the counters' room (with maxmemory-policy noeviction); 100 turns the budget off",
+		set: func(c *config, v string) (err error) { c.REST.IdempotencyMemoryPercent, err = parsePercent(v); return }},
+	{env: "RESERVATION_MAX_FRACTION", flag: "reservation-max-fraction", def: strconv.FormatFloat(restapi.DefaultReservationMaxFraction, 'g', -1, 64),
+		usage: "largest share of its limit one reservation may hold, above 0 and at most 1; more is 400 INVALID_FIELD",
+		set: func(c *config, v string) (err error) {
+			c.REST.Reservations.MaxFraction, err = parseShare(v)
+			return
+		}},
+	{env: "RESERVATION_MAX_OUTSTANDING_PER_CLIENT", flag: "reservation-max-outstanding-per-client", def: strconv.Itoa(restapi.DefaultReservationMaxOutstanding),
+		usage: "most reservations one client may have outstanding (neither settled nor expired) on every replica together " +
+			"(counted in Redis with REDIS_URL, else per replica); one more is 429 TOO_MANY_RESERVATIONS, nothing counted",
+		set: func(c *config, v string) (err error) {
+			c.REST.Reservations.MaxOutstanding, err = parsePositive(v)
+			return
+		}},
+}
 
 // doorSettings say which of the pages that ask no key the REST port
 // (PORT) serves beside its API: the reference service's POST /json, which

@@ -10,9 +10,7 @@ import (
 
 	"github.com/throttle-rl/throttle/algorithms"
 	"github.com/throttle-rl/throttle/algorithms/redisstore"
-	"github.com/throttle-rl/throttle/internal/ratelimitheader"
 	"github.com/throttle-rl/throttle/ratelimitsvc"
-	"github.com/throttle-rl/throttle/restapi"
 )
 
 // setting is one row of serveSettings: an environment variable of `throttle
@@ -54,8 +52,8 @@ func upstreamInert(def, why string) upstream {
 // flags, --help, the defaults (setDefaults), docs/settings.md and
 // docs/moving-from-envoy-ratelimit.md (tests compare them) all come from
 // here. The rows come in groups, each beside the code it configures.
-var serveSettings = slices.Concat(coreSettings, redisSettings, listenerSettings, logFormatSettings, backendTypeSettings,
-	healthcheckSettings, limitHeaderSettings, doorSettings, runtimeSettings, tlsSettings, tracingSettings,
+var serveSettings = slices.Concat(coreSettings, redisSettings, listenerSettings, logSettings, backendTypeSettings,
+	healthcheckSettings, headerSettings, doorSettings, restAppSettings, runtimeSettings, tlsSettings, tracingSettings,
 	referenceTracingSettings, xdsSettings, statsSinkSettings, tenancySettings, inertSettings)
 
 // coreSettings are the listeners, the backends and the APIs' knobs.
@@ -101,23 +99,11 @@ var coreSettings = []setting{
 	{env: "TRUSTED_PROXIES", flag: "trusted-proxies",
 		usage: "comma-separated CIDRs whose X-Forwarded-For/X-Real-IP are believed",
 		set:   func(c *config, v string) (err error) { c.TrustedProxies, err = parseCIDRs(v); return }},
-	{env: "LOG_LEVEL", flag: "log-level", def: "info", ref: upstreamDefault("WARN"),
-		usage: "debug, info, warn or error",
-		set:   func(c *config, v string) (err error) { c.LogLevel, err = parseLogLevel(v); return }},
 	{env: "DEBUG_ADDRESS", flag: "debug-address",
 		usage: "host:port of the debug port (Go's profiler at /debug/pprof/, /rlconfig, /stats), in plain HTTP whatever the " +
 			"TLS settings, no key asked (keep it on loopback, e.g. 127.0.0.1:6070; an empty host is 127.0.0.1, any other " +
 			"than loopback is logged as a warning at start); empty = off",
 		set: func(c *config, v string) error { c.DebugAddress = v; return nil }},
-	{env: "RATE_LIMIT_HEADERS", flag: "rate-limit-headers", def: "both",
-		usage: "rate-limit headers on REST /check, /check/ip and /register replies, and on gRPC responses with " +
-			"RATE_LIMIT_RESPONSE_HEADERS: x (X-RateLimit-* only), ietf (only RateLimit-Policy and RateLimit of " +
-			"draft-ietf-httpapi-ratelimit-headers-11) or both; Retry-After comes with every rejection whatever this says",
-		set: func(c *config, v string) (err error) { c.HeaderSets, err = ratelimitheader.ParseSets(v); return }},
-	{env: "RATE_LIMIT_RESPONSE_HEADERS", flag: "rate-limit-response-headers", def: "false",
-		usage: "add the RATE_LIMIT_HEADERS headers (and Retry-After when over the limit, RateLimit-Degraded: true when " +
-			"FAILURE_MODE decided) to gRPC rate-limit responses, for Envoy to add to its reply",
-		set: func(c *config, v string) (err error) { c.ResponseHeaders, err = parseBool(v); return }},
 	{env: "SHADOW_MODE", flag: "shadow-mode", def: "false", ref: upstreamDefault("false"),
 		usage: "answer every gRPC rate-limit request OK: limits are still decided, counted and reported per descriptor, only " +
 			"the overall OVER_LIMIT becomes OK; the rate-limit quota service assigns every bucket allow-all (usage still " +
@@ -173,55 +159,6 @@ var coreSettings = []setting{
 		usage: "count every hit of every descriptor of a gRPC rate-limit request, admitted or not, as the reference service " +
 			"does; by default a rejected request consumes nothing, from any of its descriptors",
 		set: func(c *config, v string) (err error) { c.CountRejectedHits, err = parseBool(v); return }},
-	{env: "CORS_ALLOWED_ORIGIN", flag: "cors-allowed-origin",
-		usage: "comma-separated origins (https://app.example.com, or *) whose browser pages may call the REST API: preflights " +
-			"answered, rate-limit headers exposed; empty = no cross-origin access",
-		set: func(c *config, v string) (err error) { c.REST.CORSAllowedOrigins, err = parseOrigins(v); return }},
-	{env: "LIST_RESPONSE_FORMAT", flag: "list-response-format", def: "array",
-		usage: "GET /rules/list and /exemptions/list answer bare arrays (array), or {\"rules\": [...]} and {\"exemptions\": " +
-			"[...]} as the original service did (object)",
-		set: func(c *config, v string) (err error) { c.REST.ListObjects, err = parseListFormat(v); return }},
-	{env: "IDEMPOTENCY_TTL", flag: "idempotency-ttl", def: durationText(restapi.DefaultIdempotencyTTL),
-		usage: "how long a REST check's first reply is kept for its Idempotency-Key (in Redis with REDIS_URL, else in memory)",
-		set:   func(c *config, v string) (err error) { c.REST.IdempotencyTTL, err = parseIdempotencyTTL(v); return }},
-	{env: "IDEMPOTENCY_MAX_RECORDS_PER_CLIENT", flag: "idempotency-max-records-per-client", def: strconv.Itoa(restapi.DefaultIdempotencyRecords),
-		usage: "most Idempotency-Key replies one client keeps (in Redis or memory); one more evicts that client's oldest, " +
-			"whose retry is then decided anew",
-		set: func(c *config, v string) (err error) { c.REST.IdempotencyQuota.Records, err = parsePositive(v); return }},
-	{env: "IDEMPOTENCY_MAX_BYTES_PER_CLIENT", flag: "idempotency-max-bytes-per-client", def: strconv.Itoa(restapi.DefaultIdempotencyBytes),
-		usage: "most bytes of Idempotency-Key replies one client keeps (replies are stored compressed); past it that client's " +
-			"oldest are evicted",
-		set: func(c *config, v string) (err error) {
-			n, err := parsePositive(v)
-			c.REST.IdempotencyQuota.Bytes = int64(n)
-			return err
-		}},
-	{env: "IDEMPOTENCY_MAX_BYTES_TOTAL", flag: "idempotency-max-bytes-total", def: strconv.Itoa(restapi.DefaultIdempotencyTotalBytes),
-		usage: "without REDIS_URL: most bytes of Idempotency-Key replies all clients keep in this replica's memory; past it a " +
-			"reply is not kept (its retry is decided anew) and no client's are evicted for another's (in Redis, " +
-			"MAX_CLIENTS × IDEMPOTENCY_MAX_BYTES_PER_CLIENT and IDEMPOTENCY_REDIS_MEMORY_PERCENT bound them)",
-		set: func(c *config, v string) (err error) {
-			n, err := parsePositive(v)
-			c.REST.IdempotencyQuota.TotalBytes = int64(n)
-			return err
-		}},
-	{env: "IDEMPOTENCY_REDIS_MEMORY_PERCENT", flag: "idempotency-redis-memory-percent", def: "80",
-		usage: "no Idempotency-Key reply is kept in Redis while its used memory is at or past this percent of its maxmemory, " +
-			"so the records never take the counters' room (with maxmemory-policy noeviction); 100 turns the budget off",
-		set: func(c *config, v string) (err error) { c.REST.IdempotencyMemoryPercent, err = parsePercent(v); return }},
-	{env: "RESERVATION_MAX_FRACTION", flag: "reservation-max-fraction", def: strconv.FormatFloat(restapi.DefaultReservationMaxFraction, 'g', -1, 64),
-		usage: "largest share of its limit one reservation may hold, above 0 and at most 1; more is 400 INVALID_FIELD",
-		set: func(c *config, v string) (err error) {
-			c.REST.Reservations.MaxFraction, err = parseShare(v)
-			return
-		}},
-	{env: "RESERVATION_MAX_OUTSTANDING_PER_CLIENT", flag: "reservation-max-outstanding-per-client", def: strconv.Itoa(restapi.DefaultReservationMaxOutstanding),
-		usage: "most reservations one client may have outstanding (neither settled nor expired) on every replica together " +
-			"(counted in Redis with REDIS_URL, else per replica); one more is 429 TOO_MANY_RESERVATIONS, nothing counted",
-		set: func(c *config, v string) (err error) {
-			c.REST.Reservations.MaxOutstanding, err = parsePositive(v)
-			return
-		}},
 	{env: "RLQS_INTERVAL", flag: "rlqs-interval", def: "1s",
 		usage: "how often the rate-limit quota service (RLQS, on GRPC_PORT) reassigns every Envoy's share of each limit " +
 			"(100ms-1h); set the Envoy filter's reporting_interval to a third of it",
