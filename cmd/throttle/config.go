@@ -177,7 +177,23 @@ func (c *config) Validate() error {
 	if c.DescriptorsDir != "" && c.runtimeFolder() != "" {
 		errs = append(errs, errors.New("DESCRIPTORS_DIR and RUNTIME_ROOT/RUNTIME_SUBDIRECTORY are both set: give the descriptor folder one way, DESCRIPTORS_DIR or the reference service's RUNTIME_* settings"))
 	}
-	errs = append(errs, c.validateRedis()...)
+	errs = append(append(errs, c.validateRedis()...), c.validateRanges()...)
+	if k := c.AdminKey; k != "" && (len(k) < minAdminKeyLen || strings.HasPrefix(k, clientKeyPrefix)) {
+		errs = append(errs, fmt.Errorf("ADMIN_API_KEY: must be at least %d characters and not start with %q (a client's API key is never the operator's)", minAdminKeyLen, clientKeyPrefix))
+	}
+	if err := checkKeyPrefix(c.CacheKeyPrefix); err != nil {
+		errs = append(errs, fmt.Errorf("CACHE_KEY_PREFIX: %w", err))
+	}
+	errs = append(append(errs, c.validateListen()...), c.LimitHeaders.validate()...)
+	errs = append(errs, c.TLS.validate(c.redisTLSOn())...)
+	errs = append(errs, c.XDS.validate()...)
+	errs = append(errs, c.Stats.validate(c)...)
+	return errors.Join(errs...)
+}
+
+// validateRanges checks the numbers and durations that have a range.
+func (c *config) validateRanges() []error {
+	var errs []error
 	if c.MaxValueStatsKeys < 0 {
 		errs = append(errs, fmt.Errorf("STATS_MAX_VALUE_KEYS: %d must be 0 or more", c.MaxValueStatsKeys))
 	}
@@ -202,12 +218,6 @@ func (c *config) Validate() error {
 	if c.RESTTimeout > time.Minute {
 		errs = append(errs, fmt.Errorf("REST_BACKEND_TIMEOUT: %s is longer than any app waits for a rate-limit check", c.RESTTimeout))
 	}
-	if k := c.AdminKey; k != "" && (len(k) < minAdminKeyLen || strings.HasPrefix(k, clientKeyPrefix)) {
-		errs = append(errs, fmt.Errorf("ADMIN_API_KEY: must be at least %d characters and not start with %q (a client's API key is never the operator's)", minAdminKeyLen, clientKeyPrefix))
-	}
-	if err := checkKeyPrefix(c.CacheKeyPrefix); err != nil {
-		errs = append(errs, fmt.Errorf("CACHE_KEY_PREFIX: %w", err))
-	}
 	if c.RLQSInterval < 100*time.Millisecond || c.RLQSInterval > time.Hour {
 		errs = append(errs, fmt.Errorf("RLQS_INTERVAL: %s is not within 100ms-1h (Envoy reports at most every 100ms)", c.RLQSInterval))
 	}
@@ -217,11 +227,7 @@ func (c *config) Validate() error {
 	if c.MaxReservationTTL < time.Second || c.MaxReservationTTL > algorithms.MaxHoldTTL {
 		errs = append(errs, fmt.Errorf("MAX_RESERVATION_TTL: %s is not within 1s-24h", c.MaxReservationTTL))
 	}
-	errs = append(append(errs, c.validateListen()...), c.LimitHeaders.validate()...)
-	errs = append(errs, c.TLS.validate(c.redisTLSOn())...)
-	errs = append(errs, c.XDS.validate()...)
-	errs = append(errs, c.Stats.validate(c)...)
-	return errors.Join(errs...)
+	return errs
 }
 
 // maxValueKeys maps STATS_MAX_VALUE_KEYS (0 = none) to
