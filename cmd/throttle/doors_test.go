@@ -138,21 +138,21 @@ func TestJSONDoorMutualTLS(t *testing.T) {
 func TestRESTPortPages(t *testing.T) {
 	edge := edgeDir(t)
 	def := throttletest.Start(t, "DESCRIPTORS_DIR="+edge)
-	if code, _, body := getText(t, def.URL+"/rlconfig"); code != http.StatusNotFound {
+	if code, _, body := testkit.GetText(t, def.URL+"/rlconfig"); code != http.StatusNotFound {
 		t.Errorf("GET /rlconfig by default = %d %q, want 404", code, body)
 	}
-	if code, _, body := getText(t, def.URL+"/metrics"); code != http.StatusOK || !strings.Contains(body, "throttle_") {
+	if code, _, body := testkit.GetText(t, def.URL+"/metrics"); code != http.StatusOK || !strings.Contains(body, "throttle_") {
 		t.Errorf("GET /metrics by default = %d %.200q, want 200 and the metrics", code, body)
 	}
 
 	s := throttletest.Start(t, "DESCRIPTORS_DIR="+edge, "RLCONFIG_ON_REST_PORT=true", "METRICS_ON_REST_PORT=false")
-	if code, _, body := getText(t, s.URL+"/rlconfig"); code != http.StatusOK || !strings.Contains(body, "edge.generic_key_api.user_id: unit=HOUR requests_per_unit=2") {
+	if code, _, body := testkit.GetText(t, s.URL+"/rlconfig"); code != http.StatusOK || !strings.Contains(body, "edge.generic_key_api.user_id: unit=HOUR requests_per_unit=2") {
 		t.Errorf("GET /rlconfig with RLCONFIG_ON_REST_PORT = %d %q, want 200 and the edge limit", code, body)
 	}
-	if code, _, body := getText(t, s.URL+"/metrics"); code != http.StatusNotFound {
+	if code, _, body := testkit.GetText(t, s.URL+"/metrics"); code != http.StatusNotFound {
 		t.Errorf("GET /metrics with METRICS_ON_REST_PORT=false = %d %.200q, want 404", code, body)
 	}
-	if code, _, body := getText(t, s.URL+"/"); code != http.StatusOK || strings.Contains(body, "metrics") {
+	if code, _, body := testkit.GetText(t, s.URL+"/"); code != http.StatusOK || strings.Contains(body, "metrics") {
 		t.Errorf("GET / without /metrics = %d %s, want no metrics in the index", code, body)
 	}
 }

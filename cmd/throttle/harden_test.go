@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/throttle-rl/throttle/internal/testkit"
 	"github.com/throttle-rl/throttle/internal/testkit/pgtest"
 	"github.com/throttle-rl/throttle/internal/testkit/throttletest"
 )
@@ -82,7 +83,7 @@ func TestMetricsStaySmall(t *testing.T) {
 		t.FailNow()
 	}
 
-	_, _, body := getText(t, s.URL+"/metrics")
+	_, _, body := testkit.GetText(t, s.URL+"/metrics")
 	series := map[string]int{}
 	total := 0
 	for _, line := range strings.Split(body, "\n") {

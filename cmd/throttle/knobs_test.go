@@ -3,8 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -43,20 +41,6 @@ descriptors:
 const knobsDump = "edge.banned: unit=MINUTE requests_per_unit=0, shadow_mode: true\n" +
 	"edge.service_blue: unit=HOUR requests_per_unit=10, shadow_mode: true\n"
 
-func getText(t *testing.T, url string) (int, string, string) {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, resp.Header.Get("Content-Type"), string(b)
-}
-
 // TestReferenceKnobs runs the binary with the reference service's knobs:
 // FORCE_START_WITHOUT_INITIAL_CONFIG (starts before DESCRIPTORS_DIR exists,
 // answers UNAVAILABLE until it loads, then picks it up), GET /rlconfig,
@@ -66,7 +50,7 @@ func TestReferenceKnobs(t *testing.T) {
 	s := throttletest.Start(t, "DESCRIPTORS_DIR="+dir, "DESCRIPTORS_RELOAD_INTERVAL=50ms", "RLCONFIG_ON_REST_PORT=true",
 		"FORCE_START_WITHOUT_INITIAL_CONFIG=true", "SHADOW_MODE=true", "RESPONSE_DYNAMIC_METADATA=true")
 
-	if code, ct, body := getText(t, s.URL+"/rlconfig"); code != 200 || ct != "text/plain; charset=utf-8" || body != "" {
+	if code, ct, body := testkit.GetText(t, s.URL+"/rlconfig"); code != 200 || ct != "text/plain; charset=utf-8" || body != "" {
 		t.Errorf("GET /rlconfig before the configuration = %d %s %q, want 200 text/plain and no text", code, ct, body)
 	}
 	conn, err := grpc.NewClient(s.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -98,7 +82,7 @@ func TestReferenceKnobs(t *testing.T) {
 	}
 	var dump string
 	for deadline := time.Now().Add(15 * time.Second); dump != knobsDump && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		_, _, dump = getText(t, s.URL+"/rlconfig")
+		_, _, dump = testkit.GetText(t, s.URL+"/rlconfig")
 	}
 	if diff := cmp.Diff(knobsDump, dump); diff != "" {
 		t.Fatalf("GET /rlconfig after the configuration appeared (-want +got):\n%s", diff)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/throttle-rl/throttle/algorithms"
 	"github.com/throttle-rl/throttle/descriptors"
+	"github.com/throttle-rl/throttle/internal/testkit"
 	"github.com/throttle-rl/throttle/internal/testkit/redistest"
 	"github.com/throttle-rl/throttle/internal/testkit/throttletest"
 )
@@ -191,7 +192,7 @@ func TestIssue17EndToEnd(t *testing.T) {
 			}
 
 			// /rlconfig: one line per limit.
-			_, _, dump := getText(t, s.URL+"/rlconfig")
+			_, _, dump := testkit.GetText(t, s.URL+"/rlconfig")
 			for _, line := range []string{
 				"shop.user_id: unit=HOUR requests_per_unit=3, shadow_mode: false, name: burst\n",
 				"shop.user_id: unit=DAY requests_per_unit=5, shadow_mode: false, name: daily\n",

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/throttle-rl/throttle/internal/testkit"
 	"github.com/throttle-rl/throttle/internal/testkit/throttletest"
 )
 
@@ -65,7 +66,7 @@ func TestEnvoyQuickStart(t *testing.T) {
 				t.Fatalf("the quick start's commands: %v\n%s", err, out)
 			}
 			s := throttletest.Start(t, "DESCRIPTORS_DIR="+filepath.Join(work, dir), "RLCONFIG_ON_REST_PORT=true")
-			if _, _, dump := getText(t, s.URL+"/rlconfig"); !strings.Contains(dump, "edge.generic_key_api.user_id: unit=MINUTE requests_per_unit=10") {
+			if _, _, dump := testkit.GetText(t, s.URL+"/rlconfig"); !strings.Contains(dump, "edge.generic_key_api.user_id: unit=MINUTE requests_per_unit=10") {
 				t.Errorf("serve did not load the quick start's folder; /rlconfig:\n%s", dump)
 			}
 		})

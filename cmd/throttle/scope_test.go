@@ -88,7 +88,7 @@ func TestRLConfigShowsScope(t *testing.T) {
 	s := throttletest.Start(t, "DESCRIPTORS_DIR="+dir, "RLCONFIG_ON_REST_PORT=true", "REDIS_URL="+redisURL, "GLOBAL_REDIS_URL="+redisURL,
 		"CACHE_KEY_PREFIX=scope-"+testkit.RandomHex(t, 4)+":")
 	want := "edge.tenant: unit=MINUTE requests_per_unit=6000, shadow_mode: false, accuracy: approximate, scope: global\n"
-	if code, _, body := getText(t, s.URL+"/rlconfig"); code != http.StatusOK || body != want {
+	if code, _, body := testkit.GetText(t, s.URL+"/rlconfig"); code != http.StatusOK || body != want {
 		t.Errorf("GET /rlconfig = %d %q, want 200 %q", code, body, want)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/throttle-rl/throttle/internal/testkit"
 	"github.com/throttle-rl/throttle/internal/testkit/redistest"
 	"github.com/throttle-rl/throttle/internal/testkit/throttletest"
 )
@@ -212,7 +213,7 @@ func mustRead(t *testing.T, path string) []byte {
 // mustGetText GETs url and returns the body.
 func mustGetText(t *testing.T, url string) string {
 	t.Helper()
-	_, _, body := getText(t, url)
+	_, _, body := testkit.GetText(t, url)
 	return body
 }
 

@@ -1,7 +1,6 @@
 package debugport
 
 import (
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -9,6 +8,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/throttle-rl/throttle/internal/testkit"
 )
 
 // serve starts the debug port's handler of pages on a real listener.
@@ -17,21 +18,6 @@ func serve(t *testing.T, p Pages) string {
 	s := httptest.NewServer(NewServer(p).Handler)
 	t.Cleanup(s.Close)
 	return s.URL
-}
-
-// get returns the status, the content type and the body of GET url.
-func get(t *testing.T, url string) (int, string, string) {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, resp.Header.Get("Content-Type"), string(b)
 }
 
 // TestPages: the index lists the reference's pages with its words,
@@ -58,15 +44,15 @@ func TestPages(t *testing.T) {
 		{"/rlconfig", "edge.foo: unit=MINUTE requests_per_unit=1\n"},
 		{"/debug/pprof/cmdline", "throttle\x00serve\x00--redis-url\x00redis://xxxxx@h/0"},
 	} {
-		code, typ, body := get(t, url+tt.path)
+		code, typ, body := testkit.GetText(t, url+tt.path)
 		if code != http.StatusOK || body != tt.want || !strings.HasPrefix(typ, "text/plain") {
 			t.Errorf("GET %s = %d %s %q, want 200 text/plain %q", tt.path, code, typ, body, tt.want)
 		}
 	}
-	if code, _, body := get(t, url+"/stats"); code != http.StatusOK || !strings.Contains(body, "throttle_test_total 3\n") {
+	if code, _, body := testkit.GetText(t, url+"/stats"); code != http.StatusOK || !strings.Contains(body, "throttle_test_total 3\n") {
 		t.Errorf("GET /stats = %d %.300q, want 200 and throttle_test_total 3", code, body)
 	}
-	if code, _, _ := get(t, url+"/nothing"); code != http.StatusNotFound {
+	if code, _, _ := testkit.GetText(t, url+"/nothing"); code != http.StatusNotFound {
 		t.Errorf("GET /nothing = %d, want 404", code)
 	}
 }
@@ -87,7 +73,7 @@ func TestProfileSeconds(t *testing.T) {
 		{"/debug/pprof/heap?seconds=0", 400, `seconds="0"`},
 		{"/debug/pprof/heap", 200, ""},
 	} {
-		code, _, body := get(t, url+tt.path)
+		code, _, body := testkit.GetText(t, url+tt.path)
 		if code != tt.code || !strings.Contains(body, tt.want) || body == "" {
 			t.Errorf("GET %s = %d %.200q, want %d %q", tt.path, code, body, tt.code, tt.want)
 		}

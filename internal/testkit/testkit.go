@@ -9,7 +9,9 @@ package testkit
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"testing"
@@ -66,4 +68,20 @@ func DiscardUDP(tb testing.TB) string {
 		}
 	}()
 	return pc.LocalAddr().String()
+}
+
+// GetText returns the status, the content type and the body of GET url
+// (http.DefaultClient, whose deadline is the test's).
+func GetText(t testing.TB, url string) (int, string, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, resp.Header.Get("Content-Type"), string(b)
 }
