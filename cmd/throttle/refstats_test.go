@@ -231,8 +231,15 @@ func TestReferenceStatsStatsd(t *testing.T) {
 			}
 			waitFor(t, "the stats", func() bool { return cmp.Equal(sums(t, got.all(), want), want) })
 
-			// A bad edit of the configuration: config_load_error.
-			if err := os.WriteFile(filepath.Join(dir, "edge.yaml"), []byte("domain: edge\ndescriptors: [{key: k, rate_limit: {unit: fortnight, requests_per_unit: 1}}]\n"), 0o644); err != nil {
+			// A bad edit of the configuration: config_load_error. Written
+			// whole and renamed into place (as a ConfigMap's update is): a
+			// poll between an in-place write's truncation and its bytes
+			// would load an empty file, a second error.
+			staged := filepath.Join(t.TempDir(), "edge.yaml")
+			if err := os.WriteFile(staged, []byte("domain: edge\ndescriptors: [{key: k, rate_limit: {unit: fortnight, requests_per_unit: 1}}]\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(staged, filepath.Join(dir, "edge.yaml")); err != nil {
 				t.Fatal(err)
 			}
 			errWant := map[string]uint64{"ratelimit.service.config_load_error": 1}
