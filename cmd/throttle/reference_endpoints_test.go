@@ -48,13 +48,8 @@ func pathRequest(p string) *rlsv3.RateLimitRequest {
 // get returns the status and body of GET url.
 func get(t *testing.T, url string) (int, string) {
 	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	code, _, body := testkit.GetText(t, url)
+	return code, body
 }
 
 // rlsDial dials target (host:port or unix:PATH) with the generated Envoy client.
